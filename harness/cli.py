@@ -1,0 +1,68 @@
+"""The ``harness`` command-line entry point.
+
+Errors become exit codes here and only here: a ``HarnessError`` exits with its
+``exit_code``; a ``QuantemError`` (bad input) exits 1; usage errors exit 64. Each
+prints one line on stderr, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from harness.errors import EXIT_FAILURE, EXIT_USAGE, HarnessError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors; ours must exit 64 (2 means 'review')."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.commands import COMMAND_MODULES
+
+    parser = _Parser(prog="harness", description="quantem benchmark-and-evidence harness")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # a command not written yet
+                continue
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from quantem.errors import QuantemError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except HarnessError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except QuantemError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:  # unreadable or missing files the commands did not wrap
+        print(f"harness: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Shared test configuration: paths to shared fixtures and small helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+ARINA_SMALL = SHARED_FIXTURES / "arina-small"
+
+
+@pytest.fixture(scope="session")
+def arina_small() -> Path:
+    if not (ARINA_SMALL / "fixture_master.h5").exists():
+        pytest.skip(f"shared ARINA fixtures not found at {ARINA_SMALL}")
+    return ARINA_SMALL
