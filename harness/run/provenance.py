@@ -1,0 +1,253 @@
+"""What code a run measured: git state, imported module files, a source fingerprint.
+
+A timing is evidence only if one can say exactly which code produced it. The runner
+records the git revision, whether the tree was dirty and a SHA-256 of the diff plus
+untracked files, and the path and SHA-256 of every imported ``quantem``/``harness``
+module. It refuses to start when those modules come from another checkout than the
+one it measures (an installed copy shadowing the working tree is the classic way to
+benchmark the wrong code). The source fingerprint is computed at the start and again
+at the end; any difference means the source changed during the run, and the run
+fails its source-stability check whatever its timings say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.errors import SourceStabilityError
+
+SOURCE_PACKAGES = ("quantem", "harness")
+#: Paths (relative to the checkout) whose content is the measured source.
+FINGERPRINT_PATHS = ("quantem", "harness", "native", "evidence_schema", "pyproject.toml")
+#: Never part of the fingerprint: build products and caches.
+FINGERPRINT_EXCLUDED_PARTS = ("__pycache__", "build", ".pytest_cache", ".ruff_cache")
+#: Third-party packages whose versions the report records.
+RECORDED_PACKAGES = (
+    "quantem-harness",
+    "numpy",
+    "h5py",
+    "hdf5plugin",
+    "bitshuffle",
+    "numba",
+    "xxhash",
+    "jsonschema",
+    "psutil",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+)
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _git(checkout: Path, *args: str) -> bytes | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), *args],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout
+
+
+def find_checkout(path: str | os.PathLike) -> Path | None:
+    """Top level of the git work tree holding ``path``, or None."""
+    start = Path(path)
+    if start.is_file():
+        start = start.parent
+    out = _git(start, "rev-parse", "--show-toplevel")
+    return Path(out.decode().strip()).resolve() if out else None
+
+
+def _package_root() -> Path:
+    """The folder holding the imported ``harness`` package (its would-be checkout)."""
+    import harness
+
+    return Path(harness.__file__).resolve().parent.parent
+
+
+def collect_modules(packages: Iterable[str] = SOURCE_PACKAGES) -> list[dict]:
+    """Name, file path and SHA-256 of every imported module of ``packages``, sorted by name."""
+    prefixes = tuple(packages)
+    records = []
+    for name, module in sorted(sys.modules.items()):
+        if module is None or not (
+            name in prefixes or name.startswith(tuple(p + "." for p in prefixes))
+        ):
+            continue
+        file = getattr(module, "__file__", None)
+        if not file:  # namespace packages have no file
+            continue
+        path = Path(file).resolve()
+        records.append({"name": name, "path": str(path), "sha256": sha256_file(path)})
+    return records
+
+
+def parse_measured_checkout(cwd: str | os.PathLike | None = None) -> Path:
+    """The checkout this run measures; refuse when imported code comes from elsewhere.
+
+    The measured checkout is the one holding the imported ``harness`` package. When
+    the working directory lies in a *different* checkout that contains its own
+    ``quantem`` or ``harness`` package, the user is almost certainly measuring the
+    wrong copy, and the run is refused.
+    """
+    root = _package_root()
+    measured = find_checkout(root) or root
+    here = find_checkout(Path(cwd) if cwd is not None else Path.cwd())
+    foreign = here is not None and here != measured
+    if foreign and any((here / pkg / "__init__.py").exists() for pkg in SOURCE_PACKAGES):
+        raise SourceStabilityError(
+            f"refusing to run: the working directory is in checkout {here}, but the imported "
+            f"quantem/harness code comes from {measured}; run from that checkout or install "
+            f"this one (pip install -e {here})"
+        )
+    return measured
+
+
+def check_module_origins(modules: list[dict], checkout: Path) -> None:
+    """Raise when any recorded module file lies outside ``checkout``."""
+    outside = [m for m in modules if not Path(m["path"]).is_relative_to(checkout)]
+    if outside:
+        listing = ", ".join(f"{m['name']} ({m['path']})" for m in outside[:5])
+        raise SourceStabilityError(
+            f"refusing to run: {len(outside)} imported module(s) come from outside the measured "
+            f"checkout {checkout}: {listing}"
+        )
+
+
+def collect_git_state(checkout: Path) -> dict:
+    """``git_revision``, ``git_dirty`` and ``diff_sha256`` (diff against HEAD plus untracked files).
+
+    Outside a git checkout all three are unknown: revision and hash are None and the
+    tree counts as dirty (nothing proves it clean).
+    """
+    revision = _git(checkout, "rev-parse", "HEAD")
+    if revision is None:
+        return {"git_revision": None, "git_dirty": True, "diff_sha256": None}
+    status = _git(checkout, "status", "--porcelain", "--untracked-files=normal") or b""
+    diff = _git(checkout, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff") or b""
+    untracked = _git(checkout, "ls-files", "--others", "--exclude-standard", "-z") or b""
+    digest = hashlib.sha256()
+    digest.update(b"diff\0")
+    digest.update(diff)
+    for rel in sorted(p for p in untracked.decode(errors="surrogateescape").split("\0") if p):
+        path = checkout / rel
+        digest.update(b"untracked\0" + rel.encode(errors="surrogateescape") + b"\0")
+        if path.is_file() and not path.is_symlink():
+            digest.update(sha256_file(path).encode())
+    return {
+        "git_revision": revision.decode().strip(),
+        "git_dirty": bool(status.strip()),
+        "diff_sha256": digest.hexdigest(),
+    }
+
+
+def iter_source_files(checkout: Path, roots: Iterable[str] = FINGERPRINT_PATHS):
+    """Regular files under the fingerprinted paths, sorted, without build products."""
+    found = []
+    for rel in roots:
+        top = checkout / rel
+        if top.is_file():
+            found.append(top)
+            continue
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in FINGERPRINT_EXCLUDED_PARTS and not d.startswith(".")
+            )
+            for name in filenames:
+                if name.endswith((".pyc", ".so", ".o")):
+                    continue
+                found.append(Path(dirpath) / name)
+    return sorted(found)
+
+
+def compute_source_fingerprint(checkout: Path, modules: list[dict] | None = None) -> str:
+    """SHA-256 over the measured source tree and the imported module files.
+
+    Each file contributes its path relative to the checkout (absolute when outside)
+    and its content hash, so a rename, an edit or a new file all change it.
+    """
+    digest = hashlib.sha256()
+    paths = set(iter_source_files(checkout))
+    for record in modules or ():
+        paths.add(Path(record["path"]))
+    for path in sorted(paths):
+        label = str(path.relative_to(checkout)) if path.is_relative_to(checkout) else str(path)
+        try:
+            content = sha256_file(path)
+        except OSError:
+            content = "missing"
+        digest.update(f"{label}\0{content}\n".encode(errors="surrogateescape"))
+    return digest.hexdigest()
+
+
+def collect_packages() -> dict[str, str]:
+    """Installed versions of the packages that shape the measurement."""
+    versions = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+class SourceTracker:
+    """Start-of-run provenance plus the end-of-run stability check.
+
+    ``start()`` locates the measured checkout, refuses foreign modules and fingerprints
+    the source; ``finish()`` re-collects the modules imported since, fingerprints
+    again and returns the report's ``provenance`` section and whether the source was
+    stable.
+    """
+
+    def __init__(self, checkout: Path | None = None) -> None:
+        self.checkout = checkout
+        self.start_fingerprint: str | None = None
+        self.git_state: dict | None = None
+
+    def start(self) -> SourceTracker:
+        if self.checkout is None:
+            self.checkout = parse_measured_checkout()
+        modules = collect_modules()
+        check_module_origins(modules, self.checkout)
+        self.git_state = collect_git_state(self.checkout)
+        self.start_fingerprint = compute_source_fingerprint(self.checkout, modules)
+        return self
+
+    def finish(self) -> tuple[dict, bool]:
+        if self.checkout is None or self.start_fingerprint is None or self.git_state is None:
+            raise RuntimeError("SourceTracker.finish() before start()")
+        modules = collect_modules()
+        end = compute_source_fingerprint(self.checkout, modules)
+        stable = end == self.start_fingerprint and all(
+            Path(m["path"]).is_relative_to(self.checkout) for m in modules
+        )
+        provenance = {
+            **self.git_state,
+            "source_fingerprint_start": self.start_fingerprint,
+            "source_fingerprint_end": end,
+            "modules": modules,
+            "python": f"{platform.python_implementation()} {platform.python_version()}",
+            "packages": collect_packages(),
+        }
+        return provenance, stable
