@@ -60,3 +60,8 @@ class BackendUnavailableError(QuantemError, RuntimeError):
 
 class VerificationError(QuantemError, ValueError):
     """A written or decoded result differs from its source."""
+
+
+class DetectorError(QuantemError, ValueError):
+    """A detector product cannot be computed: a bad mask or geometry, a closed or
+    inconsistent acquisition, or a mean pattern with no signal to find the disk in."""
