@@ -1,0 +1,219 @@
+"""``harness run io-scale``: cold/cached load trials with verified cache state.
+
+``harness run io-scale ROOT --backend {cpu,cuda,native} --selection-manifest M.json
+--storage-id ID --output-dir DIR [...]`` measures the acquisitions a manifest selects
+and writes ``DIR/loading.json``; ``harness run io-scale --demo`` does the same on a
+small synthetic suite. Exit codes: 0 passed (and within the baseline threshold),
+1 execution, correctness or source-stability failure, 2 slowdown to review or
+incomparable baseline, 64 usage error. See docs/io-scale.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_DEMO_HISTORY = "harness-history"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="run a benchmark (io-scale)")
+    benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    io = benchmarks.add_parser(
+        "io-scale",
+        help="cold and cached load trials of HDF5 and QEM with verified cache state",
+        description=(
+            "Measure cold and cached loads of the acquisitions a selection manifest names, "
+            "in their ARINA HDF5 form and as a disposable .qem, with the cache state of every "
+            "trial verified (residency probe, physical reads) and every load's product checked. "
+            "Writes OUTPUT_DIR/loading.json. Exit 0 passed, 1 failure, 2 review/incomparable, "
+            "64 usage error. `--demo` runs a small synthetic suite end to end."
+        ),
+    )
+    io.add_argument(
+        "root", metavar="ROOT", nargs="?", help="folder the manifest's filenames are relative to"
+    )
+    io.add_argument(
+        "--demo", action="store_true", help="run on a small synthetic suite in a temporary folder"
+    )
+    io.add_argument(
+        "--backend", choices=("cpu", "cuda", "native"), help="load backend (demo: best available)"
+    )
+    io.add_argument("--load-only", action="store_true", help="skip the timed conversion workflow")
+    io.add_argument(
+        "--reps", type=int, default=None, help="cold+cached pairs per format (default 5; demo 3)"
+    )
+    io.add_argument("--selection-manifest", type=Path, metavar="M.json", help="selection manifest")
+    io.add_argument(
+        "--storage-id", metavar="ID", help="name of the storage holding ROOT (comparison key)"
+    )
+    io.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="where loading.json is written (must not hold one)",
+    )
+    io.add_argument(
+        "--history-dir", type=Path, metavar="H", help="register the report into this history"
+    )
+    io.add_argument(
+        "--baseline",
+        metavar="SHA_OR_PATH",
+        help="baseline report: a path or a record SHA-256 prefix",
+    )
+    io.add_argument(
+        "--regression-percent",
+        type=float,
+        default=20.0,
+        help="median slowdown that triggers review",
+    )
+    io.add_argument(
+        "--fresh-index",
+        action="store_true",
+        help="rebuild the HDF5 frame index in every timed load",
+    )
+    io.add_argument(
+        "--cold-reloads", type=int, default=0, metavar="N", help="extra evicted QEM reloads"
+    )
+    io.add_argument(
+        "--no-verify", action="store_true", help="conversion: do not verify the written QEM"
+    )
+    io.add_argument(
+        "--no-source-hashes", action="store_true", help="conversion: do not hash the source files"
+    )
+    io.add_argument(
+        "--reloads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="conversion: verified reopens (default 1)",
+    )
+    io.add_argument("--profile-reload", action="store_true", help="add one instrumented QEM load")
+    io.add_argument(
+        "--native-binary", type=Path, metavar="PATH", help="qem-native-load for --backend native"
+    )
+    io.add_argument(
+        "--representation",
+        choices=("dense", "encoded"),
+        default="dense",
+        help="cuda QEM loads: dense array or resident encoded payload (default dense)",
+    )
+    io.add_argument(
+        "--threads", type=int, default=None, help="reader threads (default: the reader's choice)"
+    )
+    io.set_defaults(func=run)
+    parser.set_defaults(func=_no_benchmark)
+
+
+def _no_benchmark(args: argparse.Namespace) -> int:
+    from harness.errors import UsageError
+
+    raise UsageError("run: choose a benchmark: io-scale")
+
+
+def _config_from_args(args: argparse.Namespace, **overrides):
+    from harness.run.io_scale import IoScaleConfig
+
+    values = dict(
+        root=Path(args.root) if args.root else None,
+        manifest=args.selection_manifest,
+        backend=args.backend,
+        storage_id=args.storage_id,
+        output_dir=args.output_dir,
+        reps=args.reps if args.reps is not None else 5,
+        load_only=args.load_only,
+        representation=args.representation,
+        history_dir=args.history_dir,
+        baseline=args.baseline,
+        regression_percent=args.regression_percent,
+        fresh_index=args.fresh_index,
+        cold_reloads=args.cold_reloads,
+        verify=not args.no_verify,
+        source_hashes=not args.no_source_hashes,
+        reloads=args.reloads,
+        profile_reload=args.profile_reload,
+        native_binary=args.native_binary,
+        threads=args.threads,
+        command=["harness", *sys.argv[1:]]
+        if sys.argv and sys.argv[0].endswith("harness")
+        else list(sys.argv),
+    )
+    values.update(overrides)
+    return IoScaleConfig(**values)
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    from harness.errors import UsageError
+
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if args.demo:
+        given = [
+            name
+            for name in ("root", "selection_manifest", "storage_id", "baseline")
+            if getattr(args, name)
+        ]
+        if given:
+            raise UsageError(f"--demo makes its own data; do not pass {', '.join(given)}")
+        return
+    missing = [
+        flag
+        for flag, value in (
+            ("ROOT", args.root),
+            ("--backend", args.backend),
+            ("--selection-manifest", args.selection_manifest),
+            ("--storage-id", args.storage_id),
+            ("--output-dir", args.output_dir),
+        )
+        if not value
+    ]
+    if missing:
+        raise UsageError(f"io-scale needs {', '.join(missing)} (or --demo)")
+    if args.baseline is None and args.regression_percent != 20.0:
+        raise UsageError("--regression-percent needs --baseline")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_usage(args)
+    from rich.console import Console
+
+    from harness.run.io_scale import run_io_scale
+    from harness.run.summary import print_summary
+
+    console = Console()
+    if args.demo:
+        from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
+        from quantem.backends import best_backend
+
+        with demo_folder() as folder:
+            suite = write_demo_suite(folder)
+            config = _config_from_args(
+                args,
+                root=suite.root,
+                manifest=suite.manifest,
+                backend=args.backend or best_backend(),
+                storage_id=DEMO_STORAGE_ID,
+                output_dir=args.output_dir or folder / "report",
+                history_dir=args.history_dir or Path(DEFAULT_DEMO_HISTORY),
+                reps=args.reps if args.reps is not None else DEMO_REPS,
+            )
+            outcome = run_io_scale(config)
+            print_summary(outcome.report, console)
+            if args.output_dir is None:
+                console.print(
+                    "report (temporary, kept in the history):",
+                    str(outcome.report_path),
+                    markup=False,
+                )
+    else:
+        outcome = run_io_scale(_config_from_args(args))
+        print_summary(outcome.report, console)
+        console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    for result in outcome.registered:
+        console.print(
+            f"history {config.history_dir if args.demo else args.history_dir}: {result.message}",
+            markup=False,
+            highlight=False,
+        )
+    return outcome.exit_code

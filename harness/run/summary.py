@@ -1,0 +1,96 @@
+"""Human summary of a loading report: one table row per measured cell.
+
+Statistics themselves are computed by :func:`harness.report.summarise_trials` (one
+definition for the runner, the history and comparisons); this module only shows
+them, with throughput relative to the *uncompressed* size so HDF5 and QEM rows are
+comparable, and with how many trials kept their cache label.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:.3f} s"
+
+
+def _raw_bytes(acquisition: dict) -> int:
+    import numpy as np
+
+    n = 1
+    for side in acquisition["shape"]:
+        n *= int(side)
+    try:
+        return n * np.dtype(acquisition["dtype"]).itemsize
+    except TypeError:
+        return 0
+
+
+def build_summary_table(doc: dict) -> Any:
+    """A ``rich`` table of the report's summaries."""
+    from rich.table import Table
+
+    acquisitions = {a["id"]: a for a in doc["acquisitions"]}
+    cond = doc["conditions"]
+    table = Table(
+        title=f"io-scale · backend {cond['backend']} · {doc['environment']['device']['name']} "
+        f"· storage {doc['environment']['storage']['storage_id']}",
+        title_justify="left",
+    )
+    for column in (
+        "acquisition",
+        "format",
+        "cache",
+        "kept/n",
+        "first",
+        "median",
+        "p95",
+        "min",
+        "max",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("acquisition", "format", "cache") else "right"
+        )
+    table.add_column("GB/s (raw, median)", justify="right")
+    for s in doc["summaries"]:
+        raw = _raw_bytes(acquisitions[s["acquisition"]]) if s["acquisition"] in acquisitions else 0
+        rate = f"{raw / s['median'] / 1e9:.2f}" if s["median"] and raw else "-"
+        table.add_row(
+            s["acquisition"],
+            s["format"],
+            s["cache_state"],
+            f"{s['n_kept']}/{s['n']}",
+            *(_seconds(s[k]) for k in ("first", "median", "p95", "min", "max")),
+            rate,
+        )
+    return table
+
+
+def status_lines(doc: dict) -> list[str]:
+    """Status, label counts and failures as plain lines."""
+    status = doc["status"]
+    n = len(doc["trials"])
+    kept = sum(1 for t in doc["trials"] if t["kept"])
+    lines = [
+        f"execution {status['execution']} · correctness {status['correctness']} · "
+        f"source {status['source_stability']} · performance {status['performance']} · "
+        f"exit {status['exit_code']}",
+        f"{kept} of {n} trials kept their cache label",
+    ]
+    lines += [f"  - {failure}" for failure in status["failures"]]
+    return lines
+
+
+def print_summary(doc: dict, console: Any = None) -> None:
+    """Print the table and the status lines (``console`` defaults to stdout)."""
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(build_summary_table(doc))
+    for line in status_lines(doc):
+        console.print(line, markup=False, highlight=False)
