@@ -1,0 +1,112 @@
+"""Provenance: module records, foreign-checkout refusal, source fingerprints, git state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+from harness.errors import SourceStabilityError
+from harness.run import provenance
+from harness.run.trials import classify_trial
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    repo = tmp_path / "checkout"
+    (repo / "quantem").mkdir(parents=True)
+    (repo / "quantem" / "__init__.py").write_text("X = 1\n")
+    (repo / "harness").mkdir()
+    (repo / "harness" / "__init__.py").write_text("")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    return repo
+
+
+def test_modules_are_recorded_with_hashes():
+    modules = provenance.collect_modules()
+    names = {m["name"] for m in modules}
+    assert "harness.run.provenance" in names
+    record = next(m for m in modules if m["name"] == "harness.run.provenance")
+    assert record["sha256"] == provenance.sha256_file(provenance.__file__)
+
+
+def test_modules_from_another_checkout_are_refused(checkout, monkeypatch):
+    fake = types.ModuleType("quantem._foreign_for_test")
+    fake.__file__ = str(checkout / "quantem" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "quantem._foreign_for_test", fake)
+    measured = provenance.parse_measured_checkout()
+    with pytest.raises(SourceStabilityError, match="outside the measured checkout"):
+        provenance.check_module_origins(provenance.collect_modules(), measured)
+
+
+def test_running_from_a_different_checkout_is_refused(checkout):
+    with pytest.raises(SourceStabilityError, match="working directory is in checkout"):
+        provenance.parse_measured_checkout(cwd=checkout)
+
+
+def test_fingerprint_changes_with_any_source_edit(checkout):
+    before = provenance.compute_source_fingerprint(checkout)
+    assert provenance.compute_source_fingerprint(checkout) == before
+    (checkout / "quantem" / "__init__.py").write_text("X = 2\n")
+    edited = provenance.compute_source_fingerprint(checkout)
+    assert edited != before
+    (checkout / "harness" / "new.py").write_text("")
+    assert provenance.compute_source_fingerprint(checkout) != edited
+    (checkout / "harness" / "__pycache__").mkdir()
+    (checkout / "harness" / "__pycache__" / "x.pyc").write_bytes(b"1")
+    assert provenance.compute_source_fingerprint(checkout) == provenance.compute_source_fingerprint(
+        checkout
+    )
+
+
+def test_git_state_dirty_flag_and_diff_hash(checkout):
+    clean = provenance.collect_git_state(checkout)
+    assert clean["git_dirty"] is False
+    assert len(clean["git_revision"]) == 40
+    (checkout / "untracked.txt").write_text("new")
+    dirty = provenance.collect_git_state(checkout)
+    assert dirty["git_dirty"] is True
+    assert dirty["diff_sha256"] != clean["diff_sha256"]
+    (checkout / "untracked.txt").write_text("other content")
+    assert provenance.collect_git_state(checkout)["diff_sha256"] != dirty["diff_sha256"]
+
+
+def test_tracker_reports_change_during_run(checkout, monkeypatch):
+    # the imported modules live in the real checkout; this test measures the fake one
+    monkeypatch.setattr(provenance, "collect_modules", lambda: [])
+    tracker = provenance.SourceTracker(checkout).start()
+    section, stable = tracker.finish()
+    assert stable and section["source_fingerprint_start"] == section["source_fingerprint_end"]
+    (checkout / "quantem" / "__init__.py").write_text("X = 3\n")
+    section, stable = tracker.finish()
+    assert not stable
+    assert section["source_fingerprint_start"] != section["source_fingerprint_end"]
+
+
+def test_not_a_git_checkout(tmp_path):
+    state = provenance.collect_git_state(tmp_path)
+    assert state == {"git_revision": None, "git_dirty": True, "diff_sha256": None}
+
+
+@pytest.mark.parametrize(
+    ("state", "residency", "read", "expected"),
+    [
+        ("cold", 0.0, 1000, ("cold", True)),
+        ("cold", 0.0, 900, ("cold", True)),
+        ("cold", 0.0, 899, ("not-cold", False)),
+        ("cold", 0.011, 1000, ("not-cold", False)),
+        ("cached", 1.0, 0, ("cached", True)),
+        ("cached", 1.0, 101, ("not-cached", False)),
+        ("cached", 0.98, 0, ("not-cached", False)),
+    ],
+)
+def test_classify_trial(state, residency, read, expected):
+    assert classify_trial(state, residency, read, 1000) == expected
