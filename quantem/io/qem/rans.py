@@ -1,0 +1,348 @@
+"""The ``.qem`` block codec in numba: 32-lane interleaved rANS (``docs/qem-format.md``
+§10-§12).
+
+Encoding and decoding run in parallel over blocks (``prange``); inside a block the
+symbols are coded in the exact order of §12 (phase A masks, then phase B values,
+symbol ``i`` of a phase on lane ``i mod 32``), so the words are emitted in the
+decoder's read order. All arithmetic is in int64 so no unsigned/signed mixing can
+silently turn into floating point.
+
+Decode status codes (one per block) name what is wrong; :data:`STATUS_MESSAGES`
+turns them into the error text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numba
+import numpy as np
+
+from quantem.io.qem.format import (
+    ESCAPE_MIN_VALUE,
+    ESCAPE_SYMBOL,
+    LANE_STATES_SIZE,
+    LANES,
+    MODE_RANS,
+    MODE_RAW,
+    MODE_ZERO,
+    PROB_BITS,
+    RANS_L,
+)
+
+OK: Final = 0
+ERR_STATE_RANGE: Final = 1
+ERR_WORDS_EXHAUSTED: Final = 2
+ERR_MASK_PADDING: Final = 3
+ERR_NONZERO_COUNT: Final = 4
+ERR_ESCAPES_EXHAUSTED: Final = 5
+ERR_ESCAPE_VALUE: Final = 6
+ERR_UNUSED_ESCAPES: Final = 7
+ERR_UNUSED_WORDS: Final = 8
+ERR_FINAL_STATE: Final = 9
+ERR_PADDING: Final = 10
+ERR_MODE: Final = 11
+
+STATUS_MESSAGES: Final = {
+    ERR_STATE_RANGE: "initial lane state out of [2^16, 2^32)",
+    ERR_WORDS_EXHAUSTED: "word stream exhausted",
+    ERR_MASK_PADDING: "mask padding bit set",
+    ERR_NONZERO_COUNT: "nonzero count differs from the block index",
+    ERR_ESCAPES_EXHAUSTED: "escape array exhausted",
+    ERR_ESCAPE_VALUE: "escaped value below 256",
+    ERR_UNUSED_ESCAPES: "unused escapes",
+    ERR_UNUSED_WORDS: "unused words",
+    ERR_FINAL_STATE: "final lane state is not 2^16",
+    ERR_PADDING: "padding between words and escapes is not zero",
+    ERR_MODE: "unknown block mode",
+}
+
+_MASK_PROB = (1 << PROB_BITS) - 1
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read_uint(buffer, position, nbytes):
+    value = np.int64(0)
+    for k in range(nbytes):
+        value |= np.int64(buffer[position + k]) << (8 * k)
+    return value
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_rans_block(
+    buffer, start, n_frames, n_words, n_nonzero, n_escapes, itemsize,
+    frame_pixels, group_class, sym, freq, cum, popcount, out, row0,
+):  # fmt: skip
+    groups = group_class.size
+    x = np.empty(LANES, dtype=np.int64)
+    for lane in range(LANES):
+        x[lane] = _read_uint(buffer, start + 4 * lane, 4)
+        if x[lane] < RANS_L:
+            return ERR_STATE_RANGE
+    position = start + LANE_STATES_SIZE
+    words_end = position + 2 * n_words
+    tail_bits = frame_pixels % 8
+    masks = np.empty(n_frames * groups, dtype=np.uint8)
+    total = 0
+    a = 0
+    # phase A: group masks
+    for t in range(n_frames):
+        for j in range(groups):
+            lane = a & 31
+            context = 2 * np.int64(group_class[j])
+            state = x[lane]
+            slot = state & _MASK_PROB
+            s = np.int64(sym[context, slot])
+            state = freq[context, s] * (state >> PROB_BITS) + slot - cum[context, s]
+            if state < RANS_L:
+                if position >= words_end:
+                    return ERR_WORDS_EXHAUSTED
+                state = (state << 16) | np.int64(buffer[position]) | (
+                    np.int64(buffer[position + 1]) << 8
+                )
+                position += 2
+            x[lane] = state
+            masks[a] = s
+            total += popcount[s]
+            a += 1
+        if tail_bits and (masks[a - 1] >> tail_bits) != 0:
+            return ERR_MASK_PADDING
+    if total != n_nonzero:
+        return ERR_NONZERO_COUNT
+    escape_position = start + ((LANE_STATES_SIZE + 2 * n_words + 3) // 4) * 4
+    for k in range(words_end, escape_position):
+        if buffer[k] != 0:
+            return ERR_PADDING
+    escape_end = escape_position + n_escapes * itemsize
+    # phase B: values of nonzero pixels
+    v = 0
+    a = 0
+    for t in range(n_frames):
+        frame = out[row0 + t]
+        for q in range(frame_pixels):
+            frame[q] = 0
+        for j in range(groups):
+            m = masks[a]
+            a += 1
+            if m == 0:
+                continue
+            context = 2 * np.int64(group_class[j]) + 1
+            base = 8 * j
+            for i in range(8):
+                if (m >> i) & 1:
+                    lane = v & 31
+                    state = x[lane]
+                    slot = state & _MASK_PROB
+                    s = np.int64(sym[context, slot])
+                    state = freq[context, s] * (state >> PROB_BITS) + slot - cum[context, s]
+                    if state < RANS_L:
+                        if position >= words_end:
+                            return ERR_WORDS_EXHAUSTED
+                        state = (state << 16) | np.int64(buffer[position]) | (
+                            np.int64(buffer[position + 1]) << 8
+                        )
+                        position += 2
+                    x[lane] = state
+                    v += 1
+                    if s != ESCAPE_SYMBOL:
+                        frame[base + i] = s + 1
+                    else:
+                        if escape_position >= escape_end:
+                            return ERR_ESCAPES_EXHAUSTED
+                        value = _read_uint(buffer, escape_position, itemsize)
+                        escape_position += itemsize
+                        if value < ESCAPE_MIN_VALUE:
+                            return ERR_ESCAPE_VALUE
+                        frame[base + i] = value
+    if escape_position != escape_end:
+        return ERR_UNUSED_ESCAPES
+    if position != words_end:
+        return ERR_UNUSED_WORDS
+    for lane in range(LANES):
+        if x[lane] != RANS_L:
+            return ERR_FINAL_STATE
+    return OK
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_raw_block(buffer, start, n_frames, itemsize, frame_pixels, out, row0):
+    position = start
+    for t in range(n_frames):
+        frame = out[row0 + t]
+        for q in range(frame_pixels):
+            frame[q] = _read_uint(buffer, position, itemsize)
+            position += itemsize
+    return OK
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def decode_blocks(
+    buffer, offsets, modes, n_frames, n_words, n_nonzero, n_escapes, rows,
+    itemsize, frame_pixels, group_class, sym, freq, cum, out, status,
+):  # fmt: skip
+    """Decode blocks ``k`` (their index fields given as arrays) into ``out[rows[k]:]``.
+
+    ``buffer`` is the whole file (uint8), ``out`` a 2D (frames, P) array of the stored
+    dtype; ``status[k]`` receives 0 or an error code.
+    """
+    popcount = _POPCOUNT
+    for k in numba.prange(offsets.size):
+        mode = modes[k]
+        if mode == MODE_RANS:
+            status[k] = _decode_rans_block(
+                buffer, offsets[k], n_frames[k], n_words[k], n_nonzero[k], n_escapes[k],
+                itemsize, frame_pixels, group_class, sym, freq, cum, popcount, out, rows[k],
+            )  # fmt: skip
+        elif mode == MODE_RAW:
+            status[k] = _decode_raw_block(
+                buffer, offsets[k], n_frames[k], itemsize, frame_pixels, out, rows[k]
+            )
+        elif mode == MODE_ZERO:
+            for t in range(n_frames[k]):
+                out[rows[k] + t, :] = 0
+            status[k] = OK
+        else:
+            status[k] = ERR_MODE
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
+    """Encode ``frames`` (n, P) into ``scratch`` as a RANS block (§10).
+
+    Returns ``(mode, length, n_words, n_nonzero, n_escapes)``; mode is ZERO when the
+    block is all zero and RAW when the RANS bytes would not be smaller than the raw
+    counts (``scratch`` then holds the raw bytes).
+    """
+    n_frames, frame_pixels = frames.shape
+    groups = group_class.size
+    raw_length = n_frames * frame_pixels * itemsize
+    n_masks = n_frames * groups
+    masks = np.zeros(n_masks, dtype=np.uint8)
+    n_nonzero = 0
+    n_escapes = 0
+    for t in range(n_frames):
+        for q in range(frame_pixels):
+            value = frames[t, q]
+            if value != 0:
+                masks[t * groups + q // 8] |= np.uint8(1 << (q % 8))
+                n_nonzero += 1
+                if value >= ESCAPE_MIN_VALUE:
+                    n_escapes += 1
+    if n_nonzero == 0:
+        return MODE_ZERO, 0, 0, 0, 0
+    symbols = np.empty(n_nonzero, dtype=np.uint8)
+    contexts = np.empty(n_nonzero, dtype=np.uint8)
+    escapes = np.empty(n_escapes, dtype=np.int64)
+    v = 0
+    e = 0
+    for t in range(n_frames):
+        for q in range(frame_pixels):
+            value = np.int64(frames[t, q])
+            if value != 0:
+                contexts[v] = 2 * group_class[q // 8] + 1
+                if value >= ESCAPE_MIN_VALUE:
+                    symbols[v] = ESCAPE_SYMBOL
+                    escapes[e] = value
+                    e += 1
+                else:
+                    symbols[v] = value - 1
+                v += 1
+    # words go to scratch[128:] in emission order and are reversed at the end; give up
+    # (RAW) as soon as the RANS block could no longer be smaller than the raw bytes.
+    max_words = (raw_length - LANE_STATES_SIZE - n_escapes * itemsize) // 2
+    x = np.full(LANES, RANS_L, dtype=np.int64)
+    n_words = 0
+    for v in range(n_nonzero - 1, -1, -1):
+        lane = v & 31
+        context = np.int64(contexts[v])
+        s = np.int64(symbols[v])
+        f = freq[context, s]
+        state = x[lane]
+        if state >= (f << 20):
+            if n_words >= max_words:
+                return _encode_raw(frames, itemsize, scratch)
+            position = LANE_STATES_SIZE + 2 * n_words
+            scratch[position] = state & 0xFF
+            scratch[position + 1] = (state >> 8) & 0xFF
+            n_words += 1
+            state >>= 16
+        x[lane] = ((state // f) << PROB_BITS) + (state % f) + cum[context, s]
+    for a in range(n_masks - 1, -1, -1):
+        lane = a & 31
+        context = 2 * np.int64(group_class[a % groups])
+        s = np.int64(masks[a])
+        f = freq[context, s]
+        state = x[lane]
+        if state >= (f << 20):
+            if n_words >= max_words:
+                return _encode_raw(frames, itemsize, scratch)
+            position = LANE_STATES_SIZE + 2 * n_words
+            scratch[position] = state & 0xFF
+            scratch[position + 1] = (state >> 8) & 0xFF
+            n_words += 1
+            state >>= 16
+        x[lane] = ((state // f) << PROB_BITS) + (state % f) + cum[context, s]
+    # reverse the words (2-byte units) into decoder read order
+    lo = 0
+    hi = n_words - 1
+    while lo < hi:
+        p = LANE_STATES_SIZE + 2 * lo
+        r = LANE_STATES_SIZE + 2 * hi
+        b0 = scratch[p]
+        b1 = scratch[p + 1]
+        scratch[p] = scratch[r]
+        scratch[p + 1] = scratch[r + 1]
+        scratch[r] = b0
+        scratch[r + 1] = b1
+        lo += 1
+        hi -= 1
+    for lane in range(LANES):
+        for k in range(4):
+            scratch[4 * lane + k] = (x[lane] >> (8 * k)) & 0xFF
+    position = LANE_STATES_SIZE + 2 * n_words
+    escape_position = ((position + 3) // 4) * 4
+    for k in range(position, escape_position):
+        scratch[k] = 0
+    for e in range(n_escapes):
+        for k in range(itemsize):
+            scratch[escape_position + e * itemsize + k] = (escapes[e] >> (8 * k)) & 0xFF
+    length = escape_position + n_escapes * itemsize
+    if length >= raw_length:
+        return _encode_raw(frames, itemsize, scratch)
+    return MODE_RANS, length, n_words, n_nonzero, n_escapes
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode_raw(frames, itemsize, scratch):
+    n_frames, frame_pixels = frames.shape
+    position = 0
+    for t in range(n_frames):
+        for q in range(frame_pixels):
+            value = np.int64(frames[t, q])
+            for k in range(itemsize):
+                scratch[position + k] = (value >> (8 * k)) & 0xFF
+            position += itemsize
+    return MODE_RAW, position, 0, 0, 0
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def encode_blocks(frames, block_frames, group_class, freq, cum, itemsize, scratch, fields):
+    """Encode consecutive blocks of ``frames`` (n, P), each into its own scratch row.
+
+    ``scratch`` is uint8 [n_blocks, block_frames * P * itemsize + 256]; ``fields`` int64
+    [n_blocks, 5] receives ``(mode, length, n_words, n_nonzero, n_escapes)``.
+    """
+    n_total = frames.shape[0]
+    n_blocks = fields.shape[0]
+    for b in numba.prange(n_blocks):
+        start = b * block_frames
+        stop = min(start + block_frames, n_total)
+        mode, length, n_words, n_nonzero, n_escapes = _encode_block(
+            frames[start:stop], group_class, freq, cum, itemsize, scratch[b]
+        )
+        fields[b, 0] = mode
+        fields[b, 1] = length
+        fields[b, 2] = n_words
+        fields[b, 3] = n_nonzero
+        fields[b, 4] = n_escapes

@@ -1,0 +1,595 @@
+"""Reading ``.qem`` files: validation, checksums, random access, ``load_qem``.
+
+:class:`QemFile` validates everything that ``docs/qem-format.md`` §14 lists before it
+touches block bytes, memory-maps the file and decodes only the blocks a request needs.
+Its parsed tables are public so another decoder (the CUDA backend, tests) can use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantem.acquisition import Acquisition
+from quantem.errors import QemFormatError, SourceNotFoundError
+from quantem.io.qem import format as fmt
+from quantem.io.qem import rans
+from quantem.io.qem.checksum import xxh3
+
+
+class QemFile:
+    """An open, validated ``.qem`` file.
+
+    Parameters
+    ----------
+    path
+        The file.
+    verify
+        Verify each block's checksum (and trailing padding) before decoding it. Turning
+        this off skips only the per-block payload checksums; the header, sections and
+        structure are always checked.
+
+    Attributes
+    ----------
+    header : format.Header
+    metadata : dict
+        The METADATA JSON.
+    pixel_mask : numpy.ndarray
+        uint32 (det_r, det_c).
+    model : format.Model
+    block_index : numpy.ndarray
+        Structured array (``format.BLOCK_INDEX_DTYPE`` fields, native order).
+    block_checksums : numpy.ndarray
+        uint64 [n_blocks].
+    """
+
+    def __init__(self, path: str | os.PathLike, *, verify: bool = True) -> None:
+        self.path = Path(path)
+        self.verify = verify
+        self._verified = None
+        try:
+            self._file = open(self.path, "rb")  # noqa: SIM115 - owned until close()
+        except FileNotFoundError:
+            raise SourceNotFoundError(self.path, "no such .qem file") from None
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- parsing -------------------------------------------------------------------
+    def _open(self) -> None:
+        size = os.fstat(self._file.fileno()).st_size
+        if size < fmt.HEADER_SIZE + fmt.FOOTER_SIZE:
+            raise QemFormatError(self.path, f"file too short to be .qem ({size} bytes)",
+                                 section="header")  # fmt: skip
+        self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
+        data = self._mmap
+        header = fmt.parse_header(data[: fmt.HEADER_SIZE + fmt.FOOTER_SIZE], self.path)
+        if header.file_size != size:
+            raise QemFormatError(
+                self.path,
+                f"file is {size} bytes but the header says {header.file_size} (truncated?)",
+                section="header",
+            )
+        fmt.parse_footer(data[size - fmt.FOOTER_SIZE :], header, self.path)
+        self.header = header
+        self._check_sections()
+        sections = header.sections
+        self.metadata = fmt.parse_metadata(self._section_bytes(fmt.SECTION_METADATA), header,
+                                           self.path)  # fmt: skip
+        det = header.detector_shape
+        if sections[fmt.SECTION_PIXEL_MASK].present:
+            mask = np.frombuffer(self._section_bytes(fmt.SECTION_PIXEL_MASK), dtype="<u4")
+            if not mask.any():
+                raise QemFormatError(self.path, "present pixel mask is all zero",
+                                     section="PIXEL_MASK")  # fmt: skip
+            self.pixel_mask = mask.astype(np.uint32).reshape(det)
+        else:
+            self.pixel_mask = np.zeros(det, dtype=np.uint32)
+        self.model = fmt.parse_model(self._section_bytes(fmt.SECTION_MODEL), header, self.path)
+        self.block_index = fmt.parse_block_index(
+            self._section_bytes(fmt.SECTION_BLOCK_INDEX), header, self.path
+        )
+        self.block_checksums = np.frombuffer(
+            self._section_bytes(fmt.SECTION_BLOCK_CHECKSUMS), dtype="<u8"
+        ).astype(np.uint64)
+        # decode tables (int64 for the numba codec)
+        self.freq = self.model.freq.astype(np.int64)
+        self.cum = self.model.cum.astype(np.int64)
+        self.slot_symbol = self.model.slot_symbol
+        self._verified = np.zeros(header.n_blocks, dtype=bool)
+
+    def _check_sections(self) -> None:
+        header = self.header
+        lengths = [s.length for s in header.sections]
+        rules = {
+            fmt.SECTION_METADATA: (1, fmt.MAX_METADATA_BYTES),
+            fmt.SECTION_BLOCK_INDEX: (fmt.BLOCK_ENTRY_SIZE * header.n_blocks,) * 2,
+            fmt.SECTION_BLOCK_CHECKSUMS: (8 * header.n_blocks,) * 2,
+        }
+        for section_id, (low, high) in rules.items():
+            if not low <= lengths[section_id] <= high:
+                raise self._section_error(section_id, f"length {lengths[section_id]} invalid")
+        mask_length = lengths[fmt.SECTION_PIXEL_MASK]
+        if mask_length not in (0, 4 * header.frame_pixels):
+            raise self._section_error(fmt.SECTION_PIXEL_MASK, f"length {mask_length} invalid")
+        if lengths[fmt.SECTION_MODEL] < fmt.MODEL_HEADER_SIZE:
+            raise self._section_error(fmt.SECTION_MODEL, "too short")
+        spatial = lengths[fmt.SECTION_SPATIAL_INDEX]
+        if spatial and header.version_minor <= fmt.VERSION_MINOR:
+            raise self._section_error(fmt.SECTION_SPATIAL_INDEX, "must be absent in 1.0")
+        if header.sections[fmt.SECTION_PAYLOAD].xxh3 != 0:
+            raise self._section_error(fmt.SECTION_PAYLOAD, "checksum field must be 0")
+        if any(lengths[i] > header.file_size for i in range(fmt.N_SECTIONS)):
+            raise QemFormatError(self.path, "section longer than the file", section="header")
+        offsets, footer_offset = fmt.expected_section_layout(lengths)
+        for section_id, section in enumerate(header.sections):
+            if section.offset != offsets[section_id] or (
+                not section.present and section_id != fmt.SECTION_PAYLOAD and section.xxh3
+            ):
+                raise self._section_error(section_id, "offset is not the canonical layout")
+        if footer_offset + fmt.FOOTER_SIZE != header.file_size:
+            raise QemFormatError(self.path, "file size disagrees with the section layout",
+                                 section="footer")  # fmt: skip
+        # padding between header, sections and footer
+        position = fmt.HEADER_SIZE
+        spans = sorted(
+            (s.offset, s.end, i) for i, s in enumerate(header.sections)
+            if s.present or i == fmt.SECTION_PAYLOAD
+        )  # fmt: skip
+        for start, end, section_id in [*spans, (footer_offset, footer_offset, -1)]:
+            if self.buffer[position:start].any():
+                where = fmt.SECTION_NAMES[section_id] if section_id >= 0 else "footer"
+                raise QemFormatError(self.path, f"nonzero padding before {where}",
+                                     section="padding")  # fmt: skip
+            position = max(position, end)
+        for section_id, section in enumerate(header.sections):
+            if section.present and section_id != fmt.SECTION_PAYLOAD:
+                if xxh3(self._mmap[section.offset : section.end]) != section.xxh3:
+                    raise self._section_error(section_id, "checksum mismatch")
+
+    def _section_error(self, section_id: int, detail: str) -> QemFormatError:
+        name = fmt.SECTION_NAMES[section_id]
+        return QemFormatError(self.path, f"section {name}: {detail}", section=name)
+
+    def _section_bytes(self, section_id: int) -> bytes:
+        section = self.header.sections[section_id]
+        return self._mmap[section.offset : section.end]
+
+    # -- properties ------------------------------------------------------------------
+    @property
+    def scan_shape(self) -> tuple[int, int]:
+        return self.header.scan_shape
+
+    @property
+    def detector_shape(self) -> tuple[int, int]:
+        return self.header.detector_shape
+
+    @property
+    def n_frames(self) -> int:
+        return self.header.n_frames
+
+    @property
+    def n_blocks(self) -> int:
+        return self.header.n_blocks
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The stored (decoded) dtype."""
+        return self.header.stored_dtype
+
+    @property
+    def validity(self) -> np.ndarray:
+        return self.pixel_mask == 0
+
+    @property
+    def block_frames(self) -> int:
+        return self.header.block_frames
+
+    def blocks_for_frames(self, frames: Iterable[int] | np.ndarray) -> np.ndarray:
+        """Sorted unique block ids holding the given frames."""
+        frames = np.asarray(frames, dtype=np.int64)
+        if frames.size and (frames.min() < 0 or frames.max() >= self.n_frames):
+            raise IndexError(f"frame out of range [0, {self.n_frames})")
+        return np.unique(frames // self.block_frames)
+
+    # -- checksums ---------------------------------------------------------------------
+    def verify_checksums(self, blocks: Iterable[int] | None = None) -> None:
+        """Check the XXH3-64 and trailing padding of blocks (all by default)."""
+        ids = range(self.n_blocks) if blocks is None else blocks
+        index = self.block_index
+        for block in ids:
+            block = int(block)
+            offset = int(index["offset"][block])
+            end = offset + int(index["length"][block])
+            extent_end = fmt.block_extent_end(offset, int(index["length"][block]))
+            if xxh3(self._mmap[offset:extent_end]) != int(self.block_checksums[block]):
+                raise QemFormatError(self.path, "block checksum mismatch", section="PAYLOAD",
+                                     block=block)  # fmt: skip
+            if self.buffer[end:extent_end].any():
+                raise QemFormatError(self.path, "nonzero block padding", section="PAYLOAD",
+                                     block=block)  # fmt: skip
+            self._verified[block] = True
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode_blocks(self, block_ids: Sequence[int] | np.ndarray, out: np.ndarray | None = None
+                      ) -> np.ndarray:  # fmt: skip
+        """Decode the given blocks (in the given order) into ``(frames, det_r, det_c)``."""
+        ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
+            raise IndexError(f"block out of range [0, {self.n_blocks})")
+        if self.verify:
+            pending = ids[~self._verified[ids]]
+            self.verify_checksums(pending)
+        index = self.block_index[ids]
+        counts = index["n_frames"].astype(np.int64)
+        rows = np.zeros(ids.size, dtype=np.int64)
+        np.cumsum(counts[:-1], out=rows[1:])
+        total = int(counts.sum())
+        det = self.detector_shape
+        if out is None:
+            out = np.empty((total, *det), dtype=self.dtype)
+        elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
+        status = np.zeros(ids.size, dtype=np.int64)
+        rans.decode_blocks(
+            self.buffer,
+            index["offset"].astype(np.int64),
+            index["mode"].astype(np.int64),
+            counts,
+            index["n_words"].astype(np.int64),
+            index["n_nonzero"].astype(np.int64),
+            index["n_escapes"].astype(np.int64),
+            rows,
+            self.header.stored_itemsize,
+            self.header.frame_pixels,
+            self.model.group_class,
+            self.slot_symbol,
+            self.freq,
+            self.cum,
+            out.reshape(total, -1),
+            status,
+        )
+        if status.any():
+            k = int(np.flatnonzero(status)[0])
+            raise QemFormatError(
+                self.path,
+                f"block decode failed: {rans.STATUS_MESSAGES[int(status[k])]}",
+                section="PAYLOAD",
+                block=int(ids[k]),
+            )
+        return out
+
+    def read_frames(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Frames ``[start, stop)`` as ``(n, det_r, det_c)``; decodes only their blocks."""
+        stop = self.n_frames if stop is None else stop
+        if not 0 <= start <= stop <= self.n_frames:
+            raise IndexError(f"frame range [{start}, {stop}) outside [0, {self.n_frames}]")
+        if start == stop:
+            return np.empty((0, *self.detector_shape), dtype=self.dtype)
+        first = start // self.block_frames
+        last = (stop - 1) // self.block_frames
+        decoded = self.decode_blocks(np.arange(first, last + 1))
+        skip = start - first * self.block_frames
+        return decoded[skip : skip + stop - start]
+
+    def frame(self, index: int) -> np.ndarray:
+        """One frame ``(det_r, det_c)``."""
+        if not 0 <= index < self.n_frames:
+            raise IndexError(f"frame {index} outside [0, {self.n_frames})")
+        return self.read_frames(index, index + 1)[0]
+
+    def read_region(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+        """Scan region ``[r0, r1) x [c0, c1)`` as 4D; decodes only the blocks it touches."""
+        (r0, r1), (c0, c1) = rows, cols
+        scan_r, scan_c = self.scan_shape
+        if not (0 <= r0 < r1 <= scan_r and 0 <= c0 < c1 <= scan_c):
+            raise IndexError(f"scan region {rows}x{cols} outside {self.scan_shape}")
+        frames = (np.arange(r0, r1)[:, None] * scan_c + np.arange(c0, c1)[None, :]).reshape(-1)
+        blocks = self.blocks_for_frames(frames)
+        decoded = self.decode_blocks(blocks)
+        block_row = np.full(self.n_blocks, -1, dtype=np.int64)
+        block_row[blocks] = np.arange(blocks.size) * self.block_frames
+        local = block_row[frames // self.block_frames] + frames % self.block_frames
+        return decoded[local].reshape(r1 - r0, c1 - c0, *self.detector_shape)
+
+    def iter_frame_batches(self, batch_frames: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, frames)`` over the whole file in block-aligned batches."""
+        per = max(1, (batch_frames or 64 * self.block_frames) // self.block_frames)
+        for first in range(0, self.n_blocks, per):
+            ids = np.arange(first, min(first + per, self.n_blocks))
+            yield first * self.block_frames, self.decode_blocks(ids)
+
+    # -- accounting ------------------------------------------------------------------------
+    def layout(self) -> dict[str, Any]:
+        """Byte accounting of the file (for ``harness qem inspect``)."""
+        header = self.header
+        index = self.block_index
+        modes = index["mode"]
+        rans_blocks = modes == fmt.MODE_RANS
+        lengths = index["length"].astype(np.int64)
+        extents = np.array(
+            [fmt.block_extent_end(int(o), int(n)) - int(o) for o, n in
+             zip(index["offset"], index["length"])], dtype=np.int64
+        )  # fmt: skip
+        states = int(rans_blocks.sum()) * fmt.LANE_STATES_SIZE
+        escapes = int((index["n_escapes"].astype(np.int64) * header.stored_itemsize).sum())
+        words = int(2 * index["n_words"].astype(np.int64).sum())
+        raw = int(lengths[modes == fmt.MODE_RAW].sum())
+        block_padding = int((extents - lengths).sum())
+        rans_padding = int(lengths[rans_blocks].sum()) - states - escapes - words
+        sections = {
+            fmt.SECTION_NAMES[i]: {"offset": s.offset, "length": s.length, "xxh3": f"{s.xxh3:016x}"}
+            for i, s in enumerate(header.sections)
+        }
+        section_bytes = sum(
+            s.length for i, s in enumerate(header.sections) if i != fmt.SECTION_PAYLOAD
+        )
+        payload = header.sections[fmt.SECTION_PAYLOAD].length
+        envelope = fmt.HEADER_SIZE + fmt.FOOTER_SIZE
+        padding = header.file_size - envelope - section_bytes - payload
+        decoded = header.n_frames * header.frame_pixels * header.stored_itemsize
+        return {
+            "file_bytes": header.file_size,
+            "decoded_bytes": decoded,
+            "compression_ratio": decoded / header.file_size,
+            "bits_per_pixel": 8 * header.file_size / (header.n_frames * header.frame_pixels),
+            "sections": sections,
+            "bytes": {
+                "envelope": envelope,
+                "section_padding": padding,
+                "metadata": header.sections[fmt.SECTION_METADATA].length,
+                "pixel_mask": header.sections[fmt.SECTION_PIXEL_MASK].length,
+                "model": header.sections[fmt.SECTION_MODEL].length,
+                "indexes": header.sections[fmt.SECTION_BLOCK_INDEX].length
+                + header.sections[fmt.SECTION_BLOCK_CHECKSUMS].length
+                + header.sections[fmt.SECTION_SPATIAL_INDEX].length,
+                "payload": payload,
+                "payload_rans_words": words,
+                "payload_stream_states": states,
+                "payload_escapes": escapes,
+                "payload_raw_blocks": raw,
+                "payload_padding": block_padding + rans_padding,
+            },
+            "blocks": {
+                "count": header.n_blocks,
+                "frames_per_block": header.block_frames,
+                "zero": int((modes == fmt.MODE_ZERO).sum()),
+                "raw": int((modes == fmt.MODE_RAW).sum()),
+                "rans": int(rans_blocks.sum()),
+            },
+            "model": {
+                "n_classes": self.model.n_classes,
+                "n_contexts": self.model.n_contexts,
+                "class_groups": np.bincount(self.model.group_class,
+                                            minlength=self.model.n_classes).tolist(),  # fmt: skip
+            },
+        }
+
+    def header_document(self) -> dict[str, Any]:
+        """The archivable header: layout, metadata and the block checksum table.
+
+        Deterministic for a given file, so it can be stored and compared later to prove
+        a prepared file has not changed.
+        """
+        header = self.header
+        return {
+            "format": "qem",
+            "version": [header.version_major, header.version_minor],
+            "file_size": header.file_size,
+            "header_xxh3": f"{header.header_xxh3:016x}",
+            "scan_shape": list(header.scan_shape),
+            "detector_shape": list(header.detector_shape),
+            "dtype": self.dtype.name,
+            "source_dtype": header.source_dtype.name,
+            "block_frames": header.block_frames,
+            "n_blocks": header.n_blocks,
+            "sections": {
+                fmt.SECTION_NAMES[i]: {"offset": s.offset, "length": s.length,
+                                       "xxh3": f"{s.xxh3:016x}"}
+                for i, s in enumerate(header.sections)
+            },  # fmt: skip
+            "metadata": self.metadata,
+            "blocks": [
+                {"mode": fmt.MODE_NAMES[int(m)], "offset": int(o), "length": int(n),
+                 "xxh3": f"{int(c):016x}"}
+                for m, o, n, c in zip(self.block_index["mode"], self.block_index["offset"],
+                                      self.block_index["length"], self.block_checksums)
+            ],  # fmt: skip
+        }
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the memory map and the file (safe to call twice).
+
+        Arrays returned by decoding are independent copies; ``buffer`` becomes invalid.
+        """
+        self.buffer = None
+        mapped = getattr(self, "_mmap", None)
+        if mapped is not None:
+            self._mmap = None
+            with contextlib.suppress(BufferError):
+                mapped.close()
+        file = getattr(self, "_file", None)
+        if file is not None:
+            self._file = None
+            file.close()
+
+    def __enter__(self) -> QemFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<QemFile {self.path.name} {(*self.scan_shape, *self.detector_shape)} "
+                f"{self.dtype} {self.n_blocks} blocks>")  # fmt: skip
+
+
+def parse_scan_region(scan_region: Any, scan_shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Normalise a scan region: ``(r0, r1, c0, c1)``, ``((r0, r1), (c0, c1))`` or two
+    slices (step 1), half-open, inside ``scan_shape``."""
+    scan_r, scan_c = scan_shape
+    try:
+        if len(scan_region) == 4:
+            r0, r1, c0, c1 = (int(v) for v in scan_region)
+        else:
+            rows, cols = scan_region
+            if isinstance(rows, slice) and isinstance(cols, slice):
+                if rows.step not in (None, 1) or cols.step not in (None, 1):
+                    raise ValueError("scan_region slices must have step 1")
+                r0, r1, _ = rows.indices(scan_r)
+                c0, c1, _ = cols.indices(scan_c)
+            else:
+                (r0, r1), (c0, c1) = ((int(a), int(b)) for a, b in (rows, cols))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid scan_region {scan_region!r}: {exc}") from None
+    if not (0 <= r0 < r1 <= scan_r and 0 <= c0 < c1 <= scan_c):
+        raise ValueError(f"scan_region {scan_region!r} is empty or outside the scan {scan_shape}")
+    return (r0, r1), (c0, c1)
+
+
+def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dtype) -> dict:
+    """Acquisition.metadata for a .qem file, with the HDF5 reader's keys."""
+    stored = qem.metadata
+    metadata: dict[str, Any] = {}
+    metadata.update(stored.get("detector", {}))
+    metadata.update(stored.get("calibration", {}))
+    source = stored.get("source", {})
+    metadata.update(
+        {
+            "scan_shape": tuple(scan_shape),
+            "detector_shape": tuple(qem.detector_shape),
+            "dtype": np.dtype(dtype).name,
+            "n_frames": int(scan_shape[0] * scan_shape[1]),
+            "pixel_mask": qem.pixel_mask.copy(),
+            "source_files": [str(qem.path)],
+            "source_identity": _file_identity(qem.path),
+            "source_dtype": qem.header.source_dtype.name,
+            "stored_dtype": qem.dtype.name,
+            "qem_source": source,
+        }
+    )
+    return metadata
+
+
+def _file_identity(path: Path) -> dict:
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int | None):
+    if threads is None:
+        yield
+        return
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
+def load_qem(
+    path: str | os.PathLike,
+    *,
+    dtype: str = "native",
+    apply_mask: bool = False,
+    det_bin: int = 1,
+    verify: bool = True,
+    scan_region: Any = None,
+    representation: str = "dense",
+    threads: int | None = None,
+    scan_shape: Any = None,
+) -> Acquisition:
+    """Load a ``.qem`` file on the CPU as a dense numpy :class:`Acquisition`.
+
+    Parameters
+    ----------
+    dtype, apply_mask, det_bin
+        Load options with exactly the HDF5 reader's semantics
+        (:func:`quantem.io.transforms.finish_frames`). ``dtype="native"`` gives the
+        stored dtype; ``"source"`` widens to the source's dtype.
+    verify
+        Verify the checksum of every decoded block (default). ``False`` skips only the
+        payload checksums; structure and decode checks always run.
+    scan_region
+        Decode only a rectangle of the scan: ``(r0, r1, c0, c1)``, half-open.
+    representation
+        Only ``"dense"`` on the CPU (the encoded representation is a CUDA feature).
+    threads
+        numba threads for decoding (default: all).
+    scan_shape
+        Accepted for routing symmetry; must equal the stored scan shape if given.
+    """
+    if representation != "dense":
+        raise ValueError(
+            f"representation {representation!r} is not available on the cpu backend "
+            "(use backend='cuda' for 'encoded')"
+        )
+    qem = QemFile(path, verify=verify)
+    try:
+        if scan_shape is not None and tuple(scan_shape) != qem.scan_shape:
+            raise QemFormatError(qem.path, f"scan_shape {tuple(scan_shape)} differs from the "
+                                 f"stored {qem.scan_shape}", section="header")  # fmt: skip
+        with _numba_threads(threads):
+            if scan_region is None:
+                shape = qem.scan_shape
+                frames = qem.decode_blocks(np.arange(qem.n_blocks))
+                region = None
+            else:
+                rows, cols = parse_scan_region(scan_region, qem.scan_shape)
+                shape = (rows[1] - rows[0], cols[1] - cols[0])
+                frames = qem.read_region(rows, cols).reshape(-1, *qem.detector_shape)
+                region = [rows[0], rows[1], cols[0], cols[1]]
+        if dtype == "source":
+            frames = frames.astype(qem.header.source_dtype)
+            dtype = "native"
+        frames, info = _finish(frames, qem.validity, dtype, apply_mask, det_bin)
+        metadata = acquisition_metadata(qem, shape, frames.dtype)
+        metadata["detector_shape"] = tuple(frames.shape[1:])
+        if region is not None:
+            metadata["scan_region"] = region
+        metadata.update(info)
+        validity = qem.validity
+        if det_bin != 1:
+            validity = _bin_validity(validity, frames.shape[1:], det_bin)
+        data = frames.reshape(*shape, *frames.shape[1:])
+    finally:
+        qem.close()
+    return Acquisition(data, metadata, validity, "cpu")
+
+
+def _finish(frames: np.ndarray, validity: np.ndarray, dtype: str, apply_mask: bool,
+            det_bin: int) -> tuple[np.ndarray, dict]:  # fmt: skip
+    """Apply the load options through the shared implementation when it exists."""
+    try:
+        from quantem.io.transforms import finish_frames, parse_load_options
+    except ModuleNotFoundError:
+        if dtype != "native" or apply_mask or det_bin != 1:
+            from quantem.errors import UnsupportedDtypeError
+
+            raise UnsupportedDtypeError(
+                "load options need quantem.io.transforms, which is not available"
+            ) from None
+        return frames, {}
+    parse_load_options(dtype, apply_mask, det_bin)
+    return finish_frames(frames, validity, dtype=dtype, apply_mask=apply_mask, det_bin=det_bin)
+
+
+def _bin_validity(validity: np.ndarray, binned_shape: tuple[int, ...], det_bin: int) -> np.ndarray:
+    """A binned pixel is valid iff every source pixel in it is valid."""
+    rows, cols = binned_shape
+    cropped = validity[: rows * det_bin, : cols * det_bin]
+    return cropped.reshape(rows, det_bin, cols, det_bin).all(axis=(1, 3))
