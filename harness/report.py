@@ -82,7 +82,7 @@ def parse_report(source: bytes | str | Path, *, name: str | None = None) -> dict
     """
     data, label = read_report_bytes(source, name=name)
     doc = parse_report_json(data, name=label)
-    version = _schema_version_of(doc, label)
+    version = schema_version_of(doc, label)
     doc = migrate_report(doc, version, name=label)
     validate_report(doc, name=label)
     return doc
@@ -120,7 +120,7 @@ def parse_report_json(data: bytes, *, name: str = "<bytes>") -> dict[str, Any]:
             text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
         )
     except json.JSONDecodeError as exc:
-        hint = "truncated JSON" if _looks_truncated(text) else "malformed JSON"
+        hint = "truncated JSON" if looks_truncated(text) else "malformed JSON"
         raise _report_error(
             f"{name}: {hint}: {exc.msg} at line {exc.lineno} column {exc.colno} "
             f"(character {exc.pos} of {len(text)})",
@@ -253,7 +253,7 @@ def _report_error(
     return error
 
 
-def _looks_truncated(text: str) -> bool:
+def looks_truncated(text: str) -> bool:
     """True when ``text`` ends inside a string or with brackets still open (a cut-off file)."""
     depth = 0
     in_string = escaped = False
@@ -296,7 +296,8 @@ def _validator() -> Any:
     return Draft202012Validator(schema)
 
 
-def _schema_version_of(doc: Mapping[str, Any], name: str) -> int:
+def schema_version_of(doc: Mapping[str, Any], name: str) -> int:
+    """The ``schema_version`` a parsed document declares (0 for pre-schema reports)."""
     if "schema" not in doc and "schema_version" not in doc:
         # Reports written before the schema existed carry neither field: version 0.
         return 0

@@ -1,0 +1,409 @@
+"""Rendered views of a history, all derived from the index (``docs/history-format.md`` "Rendered files").
+
+- ``index.json``: every record's entry, one per line, in index order;
+- ``timings.csv``: every measured trial (pandas);
+- ``README.md`` and ``index.html``: a compact index from Jinja2 templates;
+- ``plots/<comparison key>.png``: median and p95 per record over time, cold and cached (matplotlib).
+
+After a registration only what changed is redone: index.json is concatenated
+from entries serialised at registration, timings.csv gains the new rows (or is
+rewritten when its bookkeeping does not match), README/HTML read aggregates, and
+only the plots of comparison keys that gained records are redrawn (or marked
+pending when plotting is deferred).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, select
+
+from harness.history.entries import TIMINGS_COLUMNS
+from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
+from harness.history.layout import HistoryLayout
+
+INDEX_JSON_FORMAT = "quantem-harness/history-index"
+INDEX_JSON_VERSION = 1
+#: How many of the newest records README.md and index.html list.
+LATEST_RECORDS = 20
+META_TIMINGS = "render.timings_csv"
+#: Rendered files are ordinary, replaceable files (records are the read-only ones).
+RENDERED_MODE = 0o644
+META_PLOT_PREFIX = "render.plot."
+
+
+@dataclass(frozen=True)
+class RenderTargets:
+    """Where rendered files go (the history itself, or ``render index --out DIR``)."""
+
+    root: Path
+
+    @property
+    def index_json(self) -> Path:
+        return self.root / "index.json"
+
+    @property
+    def timings_csv(self) -> Path:
+        return self.root / "timings.csv"
+
+    @property
+    def readme(self) -> Path:
+        return self.root / "README.md"
+
+    @property
+    def html(self) -> Path:
+        return self.root / "index.html"
+
+    def plot(self, key: str) -> Path:
+        return self.root / "plots" / f"{key}.png"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` via a temporary file and rename (derived files: no fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, RENDERED_MODE)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+# --- index.json -------------------------------------------------------------------
+
+
+def build_index_json(connection: Connection) -> bytes:
+    entries = (
+        connection.execute(select(RecordRow.index_entry).order_by(RecordRow.seq)).scalars().all()
+    )
+    header = json.dumps(
+        {"format": INDEX_JSON_FORMAT, "version": INDEX_JSON_VERSION}, sort_keys=True, separators=(",", ":")
+    )[:-1]
+    body = ",\n".join(entries)
+    return f'{header},"records":[\n{body}\n]}}\n'.encode("ascii")
+
+
+# --- timings.csv ------------------------------------------------------------------
+
+
+def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[tuple]:
+    statement = (
+        select(
+            RecordRow.sha256,
+            RecordRow.created_utc,
+            RecordRow.comparison_key,
+            TrialRow.acquisition,
+            TrialRow.format,
+            TrialRow.cache_state,
+            TrialRow.trial_index,
+            TrialRow.label,
+            TrialRow.kept,
+            TrialRow.seconds,
+            TrialRow.read_bytes,
+            TrialRow.file_bytes,
+            TrialRow.residency_before,
+        )
+        .join(RecordRow, RecordRow.seq == TrialRow.record_seq)
+        .order_by(RecordRow.seq, TrialRow.id)
+    )
+    if min_seq is not None:
+        statement = statement.where(RecordRow.seq >= min_seq)
+    return [tuple(row) for row in connection.execute(statement)]
+
+
+def timings_csv_text(rows: list[tuple], *, header: bool) -> bytes:
+    """CSV of trial rows through pandas; the same code for full and appended renders."""
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(rows, columns=list(TIMINGS_COLUMNS))
+    frame = frame.astype(
+        {
+            "trial_index": "int64",
+            "kept": "bool",
+            "seconds": "float64",
+            "read_bytes": "int64",
+            "file_bytes": "int64",
+            "residency_before": "float64",
+        }
+    )
+    return frame.to_csv(index=False, header=header, lineterminator="\n").encode("utf-8")
+
+
+def build_timings_csv(connection: Connection) -> bytes:
+    return timings_csv_text(_timings_rows(connection), header=True)
+
+
+def _max_seq(connection: Connection) -> int:
+    return connection.execute(select(func.max(RecordRow.seq))).scalar() or 0
+
+
+def _update_timings_csv(connection: Connection, path: Path, new_seqs: list[int]) -> None:
+    state = read_meta_json(connection, META_TIMINGS)
+    size = path.stat().st_size if path.exists() else -1
+    max_seq = _max_seq(connection)
+    appendable = (
+        new_seqs
+        and state is not None
+        and state.get("bytes") == size
+        and state.get("seq") == min(new_seqs) - 1
+        and max(new_seqs) == max_seq
+    )
+    if appendable:
+        data = timings_csv_text(_timings_rows(connection, min_seq=min(new_seqs)), header=False)
+        with open(path, "ab") as handle:
+            handle.write(data)
+        size += len(data)
+    elif state is not None and state.get("bytes") == size and state.get("seq") == max_seq:
+        return  # already current
+    else:
+        data = build_timings_csv(connection)
+        write_atomic(path, data)
+        size = len(data)
+    write_meta(connection, META_TIMINGS, json.dumps({"bytes": size, "seq": max_seq}))
+
+
+# --- README.md / index.html ---------------------------------------------------------
+
+
+def _plot_state(connection: Connection, targets: RenderTargets, key: str, latest_seq: int) -> str:
+    rendered = read_meta_json(connection, META_PLOT_PREFIX + key)
+    if not targets.plot(key).exists():
+        return "missing"
+    return "current" if rendered == latest_seq else "pending"
+
+
+def collect_index_context(connection: Connection, targets: RenderTargets) -> dict[str, Any]:
+    latest_per_key = (
+        select(
+            RecordRow.comparison_key,
+            func.max(RecordRow.seq).label("latest"),
+            func.count().label("count"),
+        )
+        .group_by(RecordRow.comparison_key)
+        .subquery()
+    )
+    rows = connection.execute(
+        select(RecordRow, latest_per_key.c.count)
+        .join(latest_per_key, RecordRow.seq == latest_per_key.c.latest)
+        .order_by(RecordRow.comparison_key)
+    ).all()
+    keys = []
+    for row in rows:
+        record = row[0] if isinstance(row[0], RecordRow) else None
+        record = record or row
+        fields = json.loads(row.comparison_fields)
+        keys.append(
+            {
+                "key": row.comparison_key,
+                "device_name": row.device_name,
+                "storage_id": row.storage_id,
+                "backend": row.backend,
+                "representation": row.representation,
+                "timing_boundary": row.timing_boundary,
+                "allocator_policy": row.allocator_policy,
+                "acquisitions": [
+                    pair[0] for pair in fields["acquisitions[id, source_master_sha256]"]
+                ],
+                "count": row.count,
+                "latest_sha": row.sha256,
+                "latest_created": row.created_utc,
+                "plot_state": _plot_state(connection, targets, row.comparison_key, row.seq),
+            }
+        )
+    latest = connection.execute(
+        select(RecordRow).order_by(RecordRow.seq.desc()).limit(LATEST_RECORDS)
+    ).all()
+    n_records = connection.execute(select(func.count()).select_from(RecordRow)).scalar_one()
+    return {"keys": keys, "latest": [dict(r._mapping) for r in latest], "n_records": n_records}
+
+
+def build_readme_and_html(connection: Connection, targets: RenderTargets) -> tuple[bytes, bytes]:
+    from harness.templating import render_template
+
+    context = collect_index_context(connection, targets)
+    readme = render_template("history_readme.md.j2", **context).encode("utf-8")
+    html = render_template("history_index.html.j2", **context).encode("utf-8")
+    return readme, html
+
+
+# --- plots ----------------------------------------------------------------------
+
+
+def render_plot(connection: Connection, key: str, path: Path) -> int:
+    """Draw median and p95 per record over time for one comparison key; return its newest seq."""
+    from datetime import datetime
+
+    from matplotlib.figure import Figure
+
+    rows = connection.execute(
+        select(
+            RecordRow.seq,
+            RecordRow.created_utc,
+            RecordRow.device_name,
+            RecordRow.storage_id,
+            SummaryRow.acquisition,
+            SummaryRow.format,
+            SummaryRow.cache_state,
+            SummaryRow.median,
+            SummaryRow.p95,
+        )
+        .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
+        .where(RecordRow.comparison_key == key)
+        .order_by(RecordRow.created_utc, RecordRow.seq)
+    ).all()
+    series: dict[tuple[str, str, str], tuple[list, list, list]] = {}
+    for row in rows:
+        if row.median is None:
+            continue
+        when = datetime.fromisoformat(row.created_utc.replace("Z", "+00:00"))
+        xs, medians, p95s = series.setdefault(
+            (row.cache_state, row.acquisition, row.format), ([], [], [])
+        )
+        xs.append(when)
+        medians.append(row.median)
+        p95s.append(row.p95)
+    states = sorted({state for state, _, _ in series}, key=lambda s: (s != "cold", s)) or ["cold"]
+    figure = Figure(figsize=(6.0 * len(states), 4.0), dpi=72, layout="constrained")
+    axes = figure.subplots(1, len(states), squeeze=False)[0]
+    for axis, state in zip(axes, states):
+        for index, ((cache_state, acquisition, fmt), (xs, medians, p95s)) in enumerate(
+            sorted(series.items())
+        ):
+            if cache_state != state:
+                continue
+            color = f"C{index % 10}"
+            axis.plot(
+                xs,
+                medians,
+                color=color,
+                marker=".",
+                linewidth=1.0,
+                label=f"{acquisition} {fmt} median",
+            )
+            axis.plot(
+                xs,
+                p95s,
+                color=color,
+                linestyle="--",
+                linewidth=0.8,
+                label=f"{acquisition} {fmt} p95",
+            )
+        axis.set_title(f"{state}")
+        axis.set_ylabel("seconds")
+        axis.grid(True, alpha=0.3)
+        if axis.lines:
+            axis.legend(fontsize="x-small")
+        axis.tick_params(axis="x", labelrotation=30, labelsize="small")
+    if rows:
+        figure.suptitle(
+            f"group {key}: {rows[-1].device_name} / {rows[-1].storage_id}", fontsize="medium"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        figure.savefig(temp, format="png", metadata={"Software": None})
+        os.chmod(temp, RENDERED_MODE)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return max((row.seq for row in rows), default=0)
+
+
+def _keys_of(connection: Connection, seqs: Iterable[int]) -> set[str]:
+    seqs = list(seqs)
+    if not seqs:
+        return set()
+    return set(
+        connection.execute(
+            select(RecordRow.comparison_key).where(RecordRow.seq.in_(seqs))
+        ).scalars()
+    )
+
+
+def _all_keys(connection: Connection) -> list[str]:
+    return list(
+        connection.execute(
+            select(RecordRow.comparison_key).distinct().order_by(RecordRow.comparison_key)
+        ).scalars()
+    )
+
+
+def _render_plots(
+    connection: Connection, targets: RenderTargets, keys: Iterable[str], *, record_state: bool
+) -> None:
+    for key in sorted(keys):
+        newest = render_plot(connection, key, targets.plot(key))
+        if record_state:
+            write_meta(connection, META_PLOT_PREFIX + key, json.dumps(newest))
+
+
+# --- entry points -------------------------------------------------------------------
+
+
+def render_after_registration(
+    layout: HistoryLayout, engine: Engine, *, new_seqs: list[int], plots: bool
+) -> None:
+    """Bring the history's rendered files up to date after records were indexed."""
+    targets = RenderTargets(layout.root)
+    with engine.begin() as connection:
+        if plots:
+            _render_plots(connection, targets, _keys_of(connection, new_seqs), record_state=True)
+        _update_timings_csv(connection, targets.timings_csv, new_seqs)
+        write_atomic(targets.index_json, build_index_json(connection))
+        readme, html = build_readme_and_html(connection, targets)
+        write_atomic(targets.readme, readme)
+        write_atomic(targets.html, html)
+
+
+def render_all(
+    layout: HistoryLayout, engine: Engine, *, out: Path | None = None, plots: str = "stale"
+) -> None:
+    """Render every view; ``plots`` is ``"all"``, ``"stale"`` (only pending ones) or ``"none"``.
+
+    With ``out``, files go to another folder and the history's bookkeeping is untouched.
+    """
+    targets = RenderTargets(out if out is not None else layout.root)
+    in_history = out is None
+    with engine.begin() as connection:
+        if plots != "none":
+            keys = _all_keys(connection)
+            if plots == "stale" and in_history:
+                keys = [
+                    k
+                    for k in keys
+                    if _plot_state(connection, targets, k, _latest_seq_of(connection, k))
+                    != "current"
+                ]
+            _render_plots(connection, targets, keys, record_state=in_history)
+        timings = build_timings_csv(connection)
+        write_atomic(targets.timings_csv, timings)
+        if in_history:
+            write_meta(
+                connection,
+                META_TIMINGS,
+                json.dumps({"bytes": len(timings), "seq": _max_seq(connection)}),
+            )
+        write_atomic(targets.index_json, build_index_json(connection))
+        readme, html = build_readme_and_html(connection, targets)
+        write_atomic(targets.readme, readme)
+        write_atomic(targets.html, html)
+
+
+def _latest_seq_of(connection: Connection, key: str) -> int:
+    return (
+        connection.execute(
+            select(func.max(RecordRow.seq)).where(RecordRow.comparison_key == key)
+        ).scalar()
+        or 0
+    )

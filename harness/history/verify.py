@@ -1,0 +1,348 @@
+"""Checking a history: records against their names, the index against the records,
+the journal and the rendered files (``harness history verify``).
+
+Every record is re-hashed. Problems are named one by one; errors make the command
+exit 1, warnings (an interrupted registration's leftovers, a plot waiting to be
+drawn) do not. Nothing is modified.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import stat
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from harness.errors import HarnessError, ReportValidationError
+from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS, IndexEntry, derive_entry
+from harness.history.layout import HistoryLayout, sha256_of_record_name
+from harness.history.records import sha256_bytes
+from harness.report import looks_truncated, migrate_report, parse_report_json, schema_version_of
+
+
+class ProblemKind(enum.Enum):
+    """What can be wrong in a history; the value is how it is printed."""
+
+    TAMPERED = "tampered"  # a record's bytes differ from its name
+    TRUNCATED = "truncated"  # ... and are a cut-off JSON document
+    UNREADABLE = "unreadable"  # a record whose hash matches but that no longer parses
+    MISNAMED = "misnamed"  # a file under records/sha256/ that is not named like a record
+    MISSING = "missing"  # journalled or indexed record whose file is gone
+    ORPHANED = "orphaned"  # index row with no record and no journal entry (added by hand)
+    UNINDEXED = "unindexed"  # a stored record the index lacks (index lags: run rebuild)
+    INDEX_MISMATCH = "index-mismatch"  # an index row that differs from what its record gives
+    STALE_RENDER = "stale-render"  # a rendered file that differs from what the index gives
+    UNJOURNALED = "unjournaled"  # record stored but not journalled (interrupted registration)
+    TORN_JOURNAL = "torn-journal"  # an unreadable journal line (interrupted registration)
+    STALE_TEMP = "stale-temp"  # a temporary file left by an interrupted registration
+    WRITABLE = "writable"  # a record file that is not read-only
+    PLOT_PENDING = "plot-pending"  # a comparison group whose plot is missing or out of date
+
+
+WARNING_KINDS = frozenset(
+    {
+        ProblemKind.UNJOURNALED,
+        ProblemKind.TORN_JOURNAL,
+        ProblemKind.STALE_TEMP,
+        ProblemKind.WRITABLE,
+        ProblemKind.PLOT_PENDING,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    subject: str
+    detail: str
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind not in WARNING_KINDS
+
+    def __str__(self) -> str:
+        level = "error" if self.is_error else "warning"
+        return f"{level}: {self.kind.value}: {self.subject}: {self.detail}"
+
+
+@dataclass
+class RecordScan:
+    """Result of reading every record file: good entries and problems."""
+
+    entries: dict[str, IndexEntry] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    bad_names: set[str] = field(default_factory=set)  # claimed SHA-256 of damaged records
+
+
+@dataclass
+class VerifyResult:
+    records: int
+    problems: list[Problem]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.is_error]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if not p.is_error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def scan_records(layout: HistoryLayout) -> RecordScan:
+    """Re-hash and parse every record file; never modifies anything."""
+    scan = RecordScan()
+    for path in layout.iter_record_files():
+        relpath = path.relative_to(layout.root).as_posix()
+        claimed = sha256_of_record_name(path)
+        if claimed is None or not path.is_file():
+            scan.problems.append(
+                Problem(
+                    ProblemKind.MISNAMED,
+                    relpath,
+                    "not a record name (records/sha256/ab/<64 hex>.json)",
+                )
+            )
+            continue
+        data = path.read_bytes()
+        actual = sha256_bytes(data)
+        if actual != claimed:
+            scan.bad_names.add(claimed)
+            kind, detail = _classify_damage(data)
+            scan.problems.append(Problem(kind, relpath, f"{detail}; bytes hash to {actual}"))
+            continue
+        mode = path.stat().st_mode
+        if mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            scan.problems.append(
+                Problem(
+                    ProblemKind.WRITABLE, relpath, f"mode {stat.filemode(mode)}, expected read-only"
+                )
+            )
+        try:
+            doc = parse_report_json(data, name=relpath)
+            version = schema_version_of(doc, relpath)
+            doc = migrate_report(doc, version, name=relpath)
+            entry = derive_entry(
+                doc, sha256=claimed, path=relpath, size_bytes=len(data), schema_version=version
+            )
+        except (ReportValidationError, KeyError, TypeError) as exc:
+            scan.bad_names.add(claimed)
+            scan.problems.append(
+                Problem(
+                    ProblemKind.UNREADABLE, relpath, f"hash matches but it does not parse: {exc}"
+                )
+            )
+            continue
+        scan.entries[claimed] = entry
+    return scan
+
+
+def _classify_damage(data: bytes) -> tuple[ProblemKind, str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ProblemKind.TAMPERED, "bytes differ from the record's name (not even UTF-8 now)"
+    try:
+        json.loads(text)
+    except ValueError:
+        if looks_truncated(text):
+            return ProblemKind.TRUNCATED, f"record is cut off ({len(data)} bytes left)"
+        return ProblemKind.TAMPERED, "bytes differ from the record's name and no longer parse"
+    return ProblemKind.TAMPERED, "bytes differ from the record's name (edited)"
+
+
+def verify_history(history_dir: str | Path, *, lock_timeout: float = 600.0) -> VerifyResult:
+    """Check everything in a history; see :class:`ProblemKind` for what is reported."""
+    from harness.history.store import check_history_marker, history_lock
+
+    layout = HistoryLayout.at(history_dir)
+    if not layout.root.is_dir():
+        raise HarnessError(f"{layout.root}: no such history folder")
+    with history_lock(layout, lock_timeout):
+        check_history_marker(layout, create=False)
+        return _verify_locked(layout)
+
+
+def _verify_locked(layout: HistoryLayout) -> VerifyResult:
+    from harness.history.index_db import RecordRow, SummaryRow, TrialRow, open_index
+    from harness.history.journal import read_journal
+
+    scan = scan_records(layout)
+    problems = list(scan.problems)
+    journal = read_journal(layout)
+    for number in journal.torn_lines:
+        problems.append(
+            Problem(
+                ProblemKind.TORN_JOURNAL,
+                f"{layout.journal.name}:{number}",
+                "unreadable line skipped",
+            )
+        )
+    journalled = journal.shas
+    on_disk = set(scan.entries) | scan.bad_names
+    engine = open_index(layout.index_db, create=False)
+    try:
+        with engine.connect() as connection:
+            rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
+            trials_by_seq: dict[int, list[tuple]] = defaultdict(list)
+            for row in connection.execute(select(TrialRow.__table__).order_by(TrialRow.id)):
+                trials_by_seq[row.record_seq].append(tuple(getattr(row, f) for f in TRIAL_FIELDS))
+            summaries_by_seq: dict[int, list[tuple]] = defaultdict(list)
+            for row in connection.execute(select(SummaryRow.__table__).order_by(SummaryRow.id)):
+                summaries_by_seq[row.record_seq].append(
+                    tuple(getattr(row, f) for f in SUMMARY_FIELDS)
+                )
+            seqs = {row.seq for row in rows.values()}
+            for seq in sorted(set(trials_by_seq) - seqs):
+                problems.append(
+                    Problem(
+                        ProblemKind.ORPHANED,
+                        f"index trials of seq {seq}",
+                        "trial rows without a record row",
+                    )
+                )
+            for seq in sorted(set(summaries_by_seq) - seqs):
+                problems.append(
+                    Problem(
+                        ProblemKind.ORPHANED,
+                        f"index summaries of seq {seq}",
+                        "summary rows without a record row",
+                    )
+                )
+            for sha256, row in sorted(rows.items()):
+                subject = layout.record_relpath(sha256)
+                if sha256 not in on_disk:
+                    if sha256 in journalled:
+                        problems.append(
+                            Problem(
+                                ProblemKind.MISSING,
+                                subject,
+                                "registered and indexed, but the record file is gone",
+                            )
+                        )
+                    else:
+                        problems.append(
+                            Problem(
+                                ProblemKind.ORPHANED,
+                                f"index row {sha256}",
+                                "no record file and never journalled (added to the index by hand?)",
+                            )
+                        )
+                    continue
+                entry = scan.entries.get(sha256)
+                if entry is None:
+                    continue  # damaged record, already reported
+                differing = [k for k, v in entry.record.items() if getattr(row, k) != v]
+                expected_trials = [tuple(t[f] for f in TRIAL_FIELDS) for t in entry.trials]
+                if trials_by_seq.get(row.seq, []) != expected_trials:
+                    differing.append("trials")
+                expected_summaries = [tuple(s[f] for f in SUMMARY_FIELDS) for s in entry.summaries]
+                if summaries_by_seq.get(row.seq, []) != expected_summaries:
+                    differing.append("summaries")
+                if differing:
+                    problems.append(
+                        Problem(
+                            ProblemKind.INDEX_MISMATCH,
+                            f"index row {sha256}",
+                            "differs from its record in " + ", ".join(differing),
+                        )
+                    )
+            for sha256 in sorted(set(scan.entries) - set(rows)):
+                problems.append(
+                    Problem(
+                        ProblemKind.UNINDEXED,
+                        layout.record_relpath(sha256),
+                        "stored but not in the index (run `harness history rebuild`)",
+                    )
+                )
+            for sha256 in sorted(journalled - on_disk - set(rows)):
+                problems.append(
+                    Problem(
+                        ProblemKind.MISSING,
+                        layout.record_relpath(sha256),
+                        "journalled, but the record file is gone",
+                    )
+                )
+            for sha256 in sorted(on_disk - journalled):
+                problems.append(
+                    Problem(
+                        ProblemKind.UNJOURNALED,
+                        layout.record_relpath(sha256),
+                        "stored but not journalled (interrupted registration; rebuild adds it)",
+                    )
+                )
+            problems.extend(_check_rendered(layout, connection))
+    finally:
+        engine.dispose()
+    if layout.temp.is_dir():
+        for temp in sorted(layout.temp.iterdir()):
+            problems.append(
+                Problem(
+                    ProblemKind.STALE_TEMP,
+                    temp.relative_to(layout.root).as_posix(),
+                    "left by an interrupted registration (rebuild removes it)",
+                )
+            )
+    for temp in sorted(layout.root.glob(".*.tmp")):
+        problems.append(
+            Problem(
+                ProblemKind.STALE_TEMP,
+                temp.name,
+                "left by an interrupted render (rebuild removes it)",
+            )
+        )
+    return VerifyResult(records=len(on_disk), problems=problems)
+
+
+def _check_rendered(layout: HistoryLayout, connection: Any) -> list[Problem]:
+    from harness.history.render import (
+        RenderTargets,
+        _all_keys,
+        _latest_seq_of,
+        _plot_state,
+        build_index_json,
+        build_readme_and_html,
+        build_timings_csv,
+    )
+
+    targets = RenderTargets(layout.root)
+    problems = []
+    readme, html = build_readme_and_html(connection, targets)
+    expected = {
+        targets.index_json: build_index_json(connection),
+        targets.timings_csv: build_timings_csv(connection),
+        targets.readme: readme,
+        targets.html: html,
+    }
+    for path, data in expected.items():
+        if not path.exists():
+            problems.append(
+                Problem(ProblemKind.STALE_RENDER, path.name, "missing (run `harness render index`)")
+            )
+        elif path.read_bytes() != data:
+            problems.append(
+                Problem(
+                    ProblemKind.STALE_RENDER,
+                    path.name,
+                    "differs from what the index renders (run `harness render index`)",
+                )
+            )
+    for key in _all_keys(connection):
+        state = _plot_state(connection, targets, key, _latest_seq_of(connection, key))
+        if state != "current":
+            problems.append(
+                Problem(
+                    ProblemKind.PLOT_PENDING,
+                    f"plots/{key}.png",
+                    f"{state} (run `harness render index`)",
+                )
+            )
+    return problems

@@ -1,0 +1,122 @@
+"""Small statistics for comparing trial timings: Mann-Whitney U and relative spread.
+
+Written here rather than pulled from scipy to keep the harness's dependency set
+small; the tests check the values against published tables and, where scipy is
+installed, against ``scipy.stats.mannwhitneyu``.
+
+The two-sided p-value is exact (the permutation distribution of U, counted by
+dynamic programming) when there are no ties and both samples have at most
+:data:`EXACT_MAX_N` values, as scipy's ``method="auto"`` does; otherwise it uses
+the normal approximation with tie correction and continuity correction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from harness.report import quantile
+
+#: Largest sample size for which the exact distribution is used (as scipy's
+#: ``method="auto"``, so the two agree value for value).
+EXACT_MAX_N = 8
+
+
+@dataclass(frozen=True)
+class MannWhitneyResult:
+    """U statistic of the first sample, two-sided p-value and which method gave it."""
+
+    u: float
+    p_value: float
+    method: str  # "exact" or "normal"
+
+
+def rank_with_ties(values: Sequence[float]) -> list[float]:
+    """Ranks (1-based) with tied values sharing the mean of their ranks."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        mean_rank = (start + end) / 2 + 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = mean_rank
+        start = end + 1
+    return ranks
+
+
+@cache
+def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
+    """Number of arrangements giving each U = 0..n1*n2 (no ties)."""
+    # counts[m][n] as a polynomial in U, built with f(m, n) = f(m-1, n) shifted by n + f(m, n-1)
+    table: dict[tuple[int, int], list[int]] = {}
+    for m in range(n1 + 1):
+        for n in range(n2 + 1):
+            if m == 0 or n == 0:
+                table[m, n] = [1]
+                continue
+            a = table[m - 1, n]
+            b = table[m, n - 1]
+            size = m * n + 1
+            counts = [0] * size
+            for u, c in enumerate(a):
+                counts[u + n] += c
+            for u, c in enumerate(b):
+                counts[u] += c
+            table[m, n] = counts
+    return tuple(table[n1, n2])
+
+
+def mann_whitney_u(first: Sequence[float], second: Sequence[float]) -> MannWhitneyResult:
+    """Two-sided Mann-Whitney U test of ``first`` against ``second``.
+
+    Raises
+    ------
+    ValueError
+        When either sample is empty.
+    """
+    n1, n2 = len(first), len(second)
+    if n1 == 0 or n2 == 0:
+        raise ValueError("Mann-Whitney U needs at least one value in each sample")
+    combined = [float(v) for v in first] + [float(v) for v in second]
+    ranks = rank_with_ties(combined)
+    u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    has_ties = len(set(combined)) < len(combined)
+    if not has_ties and max(n1, n2) <= EXACT_MAX_N:
+        counts = _u_counts(n1, n2)
+        total = math.comb(n1 + n2, n1)
+        u_small = min(u1, n1 * n2 - u1)
+        tail = sum(counts[: int(u_small) + 1])
+        return MannWhitneyResult(u=u1, p_value=min(1.0, 2 * tail / total), method="exact")
+    mean = n1 * n2 / 2
+    n = n1 + n2
+    tie_term = 0.0
+    for value in set(combined):
+        t = combined.count(value)
+        tie_term += t**3 - t
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:
+        return MannWhitneyResult(u=u1, p_value=1.0, method="normal")
+    z = (abs(u1 - mean) - 0.5) / math.sqrt(variance)
+    p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
+    return MannWhitneyResult(u=u1, p_value=min(1.0, p_value), method="normal")
+
+
+def smallest_possible_p(n1: int, n2: int) -> float:
+    """The smallest two-sided exact p-value samples of these sizes can give (no ties)."""
+    return min(1.0, 2 / math.comb(n1 + n2, n1))
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Interquartile range over median (linear quantiles); None for no values or a zero median."""
+    if not values:
+        return None
+    ordered = sorted(float(v) for v in values)
+    median = quantile(ordered, 0.5)
+    if median == 0:
+        return None
+    return (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / median
