@@ -86,7 +86,9 @@ def build_index_json(connection: Connection) -> bytes:
         connection.execute(select(RecordRow.index_entry).order_by(RecordRow.seq)).scalars().all()
     )
     header = json.dumps(
-        {"format": INDEX_JSON_FORMAT, "version": INDEX_JSON_VERSION}, sort_keys=True, separators=(",", ":")
+        {"format": INDEX_JSON_FORMAT, "version": INDEX_JSON_VERSION},
+        sort_keys=True,
+        separators=(",", ":"),
     )[:-1]
     body = ",\n".join(entries)
     return f'{header},"records":[\n{body}\n]}}\n'.encode("ascii")

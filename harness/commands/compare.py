@@ -1,0 +1,99 @@
+"""``harness compare``: compare a candidate report with an explicitly named baseline.
+
+Exit 0: comparable and no cell slower than the threshold; 1: the candidate failed
+(execution, correctness, source stability); 2: slowdown to review, or not
+comparable (with the differing fields); 64: usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from harness.errors import UsageError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from harness.commands.history import add_history_dir_argument
+
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare a candidate report with a named baseline (exit 0/1/2)",
+        description=(
+            "Compare CANDIDATE (a report path or record SHA-256 prefix; default: the newest record "
+            "in the history) with the baseline named by --baseline. The baseline is never chosen "
+            "for you."
+        ),
+    )
+    parser.add_argument(
+        "candidate", nargs="?", metavar="CANDIDATE", help="report path or SHA-256 prefix"
+    )
+    parser.add_argument(
+        "--baseline", required=True, metavar="SHA_PREFIX_OR_PATH", help="baseline report (required)"
+    )
+    add_history_dir_argument(parser)
+    parser.add_argument(
+        "--regression-percent",
+        type=float,
+        default=20.0,
+        metavar="P",
+        help="flag cells whose median is more than P%% slower (default 20)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.set_defaults(func=run)
+
+
+def _newest_record(history_dir: str) -> str:
+    from sqlalchemy import select
+
+    from harness.commands.history import _open_for_reading
+    from harness.history.index_db import RecordRow
+
+    _layout, engine = _open_for_reading(history_dir)
+    try:
+        with engine.connect() as connection:
+            sha = connection.execute(
+                select(RecordRow.sha256).order_by(RecordRow.seq.desc()).limit(1)
+            ).scalar()
+    finally:
+        engine.dispose()
+    if sha is None:
+        raise UsageError(f"{history_dir}: the history is empty; name a CANDIDATE")
+    return sha
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.commands.history import default_history_dir
+    from harness.compare import compare_reports
+    from harness.history.lookup import load_report
+    from harness.templating import render_template
+
+    percent = args.regression_percent
+    if not math.isfinite(percent) or percent <= 0:
+        raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
+    history_dir = args.history_dir or default_history_dir()
+    baseline = load_report(args.baseline, history_dir=history_dir)
+    candidate_reference = args.candidate or _newest_record(history_dir)
+    candidate = load_report(candidate_reference, history_dir=history_dir)
+    comparison = compare_reports(
+        baseline.doc,
+        candidate.doc,
+        percent,
+        baseline_sha256=baseline.sha256,
+        baseline_path=str(baseline.path),
+        candidate_sha256=candidate.sha256,
+        candidate_path=str(candidate.path),
+    )
+    if baseline.sha256 == candidate.sha256:
+        comparison.warnings.append("baseline and candidate are the same record")
+    if args.json:
+        print(json.dumps(comparison.to_dict(), sort_keys=True, indent=1, default=str))
+    else:
+        text = render_template(
+            "compare.md.j2",
+            c=comparison,
+            percent=lambda v: "-" if v is None else f"{v * 100:.1f}%",
+        )
+        print(text, end="")
+    return comparison.exit_code

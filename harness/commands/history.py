@@ -1,0 +1,237 @@
+"""``harness history``: register, import, list, show, verify and rebuild an evidence history."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
+
+#: Where a history lives when ``--history-dir`` is not given.
+HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
+DEFAULT_HISTORY_DIR = "harness-history"
+
+
+def default_history_dir() -> str:
+    return os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
+
+
+def add_history_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history-dir",
+        default=None,
+        metavar="H",
+        help=f"history folder (default ${HISTORY_DIR_ENV} or ./{DEFAULT_HISTORY_DIR})",
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "history",
+        help="the immutable evidence history",
+        description="Register reports as content-addressed records and check the history.",
+    )
+    commands = parser.add_subparsers(dest="history_command", metavar="HISTORY_COMMAND")
+
+    register = commands.add_parser(
+        "register", help="store reports (validated first; identical bytes: no-op)"
+    )
+    register.add_argument("reports", nargs="+", metavar="REPORT", help="loading.json files")
+    add_history_dir_argument(register)
+    register.add_argument(
+        "--defer-plots", action="store_true", help="leave plots pending for `harness render index`"
+    )
+    register.set_defaults(func=run_register)
+
+    importer = commands.add_parser(
+        "import", help="import earlier reports (files or folders of loading.json)"
+    )
+    importer.add_argument("paths", nargs="+", metavar="OLD", help="report files or folders")
+    importer.add_argument("--out", required=True, metavar="H", help="history folder to import into")
+    importer.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="import the valid reports and list the refused ones",
+    )
+    importer.add_argument("--defer-plots", action="store_true", help="leave plots pending")
+    importer.set_defaults(func=run_import)
+
+    lister = commands.add_parser("list", help="list records, newest last")
+    add_history_dir_argument(lister)
+    lister.add_argument("--group", metavar="KEY", help="only this comparison group")
+    lister.add_argument("--limit", type=int, default=None, metavar="N", help="only the newest N")
+    lister.set_defaults(func=run_list)
+
+    show = commands.add_parser("show", help="show one record")
+    show.add_argument("sha", metavar="SHA_PREFIX", help="unique SHA-256 prefix (4+ hex digits)")
+    add_history_dir_argument(show)
+    show.add_argument("--raw", action="store_true", help="print the record's exact bytes")
+    show.set_defaults(func=run_show)
+
+    verify = commands.add_parser(
+        "verify",
+        help="re-hash every record; check index, journal and rendered files (exit 1 on problems)",
+    )
+    add_history_dir_argument(verify)
+    verify.set_defaults(func=run_verify)
+
+    rebuild = commands.add_parser(
+        "rebuild", help="regenerate index and rendered files from records/ alone"
+    )
+    add_history_dir_argument(rebuild)
+    rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots")
+    rebuild.set_defaults(func=run_rebuild)
+
+    parser.set_defaults(func=_missing_subcommand)
+
+
+def _missing_subcommand(args: argparse.Namespace) -> int:
+    raise UsageError("history needs a subcommand: register, import, list, show, verify or rebuild")
+
+
+def _history_dir(args: argparse.Namespace) -> str:
+    return args.history_dir or default_history_dir()
+
+
+def run_register(args: argparse.Namespace) -> int:
+    from harness.history.store import register_reports
+
+    results = register_reports(_history_dir(args), args.reports, plots=not args.defer_plots)
+    for result in results:
+        print(result.message)
+    return EXIT_OK
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from harness.history.importer import import_reports
+
+    results, refused = import_reports(
+        args.out, args.paths, skip_invalid=args.skip_invalid, plots=not args.defer_plots
+    )
+    for result in results:
+        print(result.message)
+    for error in refused:
+        print(f"refused: {error}", file=sys.stderr)
+    return EXIT_FAILURE if refused else EXIT_OK
+
+
+def _open_for_reading(history_dir: str):
+    from harness.history.index_db import open_index
+    from harness.history.layout import HistoryLayout
+    from harness.history.store import check_history_marker
+
+    layout = HistoryLayout.at(history_dir)
+    if not layout.root.is_dir():
+        raise UsageError(f"{layout.root}: no such history folder")
+    check_history_marker(layout, create=False)
+    return layout, open_index(layout.index_db, create=False)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from harness.history.index_db import RecordRow
+
+    _layout, engine = _open_for_reading(_history_dir(args))
+    statement = select(RecordRow).order_by(RecordRow.seq.desc())
+    if args.group:
+        statement = statement.where(RecordRow.comparison_key == args.group)
+    if args.limit is not None:
+        statement = statement.limit(args.limit)
+    try:
+        with engine.connect() as connection:
+            rows = list(reversed(connection.execute(statement).all()))
+    finally:
+        engine.dispose()
+    print(
+        "record        created_utc           revision    device / storage / backend         correctness performance group"
+    )
+    for row in rows:
+        revision = (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else "")
+        where = f"{row.device_name} / {row.storage_id} / {row.backend}"
+        print(
+            f"{row.sha256[:12]}  {row.created_utc:<20}  {revision:<11} {where:<34} "
+            f"{row.correctness:<11} {row.performance:<11} {row.comparison_key}"
+        )
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from harness.history.layout import HistoryLayout
+    from harness.history.lookup import load_report
+    from harness.history.store import check_history_marker
+
+    layout = HistoryLayout.at(_history_dir(args))
+    check_history_marker(layout, create=False)
+    from harness.history.lookup import resolve_record
+
+    path = resolve_record(layout, args.sha)
+    if args.raw:
+        sys.stdout.buffer.write(path.read_bytes())
+        return EXIT_OK
+    loaded = load_report(args.sha, history_dir=layout.root)
+    doc = loaded.doc
+    from harness.comparability import comparison_key
+
+    status = doc["status"]
+    provenance = doc["provenance"]
+    device = doc["environment"]["device"]
+    conditions = doc["conditions"]
+    print(f"record      {loaded.sha256}")
+    print(f"path        {path}")
+    print(f"created     {doc['created_utc']}")
+    print(
+        f"revision    {provenance['git_revision']}{' (dirty)' if provenance['git_dirty'] else ''}"
+    )
+    print(f"device      {device['name']} ({device['kind']}, uuid {device['uuid']})")
+    print(f"storage     {doc['environment']['storage']['storage_id']}")
+    print(
+        f"conditions  backend={conditions['backend']} representation={conditions['representation']} "
+        f"boundary={conditions['timing_boundary']} allocator={conditions['allocator_policy']}"
+    )
+    print(f"group       {comparison_key(doc)}")
+    print(
+        f"status      execution={status['execution']} correctness={status['correctness']} "
+        f"source={status['source_stability']} performance={status['performance']} exit={status['exit_code']}"
+    )
+    for failure in status["failures"]:
+        print(f"failure     {failure}")
+    if doc["baseline"]:
+        print(f"baseline    {doc['baseline']['sha256']} {doc['baseline']['path'] or ''}")
+    print()
+    print(
+        f"{'acquisition':<24} {'format':<6} {'cache':<7} {'kept/n':>7} {'median s':>10} {'p95 s':>10}"
+    )
+    for s in doc["summaries"]:
+        median = "-" if s["median"] is None else f"{s['median']:.4f}"
+        p95 = "-" if s["p95"] is None else f"{s['p95']:.4f}"
+        kept = f"{s['n_kept']}/{s['n']}"
+        print(
+            f"{s['acquisition']:<24} {s['format']:<6} {s['cache_state']:<7} {kept:>7} {median:>10} {p95:>10}"
+        )
+    return EXIT_OK
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from harness.history.verify import verify_history
+
+    result = verify_history(_history_dir(args))
+    for problem in result.problems:
+        print(problem, file=sys.stderr if problem.is_error else sys.stdout)
+    summary = f"{result.records} records checked: {len(result.errors)} errors, {len(result.warnings)} warnings"
+    print(summary)
+    return EXIT_OK if result.ok else EXIT_FAILURE
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    from harness.history.rebuild import rebuild_history
+
+    result = rebuild_history(_history_dir(args), plots=not args.no_plots)
+    for problem in result.problems:
+        print(problem, file=sys.stderr if problem.is_error else sys.stdout)
+    print(
+        f"indexed {result.indexed} records; {result.journal_recovered} journal entries recovered; "
+        f"{result.temps_removed} temporary files removed"
+    )
+    return EXIT_FAILURE if any(p.is_error for p in result.problems) else EXIT_OK

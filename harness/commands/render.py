@@ -1,0 +1,57 @@
+"""``harness render index``: render a history's index.json, timings.csv, README, HTML and plots."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.errors import EXIT_OK, UsageError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from harness.commands.history import add_history_dir_argument
+
+    parser = subparsers.add_parser("render", help="render views of an evidence history")
+    commands = parser.add_subparsers(dest="render_command", metavar="RENDER_COMMAND")
+    index = commands.add_parser(
+        "index",
+        help="render index.json, timings.csv, README.md, index.html and plots",
+        description="Render every view of the history from its index (pending plots are drawn).",
+    )
+    add_history_dir_argument(index)
+    index.add_argument("--out", metavar="DIR", help="render into DIR instead of the history folder")
+    index.add_argument(
+        "--all-plots", action="store_true", help="redraw every plot, not only pending ones"
+    )
+    index.add_argument("--no-plots", action="store_true", help="do not draw plots")
+    index.set_defaults(func=run)
+    parser.set_defaults(func=_missing_subcommand)
+
+
+def _missing_subcommand(args: argparse.Namespace) -> int:
+    raise UsageError("render needs a subcommand: index")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.commands.history import default_history_dir
+    from harness.history.index_db import open_index
+    from harness.history.layout import HistoryLayout
+    from harness.history.render import render_all
+    from harness.history.store import check_history_marker, history_lock
+
+    if args.all_plots and args.no_plots:
+        raise UsageError("--all-plots and --no-plots exclude each other")
+    layout = HistoryLayout.at(args.history_dir or default_history_dir())
+    if not layout.root.is_dir():
+        raise UsageError(f"{layout.root}: no such history folder")
+    out = Path(args.out).absolute() if args.out else None
+    plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
+    with history_lock(layout):
+        check_history_marker(layout, create=False)
+        engine = open_index(layout.index_db, create=False)
+        try:
+            render_all(layout, engine, out=out, plots=plots)
+        finally:
+            engine.dispose()
+    print(f"rendered {out or layout.root}")
+    return EXIT_OK
