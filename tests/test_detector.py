@@ -290,20 +290,33 @@ def _disk_pattern_data(center, radius, det=(48, 40), scan=(4, 5), seed=0, dtype=
 
 
 def reference_disk(pattern, validity):
-    """The documented algorithm, written independently with Python integers."""
-    values = [
-        [int(v) if ok else 0 for v, ok in zip(row, vrow)] for row, vrow in zip(pattern, validity)
-    ]
-    peak = max(max(row) for row in values)
-    radii = []
-    for tenths in range(2, 9):
-        area = sum(1 for row in values for v in row if 10 * v >= tenths * peak)
-        radii.append(math.sqrt(area / math.pi))
-    core = [[v if 10 * v >= 5 * peak else 0 for v in row] for row in values]
-    total = sum(sum(row) for row in core)
-    sum_r = sum(r * v for r, row in enumerate(core) for v in row)
-    sum_c = sum(c * v for row in core for c, v in enumerate(row))
-    return (float(Fraction(sum_r, total)), float(Fraction(sum_c, total))), math.fsum(radii) / 7
+    """The documented algorithm, written independently with Python integers and loops."""
+    values = {
+        (r, c): int(pattern[r, c])
+        for r in range(pattern.shape[0])
+        for c in range(pattern.shape[1])
+        if validity[r, c]
+    }
+    peak = max(values.values())
+    core = {p: v for p, v in values.items() if 2 * v >= peak}
+    total = sum(core.values())
+    center_r = float(Fraction(sum(r * v for (r, _), v in core.items()), total))
+    center_c = float(Fraction(sum(c * v for (_, c), v in core.items()), total))
+    rings = {}
+    for (r, c), v in values.items():
+        d = math.sqrt((r - center_r) * (r - center_r) + (c - center_c) * (c - center_c))
+        rings.setdefault(math.floor(d), []).append(v)
+    keys = sorted(rings)
+    profile = [float(Fraction(sum(rings[k]), len(rings[k]))) for k in keys]
+    drops = [profile[i] - profile[i + 1] for i in range(len(profile) - 1)]
+    allowed = [i for i in range(len(drops)) if drops[i] > 0 and 2 * profile[i] >= max(profile)]
+    best = max(allowed, key=lambda i: drops[i])  # the first of equal maxima
+    offset = 0.0
+    if 0 < best < len(drops) - 1:
+        a, b, c = drops[best - 1], drops[best], drops[best + 1]
+        if a - 2 * b + c < 0:
+            offset = min(0.5, max(-0.5, 0.5 * (a - c) / (a - 2 * b + c)))
+    return (center_r, center_c), keys[best + 1] + offset
 
 
 def test_bright_field_disk_found_and_exact():
@@ -528,3 +541,24 @@ def test_ring_boundaries_disk_inclusive_annulus_exclusive_inside():
     assert session.adf(3, 5, center=center).tolist() == [[0, 1, 0]]
     assert session.adf(0, 3, center=center).tolist() == [[1, 0, 0]]
     assert session.bf(5, center=center).tolist() == [[1, 1, 1]]
+
+
+def test_disk_centre_includes_pixels_at_exactly_half_maximum():
+    from quantem.detector.masks import estimate_disk
+
+    pattern = np.zeros((11, 11), dtype=np.uint64)
+    rows, cols = np.mgrid[:11, :11]
+    disk = (rows - 5) ** 2 + (cols - 5) ** 2 <= 4
+    pattern[disk] = 10
+    pattern[5, 8] = 5  # exactly half the maximum: inside the centre region
+    pattern[2, 5] = 4  # below half: outside
+    n = int(disk.sum())
+    expected_col = float(Fraction(10 * n * 5 + 5 * 8, 10 * n + 5))
+    estimate = estimate_disk(pattern)
+    assert estimate.center == (5.0, expected_col)
+    assert estimate_disk(pattern.astype(np.float32) / 3).center == pytest.approx(
+        estimate.center, rel=1e-12
+    )
+    invalid = np.ones((11, 11), dtype=bool)
+    invalid[5, 8] = False  # an invalid pixel never contributes
+    assert estimate_disk(pattern, invalid).center == (5.0, 5.0)

@@ -22,10 +22,12 @@ import numpy as np
 
 from quantem.errors import DetectorError
 
-#: Thresholds (in tenths of the mean pattern's maximum) over which the disk radius is
-#: averaged; the centre uses the half-maximum region (5 tenths).
-DISK_THRESHOLD_TENTHS = (2, 3, 4, 5, 6, 7, 8)
-DISK_CENTER_THRESHOLD_TENTHS = 5
+#: The centre is the intensity-weighted centroid of the pixels at or above this fraction
+#: (numerator, denominator) of the pattern's maximum: the half-maximum region.
+DISK_CENTER_THRESHOLD = (1, 2)
+
+#: Width, in pixels, of the rings of the radial profile in which the disk edge is sought.
+RADIAL_BIN_PIXELS = 1
 
 
 @dataclass(frozen=True)
@@ -150,80 +152,132 @@ def annulus_mask(
     return mask
 
 
-def _ratio_to_float(numerator: int, denominator: int) -> float:
-    return float(Fraction(numerator, denominator))
+def _clean_pattern(pattern: Any, validity: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The pattern as uint64 (integers) or float64 (floats) with invalid pixels at 0."""
+    pattern = to_host(pattern)
+    if pattern.ndim != 2:
+        raise DetectorError(f"the mean pattern must be 2D, got shape {pattern.shape}")
+    valid = (
+        np.ones(pattern.shape, dtype=bool)
+        if validity is None
+        else parse_validity(validity, pattern.shape).copy()
+    )
+    if pattern.dtype.kind in "ui":
+        if pattern.dtype.kind == "i" and pattern.size and pattern.min() < 0:
+            raise DetectorError("an integer mean pattern cannot hold negative sums")
+        values = pattern.astype(np.uint64, copy=True)
+    elif pattern.dtype.kind == "f":
+        values = pattern.astype(np.float64, copy=True)
+        valid &= np.isfinite(values)
+        values[~valid] = 0
+        values[values < 0] = 0
+    else:
+        raise DetectorError(f"the mean pattern must be numeric, got {pattern.dtype}")
+    values[~valid] = 0
+    return values, valid
 
 
-def estimate_disk(pattern: np.ndarray, validity: np.ndarray | None = None) -> DiskEstimate:
-    """Find the bright-field disk in a summed diffraction pattern, exactly and deterministically.
+def _exact_mean(total: Any, count: int) -> float:
+    if isinstance(total, int):
+        return float(Fraction(total, count))
+    return float(total) / count
 
-    Algorithm (``docs/detector.md``): invalid pixels are set to 0 and ``M`` is the
-    maximum of what remains. For each threshold ``t`` in :data:`DISK_THRESHOLD_TENTHS`
-    the region ``pattern >= t/10 * M`` is selected (for integer patterns with the exact
-    integer threshold ``ceil(t * M / 10)``) and its area ``A_t`` counted; the radius is
-    the mean of ``sqrt(A_t / pi)``. The centre is the intensity-weighted centroid of the
-    half-maximum region, computed from exact integer moments and rounded once.
+
+def estimate_disk(pattern: Any, validity: Any = None) -> DiskEstimate:
+    """Find the bright-field disk in a summed (or mean) diffraction pattern.
+
+    Deterministic, from exact integer sums for integer patterns (``docs/detector.md``):
+
+    1. Invalid pixels are 0. ``M`` is the maximum; the half-maximum region is
+       ``2 * value >= M`` (compared exactly in integers).
+    2. The centre is the intensity-weighted centroid of that region: exact integer first
+       moments divided once, correctly rounded to float64.
+    3. The radial profile around the centre is the mean of the valid pixels in each
+       ring ``k <= distance < k + 1`` (exact integer sums per ring).
+    4. The radius is the disk edge: the ring boundary with the steepest drop of the
+       profile, among rings at least half as bright as the brightest, refined to a
+       sub-pixel position by a parabola through the drops on either side.
+
+    The steepest-drop edge is insensitive to the dark-field background next to the disk
+    and to the noise of the single brightest pixel, which bias area-from-threshold
+    estimates. Pass ``center``/``radius`` explicitly for patterns without a disk.
 
     Parameters
     ----------
     pattern
-        2D sum (uint64, exact) or mean (float) of the frames.
+        2D sum (integer, exact) or mean (float) of the frames.
     validity
         Optional bool mask of valid pixels; the others never contribute.
     """
-    pattern = to_host(pattern)
-    if pattern.ndim != 2:
-        raise DetectorError(f"the mean pattern must be 2D, got shape {pattern.shape}")
-    is_integer = pattern.dtype.kind in "ui"
-    if is_integer:
-        values = pattern.astype(np.uint64, copy=True)
-    else:
-        values = pattern.astype(np.float64, copy=True)
-        values[~np.isfinite(values)] = 0
-    if validity is not None:
-        values[~parse_validity(validity, pattern.shape)] = 0
-    if is_integer:
-        peak = int(values.max()) if values.size else 0
-    else:
-        peak = float(values.max()) if values.size else 0.0
-        values[values < 0] = 0
+    values, valid = _clean_pattern(pattern, validity)
+    is_integer = values.dtype == np.uint64
+    peak = values.max() if values.size else 0
     if peak <= 0:
         raise DetectorError(
             "the mean diffraction pattern has no counts in valid pixels; "
             "cannot find the bright-field disk (pass center and radius explicitly)"
         )
 
-    def region(tenths: int) -> np.ndarray:
-        if is_integer:
-            return values >= -(-tenths * peak // 10)  # exact ceil(tenths * peak / 10)
-        return values * 10.0 >= tenths * peak
-
-    radii = [math.sqrt(int(np.count_nonzero(region(t))) / math.pi) for t in DISK_THRESHOLD_TENTHS]
-    radius = math.fsum(radii) / len(radii)
-
-    core = np.where(region(DISK_CENTER_THRESHOLD_TENTHS), values, values.dtype.type(0))
+    numerator, denominator = DISK_CENTER_THRESHOLD
     if is_integer:
-        # Row/column sums are exact in uint64; the weighted sums are taken in Python ints.
-        row_sums = core.sum(axis=1, dtype=np.uint64).tolist()
-        col_sums = core.sum(axis=0, dtype=np.uint64).tolist()
+        core = values >= -(-numerator * int(peak) // denominator)  # exact ceiling
+        weights = np.where(core, values, np.uint64(0))
+        row_sums = weights.sum(axis=1, dtype=np.uint64).tolist()
+        col_sums = weights.sum(axis=0, dtype=np.uint64).tolist()
         total = sum(row_sums)
         center = (
-            _ratio_to_float(sum(r * v for r, v in enumerate(row_sums)), total),
-            _ratio_to_float(sum(c * v for c, v in enumerate(col_sums)), total),
+            float(Fraction(sum(r * v for r, v in enumerate(row_sums)), total)),
+            float(Fraction(sum(c * v for c, v in enumerate(col_sums)), total)),
         )
     else:
-        row_sums = core.sum(axis=1)
-        col_sums = core.sum(axis=0)
+        core = values * denominator >= numerator * peak
+        weights = np.where(core, values, 0.0)
+        row_sums = weights.sum(axis=1)
+        col_sums = weights.sum(axis=0)
         total = math.fsum(row_sums.tolist())
         center = (
-            math.fsum((np.arange(len(row_sums)) * row_sums).tolist()) / total,
-            math.fsum((np.arange(len(col_sums)) * col_sums).tolist()) / total,
+            math.fsum((np.arange(row_sums.size) * row_sums).tolist()) / total,
+            math.fsum((np.arange(col_sums.size) * col_sums).tolist()) / total,
         )
+
+    ring = np.floor(np.sqrt(distance_squared(values.shape, center)) / RADIAL_BIN_PIXELS)
+    ring = ring.astype(np.int64)[valid]
+    n_rings = int(ring.max()) + 1
+    counts = np.bincount(ring, minlength=n_rings)
+    sums = np.zeros(n_rings, dtype=values.dtype)
+    np.add.at(sums, ring, values[valid])  # sequential, exact for uint64
+    present = np.flatnonzero(counts)
+    profile = np.array(
+        [
+            _exact_mean(int(sums[k]) if is_integer else float(sums[k]), int(counts[k]))
+            for k in present
+        ]
+    )
+    if profile.size < 2:
+        raise DetectorError("the detector is too small to find the bright-field disk edge")
+    drops = profile[:-1] - profile[1:]
+    bright = profile[:-1] * 2 >= profile.max()
+    candidates = np.where(bright & (drops > 0), drops, -np.inf)
+    j = int(np.argmax(candidates))
+    if not np.isfinite(candidates[j]):
+        raise DetectorError(
+            "the mean diffraction pattern has no falling edge; "
+            "cannot find the bright-field disk (pass center and radius explicitly)"
+        )
+    offset = 0.0
+    if 0 < j < drops.size - 1:
+        before, here, after = drops[j - 1], drops[j], drops[j + 1]
+        curvature = before - 2 * here + after
+        if curvature < 0:
+            offset = min(0.5, max(-0.5, 0.5 * (before - after) / curvature))
+    # Drop j lies on the boundary where ring present[j + 1] starts.
+    radius = (float(present[j + 1]) + offset) * RADIAL_BIN_PIXELS
     return DiskEstimate(center=center, radius=radius)
 
 
 __all__ = [
-    "DISK_THRESHOLD_TENTHS",
+    "DISK_CENTER_THRESHOLD",
+    "RADIAL_BIN_PIXELS",
     "DiskEstimate",
     "annulus_mask",
     "disk_mask",

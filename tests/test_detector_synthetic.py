@@ -1,0 +1,87 @@
+"""Detector products on synthetic ARINA data (quantem.io.synthetic), in memory and loaded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from quantem.acquisition import Acquisition
+from quantem.detector import prepare
+
+synthetic = pytest.importorskip("quantem.io.synthetic")
+
+SCAN, DETECTOR = (6, 9), (40, 34)
+
+
+def synthetic_acquisition(dtype: str, seed: int) -> tuple[Acquisition, object]:
+    model = synthetic.SyntheticModel(SCAN, DETECTOR, dtype, dose=20000.0, seed=seed)
+    frames = synthetic.make_frames(
+        0,
+        model.n_frames,
+        scan_shape=SCAN,
+        detector_shape=DETECTOR,
+        dtype=dtype,
+        seed=seed,
+        dose=20000.0,
+    )
+    data = frames.reshape(*SCAN, *DETECTOR)
+    validity = model.pixel_mask == 0
+    metadata = {"scan_shape": SCAN, "detector_shape": DETECTOR, "dtype": dtype}
+    return Acquisition(data, metadata, validity, "cpu"), model
+
+
+@pytest.mark.parametrize(("dtype", "seed"), [("uint8", 0), ("uint16", 1), ("uint32", 2)])
+def test_products_on_synthetic_frames(dtype, seed):
+    acq, model = synthetic_acquisition(dtype, seed)
+    validity = acq.validity
+    assert not validity.all()  # the model places dead pixels, which must not contribute
+    data = acq.data.astype(np.int64)  # independent reference: plain numpy in int64
+    session = prepare(acq)
+
+    np.testing.assert_array_equal(
+        session.mean_dp_exact(), np.where(validity, data.sum(axis=(0, 1)), 0).astype(np.uint64)
+    )
+    disk = session.bright_field_disk()
+    assert abs(disk.center[0] - model.bf_center[0]) < 0.25
+    assert abs(disk.center[1] - model.bf_center[1]) < 0.25
+    assert abs(disk.radius - model.bf_radius) < 0.3
+
+    rows, cols = np.mgrid[: DETECTOR[0], : DETECTOR[1]]
+    d2 = (rows - disk.center[0]) ** 2 + (cols - disk.center[1]) ** 2
+    bf_mask = (d2 <= disk.radius**2) & validity
+    adf_mask = (d2 > disk.radius**2) & validity
+    np.testing.assert_array_equal(session.bf(), (data * bf_mask).sum(axis=(2, 3)))
+    np.testing.assert_array_equal(session.adf(), (data * adf_mask).sum(axis=(2, 3)))
+
+    weights = data * validity
+    total = weights.sum(axis=(2, 3))
+    com = session.center_of_mass()
+    np.testing.assert_allclose(com.row, (weights * rows).sum(axis=(2, 3)) / total, rtol=1e-14)
+    np.testing.assert_allclose(com.col, (weights * cols).sum(axis=(2, 3)) / total, rtol=1e-14)
+    # The sample shifts the disk: the centre of mass must vary across the scan.
+    assert np.ptp(com.row) > 0.05 and np.ptp(com.col) > 0.05
+
+
+def test_products_through_io_load(tmp_path):
+    pytest.importorskip("quantem.io.arina")
+    from quantem.io import load
+
+    master = synthetic.write_synthetic_arina(
+        tmp_path,
+        scan_shape=SCAN,
+        detector_shape=DETECTOR,
+        dtype="uint16",
+        seed=1,
+        dose=20000.0,
+        frames_per_shard=20,
+        processes=1,
+        progress=False,
+    )
+    expected, _ = synthetic_acquisition("uint16", 1)
+    with load(master) as acq:
+        session = prepare(acq)
+        reference = prepare(expected)
+        np.testing.assert_array_equal(acq.validity, expected.validity)
+        np.testing.assert_array_equal(session.mean_dp_exact(), reference.mean_dp_exact())
+        np.testing.assert_array_equal(session.bf(), reference.bf())
+        np.testing.assert_array_equal(session.center_of_mass().row, reference.center_of_mass().row)
