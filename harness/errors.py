@@ -44,3 +44,7 @@ class IncomparableError(HarnessError):
     """Baseline and candidate cannot be compared."""
 
     exit_code = EXIT_REVIEW
+
+
+class NativeError(HarnessError):
+    """The native reader (native/, qem-native-load) cannot be built, found or run."""

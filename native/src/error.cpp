@@ -3,9 +3,9 @@
 namespace qemnative {
 
 std::string describe_location(const std::string& section, std::int64_t block) {
-  std::string out = "section '" + section + "'";
-  if (block != kNoBlock) out += ", block " + std::to_string(block);
-  return out;
+  std::string out = section;
+  if (block != kNoBlock) out += (out.empty() ? "" : ", ") + std::string("block ") + std::to_string(block);
+  return out.empty() ? std::string("file") : out;
 }
 
 FormatError::FormatError(std::string section, const std::string& detail, std::int64_t block)

@@ -33,12 +33,12 @@ TEST_GROUP(file) {
   CHECK_EQ(r.remaining(), 8u);
   CHECK_THROWS(r.u64() + r.u8(), FormatError);
   try {
-    ByteReader t(raw, 3, "block index", 7, 100);
+    ByteReader t(raw, 3, "section BLOCK_INDEX", 7, 100);
     t.u32();
     CHECK(false);
   } catch (const FormatError& e) {
     std::string msg = e.what();
-    CHECK(msg.find("section 'block index'") != std::string::npos);
+    CHECK(msg.find("section BLOCK_INDEX, block 7: ") == 0);
     CHECK(msg.find("block 7") != std::string::npos);
     CHECK(msg.find("offset 100") != std::string::npos);
     CHECK_EQ(e.block(), 7);

@@ -39,13 +39,20 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The load needs more memory than this machine has (refused before allocating).
+class ResourceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The command line is wrong.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// "section 'X', block N: detail" (the block part only when one applies).
+// Where in the file an error is, in the words of docs/qem-format.md section 14:
+// "header", "footer", "section MODEL", "block 17", or "section BLOCK_INDEX, block 3".
 std::string describe_location(const std::string& section, std::int64_t block);
 
 }  // namespace qemnative

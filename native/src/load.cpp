@@ -1,0 +1,172 @@
+#include "qemnative/load.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+
+#include "qemnative/error.hpp"
+#include "qemnative/file.hpp"
+#include "qemnative/hashing.hpp"
+#include "qemnative/parallel.hpp"
+#include "qemnative/proc_stats.hpp"
+#include "qemnative/qem_decode.hpp"
+
+namespace qemnative {
+
+namespace {
+
+constexpr std::uint64_t kReadChunk = std::uint64_t{8} << 20;
+
+std::uint64_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
+Json io_json(const std::map<std::string, std::uint64_t>& io) {
+  if (io.empty()) return Json(nullptr);
+  Json::Object obj;
+  for (const auto& [k, v] : io) obj[k] = Json(v);
+  return Json(std::move(obj));
+}
+
+std::unique_ptr<std::uint8_t[]> allocate(std::uint64_t bytes, const std::string& what) {
+  try {
+    // Uninitialised on purpose: every byte is written by the stage that fills it,
+    // in parallel, so the pages are first touched by the threads that use them.
+    return std::unique_ptr<std::uint8_t[]>(new std::uint8_t[std::max<std::uint64_t>(bytes, 1)]);
+  } catch (const std::bad_alloc&) {
+    throw ResourceError("cannot allocate " + std::to_string(bytes) + " bytes for " + what);
+  }
+}
+
+}  // namespace
+
+void verify_all(const QemLayout& layout, const std::uint8_t* payload, unsigned threads) {
+  parallel_for(threads, layout.blocks.size(), [&](std::size_t b) {
+    const BlockEntry& e = layout.blocks[b];
+    verify_block(layout, static_cast<std::uint32_t>(b), payload + (e.offset - layout.payload_offset));
+  });
+}
+
+void decode_all(const QemLayout& layout, const std::uint8_t* payload, std::uint8_t* out,
+                unsigned threads) {
+  const std::uint64_t frame_bytes = layout.frame_bytes();
+  parallel_for(threads, layout.blocks.size(), [&](std::size_t b) {
+    thread_local DecodeScratch scratch;
+    const BlockEntry& e = layout.blocks[b];
+    decode_block(layout, static_cast<std::uint32_t>(b), payload + (e.offset - layout.payload_offset),
+                 out + e.frame_start * frame_bytes, scratch);
+  });
+}
+
+LoadResult run_load(const LoadRequest& req) {
+  LoadResult result;
+  const unsigned threads = req.threads ? req.threads : default_thread_count();
+  Json::Object stages;
+
+  // Stage open: header to block checksums, section 14 steps 1-10.
+  double t = monotonic_seconds();
+  File file(req.path);
+  result.layout = parse_qem_layout(file);
+  const QemLayout& layout = result.layout;
+  const Header& h = layout.header;
+  std::vector<std::uint64_t> sample = resolve_frames(req.sample_frames, h.n_frames);
+  const std::uint64_t decoded = layout.decoded_bytes();
+  const std::uint64_t staged = req.io == IoMode::Pread ? layout.payload_length : 0;
+  const std::uint64_t memory = physical_memory_bytes();
+  if (memory && decoded + staged > memory) {
+    throw ResourceError("decoding " + req.path + " needs " + std::to_string(decoded + staged) +
+                        " bytes of memory, this machine has " + std::to_string(memory));
+  }
+  double now = monotonic_seconds();
+  stages["open"] = Json(now - t);
+
+  // Stage read: the payload into memory (pread) or mapped (mmap).
+  t = now;
+  std::unique_ptr<std::uint8_t[]> staged_payload;
+  std::unique_ptr<Mapping> mapping;
+  const std::uint8_t* payload = nullptr;
+  if (req.io == IoMode::Pread) {
+    staged_payload = allocate(layout.payload_length, "the payload");
+    const std::uint64_t chunks = (layout.payload_length + kReadChunk - 1) / kReadChunk;
+    parallel_for(threads, static_cast<std::size_t>(chunks), [&](std::size_t c) {
+      std::uint64_t off = c * kReadChunk;
+      std::uint64_t len = std::min(kReadChunk, layout.payload_length - off);
+      file.read_exact(layout.payload_offset + off, static_cast<std::size_t>(len),
+                      staged_payload.get() + off);
+    });
+    payload = staged_payload.get();
+  } else {
+    mapping = std::make_unique<Mapping>(file);
+    payload = mapping->data() + layout.payload_offset;
+  }
+  now = monotonic_seconds();
+  stages["read"] = Json(now - t);
+
+  // Stage verify: every block's checksum and trailing padding.
+  t = now;
+  if (req.verify) verify_all(layout, payload, threads);
+  now = monotonic_seconds();
+  stages["verify"] = Json(now - t);
+
+  // Stage decode: every block, in parallel, into one array.
+  t = now;
+  result.data = allocate(decoded, "the decoded array");
+  result.data_bytes = decoded;
+  decode_all(layout, payload, result.data.get(), threads);
+  now = monotonic_seconds();
+  stages["decode"] = Json(now - t);
+  staged_payload.reset();
+  mapping.reset();
+
+  // Stage hash: the sample frames as little-endian uint32.
+  t = now;
+  Json::Array frames_json, hashes_json;
+  for (std::uint64_t f : sample) {
+    frames_json.emplace_back(f);
+    hashes_json.emplace_back(sha256_u32le(result.data.get() + f * layout.frame_bytes(),
+                                          static_cast<std::size_t>(layout.frame_pixels()),
+                                          h.stored_itemsize));
+  }
+  now = monotonic_seconds();
+  stages["hash"] = Json(now - t);
+  stages["total"] = Json(now - req.start_seconds);
+
+  if (req.dump_path) write_file_atomic(*req.dump_path, result.data.get(), decoded);
+
+  std::uint64_t counts[3] = {0, 0, 0};
+  for (const auto& e : layout.blocks) ++counts[static_cast<unsigned>(e.mode)];
+  Json doc;
+  doc["program"] = Json("qem-native-load");
+  doc["program_version"] = Json(QEM_NATIVE_VERSION);
+  doc["path"] = Json(req.path);
+  doc["file_bytes"] = Json(file.size());
+  doc["format_version"] = Json(std::to_string(h.version_major) + "." +
+                               std::to_string(h.version_minor));
+  doc["shape"] = Json(Json::Array{Json(h.scan_r), Json(h.scan_c), Json(h.det_r), Json(h.det_c)});
+  doc["n_frames"] = Json(h.n_frames);
+  doc["dtype"] = Json(dtype_name(h.stored_itemsize));
+  doc["source_dtype"] = Json(dtype_name(h.source_itemsize));
+  doc["n_blocks"] = Json(h.n_blocks);
+  doc["block_frames"] = Json(h.block_frames);
+  doc["block_modes"] = Json(Json::Object{{"zero", Json(counts[0])}, {"raw", Json(counts[1])},
+                                         {"rans", Json(counts[2])}});
+  doc["payload_bytes"] = Json(layout.payload_length);
+  doc["n_masked_pixels"] = Json(layout.n_masked);
+  doc["threads"] = Json(threads);
+  doc["io_mode"] = Json(req.io == IoMode::Pread ? "pread" : "mmap");
+  doc["verified"] = Json(req.verify);
+  doc["stages"] = Json(std::move(stages));
+  doc["decoded_bytes"] = Json(decoded);
+  doc["resident_bytes"] = Json(decoded);
+  doc["sample_frames"] = Json(std::move(frames_json));
+  doc["sample_hashes_u32_le"] = Json(std::move(hashes_json));
+  doc["io_before"] = io_json(req.io_before);
+  result.report = std::move(doc);
+  return result;
+}
+
+}  // namespace qemnative
