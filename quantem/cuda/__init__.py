@@ -1,0 +1,24 @@
+"""The CUDA backend: GPU decoding of ARINA HDF5 and ``.qem`` data, exact GPU products.
+
+Importing ``quantem`` never imports CuPy; this package imports it only inside the
+functions that need a device. Public entry points are reached through
+``quantem.io.load(path, backend="cuda", ...)``, ``quantem.detector.prepare`` on cuda
+acquisitions, and :func:`to_torch` for a zero-copy hand-over to PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["to_torch"]
+
+
+def to_torch(obj: Any) -> Any:
+    """Hand a CuPy array (or a cuda Acquisition's dense data) to PyTorch without a copy.
+
+    Uses DLPack, so the tensor shares the device memory; keep the acquisition open while
+    the tensor is in use.
+    """
+    from quantem.cuda.dlpack import to_torch as _to_torch
+
+    return _to_torch(obj)

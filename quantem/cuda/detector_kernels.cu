@@ -1,0 +1,88 @@
+// Exact detector reductions over a stack of frames (n_frames, FRAME_ELEMS), integer data,
+// accumulated in unsigned 64-bit integers so the results are exact for any valid input.
+//
+// Constants injected as #defines by quantem/cuda/module_loader.py:
+//   ELEM_T         element type (unsigned char, unsigned short, unsigned int)
+//   FRAME_ELEMS    pixels per frame
+//   DET_C          detector columns (pixel index p is at row p / DET_C, column p % DET_C)
+//   WARPS_PER_CTA  warps per thread block of the per-frame kernels
+//
+// masked_sum and moments read only the pixels of the mask (a sorted list of flat pixel
+// indices): one warp per frame, adjacent lanes on adjacent pixels so reads of a mask row
+// coalesce; a disk of radius 20 on 192 x 192 frames reads ~5 KB of a 72 KB frame.
+
+typedef unsigned long long u64;
+typedef long long i64;
+
+__device__ __forceinline__ u64 warp_sum(u64 v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+    return v;
+}
+
+extern "C" __global__ void masked_sum(const ELEM_T* __restrict__ data, i64 n_frames,
+                                      const int* __restrict__ pixels, int n_pixels,
+                                      u64* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const i64 frame = (i64)blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5);
+    if (frame >= n_frames) return;
+    const ELEM_T* f = data + frame * (i64)FRAME_ELEMS;
+    u64 a0 = 0, a1 = 0;
+    int i = lane;
+    for (; i + 32 < n_pixels; i += 64) {
+        a0 += f[pixels[i]];
+        a1 += f[pixels[i + 32]];
+    }
+    if (i < n_pixels) a0 += f[pixels[i]];
+    const u64 total = warp_sum(a0 + a1);
+    if (lane == 0) out[frame] = total;
+}
+
+extern "C" __global__ void moments(const ELEM_T* __restrict__ data, i64 n_frames,
+                                   const int* __restrict__ pixels, int n_pixels,
+                                   u64* __restrict__ total_out, u64* __restrict__ row_out,
+                                   u64* __restrict__ col_out) {
+    const int lane = threadIdx.x & 31;
+    const i64 frame = (i64)blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5);
+    if (frame >= n_frames) return;
+    const ELEM_T* f = data + frame * (i64)FRAME_ELEMS;
+    u64 t = 0, r = 0, c = 0;
+    for (int i = lane; i < n_pixels; i += 32) {
+        const int p = pixels[i];
+        const u64 v = f[p];
+        t += v;
+        r += v * (u64)(p / DET_C);
+        c += v * (u64)(p % DET_C);
+    }
+    t = warp_sum(t);
+    r = warp_sum(r);
+    c = warp_sum(c);
+    if (lane == 0) {
+        total_out[frame] = t;
+        row_out[frame] = r;
+        col_out[frame] = c;
+    }
+}
+
+// Sum over frames per pixel: thread = pixel, blockIdx.y = a group of frames; each thread
+// sums its group then adds into the uint64 output (exact, order-independent).
+extern "C" __global__ void sum_frames(const ELEM_T* __restrict__ data, i64 n_frames,
+                                      i64 frames_per_group, u64* __restrict__ out) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= FRAME_ELEMS) return;
+    const i64 f0 = (i64)blockIdx.y * frames_per_group;
+    i64 f1 = f0 + frames_per_group;
+    if (f1 > n_frames) f1 = n_frames;
+    u64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    const ELEM_T* d = data + f0 * (i64)FRAME_ELEMS + p;
+    i64 f = f0;
+    for (; f + 3 < f1; f += 4, d += 4 * (i64)FRAME_ELEMS) {
+        a0 += d[0];
+        a1 += d[(i64)FRAME_ELEMS];
+        a2 += d[2 * (i64)FRAME_ELEMS];
+        a3 += d[3 * (i64)FRAME_ELEMS];
+    }
+    for (; f < f1; ++f, d += FRAME_ELEMS) a0 += d[0];
+    const u64 total = a0 + a1 + a2 + a3;
+    if (total) atomicAdd(out + p, total);
+}

@@ -1,0 +1,290 @@
+// GPU decoder for the HDF5 bitshuffle-LZ4 filter's chunks (one chunk = one detector frame).
+//
+// Chunk layout (bitshuffle HDF5 filter, id 32008, with LZ4):
+//   bytes 0..7   big-endian u64: uncompressed bytes of the chunk (must be the frame's size)
+//   bytes 8..11  big-endian u32: block size in BYTES (a multiple of 8 * ELEM_SIZE)
+//   then, for every block: big-endian u32 compressed length, then one LZ4 raw block whose
+//   decoded content is the bit-transposed block (8 * ELEM_SIZE rows of N/8 bytes, row b
+//   holding bit b of every element, element i at bit i % 8 of byte i / 8);
+//   the last block covers the frame's leftover elements rounded down to a multiple of 8;
+//   the final (leftover % 8) elements follow raw, uncompressed.
+//
+// Two kernels per batch of chunks:
+//   walk_chunks:   one thread per chunk: validates the header, walks the block-length chain
+//                  (every length and offset checked against the chunk's end before anything
+//                  reads it), records each block's source offset and length, copies the raw
+//                  tail, and records an error code per chunk.
+//   decode_blocks: one warp per block: stages the compressed block in shared memory,
+//                  decodes LZ4 into shared memory (all lanes parse the sequence headers in
+//                  lock step, lanes copy literals and matches together), validates every
+//                  literal run, match offset and length, then undoes the bit transpose from
+//                  shared memory into the output with 8 * ELEM_SIZE byte stores per lane.
+//
+// Constants injected as #defines by quantem/cuda/module_loader.py:
+//   ELEM_SIZE      1, 2 or 4
+//   FRAME_ELEMS    elements per frame (det_r * det_c)
+//   BLOCK_BYTES    the chunks' block size in bytes
+//   CBOUND         compressed staging bytes per warp (LZ4 bound of BLOCK_BYTES, 16-aligned)
+//   WARPS_PER_CTA  warps per thread block of decode_blocks
+//   VECTOR_STORES  1 when every group of 8 elements in the output is 8*ELEM_SIZE aligned
+//   STAGE_COMPRESSED 1: copy each compressed block to shared memory before parsing it
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define BLOCK_ELEMS (BLOCK_BYTES / ELEM_SIZE)
+#define FULL_BLOCKS (FRAME_ELEMS / BLOCK_ELEMS)
+#define LEFTOVER_ELEMS (FRAME_ELEMS % BLOCK_ELEMS)
+#define LAST_ELEMS (LEFTOVER_ELEMS - LEFTOVER_ELEMS % 8)
+#define TAIL_BYTES ((LEFTOVER_ELEMS % 8) * ELEM_SIZE)
+#define BLOCKS_PER_FRAME (FULL_BLOCKS + (LAST_ELEMS > 0 ? 1 : 0))
+#define FRAME_BYTES ((i64)FRAME_ELEMS * ELEM_SIZE)
+#define HEADER_BYTES 12
+
+// Error codes; mirrored by quantem/cuda/lz4_bitshuffle.py (CHUNK_ERRORS).
+#define ERR_CHUNK_TOO_SHORT 1
+#define ERR_HEADER_SIZE 2
+#define ERR_HEADER_BLOCK_SIZE 3
+#define ERR_BLOCK_LENGTH 4
+#define ERR_CHUNK_LENGTH 5
+#define ERR_LZ4_LITERAL 6
+#define ERR_LZ4_OFFSET 7
+#define ERR_LZ4_MATCH 8
+#define ERR_LZ4_OUTPUT_SIZE 9
+#define ERR_LZ4_TRUNCATED 10
+
+#ifndef DECLARE_DYNAMIC_SHARED
+#define DECLARE_DYNAMIC_SHARED(name) extern __shared__ __align__(16) u8 name[]
+#endif
+#ifndef SYNC_LANES
+#define SYNC_LANES() __syncwarp()
+#endif
+
+__device__ __forceinline__ u32 load_be32(const u8* p) {
+    return ((u32)p[0] << 24) | ((u32)p[1] << 16) | ((u32)p[2] << 8) | (u32)p[3];
+}
+
+__device__ __forceinline__ u64 load_be64(const u8* p) {
+    return ((u64)load_be32(p) << 32) | (u64)load_be32(p + 4);
+}
+
+__device__ __forceinline__ void record_error(int* errors, i64 frame, int code) {
+    // First error wins; later ones for the same chunk are consequences of it.
+    atomicCAS(errors + frame, 0, code);
+}
+
+extern "C" __global__ void walk_chunks(const u8* __restrict__ buf,
+                                       const i64* __restrict__ chunk_offsets,  // n_frames + 1
+                                       i64 n_frames,
+                                       i64* __restrict__ block_src,            // n_frames * BPF
+                                       u32* __restrict__ block_len,            // n_frames * BPF
+                                       u8* __restrict__ out,                   // frame 0 of batch
+                                       int* __restrict__ errors) {
+    i64 frame = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (frame >= n_frames) return;
+    const i64 start = chunk_offsets[frame];
+    const i64 end = chunk_offsets[frame + 1];
+    i64* src = block_src + frame * BLOCKS_PER_FRAME;
+    u32* len = block_len + frame * BLOCKS_PER_FRAME;
+    for (int k = 0; k < BLOCKS_PER_FRAME; ++k) len[k] = 0;
+    if (end < start || end - start < HEADER_BYTES) {
+        record_error(errors, frame, ERR_CHUNK_TOO_SHORT);
+        return;
+    }
+    if (load_be64(buf + start) != (u64)FRAME_BYTES) {
+        record_error(errors, frame, ERR_HEADER_SIZE);
+        return;
+    }
+    if (load_be32(buf + start + 8) != (u32)BLOCK_BYTES) {
+        record_error(errors, frame, ERR_HEADER_BLOCK_SIZE);
+        return;
+    }
+    i64 pos = start + HEADER_BYTES;
+    for (int k = 0; k < BLOCKS_PER_FRAME; ++k) {
+        if (end - pos < 4) {
+            record_error(errors, frame, ERR_BLOCK_LENGTH);
+            return;
+        }
+        const u32 clen = load_be32(buf + pos);
+        pos += 4;
+        if (clen == 0 || clen > (u32)CBOUND || (i64)clen > end - pos) {
+            record_error(errors, frame, ERR_BLOCK_LENGTH);
+            return;
+        }
+        src[k] = pos;
+        len[k] = clen;
+        pos += clen;
+    }
+    if (end - pos != TAIL_BYTES) {
+        for (int k = 0; k < BLOCKS_PER_FRAME; ++k) len[k] = 0;
+        record_error(errors, frame, ERR_CHUNK_LENGTH);
+        return;
+    }
+    u8* dst = out + frame * FRAME_BYTES + (FRAME_BYTES - TAIL_BYTES);
+    for (int i = 0; i < TAIL_BYTES; ++i) dst[i] = buf[pos + i];
+}
+
+__device__ __forceinline__ u64 transpose_bits_8x8(u64 x) {
+    // Bit (8 * r + c) moves to bit (8 * c + r): rows become columns.
+    u64 t;
+    t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAULL;
+    x = x ^ t ^ (t << 7);
+    t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCULL;
+    x = x ^ t ^ (t << 14);
+    t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ULL;
+    x = x ^ t ^ (t << 28);
+    return x;
+}
+
+// Decode one LZ4 raw block from `in` (shared) into `out` (shared); returns 0 or an error code.
+// Every lane runs the same control flow (the headers are read by all lanes), so the loop exits
+// together; lanes split the byte copies.
+__device__ int lz4_decode_block(const u8* in, int in_len, u8* out, int out_len, int lane,
+                                int lanes) {
+    int ip = 0;
+    int op = 0;
+    while (true) {
+        if (ip >= in_len) return ERR_LZ4_TRUNCATED;
+        const int token = in[ip++];
+        int lit = token >> 4;
+        if (lit == 15) {
+            int b;
+            do {
+                if (ip >= in_len) return ERR_LZ4_TRUNCATED;
+                b = in[ip++];
+                lit += b;
+            } while (b == 255);
+        }
+        if (lit > in_len - ip || lit > out_len - op) return ERR_LZ4_LITERAL;
+        for (int i = lane; i < lit; i += lanes) out[op + i] = in[ip + i];
+        ip += lit;
+        op += lit;
+        if (ip == in_len) break;  // the last sequence carries literals only
+        if (in_len - ip < 2) return ERR_LZ4_TRUNCATED;
+        const int offset = in[ip] | (in[ip + 1] << 8);
+        ip += 2;
+        if (offset == 0 || offset > op) return ERR_LZ4_OFFSET;
+        int mlen = token & 15;
+        if (mlen == 15) {
+            int b;
+            do {
+                if (ip >= in_len) return ERR_LZ4_TRUNCATED;
+                b = in[ip++];
+                mlen += b;
+            } while (b == 255);
+        }
+        mlen += 4;
+        if (mlen > out_len - op) return ERR_LZ4_MATCH;
+        SYNC_LANES();  // literals and earlier matches visible to every lane
+        const int base = op - offset;
+        if (offset >= mlen) {
+            for (int i = lane; i < mlen; i += lanes) out[op + i] = out[base + i];
+        } else {
+            // Overlapping match: the output repeats with period `offset`, so byte i is a copy
+            // of byte (i % offset) of the window, all of which precede op.
+            for (int i = lane; i < mlen; i += lanes) out[op + i] = out[base + i % offset];
+        }
+        op += mlen;
+    }
+    if (op != out_len) return ERR_LZ4_OUTPUT_SIZE;
+    return 0;
+}
+
+extern "C" __global__ void decode_blocks(const u8* __restrict__ buf,
+                                         i64 n_frames,
+                                         const i64* __restrict__ block_src,
+                                         const u32* __restrict__ block_len,
+                                         u8* __restrict__ out,
+                                         int* __restrict__ errors) {
+    DECLARE_DYNAMIC_SHARED(smem);
+    const int lanes = blockDim.x < 32 ? blockDim.x : 32;
+    const int lane = threadIdx.x % lanes;
+    const int warp = threadIdx.x / lanes;
+#if STAGE_COMPRESSED
+    u8* decoded = smem + warp * (BLOCK_BYTES + CBOUND);
+    u8* staged = decoded + BLOCK_BYTES;
+#else
+    u8* decoded = smem + warp * BLOCK_BYTES;
+#endif
+    const i64 item = (i64)blockIdx.x * (blockDim.x / lanes) + warp;
+    if (item >= n_frames * BLOCKS_PER_FRAME) return;
+#if BLOCKS_PER_FRAME > 0  // frames of fewer than 8 elements are all raw tail
+    const i64 frame = item / BLOCKS_PER_FRAME;
+    const int k = (int)(item % BLOCKS_PER_FRAME);
+#else
+    const i64 frame = 0;
+    const int k = 0;
+#endif
+    const int clen = (int)block_len[item];
+    if (clen == 0) return;  // walk_chunks rejected this chunk
+    const int n_elems = k < FULL_BLOCKS ? BLOCK_ELEMS : LAST_ELEMS;
+    const int n_bytes = n_elems * ELEM_SIZE;
+
+    const u8* src = buf + block_src[item];
+#if STAGE_COMPRESSED
+    for (int i = lane; i < clen; i += lanes) staged[i] = src[i];
+    SYNC_LANES();
+#else
+    const u8* staged = src;
+#endif
+    const int status = lz4_decode_block(staged, clen, decoded, n_bytes, lane, lanes);
+    if (status != 0) {
+        if (lane == 0) record_error(errors, frame, status);
+        return;
+    }
+    SYNC_LANES();
+
+    // Undo the bit transpose: lane handles groups of 8 elements; for each byte plane p the 8
+    // row bytes at column g form an 8x8 bit matrix whose transpose is byte p of the 8 elements.
+    const int groups = n_elems / 8;
+    u8* dst_block = out + frame * FRAME_BYTES + (i64)k * BLOCK_BYTES;
+    for (int g = lane; g < groups; g += lanes) {
+        u64 planes[ELEM_SIZE];
+#pragma unroll
+        for (int p = 0; p < ELEM_SIZE; ++p) {
+            u64 x = 0;
+#pragma unroll
+            for (int r = 0; r < 8; ++r) x |= (u64)decoded[(8 * p + r) * groups + g] << (8 * r);
+            planes[p] = transpose_bits_8x8(x);
+        }
+        u8* dst = dst_block + (i64)g * 8 * ELEM_SIZE;
+#if ELEM_SIZE == 1
+#if VECTOR_STORES
+        *reinterpret_cast<u64*>(dst) = planes[0];
+#else
+        for (int e = 0; e < 8; ++e) dst[e] = (u8)(planes[0] >> (8 * e));
+#endif
+#else
+        u32 words[2 * ELEM_SIZE];
+#pragma unroll
+        for (int w = 0; w < 2 * ELEM_SIZE; ++w) {
+            // Word w holds bytes 4w..4w+3 of the 8 * ELEM_SIZE output bytes.
+            u32 word = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int byte = 4 * w + j;
+                const int e = byte / ELEM_SIZE;
+                const int p = byte % ELEM_SIZE;
+                word |= (u32)((planes[p] >> (8 * e)) & 0xFF) << (8 * j);
+            }
+            words[w] = word;
+        }
+#if VECTOR_STORES
+#pragma unroll
+        for (int v = 0; v < ELEM_SIZE / 2; ++v) {
+            uint4 q;
+            q.x = words[4 * v];
+            q.y = words[4 * v + 1];
+            q.z = words[4 * v + 2];
+            q.w = words[4 * v + 3];
+            reinterpret_cast<uint4*>(dst)[v] = q;
+        }
+#else
+        for (int w = 0; w < 2 * ELEM_SIZE; ++w)
+            for (int j = 0; j < 4; ++j) dst[4 * w + j] = (u8)(words[w] >> (8 * j));
+#endif
+#endif
+    }
+}

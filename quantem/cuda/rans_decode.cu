@@ -1,0 +1,370 @@
+// GPU decoder for .qem payload blocks (docs/qem-format.md §10-§12): one warp per block.
+//
+// The 32 lanes hold the block's 32 rANS lane states. Phase A decodes the 8-bit nonzero
+// masks of every pixel group (symbol a on lane a % 32) into a per-warp scratch area in
+// global memory; phase B walks the groups of each frame 32 at a time (lane = group): an
+// exclusive prefix sum of the masks' popcounts numbers the chunk's nonzero pixels, the
+// value symbols are decoded 32 per round (symbol v on lane v % 32, so the rounds rotate
+// with the running symbol count), staged in shared memory and gathered back by the lanes
+// that own the groups, which then write 8 pixels each (or, in the fused reduction, add the
+// masked pixels to per-frame sums). Word reads follow the symbol order exactly: in each
+// round the lanes that renormalise take consecutive words in symbol order (ballot, rotate,
+// popcount). Every check of §12 is made; the first failure sets the block's status.
+//
+// Decode tables (shared by every block; one copy per thread block in shared memory):
+//   sym[c][slot]   u8,  slot -> symbol
+//   fc[c][s]       u32, freq | cum << 16
+//
+// Dynamic shared memory per thread block: N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * 1280.
+//
+// Constants injected as #defines by quantem/cuda/module_loader.py:
+//   ELEM_SIZE      stored itemsize, 1, 2 or 4
+//   FRAME_PIXELS   P = det_r * det_c
+//   N_GROUPS       G = ceil(P / 8)
+//   DET_C          detector columns
+//   N_CONTEXTS     C = 2 * n_classes
+//   WARPS_PER_CTA  warps per thread block
+//   REDUCE         0: write dense frames; 1: fused masked moments per frame
+//   VECTOR_STORES  1 when each group's 8 output pixels are 8 * ELEM_SIZE aligned
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#if ELEM_SIZE == 1
+typedef unsigned char elem_t;
+#elif ELEM_SIZE == 2
+typedef unsigned short elem_t;
+#else
+typedef unsigned int elem_t;
+#endif
+
+#define LANES 32
+#define LANE_STATES_BYTES 128
+#define PROB_BITS 12
+#define PROB_MASK 4095u
+#define RANS_L 65536u
+#define ESCAPE_SYMBOL 255
+#define ESCAPE_MIN_VALUE 256
+#define TAIL_BITS (FRAME_PIXELS % 8)
+
+#define MODE_ZERO 0
+#define MODE_RAW 1
+#define MODE_RANS 2
+
+// Status codes: the same numbers as quantem/io/qem/rans.py.
+#define ERR_STATE_RANGE 1
+#define ERR_WORDS_EXHAUSTED 2
+#define ERR_MASK_PADDING 3
+#define ERR_NONZERO_COUNT 4
+#define ERR_ESCAPES_EXHAUSTED 5
+#define ERR_ESCAPE_VALUE 6
+#define ERR_UNUSED_ESCAPES 7
+#define ERR_UNUSED_WORDS 8
+#define ERR_FINAL_STATE 9
+#define ERR_PADDING 10
+#define ERR_MODE 11
+
+#define FULL 0xffffffffu
+
+struct BlockTable {
+    const i64* offset;     // byte offset of the block in the payload buffer
+    const u32* mode;
+    const u32* n_frames;
+    const u32* n_words;
+    const u32* n_nonzero;
+    const u32* n_escapes;
+    const i64* out_frame;  // frame index of the block's first frame in the output
+};
+
+__device__ __forceinline__ u32 rotate_right(u32 x, u32 r) {
+    return __funnelshift_r(x, x, r);
+}
+
+__device__ __forceinline__ u64 warp_sum64(u64 v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL, v, d);
+    return v;
+}
+
+// Per-frame accumulation of the fused reduction (lane partials, reduced per frame).
+struct Moments {
+    u64 total, rows, cols;
+};
+
+__device__ __forceinline__ void add_pixel(Moments& acc, u32 value, int pixel) {
+    acc.total += value;
+    acc.rows += (u64)value * (u64)(pixel / DET_C);
+    acc.cols += (u64)value * (u64)(pixel % DET_C);
+}
+
+__device__ __forceinline__ void flush_frame(Moments& acc, int lane, i64 frame, u64* total_out,
+                                            u64* row_out, u64* col_out) {
+    const u64 t = warp_sum64(acc.total);
+    const u64 r = warp_sum64(acc.rows);
+    const u64 c = warp_sum64(acc.cols);
+    if (lane == 0) {
+        total_out[frame] = t;
+        row_out[frame] = r;
+        col_out[frame] = c;
+    }
+    acc.total = acc.rows = acc.cols = 0;
+}
+
+__device__ __forceinline__ void store_group(elem_t* row, int group, const u32 (&px)[8]) {
+    elem_t* dst = row + 8 * group;
+#if VECTOR_STORES && ELEM_SIZE == 1
+    uint2 q;
+    q.x = px[0] | (px[1] << 8) | (px[2] << 16) | (px[3] << 24);
+    q.y = px[4] | (px[5] << 8) | (px[6] << 16) | (px[7] << 24);
+    *reinterpret_cast<uint2*>(dst) = q;
+#elif VECTOR_STORES && ELEM_SIZE == 2
+    uint4 q;
+    q.x = px[0] | (px[1] << 16);
+    q.y = px[2] | (px[3] << 16);
+    q.z = px[4] | (px[5] << 16);
+    q.w = px[6] | (px[7] << 16);
+    *reinterpret_cast<uint4*>(dst) = q;
+#elif VECTOR_STORES && ELEM_SIZE == 4
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(px[0], px[1], px[2], px[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(px[4], px[5], px[6], px[7]);
+#else
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        if (8 * group + i < FRAME_PIXELS) dst[i] = (elem_t)px[i];
+#endif
+}
+
+__device__ __forceinline__ u32 load_le(const u8* p) {
+    u32 v = 0;
+#pragma unroll
+    for (int k = 0; k < ELEM_SIZE; ++k) v |= (u32)p[k] << (8 * k);
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
+decode_qem_blocks(const u8* __restrict__ payload, BlockTable table, int n_blocks,
+                  const u8* __restrict__ group_class, const u8* __restrict__ sym_global,
+                  const u32* __restrict__ fc_global, u8* __restrict__ mask_scratch,
+                  i64 scratch_per_warp, elem_t* __restrict__ out,
+                  const u8* __restrict__ reduce_mask,  // REDUCE: mask bits per group
+                  u64* __restrict__ total_out, u64* __restrict__ row_out,
+                  u64* __restrict__ col_out, int* __restrict__ status) {
+    // Dynamic shared memory (SHARED_BYTES): sym | fc | per-warp values | per-warp owners.
+    extern __shared__ __align__(16) u8 smem[];
+    u8* sym = smem;
+    u32* fc = reinterpret_cast<u32*>(smem + N_CONTEXTS * 4096);
+    u32* staged_values = fc + N_CONTEXTS * 256;
+    u8* value_owner = reinterpret_cast<u8*>(staged_values + WARPS_PER_CTA * 256);
+    for (int i = threadIdx.x; i < N_CONTEXTS * 4096 / 4; i += blockDim.x)
+        reinterpret_cast<u32*>(sym)[i] = reinterpret_cast<const u32*>(sym_global)[i];
+    for (int i = threadIdx.x; i < N_CONTEXTS * 256; i += blockDim.x) fc[i] = fc_global[i];
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const u32 lanes_below = (1u << lane) - 1u;
+    const int global_warp = blockIdx.x * WARPS_PER_CTA + warp;
+    const int total_warps = gridDim.x * WARPS_PER_CTA;
+    u8* masks = mask_scratch + (i64)global_warp * scratch_per_warp;
+    u32* vals = staged_values + warp * 256;
+    u8* owners = value_owner + warp * 256;
+
+    for (int b = global_warp; b < n_blocks; b += total_warps) {
+        const u8* block = payload + table.offset[b];
+        const int mode = (int)table.mode[b];
+        const int n = (int)table.n_frames[b];
+        const i64 frame0 = table.out_frame[b];
+#if REDUCE
+        Moments acc = {0, 0, 0};
+#endif
+
+        if (mode == MODE_ZERO) {
+#if REDUCE
+            for (int t = 0; t < n; ++t) flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#else
+            elem_t* dst = out + frame0 * (i64)FRAME_PIXELS;
+            for (i64 i = lane; i < (i64)n * FRAME_PIXELS; i += 32) dst[i] = 0;
+#endif
+            continue;
+        }
+        if (mode == MODE_RAW) {
+            for (int t = 0; t < n; ++t) {
+                const u8* src = block + (i64)t * FRAME_PIXELS * ELEM_SIZE;
+#if REDUCE
+                for (int j = lane; j < N_GROUPS; j += 32) {
+                    const u32 bits = reduce_mask[j];
+                    for (int i = 0; i < 8; ++i) {
+                        const int p = 8 * j + i;
+                        if (((bits >> i) & 1u) && p < FRAME_PIXELS)
+                            add_pixel(acc, load_le(src + (i64)p * ELEM_SIZE), p);
+                    }
+                }
+                flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#else
+                elem_t* dst = out + (frame0 + t) * (i64)FRAME_PIXELS;
+                for (int p = lane; p < FRAME_PIXELS; p += 32) dst[p] = (elem_t)load_le(src + (i64)p * ELEM_SIZE);
+#endif
+            }
+            continue;
+        }
+        if (mode != MODE_RANS) {
+            if (lane == 0) status[b] = ERR_MODE;
+            continue;
+        }
+
+        const u32 n_words = table.n_words[b];
+        const u32 n_nonzero = table.n_nonzero[b];
+        const u32 n_escapes = table.n_escapes[b];
+        const u16* words = reinterpret_cast<const u16*>(block + LANE_STATES_BYTES);
+        const u32 escapes_at = (LANE_STATES_BYTES + 2 * n_words + 3) & ~3u;
+        const u8* escapes = block + escapes_at;
+        u32 x = reinterpret_cast<const u32*>(block)[lane];
+        int err = 0;
+        if (__any_sync(FULL, x < RANS_L)) err = ERR_STATE_RANGE;
+        if (!err && lane == 0) {
+            for (u32 k = LANE_STATES_BYTES + 2 * n_words; k < escapes_at; ++k)
+                if (block[k] != 0) err = ERR_PADDING;
+        }
+        err = __shfl_sync(FULL, err, 0);
+        u32 pos = 0;
+
+        // Phase A: masks.
+        const i64 n_masks = (i64)n * N_GROUPS;
+        u32 popcount_sum = 0;
+        for (i64 a0 = 0; a0 < n_masks && !err; a0 += 32) {
+            const i64 a = a0 + lane;
+            const bool active = a < n_masks;
+            const int j = (int)(a % N_GROUPS);
+            u32 s = 0;
+            if (active) {
+                const int c = 2 * group_class[j];
+                const u32 slot = x & PROB_MASK;
+                s = sym[c * 4096 + slot];
+                const u32 f = fc[c * 256 + s];
+                x = (f & 0xffffu) * (x >> PROB_BITS) + slot - (f >> 16);
+            }
+            const u32 need = __ballot_sync(FULL, active && x < RANS_L);
+            if (need) {
+                if (pos + (u32)__popc(need) > n_words) {
+                    err = ERR_WORDS_EXHAUSTED;
+                    break;
+                }
+                if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(need & lanes_below)];
+                pos += __popc(need);
+            }
+            if (TAIL_BITS && active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0) s = 0x100;
+            if (__any_sync(FULL, s > 255u)) {
+                err = ERR_MASK_PADDING;
+                break;
+            }
+            if (active) masks[a] = (u8)s;
+            popcount_sum += __popc(s);
+        }
+        if (!err) {
+            u64 total_nz = warp_sum64(popcount_sum);
+            total_nz = __shfl_sync(FULL, total_nz, 0);
+            if (total_nz != n_nonzero) err = ERR_NONZERO_COUNT;
+        }
+        __syncwarp();
+
+        // Phase B: values, frame by frame, 32 groups at a time.
+        u32 vbase = 0;
+        u32 e = 0;
+        for (int t = 0; t < n && !err; ++t) {
+            const u8* frame_masks = masks + (i64)t * N_GROUPS;
+#if !REDUCE
+            elem_t* row = out + (frame0 + t) * (i64)FRAME_PIXELS;
+#endif
+            for (int j0 = 0; j0 < N_GROUPS; j0 += 32) {
+                const int j = j0 + lane;
+                const u32 m = j < N_GROUPS ? frame_masks[j] : 0u;
+                const u32 count = __popc(m);
+                u32 incl = count;
+#pragma unroll
+                for (int d = 1; d < 32; d <<= 1) {
+                    const u32 y = __shfl_up_sync(FULL, incl, d);
+                    if (lane >= d) incl += y;
+                }
+                const u32 excl = incl - count;
+                const u32 chunk_total = __shfl_sync(FULL, incl, 31);
+                // owners[k] = the lane (group of this chunk) holding the chunk's k-th value.
+                for (u32 i = 0; i < count; ++i) owners[excl + i] = (u8)lane;
+                __syncwarp();
+                const u32 rot = vbase & 31u;
+                const u32 k_lane = (lane - rot) & 31u;  // this lane's symbol index in a round
+                const u32 below = (1u << k_lane) - 1u;
+                for (u32 r0 = 0; r0 < chunk_total; r0 += 32) {
+                    const u32 k = r0 + k_lane;
+                    const bool active = k < chunk_total;
+                    u32 s = 0;
+                    const int group = j0 + owners[k & 255u];
+                    if (active) {
+                        const int c = 2 * group_class[group] + 1;
+                        const u32 slot = x & PROB_MASK;
+                        s = sym[c * 4096 + slot];
+                        const u32 f = fc[c * 256 + s];
+                        x = (f & 0xffffu) * (x >> PROB_BITS) + slot - (f >> 16);
+                    }
+                    const u32 need = __ballot_sync(FULL, active && x < RANS_L);
+                    if (need) {
+                        if (pos + (u32)__popc(need) > n_words) {
+                            err = ERR_WORDS_EXHAUSTED;
+                            break;
+                        }
+                        const u32 order = rotate_right(need, rot);
+                        if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(order & below)];
+                        pos += __popc(need);
+                    }
+                    const u32 esc = __ballot_sync(FULL, active && s == ESCAPE_SYMBOL);
+                    u32 value = s + 1;
+                    if (esc) {
+                        if (e + (u32)__popc(esc) > n_escapes) {
+                            err = ERR_ESCAPES_EXHAUSTED;
+                            break;
+                        }
+                        if (active && s == ESCAPE_SYMBOL) {
+                            const u32 idx = e + __popc(rotate_right(esc, rot) & below);
+                            value = load_le(escapes + (i64)idx * ELEM_SIZE);
+                        }
+                        e += __popc(esc);
+                        if (__any_sync(FULL, active && s == ESCAPE_SYMBOL && value < ESCAPE_MIN_VALUE)) {
+                            err = ERR_ESCAPE_VALUE;
+                            break;
+                        }
+                    }
+                    if (active) vals[k & 255u] = value;
+                }
+                if (err) break;
+                __syncwarp();
+                u32 px[8];
+                u32 rank = excl;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    px[i] = ((m >> i) & 1u) ? vals[(rank++) & 255u] : 0u;
+                }
+#if REDUCE
+                if (j < N_GROUPS) {
+                    const u32 bits = reduce_mask[j] & m;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if ((bits >> i) & 1u) add_pixel(acc, px[i], 8 * j + i);
+                }
+#else
+                if (j < N_GROUPS) store_group(row, j, px);
+#endif
+                __syncwarp();
+                vbase += chunk_total;
+            }
+#if REDUCE
+            if (!err) flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#endif
+        }
+        if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;
+        if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
+        if (!err && __any_sync(FULL, x != RANS_L)) err = ERR_FINAL_STATE;
+        if (err && lane == 0) status[b] = err;
+    }
+}

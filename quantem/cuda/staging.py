@@ -1,0 +1,190 @@
+"""Staged host-to-device transfer: parallel pread into pinned memory, async copy, launch.
+
+Work comes in batches. For batch ``i`` a reader thread fills a reused page-locked buffer
+(``os.preadv`` straight into pinned memory, the reads spread over a thread pool), runs the
+caller's ``on_read`` hook there (e.g. checksum verification, which overlaps the GPU work),
+then the main thread copies the buffer to a device staging buffer on a copy stream and the
+caller's ``launch`` enqueues the kernels of batch ``i`` on a compute stream. Events order
+the reuse of every buffer: reading of batch ``i + 2``, copying of ``i + 1`` and decoding of
+``i`` overlap, and the host waits on the GPU only to reuse a pinned buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from quantem.cuda import pinned
+
+PINNED_SLOTS = 3
+DEVICE_SLOTS = 2
+READ_PIECE_BYTES = 4 << 20
+CUDA_MEMCPY_HOST_TO_DEVICE = 1
+
+
+@dataclass
+class Batch:
+    """One batch: file reads ``(file, file_offset, buffer_offset, length)`` and its size.
+
+    ``copy_bytes`` bytes from the start of the pinned buffer go to the device (reads plus
+    anything ``on_read`` writes after them).
+    """
+
+    reads: list[tuple[int, int, int, int]]
+    copy_bytes: int
+
+
+@dataclass
+class StageStats:
+    """Seconds spent reading (summed over batches), wall seconds, bytes, batch count."""
+
+    read_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    copied_bytes: int = 0
+    batches: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def split_reads(
+    file: int,
+    file_offset: int,
+    buffer_offset: int,
+    length: int,
+    piece_bytes: int = READ_PIECE_BYTES,
+) -> list[tuple[int, int, int, int]]:
+    """One contiguous file range as reads of at most ``piece_bytes``."""
+    return [
+        (file, file_offset + done, buffer_offset + done, min(piece_bytes, length - done))
+        for done in range(0, length, piece_bytes)
+    ]
+
+
+class OpenFiles:
+    """Read-only descriptors of the files a load reads; ``read_into`` fills a buffer."""
+
+    def __init__(
+        self, paths: Sequence[str | os.PathLike], short_read_error: Callable[[str, str], Exception]
+    ) -> None:
+        self.paths = [os.fspath(p) for p in paths]
+        self._short = short_read_error
+        self.fds: list[int] = []
+        try:
+            for path in self.paths:
+                self.fds.append(os.open(path, os.O_RDONLY))
+        except OSError:
+            self.close()
+            raise
+
+    def read_into(self, view: memoryview, file: int, file_offset: int) -> None:
+        done = 0
+        total = len(view)
+        while done < total:
+            got = os.preadv(self.fds[file], [view[done:]], file_offset + done)
+            if got <= 0:
+                raise self._short(
+                    self.paths[file],
+                    f"file ends before the expected data ({total} bytes at offset {file_offset})",
+                )
+            done += got
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def __enter__(self) -> OpenFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_staged(
+    files: OpenFiles,
+    batches: Sequence[Batch],
+    launch: Callable[[int, Any, Any], None],
+    *,
+    on_read: Callable[[int, np.ndarray], None] | None = None,
+    threads: int | None = None,
+) -> StageStats:
+    """Move every batch to the device and ``launch(i, device_bytes, compute_stream)`` it.
+
+    Returns after the compute stream has finished all launched work.
+    """
+    import cupy
+
+    stats = StageStats(batches=len(batches))
+    if not batches:
+        return stats
+    slot_bytes = max(b.copy_bytes for b in batches)
+    stats.copied_bytes = int(sum(b.copy_bytes for b in batches))
+    threads = threads or min(32, os.cpu_count() or 4)
+    wall0 = time.perf_counter()
+    copy_stream = cupy.cuda.Stream(non_blocking=True)
+    compute_stream = cupy.cuda.Stream(non_blocking=True)
+    h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in batches]
+    work_done = [cupy.cuda.Event(disable_timing=True) for _ in batches]
+    n_device = min(DEVICE_SLOTS, len(batches))
+    device_slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
+    read_seconds = [0.0] * len(batches)
+    n_pinned = min(PINNED_SLOTS, len(batches))
+
+    with (
+        pinned.borrow(n_pinned, slot_bytes) as slots,
+        ThreadPoolExecutor(threads) as pool,
+        ThreadPoolExecutor(1) as reader,
+    ):
+
+        def read_batch(i: int) -> np.ndarray:
+            slot = slots[i % n_pinned]
+            if i >= n_pinned:
+                h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
+            t0 = time.perf_counter()
+            view = memoryview(slot)
+            list(
+                pool.map(
+                    lambda r: files.read_into(view[r[2] : r[2] + r[3]], r[0], r[1]),
+                    batches[i].reads,
+                )
+            )
+            if on_read is not None:
+                on_read(i, slot)
+            read_seconds[i] = time.perf_counter() - t0
+            return slot
+
+        futures = (
+            {i: reader.submit(read_batch, i) for i in range(n_pinned - 1)} if n_pinned > 1 else {}
+        )
+        try:
+            for i, batch in enumerate(batches):
+                if i not in futures:
+                    futures[i] = reader.submit(read_batch, i)
+                slot = futures.pop(i).result()
+                ahead = i + n_pinned - 1
+                if n_pinned > 1 and ahead < len(batches) and ahead not in futures:
+                    futures[ahead] = reader.submit(read_batch, ahead)
+                d = i % n_device
+                if i >= n_device:
+                    copy_stream.wait_event(work_done[i - n_device])
+                cupy.cuda.runtime.memcpyAsync(
+                    device_slots[d].data.ptr, slot.ctypes.data, batch.copy_bytes,
+                    CUDA_MEMCPY_HOST_TO_DEVICE, copy_stream.ptr,
+                )  # fmt: skip
+                h2d_done[i].record(copy_stream)
+                compute_stream.wait_event(h2d_done[i])
+                launch(i, device_slots[d][: batch.copy_bytes], compute_stream)
+                work_done[i].record(compute_stream)
+        finally:
+            for future in futures.values():
+                future.cancel()
+            compute_stream.synchronize()
+            copy_stream.synchronize()
+    stats.read_seconds = float(sum(read_seconds))
+    stats.wall_seconds = time.perf_counter() - wall0
+    return stats
