@@ -216,8 +216,24 @@ def parse_header(data: bytes, path: Any = None) -> Header:
             path, f"file too short to be .qem ({len(data)} bytes)", section="header"
         )
     fixed = _HEADER_FIXED.unpack_from(data, 0)
-    (magic, major, minor, header_size, file_size, n_frames, scan_r, scan_c, det_r, det_c,
-     stored, source, reserved0, block_frames, n_blocks, reserved1) = fixed  # fmt: skip
+    (
+        magic,
+        major,
+        minor,
+        header_size,
+        file_size,
+        n_frames,
+        scan_r,
+        scan_c,
+        det_r,
+        det_c,
+        stored,
+        source,
+        reserved0,
+        block_frames,
+        n_blocks,
+        reserved1,
+    ) = fixed
     if magic != MAGIC:
         raise QemFormatError(path, "not a .qem file (bad magic)", section="header")
     if major != VERSION_MAJOR:
@@ -237,8 +253,9 @@ def parse_header(data: bytes, path: Any = None) -> Header:
 
     if header_size != HEADER_SIZE:
         raise bad(f"header_size {header_size} != {HEADER_SIZE}")
-    reserved_tail = bytes(data[SECTION_TABLE_OFFSET + N_SECTIONS * SECTION_ENTRY_SIZE :
-                               HEADER_CHECKSUM_OFFSET])  # fmt: skip
+    reserved_tail = bytes(
+        data[SECTION_TABLE_OFFSET + N_SECTIONS * SECTION_ENTRY_SIZE : HEADER_CHECKSUM_OFFSET]
+    )
     if minor <= VERSION_MINOR and (reserved0 or reserved1 or any(reserved_tail)):
         raise bad("reserved header field is not zero")
     if stored not in ITEMSIZE_TO_DTYPE or source not in ITEMSIZE_TO_DTYPE:
@@ -283,8 +300,9 @@ def parse_footer(data: bytes, header: Header, path: Any = None) -> None:
     """Validate the footer against the header (§13)."""
     magic, file_size, header_checksum, checksum = _FOOTER.unpack(data)
     if magic != FOOTER_MAGIC:
-        raise QemFormatError(path, "bad footer magic (truncated or incomplete file?)",
-                             section="footer")  # fmt: skip
+        raise QemFormatError(
+            path, "bad footer magic (truncated or incomplete file?)", section="footer"
+        )
     if xxh3(bytes(data[:24])) != checksum:
         raise QemFormatError(path, "footer checksum mismatch", section="footer")
     if file_size != header.file_size or header_checksum != header.header_xxh3:
@@ -444,9 +462,7 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
     structured array (native byte order)."""
     n_blocks = header.n_blocks
     if len(data) != BLOCK_ENTRY_SIZE * n_blocks:
-        raise QemFormatError(
-            path, f"length {len(data)} != 48 * {n_blocks}", section="BLOCK_INDEX"
-        )
+        raise QemFormatError(path, f"length {len(data)} != 48 * {n_blocks}", section="BLOCK_INDEX")
     index = np.frombuffer(data, dtype=BLOCK_INDEX_DTYPE).astype(BLOCK_INDEX_DTYPE.newbyteorder("="))
     payload = header.sections[SECTION_PAYLOAD]
     frame_pixels = header.frame_pixels
@@ -454,9 +470,7 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
     w = header.stored_itemsize
     block = np.arange(n_blocks, dtype=np.uint64)
     frame_start = block * np.uint64(header.block_frames)
-    n_frames = np.minimum(
-        np.uint64(header.block_frames), np.uint64(header.n_frames) - frame_start
-    )
+    n_frames = np.minimum(np.uint64(header.block_frames), np.uint64(header.n_frames) - frame_start)
     pixels = n_frames * np.uint64(frame_pixels)
     mode = index["mode"]
     n_words = index["n_words"].astype(np.uint64)
@@ -468,7 +482,9 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
         pixels * np.uint64(w),
         np.where(
             is_rans,
-            (np.uint64(LANE_STATES_SIZE) + 2 * n_words + np.uint64(3)) // np.uint64(4) * np.uint64(4)
+            (np.uint64(LANE_STATES_SIZE) + 2 * n_words + np.uint64(3))
+            // np.uint64(4)
+            * np.uint64(4)
             + n_escapes * np.uint64(w),
             np.uint64(0),
         ),
@@ -490,8 +506,8 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
         bad_rows |= rows
     if n_blocks:
         ends = index["offset"] + index["length"]
-        padded_ends = (ends + np.uint64(BLOCK_ALIGN - 1)) // np.uint64(BLOCK_ALIGN) * np.uint64(
-            BLOCK_ALIGN
+        padded_ends = (
+            (ends + np.uint64(BLOCK_ALIGN - 1)) // np.uint64(BLOCK_ALIGN) * np.uint64(BLOCK_ALIGN)
         )
         expected_offset = np.empty(n_blocks, dtype=np.uint64)
         expected_offset[0] = payload.offset
@@ -504,8 +520,9 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
     if bad_rows.any():
         first = int(np.flatnonzero(bad_rows)[0])
         reason = next(name for rows, name in problems if rows[first])
-        raise QemFormatError(path, f"block index entry invalid: {reason}", section="BLOCK_INDEX",
-                             block=first)  # fmt: skip
+        raise QemFormatError(
+            path, f"block index entry invalid: {reason}", section="BLOCK_INDEX", block=first
+        )
     total = int(padded_ends[-1]) - payload.offset if n_blocks else 0
     if total != payload.length:
         raise QemFormatError(
@@ -517,5 +534,3 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
 def block_extent_end(offset: int, length: int) -> int:
     """End of a block's extent: the block plus its trailing padding (§8)."""
     return align_up(offset + length, BLOCK_ALIGN)
-
-

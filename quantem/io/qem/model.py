@@ -8,6 +8,7 @@ model, hence byte-identical files.
 
 from __future__ import annotations
 
+import itertools
 from typing import Final
 
 import numpy as np
@@ -66,9 +67,7 @@ def _code_length(hist: np.ndarray) -> float:
     return float((whole - terms).sum())
 
 
-def choose_group_classes(
-    frames: np.ndarray, n_classes: int = DEFAULT_CLASSES
-) -> np.ndarray:
+def choose_group_classes(frames: np.ndarray, n_classes: int = DEFAULT_CLASSES) -> np.ndarray:
     """Class of each pixel group from the sample (§16): contiguous ranges of the groups
     ranked by total count, cut greedily to minimise the empirical code length."""
     if not 1 <= n_classes <= MAX_CLASSES:
@@ -97,7 +96,7 @@ def choose_group_classes(
     def cost(cuts: list[int]) -> float:
         edges = [0, *cuts, n_bins]
         return sum(
-            _code_length(cumulative[b] - cumulative[a]) for a, b in zip(edges[:-1], edges[1:])
+            _code_length(cumulative[b] - cumulative[a]) for a, b in itertools.pairwise(edges)
         )
 
     cuts: list[int] = []

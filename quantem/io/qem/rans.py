@@ -71,9 +71,22 @@ def _read_uint(buffer, position, nbytes):
 
 @numba.njit(cache=True, nogil=True)
 def _decode_rans_block(
-    buffer, start, n_frames, n_words, n_nonzero, n_escapes, itemsize,
-    frame_pixels, group_class, sym, freq, cum, popcount, out, row0,
-):  # fmt: skip
+    buffer,
+    start,
+    n_frames,
+    n_words,
+    n_nonzero,
+    n_escapes,
+    itemsize,
+    frame_pixels,
+    group_class,
+    sym,
+    freq,
+    cum,
+    popcount,
+    out,
+    row0,
+):
     groups = group_class.size
     x = np.empty(LANES, dtype=np.int64)
     for lane in range(LANES):
@@ -87,7 +100,7 @@ def _decode_rans_block(
     total = 0
     a = 0
     # phase A: group masks
-    for t in range(n_frames):
+    for _t in range(n_frames):
         for j in range(groups):
             lane = a & 31
             context = 2 * np.int64(group_class[j])
@@ -98,8 +111,10 @@ def _decode_rans_block(
             if state < RANS_L:
                 if position >= words_end:
                     return ERR_WORDS_EXHAUSTED
-                state = (state << 16) | np.int64(buffer[position]) | (
-                    np.int64(buffer[position + 1]) << 8
+                state = (
+                    (state << 16)
+                    | np.int64(buffer[position])
+                    | (np.int64(buffer[position + 1]) << 8)
                 )
                 position += 2
             x[lane] = state
@@ -139,8 +154,10 @@ def _decode_rans_block(
                     if state < RANS_L:
                         if position >= words_end:
                             return ERR_WORDS_EXHAUSTED
-                        state = (state << 16) | np.int64(buffer[position]) | (
-                            np.int64(buffer[position + 1]) << 8
+                        state = (
+                            (state << 16)
+                            | np.int64(buffer[position])
+                            | (np.int64(buffer[position + 1]) << 8)
                         )
                         position += 2
                     x[lane] = state
@@ -178,9 +195,23 @@ def _decode_raw_block(buffer, start, n_frames, itemsize, frame_pixels, out, row0
 
 @numba.njit(cache=True, parallel=True, nogil=True)
 def decode_blocks(
-    buffer, offsets, modes, n_frames, n_words, n_nonzero, n_escapes, rows,
-    itemsize, frame_pixels, group_class, sym, freq, cum, out, status,
-):  # fmt: skip
+    buffer,
+    offsets,
+    modes,
+    n_frames,
+    n_words,
+    n_nonzero,
+    n_escapes,
+    rows,
+    itemsize,
+    frame_pixels,
+    group_class,
+    sym,
+    freq,
+    cum,
+    out,
+    status,
+):
     """Decode blocks ``k`` (their index fields given as arrays) into ``out[rows[k]:]``.
 
     ``buffer`` is the whole file (uint8), ``out`` a 2D (frames, P) array of the stored
@@ -191,9 +222,22 @@ def decode_blocks(
         mode = modes[k]
         if mode == MODE_RANS:
             status[k] = _decode_rans_block(
-                buffer, offsets[k], n_frames[k], n_words[k], n_nonzero[k], n_escapes[k],
-                itemsize, frame_pixels, group_class, sym, freq, cum, popcount, out, rows[k],
-            )  # fmt: skip
+                buffer,
+                offsets[k],
+                n_frames[k],
+                n_words[k],
+                n_nonzero[k],
+                n_escapes[k],
+                itemsize,
+                frame_pixels,
+                group_class,
+                sym,
+                freq,
+                cum,
+                popcount,
+                out,
+                rows[k],
+            )
         elif mode == MODE_RAW:
             status[k] = _decode_raw_block(
                 buffer, offsets[k], n_frames[k], itemsize, frame_pixels, out, rows[k]

@@ -67,8 +67,9 @@ class QemFile:
     def _open(self) -> None:
         size = os.fstat(self._file.fileno()).st_size
         if size < fmt.HEADER_SIZE + fmt.FOOTER_SIZE:
-            raise QemFormatError(self.path, f"file too short to be .qem ({size} bytes)",
-                                 section="header")  # fmt: skip
+            raise QemFormatError(
+                self.path, f"file too short to be .qem ({size} bytes)", section="header"
+            )
         self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
         data = self._mmap
@@ -83,14 +84,16 @@ class QemFile:
         self.header = header
         self._check_sections()
         sections = header.sections
-        self.metadata = fmt.parse_metadata(self._section_bytes(fmt.SECTION_METADATA), header,
-                                           self.path)  # fmt: skip
+        self.metadata = fmt.parse_metadata(
+            self._section_bytes(fmt.SECTION_METADATA), header, self.path
+        )
         det = header.detector_shape
         if sections[fmt.SECTION_PIXEL_MASK].present:
             mask = np.frombuffer(self._section_bytes(fmt.SECTION_PIXEL_MASK), dtype="<u4")
             if not mask.any():
-                raise QemFormatError(self.path, "present pixel mask is all zero",
-                                     section="PIXEL_MASK")  # fmt: skip
+                raise QemFormatError(
+                    self.path, "present pixel mask is all zero", section="PIXEL_MASK"
+                )
             self.pixel_mask = mask.astype(np.uint32).reshape(det)
         else:
             self.pixel_mask = np.zeros(det, dtype=np.uint32)
@@ -137,24 +140,30 @@ class QemFile:
             ):
                 raise self._section_error(section_id, "offset is not the canonical layout")
         if footer_offset + fmt.FOOTER_SIZE != header.file_size:
-            raise QemFormatError(self.path, "file size disagrees with the section layout",
-                                 section="footer")  # fmt: skip
+            raise QemFormatError(
+                self.path, "file size disagrees with the section layout", section="footer"
+            )
         # padding between header, sections and footer
         position = fmt.HEADER_SIZE
         spans = sorted(
-            (s.offset, s.end, i) for i, s in enumerate(header.sections)
+            (s.offset, s.end, i)
+            for i, s in enumerate(header.sections)
             if s.present or i == fmt.SECTION_PAYLOAD
-        )  # fmt: skip
+        )
         for start, end, section_id in [*spans, (footer_offset, footer_offset, -1)]:
             if self.buffer[position:start].any():
                 where = fmt.SECTION_NAMES[section_id] if section_id >= 0 else "footer"
-                raise QemFormatError(self.path, f"nonzero padding before {where}",
-                                     section="padding")  # fmt: skip
+                raise QemFormatError(
+                    self.path, f"nonzero padding before {where}", section="padding"
+                )
             position = max(position, end)
         for section_id, section in enumerate(header.sections):
-            if section.present and section_id != fmt.SECTION_PAYLOAD:
-                if xxh3(self._mmap[section.offset : section.end]) != section.xxh3:
-                    raise self._section_error(section_id, "checksum mismatch")
+            if (
+                section.present
+                and section_id != fmt.SECTION_PAYLOAD
+                and xxh3(self._mmap[section.offset : section.end]) != section.xxh3
+            ):
+                raise self._section_error(section_id, "checksum mismatch")
 
     def _section_error(self, section_id: int, detail: str) -> QemFormatError:
         name = fmt.SECTION_NAMES[section_id]
@@ -212,16 +221,19 @@ class QemFile:
             end = offset + int(index["length"][block])
             extent_end = fmt.block_extent_end(offset, int(index["length"][block]))
             if xxh3(self._mmap[offset:extent_end]) != int(self.block_checksums[block]):
-                raise QemFormatError(self.path, "block checksum mismatch", section="PAYLOAD",
-                                     block=block)  # fmt: skip
+                raise QemFormatError(
+                    self.path, "block checksum mismatch", section="PAYLOAD", block=block
+                )
             if self.buffer[end:extent_end].any():
-                raise QemFormatError(self.path, "nonzero block padding", section="PAYLOAD",
-                                     block=block)  # fmt: skip
+                raise QemFormatError(
+                    self.path, "nonzero block padding", section="PAYLOAD", block=block
+                )
             self._verified[block] = True
 
     # -- decoding ------------------------------------------------------------------------
-    def decode_blocks(self, block_ids: Sequence[int] | np.ndarray, out: np.ndarray | None = None
-                      ) -> np.ndarray:  # fmt: skip
+    def decode_blocks(
+        self, block_ids: Sequence[int] | np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Decode the given blocks (in the given order) into ``(frames, det_r, det_c)``."""
         ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
@@ -301,7 +313,9 @@ class QemFile:
         local = block_row[frames // self.block_frames] + frames % self.block_frames
         return decoded[local].reshape(r1 - r0, c1 - c0, *self.detector_shape)
 
-    def iter_frame_batches(self, batch_frames: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    def iter_frame_batches(
+        self, batch_frames: int | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, frames)`` over the whole file in block-aligned batches."""
         per = max(1, (batch_frames or 64 * self.block_frames) // self.block_frames)
         for first in range(0, self.n_blocks, per):
@@ -317,9 +331,12 @@ class QemFile:
         rans_blocks = modes == fmt.MODE_RANS
         lengths = index["length"].astype(np.int64)
         extents = np.array(
-            [fmt.block_extent_end(int(o), int(n)) - int(o) for o, n in
-             zip(index["offset"], index["length"])], dtype=np.int64
-        )  # fmt: skip
+            [
+                fmt.block_extent_end(int(o), int(n)) - int(o)
+                for o, n in zip(index["offset"], index["length"])
+            ],
+            dtype=np.int64,
+        )
         states = int(rans_blocks.sum()) * fmt.LANE_STATES_SIZE
         escapes = int((index["n_escapes"].astype(np.int64) * header.stored_itemsize).sum())
         words = int(2 * index["n_words"].astype(np.int64).sum())
@@ -369,8 +386,9 @@ class QemFile:
             "model": {
                 "n_classes": self.model.n_classes,
                 "n_contexts": self.model.n_contexts,
-                "class_groups": np.bincount(self.model.group_class,
-                                            minlength=self.model.n_classes).tolist(),  # fmt: skip
+                "class_groups": np.bincount(
+                    self.model.group_class, minlength=self.model.n_classes
+                ).tolist(),
             },
         }
 
@@ -393,17 +411,28 @@ class QemFile:
             "block_frames": header.block_frames,
             "n_blocks": header.n_blocks,
             "sections": {
-                fmt.SECTION_NAMES[i]: {"offset": s.offset, "length": s.length,
-                                       "xxh3": f"{s.xxh3:016x}"}
+                fmt.SECTION_NAMES[i]: {
+                    "offset": s.offset,
+                    "length": s.length,
+                    "xxh3": f"{s.xxh3:016x}",
+                }
                 for i, s in enumerate(header.sections)
-            },  # fmt: skip
+            },
             "metadata": self.metadata,
             "blocks": [
-                {"mode": fmt.MODE_NAMES[int(m)], "offset": int(o), "length": int(n),
-                 "xxh3": f"{int(c):016x}"}
-                for m, o, n, c in zip(self.block_index["mode"], self.block_index["offset"],
-                                      self.block_index["length"], self.block_checksums)
-            ],  # fmt: skip
+                {
+                    "mode": fmt.MODE_NAMES[int(m)],
+                    "offset": int(o),
+                    "length": int(n),
+                    "xxh3": f"{int(c):016x}",
+                }
+                for m, o, n, c in zip(
+                    self.block_index["mode"],
+                    self.block_index["offset"],
+                    self.block_index["length"],
+                    self.block_checksums,
+                )
+            ],
         }
 
     # -- lifetime ----------------------------------------------------------------------------
@@ -430,11 +459,15 @@ class QemFile:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<QemFile {self.path.name} {(*self.scan_shape, *self.detector_shape)} "
-                f"{self.dtype} {self.n_blocks} blocks>")  # fmt: skip
+        return (
+            f"<QemFile {self.path.name} {(*self.scan_shape, *self.detector_shape)} "
+            f"{self.dtype} {self.n_blocks} blocks>"
+        )
 
 
-def parse_scan_region(scan_region: Any, scan_shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+def parse_scan_region(
+    scan_region: Any, scan_shape: tuple[int, int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
     """Normalise a scan region: ``(r0, r1, c0, c1)``, ``((r0, r1), (c0, c1))`` or two
     slices (step 1), half-open, inside ``scan_shape``."""
     scan_r, scan_c = scan_shape
@@ -541,8 +574,11 @@ def load_qem(
     qem = QemFile(path, verify=verify)
     try:
         if scan_shape is not None and tuple(scan_shape) != qem.scan_shape:
-            raise QemFormatError(qem.path, f"scan_shape {tuple(scan_shape)} differs from the "
-                                 f"stored {qem.scan_shape}", section="header")  # fmt: skip
+            raise QemFormatError(
+                qem.path,
+                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
+                section="header",
+            )
         with _numba_threads(threads):
             if scan_region is None:
                 shape = qem.scan_shape
@@ -571,8 +607,9 @@ def load_qem(
     return Acquisition(data, metadata, validity, "cpu")
 
 
-def _finish(frames: np.ndarray, validity: np.ndarray, dtype: str, apply_mask: bool,
-            det_bin: int) -> tuple[np.ndarray, dict]:  # fmt: skip
+def _finish(
+    frames: np.ndarray, validity: np.ndarray, dtype: str, apply_mask: bool, det_bin: int
+) -> tuple[np.ndarray, dict]:
     """Apply the load options through the shared implementation when it exists."""
     try:
         from quantem.io.transforms import finish_frames, parse_load_options

@@ -29,6 +29,10 @@ from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
 
 ENCODER_NAME = "quantem.io.qem"
+#: Version of the encoder policy (docs/qem-format.md §16). Files depend only on the
+#: source, the parameters and this number (not on the package version), so a prepared
+#: file can be reproduced byte for byte; bump it whenever the policy changes.
+ENCODER_POLICY = 1
 #: Target pixels per block (§16): large enough that the 128 bytes of lane states
 #: are negligible, small enough for random access and GPU parallelism.
 TARGET_BLOCK_PIXELS = 1 << 18
@@ -48,9 +52,18 @@ CALIBRATION_KEYS = (
     "scan_step_size",
 )
 _RESERVED_KEYS = {
-    "scan_shape", "detector_shape", "dtype", "n_frames", "pixel_mask", "source_files",
-    "source_identity", "source_dtype", "stored_dtype", "qem_source", "scan_region",
-}  # fmt: skip
+    "scan_shape",
+    "detector_shape",
+    "dtype",
+    "n_frames",
+    "pixel_mask",
+    "source_files",
+    "source_identity",
+    "source_dtype",
+    "stored_dtype",
+    "qem_source",
+    "scan_region",
+}
 
 
 @dataclass
@@ -215,9 +228,13 @@ def _progress(enabled: bool | None, total: int, description: str):
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} frames"), TimeRemainingColumn(),
-                  transient=True) as bar:  # fmt: skip
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} frames"),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
 
@@ -285,15 +302,32 @@ def save_qem(
     path = Path(path)
     src = open_frame_source(source)
     try:
-        return _save(src, path, verify, source_hashes, block_frames, progress,
-                     keep_source_dtype, model_frames, n_classes)  # fmt: skip
+        return _save(
+            src,
+            path,
+            verify,
+            source_hashes,
+            block_frames,
+            progress,
+            keep_source_dtype,
+            model_frames,
+            n_classes,
+        )
     finally:
         src.close()
 
 
-def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
-          block_frames: int | None, progress: bool | None, keep_source_dtype: bool,
-          model_frames: int, n_classes: int) -> Path:  # fmt: skip
+def _save(
+    src: FrameSource,
+    path: Path,
+    verify: bool,
+    source_hashes: bool,
+    block_frames: int | None,
+    progress: bool | None,
+    keep_source_dtype: bool,
+    model_frames: int,
+    n_classes: int,
+) -> Path:
     dtype = np.dtype(src.dtype)
     if dtype.kind not in "ub" or dtype.itemsize not in (1, 2, 4):
         raise UnsupportedDtypeError(f"cannot store {dtype} counts in .qem (uint8/16/32 only)")
@@ -321,8 +355,9 @@ def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
     sample_index = qem_model.sample_frame_indices(n_frames, model_frames)
     sample = np.zeros((sample_index.size, det_r, det_c), dtype=dtype)
     maximum = 0
-    batch = max(block_frames, BATCH_BYTES // (pixels * dtype.itemsize) // block_frames
-                * block_frames)  # fmt: skip
+    batch = max(
+        block_frames, BATCH_BYTES // (pixels * dtype.itemsize) // block_frames * block_frames
+    )
     with _progress(progress, n_frames, "qem: scanning") as advance:
         for start, frames in _iter_aligned(src, batch):
             if frames.size:
@@ -341,15 +376,21 @@ def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
     if pixel_mask.shape != (det_r, det_c):
         raise ValueError(f"pixel mask shape {pixel_mask.shape} != detector {(det_r, det_c)}")
     mask_bytes = pixel_mask.astype("<u4").tobytes() if pixel_mask.any() else b""
-    metadata = _metadata(src, stored, dtype, pixel_mask, hashes, block_frames, model_frames,
-                         model)  # fmt: skip
+    metadata = _metadata(src, stored, dtype, pixel_mask, hashes, block_frames, model_frames, model)
     metadata_bytes = fmt.dump_metadata(metadata)
     if len(metadata_bytes) > fmt.MAX_METADATA_BYTES:
         raise ValueError("metadata exceeds 16 MiB")
     model_bytes = fmt.pack_model(model)
     n_blocks = -(-n_frames // block_frames)
-    lengths = [len(metadata_bytes), len(mask_bytes), len(model_bytes),
-               fmt.BLOCK_ENTRY_SIZE * n_blocks, 8 * n_blocks, 0, 0]  # fmt: skip
+    lengths = [
+        len(metadata_bytes),
+        len(mask_bytes),
+        len(model_bytes),
+        fmt.BLOCK_ENTRY_SIZE * n_blocks,
+        8 * n_blocks,
+        0,
+        0,
+    ]
     offsets, _ = fmt.expected_section_layout(lengths)
     payload_offset = offsets[fmt.SECTION_PAYLOAD]
 
@@ -362,17 +403,27 @@ def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
             out.write(bytes(payload_offset))
             position = payload_offset
             block = 0
-            batch = max(block_frames, BATCH_BYTES // (pixels * itemsize) // block_frames
-                        * block_frames)  # fmt: skip
+            batch = max(
+                block_frames, BATCH_BYTES // (pixels * itemsize) // block_frames * block_frames
+            )
             with _progress(progress, n_frames, "qem: encoding") as advance:
                 for start, frames in _iter_aligned(src, batch):
                     frames = np.ascontiguousarray(frames, dtype=stored)
                     n_batch = -(-frames.shape[0] // block_frames)
-                    scratch = np.empty((n_batch, block_frames * pixels * itemsize + 256),
-                                       dtype=np.uint8)  # fmt: skip
+                    scratch = np.empty(
+                        (n_batch, block_frames * pixels * itemsize + 256), dtype=np.uint8
+                    )
                     fields = np.zeros((n_batch, 5), dtype=np.int64)
-                    rans.encode_blocks(frames, block_frames, model.group_class, freq, cum,
-                                       itemsize, scratch, fields)  # fmt: skip
+                    rans.encode_blocks(
+                        frames,
+                        block_frames,
+                        model.group_class,
+                        freq,
+                        cum,
+                        itemsize,
+                        scratch,
+                        fields,
+                    )
                     for k in range(n_batch):
                         mode, length, n_words, n_nonzero, n_escapes = (int(v) for v in fields[k])
                         extent = fmt.align_up(length, fmt.BLOCK_ALIGN)
@@ -398,22 +449,37 @@ def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
             lengths[fmt.SECTION_PAYLOAD] = payload_length
             offsets, footer_offset = fmt.expected_section_layout(lengths)
             file_size = footer_offset + fmt.FOOTER_SIZE
-            bodies = [metadata_bytes, mask_bytes, model_bytes, index.tobytes(),
-                      checksums.tobytes(), b"", b""]  # fmt: skip
+            bodies = [
+                metadata_bytes,
+                mask_bytes,
+                model_bytes,
+                index.tobytes(),
+                checksums.tobytes(),
+                b"",
+                b"",
+            ]
             sections = tuple(
                 fmt.Section(
-                    offsets[i], lengths[i],
+                    offsets[i],
+                    lengths[i],
                     xxh3(bodies[i]) if lengths[i] and i != fmt.SECTION_PAYLOAD else 0,
                 )
                 for i in range(fmt.N_SECTIONS)
-            )  # fmt: skip
+            )
             header = fmt.Header(
-                version_major=fmt.VERSION_MAJOR, version_minor=fmt.VERSION_MINOR,
-                file_size=file_size, n_frames=n_frames, scan_shape=tuple(src.scan_shape),
-                detector_shape=(det_r, det_c), stored_itemsize=itemsize,
-                source_itemsize=source_itemsize, block_frames=block_frames,
-                n_blocks=n_blocks, sections=sections, header_xxh3=0,
-            )  # fmt: skip
+                version_major=fmt.VERSION_MAJOR,
+                version_minor=fmt.VERSION_MINOR,
+                file_size=file_size,
+                n_frames=n_frames,
+                scan_shape=tuple(src.scan_shape),
+                detector_shape=(det_r, det_c),
+                stored_itemsize=itemsize,
+                source_itemsize=source_itemsize,
+                block_frames=block_frames,
+                n_blocks=n_blocks,
+                sections=sections,
+                header_xxh3=0,
+            )
             header_bytes = fmt.pack_header(header)
             out.write(bytes(footer_offset - position))
             out.write(fmt.pack_footer(file_size, int.from_bytes(header_bytes[-8:], "little")))
@@ -436,11 +502,16 @@ def _save(src: FrameSource, path: Path, verify: bool, source_hashes: bool,
     return path
 
 
-def _metadata(src: FrameSource, stored: np.dtype, dtype: np.dtype, pixel_mask: np.ndarray,
-              hashes: dict | None, block_frames: int, model_frames: int,
-              model: fmt.Model) -> dict:  # fmt: skip
-    from quantem import __version__ as version
-
+def _metadata(
+    src: FrameSource,
+    stored: np.dtype,
+    dtype: np.dtype,
+    pixel_mask: np.ndarray,
+    hashes: dict | None,
+    block_frames: int,
+    model_frames: int,
+    model: fmt.Model,
+) -> dict:
     calibration = {}
     detector = {}
     for key, value in sorted(src.metadata.items()):
@@ -457,8 +528,11 @@ def _metadata(src: FrameSource, stored: np.dtype, dtype: np.dtype, pixel_mask: n
         "n_frames": src.n_frames,
         "dtype": stored.name,
         "source_dtype": fmt.ITEMSIZE_TO_DTYPE[dtype.itemsize],
-        "pixel_mask": {"dtype": "uint32", "encoding": "section" if n_masked else "all-zero",
-                       "n_masked": n_masked},  # fmt: skip
+        "pixel_mask": {
+            "dtype": "uint32",
+            "encoding": "section" if n_masked else "all-zero",
+            "n_masked": n_masked,
+        },
         "calibration": calibration,
         "detector": detector,
         "source": {
@@ -468,7 +542,8 @@ def _metadata(src: FrameSource, stored: np.dtype, dtype: np.dtype, pixel_mask: n
             "sha256": hashes,
         },
         "encoder": {
-            "software": f"{ENCODER_NAME} {version}",
+            "software": ENCODER_NAME,
+            "policy": ENCODER_POLICY,
             "block_frames": block_frames,
             "model_frames": model_frames,
             "n_classes": model.n_classes,
@@ -482,9 +557,13 @@ def _verify_against_source(path: Path, src: FrameSource, progress: bool | None) 
     with QemFile(path, verify=True) as qem:
         qem.verify_checksums()
         pixels = qem.header.frame_pixels
-        batch = max(qem.block_frames,
-                    BATCH_BYTES // (pixels * qem.header.stored_itemsize) // qem.block_frames
-                    * qem.block_frames)  # fmt: skip
+        batch = max(
+            qem.block_frames,
+            BATCH_BYTES
+            // (pixels * qem.header.stored_itemsize)
+            // qem.block_frames
+            * qem.block_frames,
+        )
         with _progress(progress, qem.n_frames, "qem: verifying") as advance:
             for start, frames in _iter_aligned(src, batch):
                 decoded = qem.read_frames(start, start + frames.shape[0]).reshape(frames.shape)
