@@ -230,14 +230,14 @@ def sum_frames(data4d: np.ndarray) -> np.ndarray:
 
 
 def frame(data4d: np.ndarray, i: int) -> np.ndarray:
-    """A copy of frame ``i`` (row-major scan index), raw values in the data's dtype."""
+    """Frame ``i`` (row-major scan index) as a view, raw values in the data's dtype."""
     if data4d.ndim != 4:
         raise ValueError(f"detector kernels need 4D data, got shape {data4d.shape}")
     scan_r, scan_c = data4d.shape[:2]
     n_frames = scan_r * scan_c
     if not 0 <= i < n_frames:
         raise IndexError(f"frame index {i} is out of range for {n_frames} frames")
-    return data4d[i // scan_c, i % scan_c].copy()
+    return data4d[i // scan_c, i % scan_c]
 
 
 __all__ = [

@@ -209,7 +209,8 @@ class _Prepared:
                     f"{self.n_frames} frames"
                 )
             flat %= self.n_frames
-        return self.call("frame", flat)
+        # Kernels may return a view (the CUDA one does); users get their own copy.
+        return self.call("frame", flat).copy()
 
 
 def _as_index(value: Any) -> int:
