@@ -20,6 +20,8 @@ DEMO_ACQUISITIONS = (
     ("demo-u8", (24, 24), (96, 96), "uint8", 2000.0),
     ("demo-u16", (24, 24), (96, 96), "uint16", 20000.0),
 )
+#: Several data shards per acquisition, as real ARINA data has.
+DEMO_FRAMES_PER_SHARD = 256
 DEMO_REPS = 3
 DEMO_STORAGE_ID = "demo-temporary-folder"
 
@@ -32,7 +34,13 @@ class DemoSuite:
     manifest: Path
 
 
-def write_demo_suite(folder: Path, acquisitions=DEMO_ACQUISITIONS, *, seed: int = 0) -> DemoSuite:
+def write_demo_suite(
+    folder: Path,
+    acquisitions=DEMO_ACQUISITIONS,
+    *,
+    seed: int = 0,
+    frames_per_shard: int = DEMO_FRAMES_PER_SHARD,
+) -> DemoSuite:
     """Write the demo acquisitions under ``folder/data`` and ``folder/manifest.json``."""
     from harness.run.manifest import dump_manifest
     from harness.run.provenance import sha256_file

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import gc
 import hashlib
 import os
 import resource
@@ -28,7 +27,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +197,10 @@ class AcquisitionState:
     python_sample_hashes: list[str] | None = None
     shape: list[int] | None = None
     dtype: str | None = None
+    qem_dtype: str | None = None
+
+    def expected_dtype(self, fmt: str) -> str | None:
+        return self.dtype if fmt == "hdf5" else self.qem_dtype
 
     def entry(self) -> dict:
         sel = self.selected
@@ -213,6 +215,7 @@ class AcquisitionState:
             "first_observation": self.first_observation,
             "indexed_product_sha256": self.products[0] if self.products else None,
             "products_consistent": len(set(self.products)) <= 1,
+            "qem_dtype": self.qem_dtype,
         }
 
 
@@ -310,16 +313,25 @@ class IoScaleRun:
             "file_bytes": residency.file_bytes,
         }
 
-    def _check_product(self, state: AcquisitionState, acquisition: Any, what: str) -> str:
+    def _check_product(
+        self, state: AcquisitionState, acquisition: Any, what: str, fmt: str = "hdf5"
+    ) -> str:
+        """Check shape, exposed dtype and the indexed product of one load; return the hash.
+
+        HDF5 loads expose the source dtype; QEM loads the file's stored dtype (the
+        narrowest holding every count, docs/qem-format.md §16). The product is uint64
+        either way, so it must agree across formats.
+        """
         digest, shape, dtype = trials.indexed_product(acquisition)
         sel = state.selected
+        expected_dtype = state.expected_dtype(fmt)
         if shape != state.shape:
             self._fail_correctness(
                 f"{sel.id}: {what} returned shape {shape}, expected {state.shape}"
             )
-        if dtype != state.dtype:
+        if dtype != expected_dtype:
             self._fail_correctness(
-                f"{sel.id}: {what} exposed dtype {dtype}, expected {state.dtype}"
+                f"{sel.id}: {what} exposed dtype {dtype}, expected {expected_dtype}"
             )
         if sel.indexed_product_sha256 is not None and digest != sel.indexed_product_sha256:
             self._fail_correctness(
@@ -334,18 +346,26 @@ class IoScaleRun:
         state.products.append(digest)
         return digest
 
-    def _prepare_qem(self, state: AcquisitionState) -> None:
-        """Write the disposable QEM; timed as the conversion workflow unless --load-only."""
+    def _prepare_qem(self, state: AcquisitionState) -> bool:
+        """Write the disposable QEM (timed as the conversion workflow unless --load-only).
+
+        Returns False when it differs from the manifest's reference header: nothing is
+        then measured against a file known to be wrong.
+        """
         import quantem.io
 
         cfg = self.config
         qem_path = self.work_dir / f"{state.selected.id}.qem"
         if cfg.load_only:
-            quantem.io.save(state.selected.master_path, qem_path, verify=False, source_hashes=False)
+            from quantem.io.arina import open_arina
+
+            source = open_arina(state.selected.master_path, index_dir=str(self.work_dir / "index"))
+            quantem.io.save(source, qem_path, verify=False, source_hashes=False)
         else:
             self.conversions.append(self._timed_conversion(state, qem_path))
         state.qem_path = qem_path
         state.qem_bytes = qem_path.stat().st_size
+        state.qem_dtype = _qem_stored_dtype(qem_path)
         self._event("qem-prepared", acquisition=state.selected.id, path=str(qem_path))
         if state.selected.qem_reference_header is not None:
             from harness.run.qem_reference import compare_reference_header
@@ -356,6 +376,8 @@ class IoScaleRun:
                     f"{state.selected.id}: prepared QEM differs from reference header "
                     f"{state.selected.qem_reference_header}: " + "; ".join(differences[:5])
                 )
+                return False
+        return True
 
     def _timed_conversion(self, state: AcquisitionState, qem_path: Path) -> dict:
         """HDF5 read, encode+write (fsync, rename), N verified reopens: the user's workflow."""
@@ -445,7 +467,7 @@ class IoScaleRun:
             "file_bytes": int(m.file_bytes),
             "product_sha256": product,
             "shape": state.shape,
-            "dtype": state.dtype,
+            "dtype": state.expected_dtype(fmt),
             "rchar": int(m.extra.get("rchar", 0)),
             "residency_method": m.extra.get("residency_method"),
         }
@@ -466,11 +488,10 @@ class IoScaleRun:
         try:
             self.memory.sample(acquisition)
             what = f"{fmt} {cache_state} trial {index}"
-            product = self._check_product(state, acquisition, what)
+            product = self._check_product(state, acquisition, what, fmt)
         finally:
-            acquisition.close()
+            acquisition.close()  # frees the arrays now (reference counting), not at a later gc
             del acquisition
-            gc.collect()
         self.trials.append(self._record_trial(state, fmt, index, m, product=product))
         self._event(
             "trial", acquisition=state.selected.id, format=fmt, cache_state=cache_state, index=index
@@ -482,7 +503,7 @@ class IoScaleRun:
             acquisition = m.result
             m.result = None
             try:
-                product = self._check_product(state, acquisition, f"cold reload {i}")
+                product = self._check_product(state, acquisition, f"cold reload {i}", "qem")
             finally:
                 acquisition.close()
             label, kept = m.label_and_kept
@@ -515,9 +536,8 @@ class IoScaleRun:
         self._resolve_sources(state)
         self._first_observation(state)
         self._event("first-observation", acquisition=state.selected.id)
-        self._prepare_qem(state)
-        if any(f.startswith("correctness") and state.selected.id in f for f in self.failures):
-            return  # a failing reference check: nothing measured against a wrong file
+        if not self._prepare_qem(state):
+            return
         formats = ("qem",) if cfg.backend == "native" else FORMATS
         if cfg.backend == "native":
             from harness.run.native_trials import python_sample_hashes
@@ -631,24 +651,32 @@ class IoScaleRun:
                 write_reference_header(state.qem_path, target)
 
     def _compare(self, baseline: tuple[dict, str, str | None], doc: dict) -> str:
-        baseline_doc, sha, path = baseline
-        doc["baseline"] = {
-            "sha256": sha,
-            "path": path,
-            "regression_percent": self.config.regression_percent,
-        }
-        if doc["status"]["execution"] == "failed" or doc["status"]["correctness"] == "failed":
-            return "incomparable"
+        """Compare with the named baseline; record it; return ``status.performance``."""
         from harness.compare import compare_reports
 
+        baseline_doc, sha, path = baseline
+        percent = self.config.regression_percent
+        doc["baseline"] = {"sha256": sha, "path": path, "regression_percent": percent}
         comparison = compare_reports(
-            baseline_doc, doc, regression_percent=self.config.regression_percent
+            baseline_doc, doc, percent, baseline_sha256=sha, baseline_path=path
         )
-        verdict = getattr(comparison.verdict, "value", comparison.verdict)
-        doc.setdefault("comparison", {})["verdict"] = str(verdict)
-        if verdict in ("pass", "review", "incomparable"):
-            return verdict
-        return "incomparable"
+        doc["comparison"] = {
+            "verdict": comparison.verdict.value,
+            "differences": [str(d) for d in comparison.differences],
+            "flagged_cells": [
+                {
+                    "acquisition": c.acquisition,
+                    "format": c.format,
+                    "cache_state": c.cache_state,
+                    "baseline_median": c.baseline_median,
+                    "candidate_median": c.candidate_median,
+                    "change_percent": c.change_percent,
+                }
+                for c in comparison.flagged_cells
+            ],
+            "warnings": list(comparison.warnings),
+        }
+        return comparison.performance_status
 
     def _build_report(
         self, cfg: IoScaleConfig, created: str, provenance: dict, environment: dict, stable: bool
@@ -745,6 +773,14 @@ def _check_config(cfg: IoScaleConfig) -> None:
             raise UsageError(f"--backend cuda cannot run here: {reason}")
 
 
+def _qem_stored_dtype(path: Path) -> str:
+    from quantem.io.qem import format as qf
+
+    with open(path, "rb") as f:
+        header = qf.parse_header(f.read(qf.HEADER_SIZE + qf.FOOTER_SIZE), str(path))
+    return str(header.stored_dtype)
+
+
 def _compiler_cache_dir(backend: str) -> str | None:
     if backend != "cuda":
         return None
@@ -752,30 +788,41 @@ def _compiler_cache_dir(backend: str) -> str | None:
 
 
 def _load_baseline(cfg: IoScaleConfig) -> tuple[dict, str, str | None]:
-    """Resolve ``--baseline`` (a report path, or a SHA-256 prefix in the history)."""
+    """Resolve ``--baseline``: a report file, or a unique SHA-256 prefix of a history record.
+
+    The record's bytes are re-hashed; a record whose bytes do not match its name is
+    refused (evidence that was edited is no baseline).
+    """
     from harness.report import parse_report
 
     candidate = Path(cfg.baseline)
     if candidate.is_file():
         data = candidate.read_bytes()
-        return (
-            parse_report(data, name=str(candidate)),
-            hashlib.sha256(data).hexdigest(),
-            str(candidate.resolve()),
-        )
-    if cfg.history_dir is None:
+        doc = parse_report(data, name=str(candidate))
+        return doc, hashlib.sha256(data).hexdigest(), str(candidate.resolve())
+    prefix = cfg.baseline.lower()
+    if cfg.history_dir is None or not prefix or any(c not in "0123456789abcdef" for c in prefix):
         raise UsageError(
-            f"--baseline {cfg.baseline!r} is not a file; naming a record by SHA-256 prefix needs --history-dir"
+            f"--baseline {cfg.baseline!r} is not a report file, nor a SHA-256 prefix with --history-dir"
         )
-    from harness.history.store import resolve_record
+    from harness.history.layout import HistoryLayout, sha256_of_record_name
 
-    record_path = Path(resolve_record(cfg.history_dir, cfg.baseline))
-    data = record_path.read_bytes()
-    return (
-        parse_report(data, name=str(record_path)),
-        hashlib.sha256(data).hexdigest(),
-        str(record_path),
-    )
+    layout = HistoryLayout.at(cfg.history_dir)
+    matches = [
+        path
+        for path in layout.iter_record_files()
+        if (sha256_of_record_name(path) or "").startswith(prefix)
+    ]
+    if len(matches) != 1:
+        found = "no record" if not matches else f"{len(matches)} records"
+        raise UsageError(
+            f"--baseline {cfg.baseline!r}: {found} in {cfg.history_dir} match that prefix"
+        )
+    data = matches[0].read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != sha256_of_record_name(matches[0]):
+        raise HarnessError(f"baseline record {matches[0]} does not hash to its name (tampered)")
+    return parse_report(data, name=str(matches[0])), sha, str(matches[0])
 
 
 def _exit_code(status: dict, performance: str) -> int:
@@ -831,7 +878,4 @@ def _progress_bar(cfg: IoScaleConfig, total: int):
 
 def run_io_scale(config: IoScaleConfig) -> RunOutcome:
     """Run io-scale as configured; see the module docstring for the order of work."""
-    start = time.perf_counter()
-    outcome = IoScaleRun(config).execute()
-    outcome.report.setdefault("wall_seconds_total", time.perf_counter() - start)
-    return outcome
+    return IoScaleRun(config).execute()

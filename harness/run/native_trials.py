@@ -41,7 +41,7 @@ def python_sample_hashes(run: IoScaleRun, state: AcquisitionState) -> None:
         return
     acquisition = quantem.io.load(state.qem_path, backend="cpu")
     try:
-        run._check_product(state, acquisition, "python qem reference load")
+        run._check_product(state, acquisition, "python qem reference load", "qem")
         flat = acquisition.data.reshape(n, *acquisition.data.shape[2:])
         hashes = [hash_frame_u32_le(flat[i]) for i in frames]
     finally:

@@ -215,33 +215,35 @@ class SourceTracker:
     """Start-of-run provenance plus the end-of-run stability check.
 
     ``start()`` locates the measured checkout, refuses foreign modules and fingerprints
-    the source; ``finish()`` re-collects the modules imported since, fingerprints
-    again and returns the report's ``provenance`` section and whether the source was
-    stable.
+    the source tree plus the files of the modules imported so far. ``finish()``
+    fingerprints the same files again, checks that modules imported during the run
+    (lazy imports) also come from the checkout, and returns the report's
+    ``provenance`` section (listing every module imported by the end) and whether the
+    source was stable.
     """
 
     def __init__(self, checkout: Path | None = None) -> None:
         self.checkout = checkout
         self.start_fingerprint: str | None = None
+        self.start_modules: list[dict] = []
         self.git_state: dict | None = None
 
     def start(self) -> SourceTracker:
         if self.checkout is None:
             self.checkout = parse_measured_checkout()
-        modules = collect_modules()
-        check_module_origins(modules, self.checkout)
+        self.start_modules = collect_modules()
+        check_module_origins(self.start_modules, self.checkout)
         self.git_state = collect_git_state(self.checkout)
-        self.start_fingerprint = compute_source_fingerprint(self.checkout, modules)
+        self.start_fingerprint = compute_source_fingerprint(self.checkout, self.start_modules)
         return self
 
     def finish(self) -> tuple[dict, bool]:
         if self.checkout is None or self.start_fingerprint is None or self.git_state is None:
             raise RuntimeError("SourceTracker.finish() before start()")
+        end = compute_source_fingerprint(self.checkout, self.start_modules)
         modules = collect_modules()
-        end = compute_source_fingerprint(self.checkout, modules)
-        stable = end == self.start_fingerprint and all(
-            Path(m["path"]).is_relative_to(self.checkout) for m in modules
-        )
+        foreign = [m for m in modules if not Path(m["path"]).is_relative_to(self.checkout)]
+        stable = end == self.start_fingerprint and not foreign
         provenance = {
             **self.git_state,
             "source_fingerprint_start": self.start_fingerprint,
