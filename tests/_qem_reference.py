@@ -36,7 +36,7 @@ def read_reference(data: bytes) -> dict:
         raise ReferenceError("short file")
     if data[:8] != b"\x89QEM\r\n\x1a\n":
         raise ReferenceError("magic")
-    major, minor, header_size, file_size = struct.unpack_from("<HHIQ", data, 8)
+    major, _minor, header_size, file_size = struct.unpack_from("<HHIQ", data, 8)
     if major != 1:
         raise ReferenceError("major version")
     if _h(data[:248]) != struct.unpack_from("<Q", data, 248)[0]:

@@ -272,6 +272,7 @@ def save_qem(
     keep_source_dtype: bool = False,
     model_frames: int = qem_model.DEFAULT_MODEL_FRAMES,
     n_classes: int = qem_model.DEFAULT_CLASSES,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``source`` as a ``.qem`` file at ``path``.
 
@@ -293,6 +294,9 @@ def save_qem(
         Store the source dtype instead of the narrowest dtype holding every count.
     model_frames, n_classes
         Encoder parameters (§16): frames sampled for the model, pixel classes (1-4).
+    overwrite
+        Replace an existing ``path`` (atomically, once the new file is complete).
+        Without it an existing file is an error and is left untouched.
 
     Returns
     -------
@@ -300,6 +304,8 @@ def save_qem(
         ``path``.
     """
     path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists (pass overwrite=True to replace it)")
     src = open_frame_source(source)
     try:
         return _save(
