@@ -40,16 +40,32 @@ EXIT_NATIVE_USAGE = 64
 
 
 class NativeLoadError(NativeError):
-    """``qem-native-load`` exited non-zero; ``returncode`` and ``message`` say why.
+    """``qem-native-load`` exited non-zero; the fields say why.
 
-    An unreadable or corrupt file exits 1 with a one-line message naming the file
-    section (and block); a usage error exits 64.
+    ``returncode`` is 1 for an unreadable or corrupt file and 64 for a usage error;
+    ``message`` is the program's one-line message; ``kind`` (``"format"``,
+    ``"unsupported_version"``, ``"io"``, ``"resource"``, ``"usage"``), ``section``
+    (``"header"``, ``"footer"``, ``"METADATA"``, ..., ``"PAYLOAD"`` for a block's
+    bytes) and ``block`` come from the JSON error document the program prints with
+    ``--json`` (None when it printed none).
     """
 
-    def __init__(self, path: str | os.PathLike, returncode: int, message: str) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        returncode: int,
+        message: str,
+        *,
+        kind: str | None = None,
+        section: str | None = None,
+        block: int | None = None,
+    ) -> None:
         self.path = os.fspath(path)
         self.returncode = returncode
         self.message = message
+        self.kind = kind
+        self.section = section
+        self.block = block
         super().__init__(f"{BINARY_NAME} failed on {self.path} (exit {returncode}): {message}")
 
 
@@ -165,6 +181,56 @@ def find_native_binary(explicit: str | os.PathLike | None = None) -> Path:
     )
 
 
+def native_source_digest() -> str:
+    """SHA-256 over the native sources (paths and bytes, build folders excluded), so a
+    cached build is reused exactly while the sources are unchanged."""
+    digest = hashlib.sha256()
+    for path in sorted(NATIVE_SOURCE_DIR.rglob("*")):
+        relative = path.relative_to(NATIVE_SOURCE_DIR)
+        if not path.is_file() or relative.parts[0] == "build" or "__pycache__" in relative.parts:
+            continue
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def native_cache_root() -> Path:
+    """Where :func:`ensure_native_binary` keeps its builds: ``$QEM_NATIVE_CACHE``, else
+    ``$XDG_CACHE_HOME/quantem-harness``, else ``~/.cache/quantem-harness``."""
+    if os.environ.get("QEM_NATIVE_CACHE"):
+        return Path(os.environ["QEM_NATIVE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "quantem-harness"
+
+
+def ensure_native_binary(
+    cache_root: str | os.PathLike | None = None, *, build_type: str = "Release"
+) -> Path:
+    """A ``qem-native-load`` built from the current sources, building it when needed.
+
+    ``$QEM_NATIVE_BINARY`` wins when set. Otherwise the build lives outside the
+    checkout in ``<cache_root>/native-<source digest>-<build type>`` and is reused
+    while the sources are unchanged (a file lock keeps concurrent builds apart).
+    Used by the tests and the benchmark, which must not write into the checkout.
+    """
+    if os.environ.get(BINARY_ENV):
+        return find_native_binary()
+    from filelock import FileLock
+
+    root = Path(cache_root) if cache_root is not None else native_cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    build_dir = root / f"native-{native_source_digest()[:16]}-{build_type}"
+    done = build_dir / "build-complete"
+    with FileLock(str(build_dir) + ".lock"):
+        binary = build_dir / BINARY_NAME
+        if done.is_file() and os.access(binary, os.X_OK):
+            return binary
+        binary = build_native(build_dir, build_type=build_type)
+        done.write_text(native_source_digest() + "\n")
+    return binary
+
+
 def _frames_argument(sample_frames: Sequence[int | str]) -> str:
     items = []
     for frame in sample_frames:
@@ -235,14 +301,7 @@ def run_native_load(
         raise NativeError(f"{BINARY_NAME} did not finish within {timeout} s on {qem_path}") from exc
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        if lines:
-            message = lines[-1]
-        elif proc.returncode < 0:
-            message = f"killed by signal {-proc.returncode}"
-        else:
-            message = "no message"
-        raise NativeLoadError(qem_path, proc.returncode, message)
+        raise _load_error(qem_path, proc)
     try:
         doc = json.loads(proc.stdout)
         total = float(doc["stages"]["total"])
@@ -251,6 +310,27 @@ def run_native_load(
     doc["wall_seconds"] = wall
     doc["launch_seconds"] = max(wall - total, 0.0)
     return doc
+
+
+def _load_error(qem_path: str | os.PathLike, proc: subprocess.CompletedProcess) -> NativeLoadError:
+    """The NativeLoadError of a failed run, with the fields of its JSON error line."""
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    if lines:
+        message = lines[-1]
+    elif proc.returncode < 0:
+        message = f"killed by signal {-proc.returncode}"
+    else:
+        message = "no message"
+    fields: dict[str, Any] = {}
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            error = json.loads(line).get("error")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(error, dict):
+            fields = {key: error.get(key) for key in ("kind", "section", "block")}
+            break
+    return NativeLoadError(qem_path, proc.returncode, message, **fields)
 
 
 def hash_frame_u32_le(frame: np.ndarray) -> str:

@@ -24,6 +24,30 @@ int fail(const std::string& path, const std::string& message, int code) {
   return code;
 }
 
+// The section a FormatError names, as the spec's section names: "header", "footer",
+// "METADATA", ..., and "PAYLOAD" for a block's own bytes.
+std::string section_key(const FormatError& e) {
+  const std::string& s = e.section();
+  if (s.empty()) return "PAYLOAD";
+  const std::string prefix = "section ";
+  return s.compare(0, prefix.size(), prefix) == 0 ? s.substr(prefix.size()) : s;
+}
+
+// With --json a failure is also one JSON line on stdout, for programs that call us.
+void print_error_json(const std::string& kind, const std::string& message,
+                      const FormatError* format) {
+  Json err;
+  err["kind"] = Json(kind);
+  err["message"] = Json(message);
+  err["section"] = format ? Json(section_key(*format)) : Json(nullptr);
+  err["block"] = format && format->block() != kNoBlock ? Json(format->block()) : Json(nullptr);
+  Json doc;
+  doc["error"] = std::move(err);
+  std::string text = doc.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
 void print_summary(const Json& doc) {
   const Json& stages = *doc.find("stages");
   auto sec = [&](const char* k) { return stages.find(k)->as_double(); };
@@ -101,14 +125,19 @@ int main(int argc, char** argv) {
     if (std::fflush(stdout) != 0) return fail(opt.path, "cannot write the output", kExitFailure);
     return kExitOk;
   } catch (const UsageError& e) {
+    if (opt.json) print_error_json("usage", e.what(), nullptr);
     return fail(opt.path, e.what(), kExitUsage);
   } catch (const FormatError& e) {
+    if (opt.json) print_error_json("format", e.what(), &e);
     return fail(opt.path, e.what(), kExitFailure);
   } catch (const UnsupportedError& e) {
+    if (opt.json) print_error_json("unsupported_version", e.what(), nullptr);
     return fail(opt.path, e.what(), kExitFailure);
   } catch (const IoError& e) {
+    if (opt.json) print_error_json("io", e.what(), nullptr);
     return fail("", e.what(), kExitFailure);
   } catch (const ResourceError& e) {
+    if (opt.json) print_error_json("resource", e.what(), nullptr);
     return fail("", e.what(), kExitFailure);
   }
 }
