@@ -613,10 +613,11 @@ class IoScaleRun:
                 self._write_reference_headers()
         provenance, stable = tracker.finish()
         if not stable:
+            changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
             self.failures.append(
                 "source-stability: the measured source changed during the run "
                 f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
-                f"{provenance['source_fingerprint_end'][:12]})"
+                f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
             )
         doc = self._build_report(cfg, created, provenance, environment, stable)
         performance = "no_baseline"
@@ -646,7 +647,7 @@ class IoScaleRun:
             if state.qem_path is None or not state.qem_path.exists():
                 continue
             folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"{state.selected.id}.qemhdr"
+            target = folder / f"{state.selected.id}.qem-header.json"
             if not target.exists():
                 write_reference_header(state.qem_path, target)
 

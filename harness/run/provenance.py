@@ -180,24 +180,33 @@ def iter_source_files(checkout: Path, roots: Iterable[str] = FINGERPRINT_PATHS):
     return sorted(found)
 
 
-def compute_source_fingerprint(checkout: Path, modules: list[dict] | None = None) -> str:
-    """SHA-256 over the measured source tree and the imported module files.
-
-    Each file contributes its path relative to the checkout (absolute when outside)
-    and its content hash, so a rename, an edit or a new file all change it.
-    """
-    digest = hashlib.sha256()
+def collect_source_hashes(checkout: Path, modules: list[dict] | None = None) -> dict[str, str]:
+    """Content hash of every fingerprinted file, keyed by its path relative to the checkout
+    (absolute when outside); ``"missing"`` for a file that cannot be read."""
     paths = set(iter_source_files(checkout))
     for record in modules or ():
         paths.add(Path(record["path"]))
+    hashes = {}
     for path in sorted(paths):
         label = str(path.relative_to(checkout)) if path.is_relative_to(checkout) else str(path)
         try:
-            content = sha256_file(path)
+            hashes[label] = sha256_file(path)
         except OSError:
-            content = "missing"
-        digest.update(f"{label}\0{content}\n".encode(errors="surrogateescape"))
+            hashes[label] = "missing"
+    return hashes
+
+
+def fingerprint_of(hashes: dict[str, str]) -> str:
+    """SHA-256 over sorted ``path NUL content-hash`` lines: a rename, edit or new file changes it."""
+    digest = hashlib.sha256()
+    for label in sorted(hashes):
+        digest.update(f"{label}\0{hashes[label]}\n".encode(errors="surrogateescape"))
     return digest.hexdigest()
+
+
+def compute_source_fingerprint(checkout: Path, modules: list[dict] | None = None) -> str:
+    """SHA-256 over the measured source tree and the given module files."""
+    return fingerprint_of(collect_source_hashes(checkout, modules))
 
 
 def collect_packages() -> dict[str, str]:
@@ -225,7 +234,10 @@ class SourceTracker:
     def __init__(self, checkout: Path | None = None) -> None:
         self.checkout = checkout
         self.start_fingerprint: str | None = None
+        self.start_hashes: dict[str, str] = {}
         self.start_modules: list[dict] = []
+        #: Files whose content changed (or appeared, or vanished) during the run.
+        self.changed_files: list[str] = []
         self.git_state: dict | None = None
 
     def start(self) -> SourceTracker:
@@ -234,13 +246,20 @@ class SourceTracker:
         self.start_modules = collect_modules()
         check_module_origins(self.start_modules, self.checkout)
         self.git_state = collect_git_state(self.checkout)
-        self.start_fingerprint = compute_source_fingerprint(self.checkout, self.start_modules)
+        self.start_hashes = collect_source_hashes(self.checkout, self.start_modules)
+        self.start_fingerprint = fingerprint_of(self.start_hashes)
         return self
 
     def finish(self) -> tuple[dict, bool]:
         if self.checkout is None or self.start_fingerprint is None or self.git_state is None:
             raise RuntimeError("SourceTracker.finish() before start()")
-        end = compute_source_fingerprint(self.checkout, self.start_modules)
+        end_hashes = collect_source_hashes(self.checkout, self.start_modules)
+        end = fingerprint_of(end_hashes)
+        self.changed_files = sorted(
+            label
+            for label in set(self.start_hashes) | set(end_hashes)
+            if self.start_hashes.get(label) != end_hashes.get(label)
+        )
         modules = collect_modules()
         foreign = [m for m in modules if not Path(m["path"]).is_relative_to(self.checkout)]
         stable = end == self.start_fingerprint and not foreign

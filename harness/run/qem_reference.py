@@ -1,100 +1,60 @@
 """Archived QEM reference headers: prove a newly prepared ``.qem`` encodes the same thing.
 
-A *reference header* is the first ``payload_offset`` bytes of a ``.qem`` file: the
-fixed header, METADATA, PIXEL_MASK, MODEL, BLOCK_INDEX and BLOCK_CHECKSUMS sections
-(docs/qem-format.md §2-§9), without the payload. It is small (kilobytes to a few MB),
-so it can be archived next to a selection manifest.
+A reference header is the archivable header document of a ``.qem`` file, the JSON
+that ``harness qem header FILE`` prints (:meth:`quantem.io.qem.reader.QemFile.header_document`):
+shape, dtypes, block size, section table, metadata, and per block its mode, offset,
+length and XXH3-64 checksum.
 
-Comparison covers what determines the decoded data and its byte layout: the header
-fields (shape, item sizes, block size, block count), the pixel mask, the model, every
-block's frame range, mode, length, word/nonzero/escape counts and offset *relative to
-the payload*, the payload length, and the block checksum table, all exactly. The
-METADATA section is deliberately not compared: it names the source path and
-modification time, which differ between machines for the same data; those shift the
-absolute offsets, hence relative offsets. The reference is itself checked (header and
-section checksums) before use, so a damaged archive is an error, not a mismatch.
+Comparison is exact on everything that determines the stored data and its layout:
+version, shapes, stored and source dtype, ``block_frames``, ``n_blocks``, the length and
+checksum of the PIXEL_MASK, MODEL and BLOCK_CHECKSUMS sections, the PAYLOAD length, and for every block its mode, length, checksum and
+offset *relative to the payload*. Deliberately not compared: the METADATA section and
+what depends on its length (absolute offsets, file size, header checksum), because the
+metadata records the source's path and modification time, which differ between
+machines holding the same data. The BLOCK_INDEX section's checksum is not compared
+for the same reason (it holds absolute offsets); its content is, block by block.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from harness.errors import ManifestError
 
-_COMPARED_HEADER_FIELDS = (
-    "version_major",
-    "n_frames",
+_HEADER_FIELDS = (
+    "format",
+    "version",
     "scan_shape",
     "detector_shape",
-    "stored_itemsize",
-    "source_itemsize",
+    "dtype",
+    "source_dtype",
     "block_frames",
     "n_blocks",
 )
+_CONTENT_SECTIONS = ("PIXEL_MASK", "MODEL", "BLOCK_CHECKSUMS")
+_BLOCK_FIELDS = ("mode", "length", "xxh3")
 
 
-def _layout(data: bytes, label: str) -> dict:
-    """Parse and check a header prefix; return the comparable layout."""
-    from quantem.errors import QemFormatError
-    from quantem.io.qem import format as qf
-    from quantem.io.qem.checksum import xxh3
+def header_document(qem_path: str | os.PathLike) -> dict[str, Any]:
+    """The archivable header document of a ``.qem`` file (structure checked, payload not read)."""
+    from quantem.io.qem.reader import QemFile
 
-    try:
-        header = qf.parse_header(data, label)
-    except QemFormatError as exc:
-        raise ManifestError(f"{label}: not a valid QEM reference header: {exc}") from exc
-    payload = header.section(qf.SECTION_PAYLOAD)
-    sections = {}
-    for section_id in (
-        qf.SECTION_PIXEL_MASK,
-        qf.SECTION_MODEL,
-        qf.SECTION_BLOCK_INDEX,
-        qf.SECTION_BLOCK_CHECKSUMS,
-    ):
-        entry = header.section(section_id)
-        name = qf.SECTION_NAMES[section_id]
-        if entry.end > len(data):
-            raise ManifestError(
-                f"{label}: section {name} ends at byte {entry.end}, past the {len(data)} bytes given"
-            )
-        body = bytes(data[entry.offset : entry.end])
-        if entry.present and xxh3(body) != entry.xxh3:
-            raise ManifestError(
-                f"{label}: section {name} checksum mismatch (damaged reference header)"
-            )
-        sections[name] = body
-    index = np.frombuffer(sections["BLOCK_INDEX"], dtype=qf.BLOCK_INDEX_DTYPE).copy()
-    index["offset"] -= np.uint64(payload.offset)
-    return {
-        "header": {name: getattr(header, name) for name in _COMPARED_HEADER_FIELDS},
-        "payload_offset": payload.offset,
-        "payload_length": payload.length,
-        "pixel_mask": sections["PIXEL_MASK"],
-        "model": sections["MODEL"],
-        "block_index": index,
-        "block_checksums": np.frombuffer(sections["BLOCK_CHECKSUMS"], dtype="<u8"),
-    }
+    with QemFile(qem_path, verify=False) as qem:
+        return qem.header_document()
 
 
-def extract_reference_header(qem_path: str | os.PathLike) -> bytes:
-    """The bytes ``[0, payload_offset)`` of a ``.qem`` file."""
-    from quantem.io.qem import format as qf
-
-    with open(qem_path, "rb") as f:
-        head = f.read(qf.HEADER_SIZE + qf.FOOTER_SIZE)
-        header = qf.parse_header(head, str(qem_path))
-        f.seek(0)
-        return f.read(header.section(qf.SECTION_PAYLOAD).offset)
+def dump_header_document(document: dict[str, Any]) -> bytes:
+    """Deterministic bytes, identical to what ``harness qem header`` prints."""
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
 def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
-    """Archive the reference header of ``qem_path`` as a new file (never overwrites)."""
-    data = extract_reference_header(qem_path)
-    _layout(data, str(qem_path))  # refuse to archive something that does not parse
+    """Archive the header document of ``qem_path`` as a new file (never overwrites)."""
+    data = dump_header_document(header_document(qem_path))
     out = Path(out_path)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
@@ -108,29 +68,101 @@ def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathL
     return out
 
 
+def parse_reference_header(path: str | os.PathLike) -> dict[str, Any]:
+    """Read an archived header document; raise ManifestError naming what is wrong."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the QEM reference header: {exc}") from exc
+    missing = [
+        k
+        for k in (*_HEADER_FIELDS, "sections", "blocks")
+        if not isinstance(doc, dict) or k not in doc
+    ]
+    if missing or doc.get("format") != "qem":
+        raise ManifestError(
+            f"{path}: not a QEM header document (from `harness qem header`); missing {', '.join(missing) or 'format=qem'}"
+        )
+    sections = doc["sections"]
+    if (
+        not isinstance(sections, dict)
+        or "PAYLOAD" not in sections
+        or not isinstance(doc["blocks"], list)
+    ):
+        raise ManifestError(
+            f"{path}: QEM header document lacks the section table or the block list"
+        )
+    if len(doc["blocks"]) != doc["n_blocks"]:
+        raise ManifestError(
+            f"{path}: {len(doc['blocks'])} blocks listed for n_blocks={doc['n_blocks']}"
+        )
+    return doc
+
+
+def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    payload = doc["sections"]["PAYLOAD"]["offset"]
+    return {
+        "header": {k: doc[k] for k in _HEADER_FIELDS},
+        "sections": {
+            name: (doc["sections"][name]["length"], doc["sections"][name]["xxh3"])
+            for name in _CONTENT_SECTIONS
+            if name in doc["sections"]
+        },
+        "payload_length": doc["sections"]["PAYLOAD"]["length"],
+        "blocks": [
+            (
+                *(block[k] for k in _BLOCK_FIELDS),
+                block["offset"] - payload if block["length"] else 0,
+            )
+            for block in doc["blocks"]
+        ],
+    }
+
+
+def compare_header_documents(candidate: dict[str, Any], reference: dict[str, Any]) -> list[str]:
+    """Differences between two header documents (empty when they encode the same data alike)."""
+    cand, ref = _comparable(candidate), _comparable(reference)
+    differences = [
+        f"{name}: {cand['header'][name]} != reference {value}"
+        for name, value in ref["header"].items()
+        if cand["header"][name] != value
+    ]
+    if differences:
+        return differences
+    for name, value in ref["sections"].items():
+        if cand["sections"].get(name) != value:
+            differences.append(
+                f"section {name} (length, xxh3) {cand['sections'].get(name)} != reference {value}"
+            )
+    if cand["payload_length"] != ref["payload_length"]:
+        differences.append(
+            f"payload length {cand['payload_length']} != reference {ref['payload_length']}"
+        )
+    bad_checksums = [
+        i for i, (c, r) in enumerate(zip(cand["blocks"], ref["blocks"])) if c[2] != r[2]
+    ]
+    bad_layout = [
+        i
+        for i, (c, r) in enumerate(zip(cand["blocks"], ref["blocks"]))
+        if (c[0], c[1], c[3]) != (r[0], r[1], r[3])
+    ]
+    if bad_checksums:
+        shown = ", ".join(map(str, bad_checksums[:8]))
+        differences.append(
+            f"block checksum table differs in {len(bad_checksums)} block(s): {shown}"
+        )
+    if bad_layout:
+        shown = ", ".join(map(str, bad_layout[:8]))
+        differences.append(
+            f"block layout (mode, length, offset) differs in {len(bad_layout)} block(s): {shown}"
+        )
+    return differences
+
+
 def compare_reference_header(
     qem_path: str | os.PathLike, reference_path: str | os.PathLike
 ) -> list[str]:
-    """Differences between a prepared ``.qem`` and an archived reference header; empty if identical."""
-    reference = _layout(Path(reference_path).read_bytes(), str(reference_path))
-    candidate = _layout(extract_reference_header(qem_path), str(qem_path))
-    differences = []
-    for name, value in reference["header"].items():
-        if candidate["header"][name] != value:
-            differences.append(f"header {name}: {candidate['header'][name]} != reference {value}")
-    if differences:
-        return differences
-    for name in ("payload_length", "pixel_mask", "model"):
-        if candidate[name] != reference[name]:
-            differences.append(f"{name} differs")
-    ref_sums, cand_sums = reference["block_checksums"], candidate["block_checksums"]
-    bad_blocks = np.flatnonzero(ref_sums != cand_sums)
-    if bad_blocks.size:
-        shown = ", ".join(str(b) for b in bad_blocks[:8])
-        differences.append(f"block checksum table differs in {bad_blocks.size} block(s): {shown}")
-    ref_index, cand_index = reference["block_index"], candidate["block_index"]
-    bad_entries = np.flatnonzero(ref_index != cand_index)
-    if bad_entries.size:
-        shown = ", ".join(str(b) for b in bad_entries[:8])
-        differences.append(f"block layout differs in {bad_entries.size} block(s): {shown}")
-    return differences
+    """Differences between a prepared ``.qem`` and an archived reference header."""
+    reference = parse_reference_header(reference_path)
+    return compare_header_documents(header_document(qem_path), reference)

@@ -1,0 +1,387 @@
+"""End-to-end io-scale runs on small synthetic acquisitions (CPU backend)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _run_helpers import real_disk_dir, tmpfs_dir
+
+if importlib.util.find_spec("quantem.io.arina") is None:  # the HDF5 reader lands in parallel
+    pytest.skip(
+        "quantem.io.arina (the ARINA HDF5 reader) is not in this tree yet", allow_module_level=True
+    )
+
+from harness.run import provenance
+from harness.run.demo import write_demo_suite
+from harness.run.io_scale import REFERENCE_HEADER_DIR, TEMP_PREFIX, IoScaleConfig, run_io_scale
+
+REPO = Path(__file__).resolve().parents[1]
+#: Small enough for the default tier: two acquisitions, a few shards each.
+SMALL_SUITE = (
+    ("small-u8", (8, 8), (32, 32), "uint8", 500.0),
+    ("small-u16", (8, 8), (32, 32), "uint16", 5000.0),
+)
+
+
+#: Files the source fingerprint watches in these tests (see the fixture below).
+WATCHED: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _fingerprint_only_watched_files(monkeypatch):
+    """Fingerprint only files a test names in WATCHED.
+
+    The fingerprint of the real tree is tested in test_run_provenance.py; here other
+    work in a shared checkout (an editor saving a file) must not make a run fail. The
+    source-stability test below watches its own file.
+    """
+    WATCHED.clear()
+
+    def watched_hashes(checkout, modules=None):
+        return {str(p): p.read_text() for p in WATCHED}
+
+    monkeypatch.setattr(provenance, "collect_source_hashes", watched_hashes)
+
+
+def _cleanup(folder: Path, tmp_path: Path) -> None:
+    if folder != tmp_path and not str(folder).startswith(str(tmp_path)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def disk_suite(tmp_path):
+    folder = real_disk_dir(tmp_path)
+    suite = write_demo_suite(folder / "suite", SMALL_SUITE, frames_per_shard=24)
+    yield folder, suite
+    _cleanup(folder, tmp_path)
+
+
+def _config(folder: Path, suite, **overrides) -> IoScaleConfig:
+    values = dict(
+        root=suite.root,
+        manifest=suite.manifest,
+        backend="cpu",
+        storage_id="test-disk",
+        output_dir=folder / "out",
+        reps=2,
+        load_only=True,
+        progress=False,
+        command=["test"],
+    )
+    values.update(overrides)
+    return IoScaleConfig(**values)
+
+
+def _leftover_temp(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob(f"{TEMP_PREFIX}*")] + [p for p in folder.rglob("*.qem")]
+
+
+def test_cold_and_cached_trials_verified_and_report_valid(disk_suite):
+    from harness.report import parse_report
+
+    folder, suite = disk_suite
+    outcome = run_io_scale(_config(folder, suite, load_only=False, cold_reloads=1))
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    doc = parse_report(outcome.report_path)  # schema + cross-section checks
+    assert doc == json.loads(outcome.report_path.read_bytes())
+    assert len(doc["trials"]) == 2 * 2 * 2 * 2
+    for trial in doc["trials"]:
+        assert trial["label"] == trial["cache_state"], trial
+        if trial["cache_state"] == "cold":
+            assert trial["residency_before"] <= 0.01
+            assert trial["read_bytes"] >= 0.9 * trial["file_bytes"]  # physical reads counted
+        else:
+            assert trial["read_bytes"] <= 0.1 * trial["file_bytes"]
+    for acquisition in doc["acquisitions"]:
+        products = {
+            t["product_sha256"] for t in doc["trials"] if t["acquisition"] == acquisition["id"]
+        }
+        assert products == {acquisition["indexed_product_sha256"]}
+        assert acquisition["products_consistent"]
+        assert acquisition["first_observation"]["read_bytes"] > 0
+    assert all(s["n_kept"] == s["n"] == 2 for s in doc["summaries"])
+    assert {c["acquisition"] for c in doc["conversion"]["acquisitions"]} == {
+        "small-u8",
+        "small-u16",
+    }
+    assert all("verified_conversion_seconds" in c for c in doc["conversion"]["acquisitions"])
+    assert len(doc["cold_reload_runs"]) == 2
+    assert doc["status"]["source_stability"] == "stable"
+    assert not _leftover_temp(folder / "out")
+    # reference headers are written for a passing run
+    assert sorted(p.name for p in (folder / "out" / REFERENCE_HEADER_DIR).iterdir()) == [
+        "small-u16.qem-header.json",
+        "small-u8.qem-header.json",
+    ]
+
+
+def test_indexed_product_matches_an_independent_computation(disk_suite):
+    """The product hash equals one computed here from the synthetic model, without any file."""
+    import hashlib
+
+    import numpy as np
+
+    from quantem.io.synthetic import SyntheticModel
+
+    folder, suite = disk_suite
+    outcome = run_io_scale(_config(folder, suite, reps=1))
+    assert outcome.exit_code == 0
+    for seed, (name, scan, det, dtype, dose) in enumerate(SMALL_SUITE):
+        model = SyntheticModel(
+            scan_shape=scan, detector_shape=det, dtype=dtype, dose=dose, seed=seed
+        )
+        frames = model.make_frames(0, scan[0] * scan[1]).reshape(*scan, *det)
+        mask = np.zeros(det, dtype=bool)
+        mask[::2, ::2] = True
+        mask &= model.pixel_mask == 0  # products are taken over valid pixels only
+        expected = frames[..., mask].astype(np.uint64).sum(axis=-1, dtype=np.uint64)
+        entry = next(a for a in outcome.report["acquisitions"] if a["id"] == name)
+        assert entry["indexed_product_sha256"] == hashlib.sha256(expected.tobytes()).hexdigest()
+
+
+def test_not_cold_labelling_when_eviction_cannot_work(tmp_path):
+    folder = tmpfs_dir()
+    try:
+        suite = write_demo_suite(folder / "suite", SMALL_SUITE[:1], frames_per_shard=24)
+        outcome = run_io_scale(_config(folder, suite, reps=2))
+        doc = outcome.report
+        cold = [t for t in doc["trials"] if t["cache_state"] == "cold"]
+        assert cold and all(t["label"] == "not-cold" and not t["kept"] for t in cold)
+        assert all(t["residency_before"] > 0.99 for t in cold)
+        cold_summaries = [s for s in doc["summaries"] if s["cache_state"] == "cold"]
+        assert all(s["n_kept"] == 0 and s["median"] is None for s in cold_summaries)
+        assert doc["label_counts"]["lost_label"] == len(cold)
+        assert outcome.exit_code == 0  # honest labels are not a failure
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_mismatching_reference_header_fails(disk_suite, tmp_path):
+    from harness.run.manifest import dump_manifest
+
+    folder, suite = disk_suite
+    first = run_io_scale(_config(folder, suite, reps=1))
+    assert first.exit_code == 0
+    headers = folder / "out" / REFERENCE_HEADER_DIR
+    manifest = json.loads(suite.manifest.read_text())
+    entries = manifest["selected_acquisitions"]
+    # the matching header passes; the other acquisition's header (other data) fails
+    entries[0]["qem_reference_header"] = str(headers / "small-u8.qem-header.json")
+    ok_manifest = folder / "ok.json"
+    ok_manifest.write_bytes(dump_manifest(entries[:1]))
+    assert (
+        run_io_scale(
+            _config(folder, suite, manifest=ok_manifest, output_dir=folder / "ok", reps=1)
+        ).exit_code
+        == 0
+    )
+    # a header of other data with the same shape: same layout rules, other checksums
+    other = write_demo_suite(folder / "other", SMALL_SUITE[:1], seed=7, frames_per_shard=24)
+    other_out = run_io_scale(
+        _config(
+            folder,
+            other,
+            output_dir=folder / "other-out",
+            reps=1,
+            manifest=other.manifest,
+            root=other.root,
+        )
+    )
+    assert other_out.exit_code == 0
+    entries[0]["qem_reference_header"] = str(
+        folder / "other-out" / REFERENCE_HEADER_DIR / "small-u8.qem-header.json"
+    )
+    bad_manifest = folder / "bad.json"
+    bad_manifest.write_bytes(dump_manifest(entries[:1]))
+    outcome = run_io_scale(
+        _config(folder, suite, manifest=bad_manifest, output_dir=folder / "bad", reps=1)
+    )
+    assert outcome.exit_code == 1
+    assert any("reference header" in f for f in outcome.report["status"]["failures"])
+    assert outcome.report["status"]["correctness"] == "failed"
+    assert not (folder / "bad" / REFERENCE_HEADER_DIR).exists()  # never archive a failing candidate
+
+
+def test_source_change_during_run_fails(disk_suite, tmp_path):
+    folder, suite = disk_suite
+    watched = tmp_path / "watched_source.py"
+    watched.write_text("VALUE = 1\n")
+    WATCHED.append(watched)
+
+    def edit_once(event, details):
+        if event == "trial" and watched.read_text() == "VALUE = 1\n":
+            watched.write_text("VALUE = 2\n")
+
+    outcome = run_io_scale(_config(folder, suite, reps=1, on_event=edit_once))
+    status = outcome.report["status"]
+    assert outcome.exit_code == 1
+    assert status["source_stability"] == "changed"
+    assert status["correctness"] == "passed" and status["execution"] == "completed"
+    assert any(
+        f.startswith("source-stability") and "watched_source.py" in f for f in status["failures"]
+    )
+    assert outcome.report_path.is_file()  # the failed run is still evidence
+
+
+def test_existing_report_is_never_overwritten(disk_suite):
+    from harness.errors import HarnessError
+
+    folder, suite = disk_suite
+    assert run_io_scale(_config(folder, suite, reps=1)).exit_code == 0
+    before = (folder / "out" / "loading.json").read_bytes()
+    with pytest.raises(HarnessError, match="never overwritten"):
+        run_io_scale(_config(folder, suite, reps=1))
+    assert (folder / "out" / "loading.json").read_bytes() == before
+
+
+# --- through the command line ----------------------------------------------------------
+
+
+def _cli(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def _cli_args(suite, out: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "io-scale",
+        str(suite.root),
+        "--backend",
+        "cpu",
+        "--selection-manifest",
+        str(suite.manifest),
+        "--storage-id",
+        "test-disk",
+        "--output-dir",
+        str(out),
+        "--reps",
+        "1",
+        "--load-only",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "io-scale"],
+        ["run", "io-scale", "--demo", "/some/root"],
+        ["run", "io-scale", "--bogus"],
+        ["run"],
+    ],
+)
+def test_cli_usage_errors_exit_64(args):
+    done = _cli(*args)
+    assert done.returncode == 64, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_bad_values_exit_64(disk_suite):
+    folder, suite = disk_suite
+    done = _cli(*_cli_args(suite, folder / "out", "--reps", "0"))
+    assert done.returncode == 64, done.stderr
+
+
+def test_cli_wrong_master_sha256_exits_1(disk_suite):
+    folder, suite = disk_suite
+    doc = json.loads(suite.manifest.read_text())
+    doc["selected_acquisitions"][0]["source_master_sha256"] = "0" * 64
+    suite.manifest.write_text(json.dumps(doc))
+    done = _cli(*_cli_args(suite, folder / "out"))
+    assert done.returncode == 1, done.stderr
+    assert "SHA-256" in done.stderr and "Traceback" not in done.stderr
+    assert not (folder / "out" / "loading.json").exists()
+
+
+def test_cli_path_escaping_root_exits_1(disk_suite):
+    folder, suite = disk_suite
+    doc = json.loads(suite.manifest.read_text())
+    doc["selected_acquisitions"][0]["filename"] = "../manifest.json"
+    suite.manifest.write_text(json.dumps(doc))
+    done = _cli(*_cli_args(suite, folder / "out"))
+    assert done.returncode == 1, done.stderr
+    assert "escapes ROOT" in done.stderr
+
+
+def test_cli_successful_run_exits_0(disk_suite):
+    folder, suite = disk_suite
+    done = _cli(*_cli_args(suite, folder / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "kept their cache label" in done.stdout
+    assert (folder / "out" / "loading.json").is_file()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_no_temporary_files(tmp_path, sig):
+    folder = real_disk_dir(tmp_path)
+    try:
+        suite = write_demo_suite(
+            folder / "suite",
+            (("big-u16", (32, 32), (96, 96), "uint16", 20000.0),),
+            frames_per_shard=256,
+        )
+        out = folder / "out"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                *_cli_args(suite, out)[:-2],
+                "--reps",
+                "50",
+                "--load-only",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if list(out.glob(f"{TEMP_PREFIX}*/*.qem")):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.3)  # inside the trials
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr
+        assert not _leftover_temp(out), list(out.rglob("*"))
+        assert not (out / "loading.json").exists()
+    finally:
+        _cleanup(folder, tmp_path)
+
+
+@pytest.mark.slow
+def test_demo_runs_and_registers(tmp_path):
+    history = tmp_path / "history"
+    start = time.monotonic()
+    done = _cli(
+        "run",
+        "io-scale",
+        "--demo",
+        "--history-dir",
+        str(history),
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "demo-u8" in done.stdout and "demo-u16" in done.stdout
+    assert list(history.rglob("*.json"))
+    assert elapsed < 60
