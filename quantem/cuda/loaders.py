@@ -132,10 +132,162 @@ def load_hdf5(
 
 
 def _finished_validity(validity: np.ndarray, options: dict[str, Any]) -> np.ndarray:
-    """The validity mask matching the loaded detector shape (as the cpu loader defines it)."""
-    from quantem.io import transforms
+    """The validity mask for the loaded detector shape: a binned pixel is valid iff every
+    source pixel in it is (the cpu loaders' rule)."""
+    det_bin = int(options["det_bin"])
+    if det_bin == 1:
+        return validity
+    rows, cols = validity.shape[0] // det_bin, validity.shape[1] // det_bin
+    cropped = validity[: rows * det_bin, : cols * det_bin]
+    return cropped.reshape(rows, det_bin, cols, det_bin).all(axis=(1, 3))
 
-    finish_validity = getattr(transforms, "finish_validity", None)
-    if finish_validity is not None:
-        return finish_validity(validity, det_bin=options["det_bin"])
-    return validity
+
+def load_qem(
+    path: str | os.PathLike,
+    *,
+    device: int = 0,
+    representation: str = "dense",
+    verify: bool = True,
+    scan_region: Any = None,
+    dtype: str = "native",
+    apply_mask: bool = False,
+    det_bin: int = 1,
+    threads: int | None = None,
+    scan_shape: tuple[int, int] | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Acquisition:
+    """Load a ``.qem`` file onto GPU ``device``.
+
+    Parameters
+    ----------
+    representation
+        ``"dense"`` (default): a CuPy array of the frames. ``"encoded"``: the verified
+        payload stays resident on the GPU (:class:`~quantem.cuda.encoded.EncodedPayload`)
+        and detector queries decode on the fly; only the default load options apply.
+    verify
+        Verify every block's checksum and padding (on the CPU, overlapped with the GPU's
+        work). ``False`` skips only those; structural and decode checks always run.
+    scan_region
+        ``(r0, r1, c0, c1)`` (half-open) or two slices: decode only the blocks it touches.
+    dtype, apply_mask, det_bin
+        As :func:`quantem.io.qem.reader.load_qem` (``dtype="source"`` widens to the
+        source's dtype).
+    """
+    require_backend("cuda")
+    import cupy
+
+    from quantem.cuda.encoded import EncodedPayload
+    from quantem.cuda.qem_pipeline import stage_blocks
+    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
+    from quantem.errors import QemFormatError
+    from quantem.io.qem.reader import QemFile, acquisition_metadata, parse_scan_region
+
+    if representation not in ("dense", "encoded"):
+        raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
+    widen = dtype == "source"
+    options = {"dtype": "native" if widen else dtype, "apply_mask": apply_mask, "det_bin": det_bin}
+    if not is_identity(**options) or widen:
+        from quantem.io.transforms import parse_load_options
+
+        parse_load_options(options["dtype"], apply_mask, det_bin)
+    qem = QemFile(path, verify=False)  # structure checked here; block checksums below
+    try:
+        if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
+            raise QemFormatError(
+                qem.path,
+                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
+                section="header",
+            )
+        with cupy.cuda.Device(device):
+            if representation == "encoded":
+                if scan_region is not None or widen or not is_identity(**options):
+                    raise ValueError(
+                        "representation='encoded' keeps the stored counts: it takes no "
+                        "scan_region, dtype, apply_mask or det_bin (load 'dense' for those)"
+                    )
+                payload = EncodedPayload(
+                    qem, verify=verify, threads=threads, batch_bytes=batch_bytes
+                )
+                metadata = acquisition_metadata(qem, qem.scan_shape, qem.dtype)
+                metadata["resident_bytes"] = payload.nbytes
+                return Acquisition(
+                    None,
+                    metadata,
+                    qem.validity,
+                    "cuda",
+                    encoded=payload,
+                    representation="encoded",
+                    on_close=[payload.close],
+                )
+            decoder = QemBlockDecoder(qem)
+            det = tuple(int(v) for v in qem.detector_shape)
+            bf = int(qem.block_frames)
+            index = qem.block_index
+            if scan_region is None:
+                shape = tuple(int(v) for v in qem.scan_shape)
+                block_ids = np.arange(qem.n_blocks, dtype=np.int64)
+                out_frames = index["frame_start"].astype(np.int64)
+                dense = cupy.empty((qem.n_frames, *det), dtype=qem.dtype)
+                region = None
+            else:
+                rows, cols = parse_scan_region(scan_region, qem.scan_shape)
+                shape = (rows[1] - rows[0], cols[1] - cols[0])
+                scan_c = int(qem.scan_shape[1])
+                frames = (
+                    np.arange(rows[0], rows[1])[:, None] * scan_c
+                    + np.arange(cols[0], cols[1])[None, :]
+                ).reshape(-1)
+                block_ids = qem.blocks_for_frames(frames)
+                out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
+                dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
+                region = (rows, cols, frames)
+            status = cupy.zeros(block_ids.size, dtype=cupy.int32)
+            cupy.cuda.Stream.null.synchronize()
+
+            def launch(
+                i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any
+            ) -> None:
+                with stream:
+                    table = DeviceBlockTable.from_index(
+                        index[block_ids[a:b]], starts, out_frames[a:b]
+                    )
+                decoder.decode_dense(device_bytes, table, dense, status[a:b], stream=stream)
+
+            stats = stage_blocks(
+                qem, block_ids, launch, verify=verify, threads=threads, batch_bytes=batch_bytes
+            )
+            if int(status.max()) != 0:
+                raise_block_error(cupy.asnumpy(status), block_ids, qem.path)
+            if region is None:
+                frames_out = dense
+            else:
+                rows, cols, frames = region
+                position = np.full(qem.n_blocks, -1, dtype=np.int64)
+                position[block_ids] = np.arange(block_ids.size) * bf
+                gather = position[frames // bf] + frames % bf
+                frames_out = dense[cupy.asarray(gather)]
+                del dense
+            if widen:
+                frames_out = frames_out.astype(qem.header.source_dtype)
+            info: dict[str, Any] = {}
+            if not is_identity(**options):
+                from quantem.io.transforms import finish_frames
+
+                validity_dev = cupy.asarray(qem.validity)
+                frames_out, info = finish_frames(frames_out, validity_dev, xp=cupy, **options)
+            data = frames_out.reshape(*shape, *frames_out.shape[1:])
+        metadata = acquisition_metadata(qem, shape, data.dtype)
+        metadata["detector_shape"] = tuple(int(v) for v in data.shape[-2:])
+        if region is not None:
+            metadata["scan_region"] = [region[0][0], region[0][1], region[1][0], region[1][1]]
+        metadata.update(info)
+        metadata["load_stats"] = {
+            "payload_bytes": stats.copied_bytes,
+            "batches": stats.batches,
+            "read_seconds": stats.read_seconds,
+            "pipeline_seconds": stats.wall_seconds,
+        }
+        validity = _finished_validity(qem.validity, options)
+        return Acquisition(data, metadata, validity, backend="cuda")
+    finally:
+        qem.close()

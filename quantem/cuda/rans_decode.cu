@@ -145,14 +145,20 @@ __device__ __forceinline__ u32 load_le(const u8* p) {
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
-decode_qem_blocks(const u8* __restrict__ payload, BlockTable table, int n_blocks,
+decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
+                  const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
+                  const u32* __restrict__ t_words, const u32* __restrict__ t_nonzero,
+                  const u32* __restrict__ t_escapes, const i64* __restrict__ t_out_frame,
+                  int n_blocks,
                   const u8* __restrict__ group_class, const u8* __restrict__ sym_global,
                   const u32* __restrict__ fc_global, u8* __restrict__ mask_scratch,
                   i64 scratch_per_warp, elem_t* __restrict__ out,
                   const u8* __restrict__ reduce_mask,  // REDUCE: mask bits per group
                   u64* __restrict__ total_out, u64* __restrict__ row_out,
                   u64* __restrict__ col_out, int* __restrict__ status) {
-    // Dynamic shared memory (SHARED_BYTES): sym | fc | per-warp values | per-warp owners.
+    const BlockTable table = {t_offset, t_mode, t_frames, t_words, t_nonzero, t_escapes,
+                              t_out_frame};
+    // Dynamic shared memory: sym | fc | per-warp values | per-warp owners.
     extern __shared__ __align__(16) u8 smem[];
     u8* sym = smem;
     u32* fc = reinterpret_cast<u32*>(smem + N_CONTEXTS * 4096);

@@ -125,6 +125,8 @@ def run_staged(
     slot_bytes = max(b.copy_bytes for b in batches)
     stats.copied_bytes = int(sum(b.copy_bytes for b in batches))
     threads = threads or min(32, os.cpu_count() or 4)
+    # Work the caller queued on other streams (zeroed outputs) must land before ours.
+    cupy.cuda.runtime.deviceSynchronize()
     wall0 = time.perf_counter()
     copy_stream = cupy.cuda.Stream(non_blocking=True)
     compute_stream = cupy.cuda.Stream(non_blocking=True)

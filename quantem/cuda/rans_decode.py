@@ -1,0 +1,213 @@
+"""GPU decoding of ``.qem`` blocks (``docs/qem-format.md`` §10-§12), dense or fused.
+
+:class:`QemBlockDecoder` uploads the file's model once (slot->symbol tables and packed
+frequency/cumulative tables, copied into shared memory by each thread block) and launches
+``rans_decode.cu``: one warp per block over a persistent grid, either writing dense frames
+or (``reduce=True``) summing the masked pixels of each frame as they are decoded (total,
+value*row, value*column in uint64) without ever materialising the frames.
+
+Block status codes are those of the CPU codec (:data:`quantem.io.qem.rans.STATUS_MESSAGES`),
+so a corrupt block raises the same :class:`~quantem.errors.QemFormatError` text on both
+backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from quantem.errors import QemFormatError
+
+SOURCE_FILE = "rans_decode.cu"
+WARPS_PER_CTA = 16
+CTAS_PER_SM = 2
+GROUP_PIXELS = 8
+
+
+@dataclass
+class DeviceBlockTable:
+    """Block fields on the device, in launch order (cupy arrays)."""
+
+    offset: Any  # int64, byte offset of each block in the device payload buffer
+    mode: Any  # uint32
+    n_frames: Any  # uint32
+    n_words: Any  # uint32
+    n_nonzero: Any  # uint32
+    n_escapes: Any  # uint32
+    out_frame: Any  # int64, output frame of the block's first frame
+
+    @classmethod
+    def from_index(
+        cls, index: np.ndarray, offsets: np.ndarray, out_frames: np.ndarray
+    ) -> DeviceBlockTable:
+        import cupy
+
+        def u32(name: str) -> Any:
+            return cupy.asarray(np.ascontiguousarray(index[name], dtype=np.uint32))
+
+        return cls(
+            offset=cupy.asarray(np.ascontiguousarray(offsets, dtype=np.int64)),
+            mode=u32("mode"),
+            n_frames=u32("n_frames"),
+            n_words=u32("n_words"),
+            n_nonzero=u32("n_nonzero"),
+            n_escapes=u32("n_escapes"),
+            out_frame=cupy.asarray(np.ascontiguousarray(out_frames, dtype=np.int64)),
+        )
+
+    def __len__(self) -> int:
+        return int(self.offset.size)
+
+    def slice(self, a: int, b: int) -> DeviceBlockTable:
+        return DeviceBlockTable(
+            self.offset[a:b],
+            self.mode[a:b],
+            self.n_frames[a:b],
+            self.n_words[a:b],
+            self.n_nonzero[a:b],
+            self.n_escapes[a:b],
+            self.out_frame[a:b],
+        )
+
+
+def pack_mask_bits(mask: np.ndarray, n_groups: int) -> np.ndarray:
+    """A boolean detector mask as one byte per pixel group (bit i = pixel 8j + i)."""
+    flat = np.zeros(n_groups * GROUP_PIXELS, dtype=bool)
+    values = np.asarray(mask, dtype=bool).reshape(-1)
+    flat[: values.size] = values
+    return np.packbits(flat, bitorder="little")
+
+
+class QemBlockDecoder:
+    """Compiled block kernels and device model tables for one open ``QemFile``."""
+
+    def __init__(self, qem: Any) -> None:
+        import cupy
+
+        from quantem.cuda.module_loader import load_module
+
+        header = qem.header
+        self.path = qem.path
+        self.itemsize = int(header.stored_itemsize)
+        self.dtype = np.dtype(qem.dtype)
+        self.det = tuple(int(v) for v in qem.detector_shape)
+        self.frame_pixels = self.det[0] * self.det[1]
+        self.n_groups = -(-self.frame_pixels // GROUP_PIXELS)
+        self.block_frames = int(header.block_frames)
+        model = qem.model
+        n_contexts = int(model.n_contexts)
+        freq = np.asarray(model.freq, dtype=np.uint32)
+        cum = np.asarray(model.cum, dtype=np.uint32)[:, :256]
+        self.sym = cupy.asarray(np.ascontiguousarray(model.slot_symbol, dtype=np.uint8))
+        self.fc = cupy.asarray(np.ascontiguousarray(freq | (cum << 16), dtype=np.uint32))
+        self.group_class = cupy.asarray(np.ascontiguousarray(model.group_class, dtype=np.uint8))
+        self.shared_bytes = n_contexts * (4096 + 1024) + WARPS_PER_CTA * 1280
+        vector = self.frame_pixels % GROUP_PIXELS == 0
+        self._kernels = {}
+        for reduce in (0, 1):
+            defines = {
+                "ELEM_SIZE": self.itemsize,
+                "FRAME_PIXELS": self.frame_pixels,
+                "N_GROUPS": self.n_groups,
+                "DET_C": self.det[1],
+                "N_CONTEXTS": n_contexts,
+                "WARPS_PER_CTA": WARPS_PER_CTA,
+                "REDUCE": reduce,
+                "VECTOR_STORES": int(vector),
+            }
+            kernel = load_module(SOURCE_FILE, defines).get_function("decode_qem_blocks")
+            kernel.max_dynamic_shared_size_bytes = self.shared_bytes
+            self._kernels[reduce] = kernel
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self.max_ctas = int(sms) * CTAS_PER_SM
+        self.scratch_per_warp = self.block_frames * self.n_groups
+        self.mask_scratch = cupy.empty(
+            self.max_ctas * WARPS_PER_CTA * self.scratch_per_warp, dtype=cupy.uint8
+        )
+        self._dummy_u64 = cupy.zeros(1, dtype=cupy.uint64)
+        self._dummy_u8 = cupy.zeros(1, dtype=cupy.uint8)
+
+    def _launch(
+        self,
+        reduce: int,
+        payload: Any,
+        table: DeviceBlockTable,
+        status: Any,
+        out: Any,
+        mask_bits: Any,
+        sums: tuple[Any, Any, Any],
+        stream: Any,
+    ) -> None:
+        import cupy
+
+        n = len(table)
+        if n == 0:
+            return
+        ctas = min(self.max_ctas, -(-n // WARPS_PER_CTA))
+        args = (
+            payload,
+            table.offset,
+            table.mode,
+            table.n_frames,
+            table.n_words,
+            table.n_nonzero,
+            table.n_escapes,
+            table.out_frame,
+            np.int32(n),
+            self.group_class,
+            self.sym,
+            self.fc,
+            self.mask_scratch,
+            np.int64(self.scratch_per_warp),
+            out,
+            mask_bits,
+            *sums,
+            status,
+        )
+        with stream if stream is not None else cupy.cuda.Stream.null:
+            self._kernels[reduce](
+                (ctas,), (32 * WARPS_PER_CTA,), args, shared_mem=self.shared_bytes
+            )
+
+    def decode_dense(
+        self, payload: Any, table: DeviceBlockTable, out: Any, status: Any, stream: Any = None
+    ) -> None:
+        """Enqueue decoding of the table's blocks into ``out`` (frames, det_r, det_c)."""
+        dummy = self._dummy_u64
+        self._launch(0, payload, table, status, out, self._dummy_u8, (dummy, dummy, dummy), stream)
+
+    def reduce_moments(
+        self,
+        payload: Any,
+        table: DeviceBlockTable,
+        mask_bits: Any,
+        sums: tuple[Any, Any, Any],
+        status: Any,
+        stream: Any = None,
+    ) -> None:
+        """Enqueue fused decode + masked moments into ``sums`` (uint64 per output frame)."""
+        dummy_out = cupy_empty_like_dtype(self.dtype)
+        self._launch(1, payload, table, status, dummy_out, mask_bits, sums, stream)
+
+
+def cupy_empty_like_dtype(dtype: np.dtype) -> Any:
+    import cupy
+
+    return cupy.empty(1, dtype=dtype)
+
+
+def raise_block_error(status_host: np.ndarray, block_ids: np.ndarray, path: Any) -> None:
+    """Raise QemFormatError for the first failed block, with the CPU codec's message."""
+    from quantem.io.qem.rans import STATUS_MESSAGES
+
+    bad = np.flatnonzero(status_host)
+    if bad.size == 0:
+        return
+    k = int(bad[0])
+    code = int(status_host[k])
+    message = STATUS_MESSAGES.get(code, f"unknown status {code}")
+    raise QemFormatError(
+        path, f"block decode failed: {message}", section="PAYLOAD", block=int(block_ids[k])
+    )

@@ -1,0 +1,138 @@
+"""GPU bitshuffle-LZ4 chunk decoding against the bitshuffle library (the CPU reference).
+
+Chunks are made here with ``bitshuffle.compress_lz4`` under the HDF5 filter's 12-byte
+header, decoded by the kernels, and compared byte for byte with the frames they came from:
+every element size, full and partial last blocks, the raw tail, small block sizes, data
+from all-zero to incompressible. Corrupt chunks must be flagged on their own frame only.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+bitshuffle = pytest.importorskip("bitshuffle")
+
+from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
+from quantem.errors import ChunkDecodeError  # noqa: E402
+
+
+def make_chunk(frame: np.ndarray, block_bytes: int) -> bytes:
+    body = bitshuffle.compress_lz4(frame.ravel(), block_bytes // frame.itemsize).tobytes()
+    return struct.pack(">QI", frame.nbytes, block_bytes) + body
+
+
+def make_frames(
+    rng: np.random.Generator, shape: tuple[int, int], dtype: np.dtype
+) -> list[np.ndarray]:
+    info = np.iinfo(dtype)
+    frames = [rng.poisson(lam, shape).astype(dtype) for lam in (0.02, 0.7, 5.0, 200.0)]
+    frames.append(rng.integers(0, info.max, shape, dtype=dtype, endpoint=True))  # incompressible
+    frames.append(np.zeros(shape, dtype))
+    frames.append(np.full(shape, info.max, dtype))
+    return frames
+
+
+def decode_on_gpu(chunks: list[bytes], shape: tuple[int, int], dtype: np.dtype, block_bytes: int,
+                  stage: bool = True):  # fmt: skip
+    dtype = np.dtype(dtype)
+    n = len(chunks)
+    buffer = cupy.asarray(np.frombuffer(b"".join(chunks), dtype=np.uint8))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(c) for c in chunks])
+    decoder = lz4.ChunkDecoder(
+        dtype.itemsize, shape[0] * shape[1], block_bytes, stage_compressed=stage
+    )
+    per_frame = max(decoder.blocks_per_frame, 1)
+    scratch = (cupy.empty(n * per_frame, cupy.int64), cupy.empty(n * per_frame, cupy.uint32))
+    out = cupy.full((n, *shape), 0xA5, dtype=dtype)  # poisoned: every element must be written
+    errors = cupy.zeros(n, dtype=cupy.int32)
+    decoder.decode(buffer, cupy.asarray(offsets), n, out, errors, scratch)
+    cupy.cuda.Device().synchronize()
+    return out.get(), errors.get()
+
+
+SHAPES = [(192, 192), (96, 100), (50, 50), (7, 13), (1, 5), (3, 3), (256, 255)]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("stage", [True, False])
+def test_decode_matches_bitshuffle(dtype, shape, stage):
+    rng = np.random.default_rng([1, shape[0], shape[1], np.dtype(dtype).itemsize])
+    itemsize = np.dtype(dtype).itemsize
+    for block_bytes in (8192, 8 * itemsize * 16, 8 * itemsize * 8 * 5):
+        frames = make_frames(rng, shape, np.dtype(dtype))
+        chunks = [make_chunk(f, block_bytes) for f in frames]
+        out, errors = decode_on_gpu(chunks, shape, dtype, block_bytes, stage)
+        assert not errors.any(), (block_bytes, errors)
+        np.testing.assert_array_equal(out, np.stack(frames))
+
+
+def corrupt(chunk: bytes, kind: str, rng: np.random.Generator) -> bytes:
+    c = bytearray(chunk)
+    if kind == "truncated":
+        return bytes(c[: len(c) - 5])
+    if kind == "extra":
+        return bytes(c) + b"\0\0"
+    if kind == "header_size":
+        c[7] ^= 0x01
+    elif kind == "header_block":
+        c[8:12] = struct.pack(">I", 4096)
+    elif kind == "block_length":
+        c[12:16] = struct.pack(">I", 0x00FFFFFF)
+    elif kind == "short":
+        return bytes(c[:8])
+    return bytes(c)
+
+
+@pytest.mark.parametrize(
+    "kind", ["truncated", "extra", "header_size", "header_block", "block_length", "short"]
+)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_corrupt_chunk_is_flagged_on_its_frame_only(kind, dtype):
+    rng = np.random.default_rng(7)
+    shape = (64, 64)
+    frames = make_frames(rng, shape, np.dtype(dtype))
+    chunks = [make_chunk(f, 8192) for f in frames]
+    chunks[2] = corrupt(chunks[2], kind, rng)
+    out, errors = decode_on_gpu(chunks, shape, dtype, 8192)
+    assert errors[2] != 0 and errors[2] in lz4.CHUNK_ERRORS
+    good = [i for i in range(len(frames)) if i != 2]
+    assert not errors[good].any()
+    np.testing.assert_array_equal(out[good], np.stack(frames)[good])
+
+
+def test_flipped_lz4_bytes_never_crash_and_are_mostly_caught():
+    rng = np.random.default_rng(11)
+    shape = (128, 128)
+    frame = rng.poisson(0.8, shape).astype(np.uint16)
+    clean = make_chunk(frame, 8192)
+    caught = 0
+    trials = 200
+    chunks = []
+    for _ in range(trials):
+        c = bytearray(clean)
+        for _ in range(3):
+            c[int(rng.integers(16, len(c)))] ^= int(rng.integers(1, 256))
+        chunks.append(bytes(c))
+    _out, errors = decode_on_gpu(chunks, shape, np.uint16, 8192)
+    caught = int(np.count_nonzero(errors))
+    # LZ4 has no checksum: a flip inside a literal run changes values silently. Anything
+    # structural must be caught; most random flips are structural.
+    assert caught > trials // 2
+    assert set(np.unique(errors)) <= {0, *lz4.CHUNK_ERRORS}
+
+
+def test_raise_first_error_names_file_and_frame():
+    errors = np.array([0, 0, 7, 3], dtype=np.int32)
+    with pytest.raises(ChunkDecodeError) as info:
+        lz4.raise_first_error(
+            errors, 100, lambda f: ("/data/x_data_000001.h5", {"shard_frame": f - 100})
+        )
+    message = str(info.value)
+    assert "x_data_000001.h5" in message and "frame 102" in message and "shard_frame 2" in message
+    assert "1 more corrupt" in message
