@@ -231,3 +231,19 @@ def delete_path(doc: Any, dotted: str) -> None:
     for part in parts[:-1]:
         target = target[int(part)] if isinstance(target, list) else target[part]
     del target[int(parts[-1]) if isinstance(target, list) else parts[-1]]
+
+
+def write_example_reports(folder: Any, seeds: Sequence[int], **kwargs: Any) -> list[Any]:
+    """Write ``make_example_report(seed)`` for each seed as ``<folder>/report-<seed>.json``."""
+    from pathlib import Path
+
+    from harness.report import dump_report
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in seeds:
+        path = folder / f"report-{seed}.json"
+        path.write_bytes(dump_report(make_example_report(seed, **kwargs)))
+        paths.append(path)
+    return paths

@@ -14,6 +14,7 @@ transaction but never corrupts the file, and ``harness history verify`` /
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -147,28 +148,71 @@ def make_engine(path: Path) -> Engine:
     return engine
 
 
+#: Engines kept open per process and index file, so registrations reuse connections and
+#: compiled statements; keyed by pid so a forked child never uses its parent's pool.
+_ENGINES: dict[tuple[int, str], tuple[Engine, tuple[int, int]]] = {}
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def forget_index(path: Path) -> None:
+    """Close this process's cached engine on ``path`` (after the file was replaced)."""
+    cached = _ENGINES.pop((os.getpid(), str(path)), None)
+    if cached is not None:
+        cached[0].dispose()
+
+
 def open_index(path: Path, *, create: bool = True) -> Engine:
-    """Open (and create or migrate) the index at ``path``.
+    """Open (and create or migrate) the index at ``path``; the engine is cached per process.
+
+    A cached engine is reused only while the file is the same one (device and inode):
+    after a rebuild replaced it, a fresh engine is opened, so no process writes into
+    a replaced index.
 
     Raises
     ------
     HistoryError
-        When the index was written by a newer harness.
+        When the index was written by a newer harness, or is absent and ``create`` is False.
     IndexNeedsRebuild
         When it is older and no migration step exists.
     """
-    if not create and not path.exists():
+    key = (os.getpid(), str(path))
+    identity = _file_identity(path)
+    cached = _ENGINES.get(key)
+    if cached is not None and identity is not None and cached[1] == identity:
+        engine = cached[0]
+        with engine.connect() as connection:
+            version = read_meta(connection, META_SCHEMA_VERSION)
+        if version is not None and int(version) == INDEX_SCHEMA_VERSION:
+            return engine
+    forget_index(path)
+    if not create and identity is None:
         raise HistoryError(f"{path}: no index; run `harness history rebuild`")
     engine = make_engine(path)
+    try:
+        _prepare_schema(engine, path)
+    except BaseException:
+        engine.dispose()
+        raise
+    _ENGINES[key] = (engine, _file_identity(path))
+    return engine
+
+
+def _prepare_schema(engine: Engine, path: Path) -> None:
     with engine.begin() as connection:
         Base.metadata.create_all(connection)
         version = read_meta(connection, META_SCHEMA_VERSION)
         if version is None:
             write_meta(connection, META_SCHEMA_VERSION, str(INDEX_SCHEMA_VERSION))
-            return engine
+            return
         current = int(version)
         if current > INDEX_SCHEMA_VERSION:
-            engine.dispose()
             raise HistoryError(
                 f"{path}: index schema version {current} is newer than this harness "
                 f"supports ({INDEX_SCHEMA_VERSION}); upgrade quantem-harness"
@@ -176,7 +220,6 @@ def open_index(path: Path, *, create: bool = True) -> Engine:
         while current < INDEX_SCHEMA_VERSION:
             step = INDEX_MIGRATIONS.get(current)
             if step is None:
-                engine.dispose()
                 raise IndexNeedsRebuild(
                     f"{path}: index schema version {current} has no migration to "
                     f"{INDEX_SCHEMA_VERSION}; it is rebuilt from the records"
@@ -184,7 +227,6 @@ def open_index(path: Path, *, create: bool = True) -> Engine:
             step(connection)
             current += 1
             write_meta(connection, META_SCHEMA_VERSION, str(current))
-    return engine
 
 
 def read_meta(connection: Connection, key: str) -> str | None:

@@ -14,7 +14,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.history.index_db import insert_entry, open_index
+from harness.history.index_db import (
+    _prepare_schema,
+    forget_index,
+    insert_entry,
+    make_engine,
+    open_index,
+)
 from harness.history.journal import append_journal, read_journal, utc_now
 from harness.history.layout import HistoryLayout
 from harness.history.verify import Problem, scan_records
@@ -39,13 +45,15 @@ def rebuild_index_locked(layout: HistoryLayout) -> RebuildResult:
     temp = layout.index_db.with_name(f"{layout.index_db.name}.rebuild-{os.getpid()}")
     for leftover in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
         leftover.unlink(missing_ok=True)
-    engine = open_index(temp)
+    engine = make_engine(temp)
     try:
+        _prepare_schema(engine, temp)
         with engine.begin() as connection:
             for entry in ordered:
                 insert_entry(connection, entry)
     finally:
         engine.dispose()
+    forget_index(layout.index_db)
     for suffix in ("-wal", "-shm"):  # the old index's WAL must never be applied to the new file
         Path(f"{layout.index_db}{suffix}").unlink(missing_ok=True)
     os.replace(temp, layout.index_db)
@@ -90,9 +98,5 @@ def rebuild_history(
         for temp in [*layout.root.glob(".*.tmp"), *layout.plots.glob(".*.tmp")]:
             temp.unlink()
             result.temps_removed += 1
-        engine = open_index(layout.index_db)
-        try:
-            render_all(layout, engine, plots="all" if plots else "none")
-        finally:
-            engine.dispose()
+        render_all(layout, open_index(layout.index_db), plots="all" if plots else "none")
     return result

@@ -193,10 +193,7 @@ def register_reports(
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=True)
         engine = open_history_index(layout)
-        try:
-            return _register_locked(layout, engine, prepared, render=render, plots=plots)
-        finally:
-            engine.dispose()
+        return _register_locked(layout, engine, prepared, render=render, plots=plots)
 
 
 def _register_locked(
