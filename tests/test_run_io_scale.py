@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from _run_helpers import real_disk_dir, tmpfs_dir
 
 if importlib.util.find_spec("quantem.io.arina") is None:  # the HDF5 reader lands in parallel
@@ -385,3 +386,36 @@ def test_demo_runs_and_registers(tmp_path):
     assert "demo-u8" in done.stdout and "demo-u16" in done.stdout
     assert list(history.rglob("*.json"))
     assert elapsed < 60
+
+
+# --- native backend ---------------------------------------------------------------------
+
+
+@pytest.mark.native
+def test_native_trials_separate_processes_and_hashes_agree(disk_suite, native_binary):
+    from harness.report import parse_report
+
+    folder, suite = disk_suite
+    outcome = run_io_scale(_config(folder, suite, backend="native", native_binary=native_binary))
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    doc = parse_report(outcome.report_path)
+    assert {t["format"] for t in doc["trials"]} == {"qem"}
+    for trial in doc["trials"]:
+        assert trial["label"] == trial["cache_state"]
+        assert trial["stages"]["launch"] > 0  # process launch recorded apart
+        assert trial["stages"]["native_total"] <= trial["seconds"]
+        assert trial["native_io_counted"]
+        assert len(trial["sample_hashes_u32_le"]) == len(trial["sample_frames"]) == 3
+    assert doc["conditions"]["timing_boundary"].startswith("native:")
+
+
+@pytest.mark.native
+def test_native_sample_hash_mismatch_fails(disk_suite, native_binary):
+    folder, suite = disk_suite
+    doc = json.loads(suite.manifest.read_text())
+    doc["selected_acquisitions"][0]["sample_frames"] = [0, 5]
+    doc["selected_acquisitions"][0]["sample_hashes_u32_le"] = ["0" * 64, "1" * 64]
+    suite.manifest.write_text(json.dumps(doc))
+    outcome = run_io_scale(_config(folder, suite, backend="native", native_binary=native_binary))
+    assert outcome.exit_code == 1
+    assert any("sample-frame hashes" in f for f in outcome.report["status"]["failures"])
