@@ -59,6 +59,7 @@ STATUS_MESSAGES: Final = {
 
 _MASK_PROB = (1 << PROB_BITS) - 1
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+_LOWBIT = np.array([(i & -i).bit_length() - 1 if i else 0 for i in range(256)], dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -67,6 +68,42 @@ def _read_uint(buffer, position, nbytes):
     for k in range(nbytes):
         value |= np.int64(buffer[position + k]) << (8 * k)
     return value
+
+
+def pack_decode_table(slot_symbol: np.ndarray, freq: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """One uint32 per (context, slot): ``symbol | (freq - 1) << 8 | (slot - cum) << 20``.
+
+    A single load per decoded symbol instead of three dependent ones (symbol, then its
+    frequency and cumulative frequency).
+    """
+    contexts = slot_symbol.shape[0]
+    slots = np.arange(1 << PROB_BITS, dtype=np.int64)
+    table = np.empty((contexts, 1 << PROB_BITS), dtype=np.uint32)
+    for context in range(contexts):
+        symbol = slot_symbol[context].astype(np.int64)
+        f = freq[context].astype(np.int64)[symbol]
+        bias = slots - cum[context].astype(np.int64)[symbol]
+        table[context] = symbol | ((f - 1) << 8) | (bias << 20)
+    return table
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _decode_symbol(x, lane, table, context, buffer, position, safe_position, words_end):
+    """Decode one symbol on ``x[lane]`` with the packed ``table``; branch-free
+    renormalisation (a word is always loaded, from a safe address when none is left).
+
+    Returns ``(symbol, new position)``; a position past ``words_end`` means the word
+    stream was exhausted (checked by the caller at the end of the block).
+    """
+    state = x[lane]
+    entry = np.int64(table[context, state & _MASK_PROB])
+    state = (((entry >> 8) & 0xFFF) + 1) * (state >> PROB_BITS) + (entry >> 20)
+    need = np.int64(state < RANS_L)
+    at = position if position < words_end else safe_position
+    word = np.int64(buffer[at]) | (np.int64(buffer[at + 1]) << 8)
+    shift = need << 4
+    x[lane] = (state << shift) | (word & -need)
+    return entry & 0xFF, position + (need << 1)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -80,10 +117,9 @@ def _decode_rans_block(
     itemsize,
     frame_pixels,
     group_class,
-    sym,
-    freq,
-    cum,
+    table,
     popcount,
+    lowbit,
     out,
     row0,
 ):
@@ -95,6 +131,7 @@ def _decode_rans_block(
             return ERR_STATE_RANGE
     position = start + LANE_STATES_SIZE
     words_end = position + 2 * n_words
+    safe_position = start  # always 128 readable bytes at a RANS block's start
     tail_bits = frame_pixels % 8
     masks = np.empty(n_frames * groups, dtype=np.uint8)
     total = 0
@@ -102,27 +139,17 @@ def _decode_rans_block(
     # phase A: group masks
     for _t in range(n_frames):
         for j in range(groups):
-            lane = a & 31
             context = 2 * np.int64(group_class[j])
-            state = x[lane]
-            slot = state & _MASK_PROB
-            s = np.int64(sym[context, slot])
-            state = freq[context, s] * (state >> PROB_BITS) + slot - cum[context, s]
-            if state < RANS_L:
-                if position >= words_end:
-                    return ERR_WORDS_EXHAUSTED
-                state = (
-                    (state << 16)
-                    | np.int64(buffer[position])
-                    | (np.int64(buffer[position + 1]) << 8)
-                )
-                position += 2
-            x[lane] = state
+            s, position = _decode_symbol(
+                x, a & 31, table, context, buffer, position, safe_position, words_end
+            )
             masks[a] = s
             total += popcount[s]
             a += 1
         if tail_bits and (masks[a - 1] >> tail_bits) != 0:
             return ERR_MASK_PADDING
+    if position > words_end:
+        return ERR_WORDS_EXHAUSTED
     if total != n_nonzero:
         return ERR_NONZERO_COUNT
     escape_position = start + ((LANE_STATES_SIZE + 2 * n_words + 3) // 4) * 4
@@ -130,48 +157,38 @@ def _decode_rans_block(
         if buffer[k] != 0:
             return ERR_PADDING
     escape_end = escape_position + n_escapes * itemsize
-    # phase B: values of nonzero pixels
+    # phase B: values of nonzero pixels, visiting only the set bits of each mask
     v = 0
     a = 0
     for t in range(n_frames):
         frame = out[row0 + t]
-        for q in range(frame_pixels):
-            frame[q] = 0
+        frame[:] = 0
         for j in range(groups):
-            m = masks[a]
+            m = np.int64(masks[a])
             a += 1
             if m == 0:
                 continue
             context = 2 * np.int64(group_class[j]) + 1
             base = 8 * j
-            for i in range(8):
-                if (m >> i) & 1:
-                    lane = v & 31
-                    state = x[lane]
-                    slot = state & _MASK_PROB
-                    s = np.int64(sym[context, slot])
-                    state = freq[context, s] * (state >> PROB_BITS) + slot - cum[context, s]
-                    if state < RANS_L:
-                        if position >= words_end:
-                            return ERR_WORDS_EXHAUSTED
-                        state = (
-                            (state << 16)
-                            | np.int64(buffer[position])
-                            | (np.int64(buffer[position + 1]) << 8)
-                        )
-                        position += 2
-                    x[lane] = state
-                    v += 1
-                    if s != ESCAPE_SYMBOL:
-                        frame[base + i] = s + 1
-                    else:
-                        if escape_position >= escape_end:
-                            return ERR_ESCAPES_EXHAUSTED
-                        value = _read_uint(buffer, escape_position, itemsize)
-                        escape_position += itemsize
-                        if value < ESCAPE_MIN_VALUE:
-                            return ERR_ESCAPE_VALUE
-                        frame[base + i] = value
+            while m:
+                i = lowbit[m]
+                m &= m - 1
+                s, position = _decode_symbol(
+                    x, v & 31, table, context, buffer, position, safe_position, words_end
+                )
+                v += 1
+                if s != ESCAPE_SYMBOL:
+                    frame[base + i] = s + 1
+                else:
+                    if escape_position >= escape_end:
+                        return ERR_ESCAPES_EXHAUSTED
+                    value = _read_uint(buffer, escape_position, itemsize)
+                    escape_position += itemsize
+                    if value < ESCAPE_MIN_VALUE:
+                        return ERR_ESCAPE_VALUE
+                    frame[base + i] = value
+    if position > words_end:
+        return ERR_WORDS_EXHAUSTED
     if escape_position != escape_end:
         return ERR_UNUSED_ESCAPES
     if position != words_end:
@@ -206,9 +223,7 @@ def decode_blocks(
     itemsize,
     frame_pixels,
     group_class,
-    sym,
-    freq,
-    cum,
+    table,
     out,
     status,
 ):
@@ -218,6 +233,7 @@ def decode_blocks(
     dtype; ``status[k]`` receives 0 or an error code.
     """
     popcount = _POPCOUNT
+    lowbit = _LOWBIT
     for k in numba.prange(offsets.size):
         mode = modes[k]
         if mode == MODE_RANS:
@@ -231,10 +247,9 @@ def decode_blocks(
                 itemsize,
                 frame_pixels,
                 group_class,
-                sym,
-                freq,
-                cum,
+                table,
                 popcount,
+                lowbit,
                 out,
                 rows[k],
             )

@@ -108,6 +108,7 @@ class QemFile:
         self.freq = self.model.freq.astype(np.int64)
         self.cum = self.model.cum.astype(np.int64)
         self.slot_symbol = self.model.slot_symbol
+        self.decode_table = rans.pack_decode_table(self.slot_symbol, self.freq, self.cum)
         self._verified = np.zeros(header.n_blocks, dtype=bool)
 
     def _check_sections(self) -> None:
@@ -264,9 +265,7 @@ class QemFile:
             self.header.stored_itemsize,
             self.header.frame_pixels,
             self.model.group_class,
-            self.slot_symbol,
-            self.freq,
-            self.cum,
+            self.decode_table,
             out.reshape(total, -1),
             status,
         )
