@@ -293,7 +293,20 @@ def _validator() -> Any:
 
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    # Local "#/$defs/..." references are inlined: resolving them per value is most of
+    # jsonschema's cost on a report's hundreds of trials. Validation is unchanged.
+    return Draft202012Validator(_inline_local_refs(schema, schema.get("$defs", {})))
+
+
+def _inline_local_refs(node: Any, definitions: Mapping[str, Any]) -> Any:
+    if isinstance(node, dict):
+        reference = node.get("$ref")
+        if isinstance(reference, str) and reference.startswith("#/$defs/") and len(node) == 1:
+            return _inline_local_refs(definitions[reference.removeprefix("#/$defs/")], definitions)
+        return {key: _inline_local_refs(value, definitions) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline_local_refs(item, definitions) for item in node]
+    return node
 
 
 def schema_version_of(doc: Mapping[str, Any], name: str) -> int:

@@ -33,6 +33,9 @@ INDEX_JSON_VERSION = 1
 #: How many of the newest records README.md and index.html list.
 LATEST_RECORDS = 20
 META_TIMINGS = "render.timings_csv"
+META_INDEX_JSON = "render.index_json"
+#: Records per series above which plot lines are drawn without point markers (speed).
+PLOT_MARKER_LIMIT = 200
 #: Rendered files are ordinary, replaceable files (records are the read-only ones).
 RENDERED_MODE = 0o644
 META_PLOT_PREFIX = "render.plot."
@@ -81,45 +84,90 @@ def write_atomic(path: Path, data: bytes) -> None:
 # --- index.json -------------------------------------------------------------------
 
 
-def build_index_json(connection: Connection) -> bytes:
-    entries = (
-        connection.execute(select(RecordRow.index_entry).order_by(RecordRow.seq)).scalars().all()
-    )
+_INDEX_JSON_TAIL = b"\n]}\n"
+
+
+def _index_json_head() -> bytes:
     header = json.dumps(
         {"format": INDEX_JSON_FORMAT, "version": INDEX_JSON_VERSION},
         sort_keys=True,
         separators=(",", ":"),
     )[:-1]
-    body = ",\n".join(entries)
-    return f'{header},"records":[\n{body}\n]}}\n'.encode("ascii")
+    return f'{header},"records":['.encode("ascii")
+
+
+def build_index_json(connection: Connection) -> bytes:
+    """index.json: a header, then one record entry per line in index order (valid JSON)."""
+    entries = (
+        connection.execute(select(RecordRow.index_entry).order_by(RecordRow.seq)).scalars().all()
+    )
+    if not entries:
+        return _index_json_head() + b"\n]}\n"
+    return _index_json_head() + b"\n" + ",\n".join(entries).encode("ascii") + _INDEX_JSON_TAIL
+
+
+def _update_index_json(connection: Connection, path: Path, new_seqs: list[int]) -> None:
+    """Append new entries before the closing bracket when the file is as last rendered."""
+    state = read_meta_json(connection, META_INDEX_JSON)
+    size = path.stat().st_size if path.exists() else -1
+    max_seq = _max_seq(connection)
+    if _appendable(state, size, new_seqs, max_seq) and size > len(_index_json_head()) + len(
+        _INDEX_JSON_TAIL
+    ):
+        entries = connection.execute(
+            select(RecordRow.index_entry)
+            .where(RecordRow.seq >= min(new_seqs))
+            .order_by(RecordRow.seq)
+        ).scalars()
+        addition = b",\n" + ",\n".join(entries).encode("ascii") + _INDEX_JSON_TAIL
+        with open(path, "r+b") as handle:
+            handle.seek(size - len(_INDEX_JSON_TAIL))
+            if handle.read() != _INDEX_JSON_TAIL:
+                addition = b""
+            else:
+                handle.seek(size - len(_INDEX_JSON_TAIL))
+                handle.write(addition)
+                handle.truncate()
+        if addition:
+            write_meta(
+                connection,
+                META_INDEX_JSON,
+                json.dumps({"bytes": size - len(_INDEX_JSON_TAIL) + len(addition), "seq": max_seq}),
+            )
+            return
+    if state is not None and state.get("bytes") == size and state.get("seq") == max_seq:
+        return
+    data = build_index_json(connection)
+    write_atomic(path, data)
+    write_meta(connection, META_INDEX_JSON, json.dumps({"bytes": len(data), "seq": max_seq}))
+
+
+def _appendable(state: Any, size: int, new_seqs: list[int], max_seq: int) -> bool:
+    """True when a file holds exactly what was rendered up to the seq before ``new_seqs``."""
+    return bool(
+        new_seqs
+        and state is not None
+        and state.get("bytes") == size
+        and state.get("seq") == min(new_seqs) - 1
+        and max(new_seqs) == max_seq
+    )
 
 
 # --- timings.csv ------------------------------------------------------------------
 
 
+_TIMINGS_SQL = (
+    "SELECT r.sha256, r.created_utc, r.comparison_key, t.acquisition, t.format, t.cache_state, "
+    "t.trial_index, t.label, t.kept, t.seconds, t.read_bytes, t.file_bytes, t.residency_before "
+    f"FROM {TrialRow.__tablename__} AS t JOIN {RecordRow.__tablename__} AS r ON r.seq = t.record_seq "
+    "WHERE r.seq >= ? ORDER BY r.seq, t.id"
+)
+
+
 def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[tuple]:
-    statement = (
-        select(
-            RecordRow.sha256,
-            RecordRow.created_utc,
-            RecordRow.comparison_key,
-            TrialRow.acquisition,
-            TrialRow.format,
-            TrialRow.cache_state,
-            TrialRow.trial_index,
-            TrialRow.label,
-            TrialRow.kept,
-            TrialRow.seconds,
-            TrialRow.read_bytes,
-            TrialRow.file_bytes,
-            TrialRow.residency_before,
-        )
-        .join(RecordRow, RecordRow.seq == TrialRow.record_seq)
-        .order_by(RecordRow.seq, TrialRow.id)
-    )
-    if min_seq is not None:
-        statement = statement.where(RecordRow.seq >= min_seq)
-    return [tuple(row) for row in connection.execute(statement)]
+    """Trial rows for timings.csv, fetched through the DB-API cursor (hundreds of thousands)."""
+    cursor = connection.connection.driver_connection.execute(_TIMINGS_SQL, (min_seq or 0,))
+    return cursor.fetchall()
 
 
 def timings_csv_text(rows: list[tuple], *, header: bool) -> bytes:
@@ -149,17 +197,11 @@ def _max_seq(connection: Connection) -> int:
 
 
 def _update_timings_csv(connection: Connection, path: Path, new_seqs: list[int]) -> None:
+    """Append the new records' trials when the file is as last rendered, else rewrite it."""
     state = read_meta_json(connection, META_TIMINGS)
     size = path.stat().st_size if path.exists() else -1
     max_seq = _max_seq(connection)
-    appendable = (
-        new_seqs
-        and state is not None
-        and state.get("bytes") == size
-        and state.get("seq") == min(new_seqs) - 1
-        and max(new_seqs) == max_seq
-    )
-    if appendable:
+    if _appendable(state, size, new_seqs, max_seq):
         data = timings_csv_text(_timings_rows(connection, min_seq=min(new_seqs)), header=False)
         with open(path, "ab") as handle:
             handle.write(data)
@@ -362,7 +404,7 @@ def render_after_registration(
         if plots:
             _render_plots(connection, targets, _keys_of(connection, new_seqs), record_state=True)
         _update_timings_csv(connection, targets.timings_csv, new_seqs)
-        write_atomic(targets.index_json, build_index_json(connection))
+        _update_index_json(connection, targets.index_json, new_seqs)
         readme, html = build_readme_and_html(connection, targets)
         write_atomic(targets.readme, readme)
         write_atomic(targets.html, html)

@@ -22,7 +22,7 @@ from harness.errors import HarnessError, ReportValidationError
 from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS, IndexEntry, derive_entry
 from harness.history.layout import HistoryLayout, sha256_of_record_name
 from harness.history.records import sha256_bytes
-from harness.report import looks_truncated, migrate_report, parse_report_json, schema_version_of
+from harness.report import looks_truncated, migrate_report, schema_version_of
 
 
 class ProblemKind(enum.Enum):
@@ -127,13 +127,14 @@ def scan_records(layout: HistoryLayout) -> RecordScan:
                 )
             )
         try:
-            doc = parse_report_json(data, name=relpath)
+            # bytes equal to their name were strictly parsed and validated at registration
+            doc = json.loads(data)
             version = schema_version_of(doc, relpath)
             doc = migrate_report(doc, version, name=relpath)
             entry = derive_entry(
                 doc, sha256=claimed, path=relpath, size_bytes=len(data), schema_version=version
             )
-        except (ReportValidationError, KeyError, TypeError) as exc:
+        except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
             scan.bad_names.add(claimed)
             scan.problems.append(
                 Problem(
@@ -192,14 +193,8 @@ def _verify_locked(layout: HistoryLayout) -> VerifyResult:
     try:
         with engine.connect() as connection:
             rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
-            trials_by_seq: dict[int, list[tuple]] = defaultdict(list)
-            for row in connection.execute(select(TrialRow.__table__).order_by(TrialRow.id)):
-                trials_by_seq[row.record_seq].append(tuple(getattr(row, f) for f in TRIAL_FIELDS))
-            summaries_by_seq: dict[int, list[tuple]] = defaultdict(list)
-            for row in connection.execute(select(SummaryRow.__table__).order_by(SummaryRow.id)):
-                summaries_by_seq[row.record_seq].append(
-                    tuple(getattr(row, f) for f in SUMMARY_FIELDS)
-                )
+            trials_by_seq = _rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
+            summaries_by_seq = _rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
             seqs = {row.seq for row in rows.values()}
             for seq in sorted(set(trials_by_seq) - seqs):
                 problems.append(
@@ -300,6 +295,15 @@ def _verify_locked(layout: HistoryLayout) -> VerifyResult:
             )
         )
     return VerifyResult(records=len(on_disk), problems=problems)
+
+
+def _rows_by_seq(connection: Any, model: Any, fields: tuple[str, ...]) -> dict[int, list[tuple]]:
+    """Rows of a per-record table as value tuples grouped by record, in insertion order."""
+    columns = [model.__table__.c.record_seq, *(model.__table__.c[f] for f in fields)]
+    grouped: dict[int, list[tuple]] = defaultdict(list)
+    for row in connection.execute(select(*columns).order_by(model.__table__.c.id)):
+        grouped[row[0]].append(tuple(row[1:]))
+    return grouped
 
 
 def _check_rendered(layout: HistoryLayout, connection: Any) -> list[Problem]:
