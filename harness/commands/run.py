@@ -135,9 +135,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         profile_reload=args.profile_reload,
         native_binary=args.native_binary,
         threads=args.threads,
-        command=["harness", *sys.argv[1:]]
-        if sys.argv and sys.argv[0].endswith("harness")
-        else list(sys.argv),
+        command=["harness", *sys.argv[1:]],
     )
     values.update(overrides)
     return IoScaleConfig(**values)
