@@ -62,7 +62,7 @@ _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 _LOWBIT = np.array([(i & -i).bit_length() - 1 if i else 0 for i in range(256)], dtype=np.int64)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _read_uint(buffer, position, nbytes):
     value = np.int64(0)
     for k in range(nbytes):
@@ -87,7 +87,7 @@ def pack_decode_table(slot_symbol: np.ndarray, freq: np.ndarray, cum: np.ndarray
     return table
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _decode_symbol(x, lane, table, context, buffer, position, safe_position, words_end):
     """Decode one symbol on ``x[lane]`` with the packed ``table``; branch-free
     renormalisation (a word is always loaded, from a safe address when none is left).
@@ -116,14 +116,14 @@ def _decode_rans_block(
     n_escapes,
     itemsize,
     frame_pixels,
-    group_class,
+    mask_context,
     table,
     popcount,
     lowbit,
     out,
     row0,
 ):
-    groups = group_class.size
+    groups = mask_context.size
     x = np.empty(LANES, dtype=np.int64)
     for lane in range(LANES):
         x[lane] = _read_uint(buffer, start + 4 * lane, 4)
@@ -139,9 +139,8 @@ def _decode_rans_block(
     # phase A: group masks
     for _t in range(n_frames):
         for j in range(groups):
-            context = 2 * np.int64(group_class[j])
             s, position = _decode_symbol(
-                x, a & 31, table, context, buffer, position, safe_position, words_end
+                x, a & 31, table, mask_context[j], buffer, position, safe_position, words_end
             )
             masks[a] = s
             total += popcount[s]
@@ -168,7 +167,7 @@ def _decode_rans_block(
             a += 1
             if m == 0:
                 continue
-            context = 2 * np.int64(group_class[j]) + 1
+            context = mask_context[j] + 1
             base = 8 * j
             while m:
                 i = lowbit[m]
@@ -234,6 +233,7 @@ def decode_blocks(
     """
     popcount = _POPCOUNT
     lowbit = _LOWBIT
+    mask_context = 2 * group_class.astype(np.int64)
     for k in numba.prange(offsets.size):
         mode = modes[k]
         if mode == MODE_RANS:
@@ -246,7 +246,7 @@ def decode_blocks(
                 n_escapes[k],
                 itemsize,
                 frame_pixels,
-                group_class,
+                mask_context,
                 table,
                 popcount,
                 lowbit,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from quantem.acquisition import Acquisition
@@ -253,22 +254,23 @@ class QemFile:
         elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
         status = np.zeros(ids.size, dtype=np.int64)
-        rans.decode_blocks(
-            self.buffer,
-            index["offset"].astype(np.int64),
-            index["mode"].astype(np.int64),
-            counts,
-            index["n_words"].astype(np.int64),
-            index["n_nonzero"].astype(np.int64),
-            index["n_escapes"].astype(np.int64),
-            rows,
-            self.header.stored_itemsize,
-            self.header.frame_pixels,
-            self.model.group_class,
-            self.decode_table,
-            out.reshape(total, -1),
-            status,
-        )
+        with numba.parallel_chunksize(1):  # dynamic scheduling: blocks differ in cost
+            rans.decode_blocks(
+                self.buffer,
+                index["offset"].astype(np.int64),
+                index["mode"].astype(np.int64),
+                counts,
+                index["n_words"].astype(np.int64),
+                index["n_nonzero"].astype(np.int64),
+                index["n_escapes"].astype(np.int64),
+                rows,
+                self.header.stored_itemsize,
+                self.header.frame_pixels,
+                self.model.group_class,
+                self.decode_table,
+                out.reshape(total, -1),
+                status,
+            )
         if status.any():
             k = int(np.flatnonzero(status)[0])
             raise QemFormatError(
