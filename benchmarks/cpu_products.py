@@ -20,7 +20,6 @@ import subprocess
 import time
 from collections.abc import Callable
 
-import numba
 import numpy as np
 
 from quantem.acquisition import Acquisition
@@ -142,7 +141,7 @@ def main() -> None:
         "shape": [*scan, *det],
         "dtype": args.dtype,
         "data_bytes": data.nbytes,
-        "numba_threads": numba.get_num_threads(),
+        "threads": cpu_kernels.default_threads(),
         "cpu_count": os.cpu_count(),
         "cpu": platform.processor() or platform.machine(),
         "revision": git_revision(),

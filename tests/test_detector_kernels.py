@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -45,20 +44,41 @@ def test_empty_inputs():
     assert total.dtype == np.uint64 and not total.any() and not sum_r.any() and not sum_c.any()
 
 
-def test_float_results_do_not_depend_on_thread_count():
+@pytest.mark.parametrize("dtype", ["float32", "uint16"])
+def test_results_do_not_depend_on_thread_count(dtype):
     rng = np.random.default_rng(3)
-    data = (rng.random((70, 3, 8, 8)) * 1e4).astype(np.float32)
-    mask = rng.random((8, 8)) > 0.3
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        single = (cpu_kernels.sum_frames(data), cpu_kernels.masked_sum(data, mask))
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-        multi = (cpu_kernels.sum_frames(data), cpu_kernels.masked_sum(data, mask))
-    finally:
-        numba.set_num_threads(before)
-    for a, b in zip(single, multi):
-        assert a.dtype == np.float64 and a.tobytes() == b.tobytes()
+    # Large enough (> PARALLEL_MIN_WORK pixel visits) that the thread pool is used.
+    data = (rng.random((80, 45, 24, 24)) * 1e4).astype(dtype)
+    mask = rng.random((24, 24)) > 0.3
+    assert data[..., mask].size > cpu_kernels.PARALLEL_MIN_WORK
+    results = []
+    for threads in (1, 2, 3, 8):
+        total, sum_r, sum_c = cpu_kernels.moments(data, mask, threads=threads)
+        results.append(
+            [
+                cpu_kernels.sum_frames(data, threads=threads),
+                cpu_kernels.masked_sum(data, mask, threads=threads),
+                total,
+                sum_r,
+                sum_c,
+            ]
+        )
+    expected_sum = data.astype(np.float64).sum(axis=(0, 1))
+    np.testing.assert_allclose(results[0][0], expected_sum, rtol=1e-12)
+    np.testing.assert_allclose(
+        results[0][1], (data.astype(np.float64) * mask).sum(axis=(2, 3)), rtol=1e-12
+    )
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_threads_argument_is_checked():
+    data = np.zeros((2, 2, 4, 4), dtype=np.uint16)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            cpu_kernels.sum_frames(data, threads=bad)
+    assert cpu_kernels.default_threads() >= 1
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])

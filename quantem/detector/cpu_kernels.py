@@ -12,11 +12,18 @@ Exactness rules
 * Float data (float32, float64) is accumulated in float64 in a fixed order that does not
   depend on the number of threads, so results are bit-for-bit reproducible (but rounded).
 
-The kernels parallelise over scan positions (masked sums, moments) or over a fixed number
-of frame chunks (the frame sum) and release the GIL.
+The kernels are serial numba functions that release the GIL; each call splits its frames
+into ranges and runs them on a thread pool made for that call (``threads`` workers,
+default: the CPUs this process may use). Ranges write disjoint outputs, so results never
+depend on the thread count. Plain threads rather than numba's ``parallel=True`` keep the
+kernels fork-safe (no OpenMP runtime is started), cheap to compile, and quick on small
+inputs, which run inline.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numba as nb
 import numpy as np
@@ -34,6 +41,12 @@ SUM_FRAMES_MAX_CHUNKS = 64
 
 #: Upper bound on the memory the frame sum's partial sums may take.
 SUM_FRAMES_PARTIAL_BYTES = 256 * 1024 * 1024
+
+#: Below this many pixel visits a call runs in the calling thread: a pool costs more.
+PARALLEL_MIN_WORK = 1 << 20
+
+#: Frame ranges per worker thread, for load balance across uneven cores.
+CHUNKS_PER_THREAD = 4
 
 
 def accumulator_dtype(dtype: np.dtype | str) -> np.dtype:
@@ -96,31 +109,31 @@ def _check_mask(data4d: np.ndarray, mask2d: np.ndarray) -> np.ndarray:
     return mask2d
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _masked_sum_runs(data, runs, zero, out):  # pragma: no cover - compiled
+@nb.njit(nogil=True, cache=True)
+def _masked_sum_runs(data, runs, zero, out, start, stop):  # pragma: no cover - compiled
     scan_c = data.shape[1]
-    n_frames = data.shape[0] * scan_c
     n_runs = runs.shape[0]
-    for f in nb.prange(n_frames):
+    for f in range(start, stop):
         i = f // scan_c
         j = f - i * scan_c
         frame = data[i, j]
         acc = zero
         for k in range(n_runs):
-            r = runs[k, 0]
-            for c in range(runs[k, 1], runs[k, 2]):
-                acc += frame[r, c]
+            # Indexing a slice from 0 lets numba drop negative-index handling, so the
+            # integer loop vectorises; floats still add strictly in order.
+            segment = frame[runs[k, 0], runs[k, 1] : runs[k, 2]]
+            for c in range(segment.shape[0]):
+                acc += segment[c]
         out[i, j] = acc
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
+@nb.njit(nogil=True, cache=True)
 def _moments_runs(
-    data, runs, row_weight, col_weight, zero, total, sum_r, sum_c
-):  # pragma: no cover
+    data, runs, row_weight, col_weight, zero, total, sum_r, sum_c, start, stop
+):  # pragma: no cover - compiled
     scan_c = data.shape[1]
-    n_frames = data.shape[0] * scan_c
     n_runs = runs.shape[0]
-    for f in nb.prange(n_frames):
+    for f in range(start, stop):
         i = f // scan_c
         j = f - i * scan_c
         frame = data[i, j]
@@ -129,11 +142,13 @@ def _moments_runs(
         acc_c = zero
         for k in range(n_runs):
             r = runs[k, 0]
+            segment = frame[r, runs[k, 1] : runs[k, 2]]
+            weights = col_weight[runs[k, 1] : runs[k, 2]]
             row_acc = zero
-            for c in range(runs[k, 1], runs[k, 2]):
-                value = frame[r, c]
+            for c in range(segment.shape[0]):
+                value = segment[c]
                 row_acc += value
-                acc_c += value * col_weight[c]
+                acc_c += value * weights[c]
             acc_t += row_acc
             acc_r += row_acc * row_weight[r]
         total[i, j] = acc_t
@@ -141,36 +156,70 @@ def _moments_runs(
         sum_c[i, j] = acc_c
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _sum_frame_chunks(data, partial):  # pragma: no cover - compiled
+@nb.njit(nogil=True, cache=True)
+def _sum_frame_range(data, acc, start, stop):  # pragma: no cover - compiled
     scan_c = data.shape[1]
-    n_frames = data.shape[0] * scan_c
-    n_chunks = partial.shape[0]
     det_r = data.shape[2]
     det_c = data.shape[3]
-    for k in nb.prange(n_chunks):
-        start = k * n_frames // n_chunks
-        stop = (k + 1) * n_frames // n_chunks
-        acc = partial[k]
-        for f in range(start, stop):
-            i = f // scan_c
-            j = f - i * scan_c
-            frame = data[i, j]
-            for r in range(det_r):
-                for c in range(det_c):
-                    acc[r, c] += frame[r, c]
+    for f in range(start, stop):
+        i = f // scan_c
+        j = f - i * scan_c
+        frame = data[i, j]
+        for r in range(det_r):
+            source = frame[r]
+            target = acc[r]
+            for c in range(det_c):
+                target[c] += source[c]
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _reduce_chunks(partial, out):  # pragma: no cover - compiled
-    # Parallel over detector rows, sequential (fixed order) over chunks.
-    for r in nb.prange(partial.shape[1]):
-        for k in range(partial.shape[0]):
-            for c in range(partial.shape[2]):
-                out[r, c] += partial[k, r, c]
+def default_threads() -> int:
+    """Worker threads the kernels use by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
-def masked_sum(data4d: np.ndarray, mask2d_bool: np.ndarray) -> np.ndarray:
+def _parse_threads(threads: int | None) -> int:
+    if threads is None:
+        return default_threads()
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    return int(threads)
+
+
+def _split(n_items: int, n_parts: int) -> list[tuple[int, int]]:
+    n_parts = max(1, min(n_parts, n_items))
+    return [(k * n_items // n_parts, (k + 1) * n_items // n_parts) for k in range(n_parts)]
+
+
+def _run_ranges(task, ranges: list[tuple[int, int]], threads: int) -> None:
+    """Run ``task(start, stop)`` for every range, on ``threads`` threads (the GIL is free).
+
+    A pool is made per call (not kept at module level), so a process forked while no
+    call runs inherits no worker state; small inputs run inline without any pool.
+    """
+    if threads == 1 or len(ranges) <= 1:
+        for start, stop in ranges:
+            task(start, stop)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(ranges))) as pool:
+        for future in [pool.submit(task, start, stop) for start, stop in ranges]:
+            future.result()
+
+
+def _frame_ranges(data4d: np.ndarray, work_per_frame: int, threads: int) -> list[tuple[int, int]]:
+    n_frames = data4d.shape[0] * data4d.shape[1]
+    if n_frames == 0:
+        return []
+    if n_frames * max(work_per_frame, 1) < PARALLEL_MIN_WORK:
+        return [(0, n_frames)]
+    return _split(n_frames, threads * CHUNKS_PER_THREAD)
+
+
+def masked_sum(
+    data4d: np.ndarray, mask2d_bool: np.ndarray, *, threads: int | None = None
+) -> np.ndarray:
     """Sum of each frame over the pixels where ``mask2d_bool`` is True.
 
     Returns
@@ -180,13 +229,17 @@ def masked_sum(data4d: np.ndarray, mask2d_bool: np.ndarray) -> np.ndarray:
     """
     acc = _check_data(data4d)
     mask = _check_mask(data4d, mask2d_bool)
-    out = np.empty(data4d.shape[:2], dtype=acc)
-    _masked_sum_runs(data4d, mask_runs(mask), acc.type(0), out)
+    threads = _parse_threads(threads)
+    out = np.zeros(data4d.shape[:2], dtype=acc)
+    runs = mask_runs(mask)
+    zero = acc.type(0)
+    ranges = _frame_ranges(data4d, int(np.count_nonzero(mask)), threads)
+    _run_ranges(lambda a, b: _masked_sum_runs(data4d, runs, zero, out, a, b), ranges, threads)
     return out
 
 
 def moments(
-    data4d: np.ndarray, mask2d_bool: np.ndarray
+    data4d: np.ndarray, mask2d_bool: np.ndarray, *, threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Zeroth and first moments of each frame over the masked pixels.
 
@@ -196,36 +249,53 @@ def moments(
     """
     acc = _check_data(data4d)
     mask = _check_mask(data4d, mask2d_bool)
+    threads = _parse_threads(threads)
     det_r, det_c = data4d.shape[2:]
-    total = np.empty(data4d.shape[:2], dtype=acc)
-    sum_r = np.empty_like(total)
-    sum_c = np.empty_like(total)
-    _moments_runs(
-        data4d,
-        mask_runs(mask),
-        np.arange(det_r, dtype=acc),
-        np.arange(det_c, dtype=acc),
-        acc.type(0),
-        total,
-        sum_r,
-        sum_c,
-    )
+    total = np.zeros(data4d.shape[:2], dtype=acc)
+    sum_r = np.zeros_like(total)
+    sum_c = np.zeros_like(total)
+    runs = mask_runs(mask)
+    row_weight = np.arange(det_r, dtype=acc)
+    col_weight = np.arange(det_c, dtype=acc)
+    zero = acc.type(0)
+
+    def task(start: int, stop: int) -> None:
+        _moments_runs(data4d, runs, row_weight, col_weight, zero, total, sum_r, sum_c, start, stop)
+
+    ranges = _frame_ranges(data4d, 2 * int(np.count_nonzero(mask)), threads)
+    _run_ranges(task, ranges, threads)
     return total, sum_r, sum_c
 
 
-def sum_frames(data4d: np.ndarray) -> np.ndarray:
-    """Sum over all frames, per detector pixel (``(det_r, det_c)``, uint64 or float64)."""
+def sum_frames(data4d: np.ndarray, *, threads: int | None = None) -> np.ndarray:
+    """Sum over all frames, per detector pixel (``(det_r, det_c)``, uint64 or float64).
+
+    The frames are split into a fixed number of chunks (:data:`SUM_FRAMES_MAX_CHUNKS`,
+    fewer for huge detectors), each summed into its own partial, and the partials are
+    added in chunk order: the float result does not depend on the thread count.
+    """
     acc = _check_data(data4d)
+    threads = _parse_threads(threads)
     det_r, det_c = data4d.shape[2:]
     n_frames = data4d.shape[0] * data4d.shape[1]
-    out = np.zeros((det_r, det_c), dtype=acc)
     if n_frames == 0 or det_r * det_c == 0:
-        return out
+        return np.zeros((det_r, det_c), dtype=acc)
     per_chunk = det_r * det_c * acc.itemsize
     n_chunks = max(1, min(SUM_FRAMES_MAX_CHUNKS, n_frames, SUM_FRAMES_PARTIAL_BYTES // per_chunk))
     partial = np.zeros((n_chunks, det_r, det_c), dtype=acc)
-    _sum_frame_chunks(data4d, partial)
-    _reduce_chunks(partial, out)
+    chunks = _split(n_frames, n_chunks)
+
+    def task(first: int, last: int) -> None:
+        for k in range(first, last):
+            _sum_frame_range(data4d, partial[k], *chunks[k])
+
+    if n_frames * det_r * det_c < PARALLEL_MIN_WORK:
+        task(0, n_chunks)
+    else:
+        _run_ranges(task, [(k, k + 1) for k in range(n_chunks)], threads)
+    out = partial[0].copy()
+    for k in range(1, n_chunks):  # fixed order
+        out += partial[k]
     return out
 
 
@@ -243,6 +313,7 @@ def frame(data4d: np.ndarray, i: int) -> np.ndarray:
 __all__ = [
     "SUPPORTED_DTYPES",
     "accumulator_dtype",
+    "default_threads",
     "frame",
     "mask_runs",
     "masked_sum",
