@@ -501,6 +501,10 @@ def test_encoded_representation_calls_the_payload():
     acq.encoded = Incomplete()
     with pytest.raises(DetectorError, match="lacks sum_frames, moments, frame"):
         prepare(acq)
+    acq.encoded = encoded
+    del acq.metadata["detector_shape"]
+    with pytest.raises(DetectorError, match="metadata lacks"):
+        prepare(acq)
 
 
 def test_cuda_backend_uses_its_kernel_module(monkeypatch):

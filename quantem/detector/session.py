@@ -77,8 +77,15 @@ class _Prepared:
                 raise DetectorError(
                     f"acquisition {position}: its encoded payload lacks {', '.join(missing)}"
                 )
-            scan = tuple(int(v) for v in acq.metadata["scan_shape"])
-            detector = tuple(int(v) for v in acq.metadata["detector_shape"])
+            try:
+                scan = tuple(int(v) for v in acq.metadata["scan_shape"])
+                detector = tuple(int(v) for v in acq.metadata["detector_shape"])
+                np.dtype(acq.metadata["dtype"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DetectorError(
+                    f"acquisition {position} is 'encoded' but its metadata lacks a valid "
+                    f"scan_shape, detector_shape or dtype ({type(exc).__name__}: {exc})"
+                ) from None
         else:
             if acq.backend not in KERNEL_MODULES:
                 raise DetectorError(f"acquisition {position}: unknown backend {acq.backend!r}")
