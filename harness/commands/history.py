@@ -159,12 +159,12 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from harness.history.layout import HistoryLayout
-    from harness.history.lookup import load_report
+    from harness.history.lookup import load_report, parse_sha_prefix, resolve_record
     from harness.history.store import check_history_marker
 
+    parse_sha_prefix(args.sha)
     layout = HistoryLayout.at(_history_dir(args))
     check_history_marker(layout, create=False)
-    from harness.history.lookup import resolve_record
 
     path = resolve_record(layout, args.sha)
     if args.raw:

@@ -30,6 +30,16 @@ class LoadedReport:
     path: Path
 
 
+def parse_sha_prefix(prefix: str) -> str:
+    """Normalise a SHA-256 prefix; UsageError unless it is 4-64 hex digits."""
+    normalised = prefix.strip().lower()
+    if not _HEX_PREFIX.match(normalised):
+        raise UsageError(
+            f"{prefix!r} is not a SHA-256 prefix ({MIN_PREFIX_DIGITS} to 64 hex digits)"
+        )
+    return normalised
+
+
 def resolve_record(layout: HistoryLayout, prefix: str) -> Path:
     """The one record whose SHA-256 starts with ``prefix``.
 
@@ -38,11 +48,7 @@ def resolve_record(layout: HistoryLayout, prefix: str) -> Path:
     UsageError
         When the prefix is not 4-64 lowercase hex digits, matches nothing, or is ambiguous.
     """
-    prefix = prefix.strip().lower()
-    if not _HEX_PREFIX.match(prefix):
-        raise UsageError(
-            f"{prefix!r} is not a SHA-256 prefix ({MIN_PREFIX_DIGITS} to 64 hex digits)"
-        )
+    prefix = parse_sha_prefix(prefix)
     shard = layout.records / prefix[:FANOUT_DIGITS]
     matches = (
         sorted(
