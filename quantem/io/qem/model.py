@@ -48,11 +48,11 @@ def group_masks_and_symbols(
     groups = n_groups(frame_pixels)
     flat = np.zeros((m, groups * GROUP_PIXELS), dtype=frames.dtype)
     flat[:, :frame_pixels] = frames.reshape(m, frame_pixels)
-    nonzero = (flat != 0).reshape(m, groups, GROUP_PIXELS)
-    weights = (1 << np.arange(GROUP_PIXELS)).astype(np.uint16)
-    masks = (nonzero * weights).sum(axis=2).astype(np.uint8)
-    values = flat[flat != 0].astype(np.int64)
-    positions = np.flatnonzero(flat.reshape(-1) != 0) % (groups * GROUP_PIXELS)
+    nonzero = flat != 0
+    masks = np.packbits(nonzero.reshape(m, groups, GROUP_PIXELS), axis=2, bitorder="little")
+    masks = masks.reshape(m, groups)
+    values = flat[nonzero].astype(np.int64)
+    positions = np.flatnonzero(nonzero.reshape(-1)) % (groups * GROUP_PIXELS)
     symbols = np.where(values >= ESCAPE_MIN_VALUE, ESCAPE_SYMBOL, values - 1).astype(np.uint8)
     return masks, symbols, positions // GROUP_PIXELS
 
@@ -67,12 +67,18 @@ def _code_length(hist: np.ndarray) -> float:
     return float((whole - terms).sum())
 
 
-def choose_group_classes(frames: np.ndarray, n_classes: int = DEFAULT_CLASSES) -> np.ndarray:
+def choose_group_classes(
+    frames: np.ndarray,
+    n_classes: int = DEFAULT_CLASSES,
+    coded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """Class of each pixel group from the sample (§16): contiguous ranges of the groups
     ranked by total count, cut greedily to minimise the empirical code length."""
     if not 1 <= n_classes <= MAX_CLASSES:
         raise ValueError(f"n_classes must be 1..{MAX_CLASSES}, got {n_classes}")
-    masks, symbols, value_groups = group_masks_and_symbols(frames)
+    if coded is None:
+        coded = group_masks_and_symbols(frames)
+    masks, symbols, value_groups = coded
     groups = masks.shape[1]
     m = frames.shape[0]
     frame_pixels = int(np.prod(frames.shape[1:]))
@@ -144,9 +150,9 @@ def build_model(
     frames: np.ndarray, stored_itemsize: int, n_classes: int = DEFAULT_CLASSES
 ) -> Model:
     """The MODEL (§7) for sample ``frames`` (m, det_r, det_c) of the stored dtype."""
-    group_class = choose_group_classes(frames, n_classes)
-    classes_used = int(group_class.max()) + 1 if group_class.size else 1
     masks, symbols, value_groups = group_masks_and_symbols(frames)
+    group_class = choose_group_classes(frames, n_classes, (masks, symbols, value_groups))
+    classes_used = int(group_class.max()) + 1 if group_class.size else 1
     mask_allowed = np.ones(ALPHABET, dtype=bool)
     value_allowed = np.ones(ALPHABET, dtype=bool)
     value_allowed[ESCAPE_SYMBOL] = stored_itemsize > 1
