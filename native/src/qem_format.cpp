@@ -78,10 +78,10 @@ Header parse_header(const std::uint8_t* bytes, std::uint64_t actual_file_size) {
   h.version_minor = r.u16();
   if (h.version_major != kVersionMajor) {
     throw UnsupportedError("header: unsupported .qem version " + std::to_string(h.version_major) +
-                           "." + std::to_string(h.version_minor) + "; this reader supports " +
-                           std::to_string(kVersionMajor) + ".0 to " +
-                           std::to_string(kVersionMajor) + "." + std::to_string(kVersionMinor) +
-                           " (and reads later 1.x minors)");
+                           "." + std::to_string(h.version_minor) +
+                           "; this reader supports major version " +
+                           std::to_string(kVersionMajor) + " (1.0 to 1." +
+                           std::to_string(kVersionMinor) + ", and reads later 1.x files)");
   }
   h.header_xxh3 = load_u64le(bytes + kHeaderChecksumOffset);
   std::uint64_t computed = xxh3_64(bytes, kHeaderChecksumOffset);
@@ -282,8 +282,8 @@ void require_object(const Json& v, const std::string& name, const std::string& w
 
 }  // namespace
 
-// Section 5 (step 8), plus the metadata's statement about the pixel mask (section 6).
-void check_metadata(const Json& meta, const Header& h, bool mask_present, std::uint64_t n_masked) {
+// Section 5 (step 8): the required keys, and those repeating the header agree with it.
+void check_metadata(const Json& meta, const Header& h) {
   const std::string where = section_label(kMetadata);
   if (!meta.is_object()) throw FormatError(where, "the JSON text is not an object");
   require_pair(require_key(meta, "scan_shape", where), h.scan_r, h.scan_c, "scan_shape", where);
@@ -298,19 +298,7 @@ void check_metadata(const Json& meta, const Header& h, bool mask_present, std::u
                                    dtype_name(itemsize) + "\"");
     }
   }
-  const Json& mask = require_key(meta, "pixel_mask", where);
-  require_object(mask, "pixel_mask", where);
-  const Json& mdtype = require_key(mask, "dtype", where);
-  if (!mdtype.is_string() || mdtype.as_string() != "uint32") {
-    throw FormatError(where, "pixel_mask.dtype is " + mdtype.dump() + ", not \"uint32\"");
-  }
-  const Json& encoding = require_key(mask, "encoding", where);
-  const char* expected_encoding = mask_present ? "section" : "all-zero";
-  if (!encoding.is_string() || encoding.as_string() != expected_encoding) {
-    throw FormatError(where, "pixel_mask.encoding is " + encoding.dump() + " but the file " +
-                                 (mask_present ? "has" : "has no") + " PIXEL_MASK section");
-  }
-  require_uint(require_key(mask, "n_masked", where), n_masked, "pixel_mask.n_masked", where);
+  require_object(require_key(meta, "pixel_mask", where), "pixel_mask", where);
   for (const char* key : {"calibration", "encoder", "detector"}) {
     require_object(require_key(meta, key, where), key, where);
   }
@@ -328,6 +316,33 @@ void check_metadata(const Json& meta, const Header& h, bool mask_present, std::u
     if (!v.is_null() && !v.is_object()) {
       throw FormatError(where, std::string("source.") + key + " is neither an object nor null");
     }
+  }
+}
+
+// Step 9 (as clarified in the spec): metadata.pixel_mask agrees with the mask.
+void check_metadata_mask(const Json& meta, bool mask_present, std::uint64_t n_masked) {
+  const std::string where = section_label(kMetadata);
+  const Json& mask = require_key(meta, "pixel_mask", where);
+  const Json& mdtype = require_key(mask, "dtype", where);
+  if (!mdtype.is_string() || mdtype.as_string() != "uint32") {
+    throw FormatError(where, "pixel_mask.dtype is " + mdtype.dump() + ", not \"uint32\"");
+  }
+  const Json& encoding = require_key(mask, "encoding", where);
+  const char* expected_encoding = mask_present ? "section" : "all-zero";
+  if (!encoding.is_string() || encoding.as_string() != expected_encoding) {
+    throw FormatError(where, "pixel_mask.encoding is " + encoding.dump() + " but the file " +
+                                 (mask_present ? "has a" : "has no") + " PIXEL_MASK section");
+  }
+  const Json& count = require_key(mask, "n_masked", where);
+  bool ok = false;
+  try {
+    ok = count.is_int() && count.as_uint() == n_masked;
+  } catch (const std::out_of_range&) {
+    ok = false;
+  }
+  if (!ok) {
+    throw FormatError(where, "pixel_mask.n_masked is " + count.dump() + ", the mask has " +
+                                 std::to_string(n_masked) + " nonzero values");
   }
 }
 
@@ -445,7 +460,7 @@ QemLayout parse_qem_layout(const File& file) {
     }
   }
 
-  // Step 8: metadata. The mask statement is checked once the mask is counted.
+  // Step 8: metadata.
   const std::string meta_where = section_label(kMetadata);
   try {
     std::string text(contents[kMetadata].begin(), contents[kMetadata].end());
@@ -453,7 +468,8 @@ QemLayout parse_qem_layout(const File& file) {
   } catch (const std::invalid_argument& e) {
     throw FormatError(meta_where, std::string("not valid JSON: ") + e.what());
   }
-  // Step 9: pixel mask and model.
+  check_metadata(out.metadata, h);
+  // Step 9: pixel mask (and the metadata's statement about it), then the model.
   const bool mask_present = h.sections[kPixelMask].length > 0;
   if (mask_present) {
     const auto& raw = contents[kPixelMask];
@@ -462,11 +478,9 @@ QemLayout parse_qem_layout(const File& file) {
       out.pixel_mask[p] = load_u32le(raw.data() + 4 * p);
       if (out.pixel_mask[p]) ++out.n_masked;
     }
+    if (out.n_masked == 0) throw FormatError(section_label(kPixelMask), "present but all zero");
   }
-  check_metadata(out.metadata, h, mask_present, out.n_masked);
-  if (mask_present && out.n_masked == 0) {
-    throw FormatError(section_label(kPixelMask), "present but all zero");
-  }
+  check_metadata_mask(out.metadata, mask_present, out.n_masked);
   out.model = parse_model(contents[kModel].data(), contents[kModel].size(), pixels);
 
   // Step 10: block index and its placement in the payload (section 8 and 10).

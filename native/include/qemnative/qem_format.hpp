@@ -143,7 +143,7 @@ QemLayout parse_qem_layout(const File& file);
 Header parse_header(const std::uint8_t* bytes, std::uint64_t actual_file_size);
 void check_footer(const std::uint8_t* bytes, const Header& header);
 Model parse_model(const std::uint8_t* bytes, std::uint64_t length, std::uint64_t pixels);
-void check_metadata(const Json& metadata, const Header& header, bool mask_present,
-                    std::uint64_t n_masked);
+void check_metadata(const Json& metadata, const Header& header);
+void check_metadata_mask(const Json& metadata, bool mask_present, std::uint64_t n_masked);
 
 }  // namespace qemnative
