@@ -282,3 +282,13 @@ def test_large_roundtrip_many_blocks(tmp_path):
     path = save_qem(make_acquisition(data), tmp_path / "big.qem", verify=True)
     np.testing.assert_array_equal(load_qem(path).data, data)
     np.testing.assert_array_equal(load_qem(path, threads=1).data, data)
+
+
+def test_progress_bars_do_not_change_results(tmp_path, monkeypatch):
+    from quantem.io.qem import reader
+
+    monkeypatch.setattr(reader, "PROGRESS_BATCH_BYTES", 1)  # one block per batch
+    rng = np.random.default_rng(13)
+    data = counts(rng, (3, 4, 8, 8), 1.0)
+    path = save_qem(make_acquisition(data), tmp_path / "p.qem", block_frames=5, progress=True)
+    np.testing.assert_array_equal(load_qem(path, progress=True).data, data)

@@ -22,6 +22,11 @@ from quantem.errors import QemFormatError, SourceNotFoundError
 from quantem.io.qem import format as fmt
 from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
+from quantem.io.qem.progress import frame_progress
+
+#: Decoded sizes above which a full load shows progress (on a TTY), and its batch size.
+PROGRESS_MIN_BYTES = 1 << 30
+PROGRESS_BATCH_BYTES = 256 << 20
 
 
 class QemFile:
@@ -546,6 +551,7 @@ def load_qem(
     representation: str = "dense",
     threads: int | None = None,
     scan_shape: Any = None,
+    progress: bool | None = None,
 ) -> Acquisition:
     """Load a ``.qem`` file on the CPU as a dense numpy :class:`Acquisition`.
 
@@ -566,6 +572,9 @@ def load_qem(
         numba threads for decoding (default: all).
     scan_shape
         Accepted for routing symmetry; must equal the stored scan shape if given.
+    progress
+        Show a progress bar while decoding (default: when stderr is a TTY and the
+        decoded data exceeds 1 GiB).
     """
     if representation != "dense":
         raise ValueError(
@@ -583,7 +592,7 @@ def load_qem(
         with _numba_threads(threads):
             if scan_region is None:
                 shape = qem.scan_shape
-                frames = qem.decode_blocks(np.arange(qem.n_blocks))
+                frames = _decode_all(qem, progress)
                 region = None
             else:
                 rows, cols = parse_scan_region(scan_region, qem.scan_shape)
@@ -606,6 +615,26 @@ def load_qem(
     finally:
         qem.close()
     return Acquisition(data, metadata, validity, "cpu")
+
+
+def _decode_all(qem: QemFile, progress: bool | None) -> np.ndarray:
+    """Every block; in batches under a progress bar when one is shown."""
+    header = qem.header
+    decoded_bytes = header.n_frames * header.frame_pixels * header.stored_itemsize
+    if progress is None:
+        progress = None if decoded_bytes > PROGRESS_MIN_BYTES else False
+    ids = np.arange(qem.n_blocks)
+    with frame_progress(progress, qem.n_frames, "qem: decoding") as advance:
+        out = np.empty((qem.n_frames, *qem.detector_shape), dtype=qem.dtype)
+        block_bytes = qem.block_frames * header.frame_pixels * header.stored_itemsize
+        per = max(1, PROGRESS_BATCH_BYTES // block_bytes)
+        for first in range(0, qem.n_blocks, per):
+            batch = ids[first : first + per]
+            start = first * qem.block_frames
+            stop = min(qem.n_frames, (first + batch.size) * qem.block_frames)
+            qem.decode_blocks(batch, out=out[start:stop])
+            advance(stop - start)
+    return out
 
 
 def _finish(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from quantem.io.qem import format as fmt
 from quantem.io.qem import model as qem_model
 from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
+from quantem.io.qem.progress import frame_progress
 
 ENCODER_NAME = "quantem.io.qem"
 #: Version of the encoder policy (docs/qem-format.md §16). Files depend only on the
@@ -218,27 +218,6 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool | None, total: int, description: str):
-    """A rich progress bar on a TTY (or when forced); a no-op callback otherwise."""
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} frames"),
-        TimeRemainingColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
-
-
 def _iter_aligned(src: FrameSource, batch_frames: int) -> Iterator[tuple[int, np.ndarray]]:
     """Source frames regrouped into batches of exactly ``batch_frames`` (last shorter),
     as 2D (n, P) arrays."""
@@ -364,7 +343,7 @@ def _save(
     batch = max(
         block_frames, BATCH_BYTES // (pixels * dtype.itemsize) // block_frames * block_frames
     )
-    with _progress(progress, n_frames, "qem: scanning") as advance:
+    with frame_progress(progress, n_frames, "qem: scanning") as advance:
         for start, frames in _iter_aligned(src, batch):
             if frames.size:
                 maximum = max(maximum, int(frames.max()))
@@ -412,7 +391,7 @@ def _save(
             batch = max(
                 block_frames, BATCH_BYTES // (pixels * itemsize) // block_frames * block_frames
             )
-            with _progress(progress, n_frames, "qem: encoding") as advance:
+            with frame_progress(progress, n_frames, "qem: encoding") as advance:
                 for start, frames in _iter_aligned(src, batch):
                     frames = np.ascontiguousarray(frames, dtype=stored)
                     n_batch = -(-frames.shape[0] // block_frames)
@@ -570,7 +549,7 @@ def _verify_against_source(path: Path, src: FrameSource, progress: bool | None) 
             // qem.block_frames
             * qem.block_frames,
         )
-        with _progress(progress, qem.n_frames, "qem: verifying") as advance:
+        with frame_progress(progress, qem.n_frames, "qem: verifying") as advance:
             for start, frames in _iter_aligned(src, batch):
                 decoded = qem.read_frames(start, start + frames.shape[0]).reshape(frames.shape)
                 if not np.array_equal(decoded, frames):
