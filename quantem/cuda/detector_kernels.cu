@@ -38,6 +38,42 @@ extern "C" __global__ void masked_sum(const ELEM_T* __restrict__ data, i64 n_fra
     if (lane == 0) out[frame] = total;
 }
 
+// Vector form of masked_sum for frames whose byte size is a multiple of 16: the mask is a
+// list of the 16-byte vectors it touches (index within the frame, bit k = element k of
+// the vector is in the mask); each lane loads whole vectors, several in flight, so a warp
+// reads only the sectors the mask covers with full-width, independent loads.
+#define ELEMS_PER_VEC (16 / sizeof(ELEM_T))
+#define VECS_PER_FRAME ((FRAME_ELEMS * sizeof(ELEM_T)) / 16)
+
+__device__ __forceinline__ u64 masked_vector_sum(uint4 q, unsigned bits) {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+    u64 total = 0;
+#pragma unroll
+    for (int k = 0; k < (int)ELEMS_PER_VEC; ++k) {
+        const int per_word = 4 / sizeof(ELEM_T);
+        const unsigned word = w[k / per_word];
+        const int shift = (k % per_word) * 8 * sizeof(ELEM_T);
+        const unsigned value = (word >> shift) & (unsigned)((1ull << (8 * sizeof(ELEM_T))) - 1ull);
+        total += ((bits >> k) & 1u) ? (u64)value : 0ull;
+    }
+    return total;
+}
+
+extern "C" __global__ void masked_sum_vec(const uint4* __restrict__ data, i64 n_frames,
+                                          const unsigned* __restrict__ vec_index,
+                                          const unsigned* __restrict__ vec_bits, int n_vec,
+                                          u64* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const i64 frame = (i64)blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5);
+    if (frame >= n_frames) return;
+    const uint4* f = data + frame * (i64)VECS_PER_FRAME;
+    u64 total = 0;
+#pragma unroll 4
+    for (int i = lane; i < n_vec; i += 32) total += masked_vector_sum(__ldg(f + vec_index[i]), vec_bits[i]);
+    total = warp_sum(total);
+    if (lane == 0) out[frame] = total;
+}
+
 extern "C" __global__ void moments(const ELEM_T* __restrict__ data, i64 n_frames,
                                    const int* __restrict__ pixels, int n_pixels,
                                    u64* __restrict__ total_out, u64* __restrict__ row_out,

@@ -24,6 +24,7 @@ ELEMENT_TYPES = {
 WARPS_PER_CTA = 8
 SUM_THREADS = 256
 FRAMES_PER_GROUP = 512
+VECTOR_BYTES = 16
 
 
 def _module(dtype: np.dtype, det_shape: tuple[int, int]) -> Any:
@@ -54,15 +55,29 @@ def _frames(data4d: Any) -> tuple[Any, tuple[int, ...], tuple[int, int]]:
     return flat, scan, det
 
 
-def _pixels(mask2d: Any, det: tuple[int, int]) -> Any:
-    import cupy
-
-    mask = cupy.asarray(mask2d)
+def _host_mask(mask2d: Any, det: tuple[int, int]) -> np.ndarray:
+    mask = mask2d.get() if hasattr(mask2d, "get") else np.asarray(mask2d)
     if mask.shape != det:
         raise ValueError(f"mask shape {mask.shape} does not match the detector shape {det}")
     if mask.dtype != np.bool_:
         raise TypeError(f"mask must be boolean, got {mask.dtype}")
-    return cupy.flatnonzero(mask).astype(cupy.int32)
+    return mask
+
+
+def _pixels(mask2d: Any, det: tuple[int, int]) -> Any:
+    import cupy
+
+    return cupy.asarray(np.flatnonzero(_host_mask(mask2d, det)).astype(np.int32))
+
+
+def mask_vectors(mask: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 16-byte vectors of a frame that a mask touches: (vector index, element bits)."""
+    per_vec = VECTOR_BYTES // itemsize
+    flat = np.asarray(mask, dtype=bool).reshape(-1, per_vec)
+    touched = np.flatnonzero(flat.any(axis=1))
+    weights = (np.uint32(1) << np.arange(per_vec, dtype=np.uint32)).astype(np.uint32)
+    bits = (flat[touched].astype(np.uint32) * weights).sum(axis=1, dtype=np.uint32)
+    return touched.astype(np.uint32), bits.astype(np.uint32)
 
 
 def masked_sum(data4d: Any, mask2d_bool: Any) -> Any:
@@ -70,10 +85,28 @@ def masked_sum(data4d: Any, mask2d_bool: Any) -> Any:
     import cupy
 
     flat, scan, det = _frames(data4d)
-    pixels = _pixels(mask2d_bool, det)
+    mask = _host_mask(mask2d_bool, det)
     n = flat.shape[0]
     out = cupy.zeros(n, dtype=cupy.uint64)
-    if n and pixels.size:
+    itemsize = flat.dtype.itemsize
+    vector = (det[0] * det[1] * itemsize) % VECTOR_BYTES == 0 and flat.data.ptr % VECTOR_BYTES == 0
+    if not n or not mask.any():
+        return out.reshape(scan)
+    if vector:
+        index, bits = mask_vectors(mask, itemsize)
+        kernel = _module(flat.dtype, det).get_function("masked_sum_vec")
+        grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
+        args = (
+            flat,
+            np.int64(n),
+            cupy.asarray(index),
+            cupy.asarray(bits),
+            np.int32(index.size),
+            out,
+        )
+        kernel((grid,), (32 * WARPS_PER_CTA,), args)
+    else:
+        pixels = cupy.asarray(np.flatnonzero(mask).astype(np.int32))
         kernel = _module(flat.dtype, det).get_function("masked_sum")
         grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
         kernel(

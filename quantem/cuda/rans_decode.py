@@ -22,7 +22,6 @@ from quantem.errors import QemFormatError
 
 SOURCE_FILE = "rans_decode.cu"
 WARPS_PER_CTA = 16
-CTAS_PER_SM = 2
 GROUP_PIXELS = 8
 
 
@@ -120,8 +119,20 @@ class QemBlockDecoder:
             kernel = load_module(SOURCE_FILE, defines).get_function("decode_qem_blocks")
             kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             self._kernels[reduce] = kernel
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        self.max_ctas = int(sms) * CTAS_PER_SM
+        attributes = cupy.cuda.Device().attributes
+        sms = int(attributes["MultiProcessorCount"])
+        # Persistent grid: as many thread blocks as can be resident at once.
+        threads = 32 * WARPS_PER_CTA
+        smem_per_sm = int(attributes.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024))
+        self.ctas = {}
+        for reduce, kernel in self._kernels.items():
+            per_sm = min(
+                65536 // max(int(getattr(kernel, "num_regs", 64) or 64) * threads, 1),
+                smem_per_sm // (self.shared_bytes + 1024),
+                int(attributes.get("MaxThreadsPerMultiProcessor", 2048)) // threads,
+            )
+            self.ctas[reduce] = sms * max(1, per_sm)
+        self.max_ctas = max(self.ctas.values())
         self.scratch_per_warp = self.block_frames * self.n_groups
         self.mask_scratch = cupy.empty(
             self.max_ctas * WARPS_PER_CTA * self.scratch_per_warp, dtype=cupy.uint8
@@ -145,7 +156,7 @@ class QemBlockDecoder:
         n = len(table)
         if n == 0:
             return
-        ctas = min(self.max_ctas, -(-n // WARPS_PER_CTA))
+        ctas = min(self.ctas[reduce], -(-n // WARPS_PER_CTA))
         args = (
             payload,
             table.offset,

@@ -1,0 +1,463 @@
+"""Benchmark of the CUDA backend: floors, the naive path, and ours, in one run.
+
+Measures on the current GPU (docs/performance/results.md records the runs):
+
+* floors: parallel pread of the compressed chunk bytes into pinned memory (warm page cache,
+  and cold after per-file eviction), the host-to-device copy of those bytes, and a
+  device-to-device copy of the decoded size;
+* the naive path: h5py + hdf5plugin decode of one shard on the CPU, then ``cupy.asarray``,
+  extrapolated to the whole acquisition;
+* ours: HDF5 warm load (page cache and process warm), HDF5 cold load (after
+  ``posix_fadvise(DONTNEED)`` per file, confirmed by a ``mincore`` residency probe), QEM
+  warm load, QEM decode-kernel throughput on the resident payload, BF ``masked_sum`` on the
+  dense and on the encoded representation, peak GPU memory of the encoded load.
+
+Data: the synthetic ARINA generator (``quantem.io.synthetic``) writes the first
+``--generate-shards`` shards of the full acquisition model in parallel processes; when the
+acquisition has more shards than that, the remaining shards are byte copies of the
+generated ones (cycled, with their frame-number attributes rewritten), so the full-size
+file set has the generator's chunk statistics without generating every frame. The
+``.qem`` file is converted from the generated (distinct) part only and its times are
+extrapolated by the frame ratio; both are printed.
+
+Usage::
+
+    python benchmarks/gpu_load.py --dir /tmp/bench --scan 512 512 --det 192 192 \
+        --frames-per-shard 2048 --generate-shards 16 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+RESULTS: dict = {}
+
+
+def say(key: str, value, unit: str = "", note: str = "") -> None:
+    RESULTS[key] = value
+    shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+    print(f"{key:<44} {shown:>14} {unit:<6} {note}", flush=True)
+
+
+# -- data ---------------------------------------------------------------------------------
+def generate(args) -> tuple[Path, Path, int]:
+    """Write the full acquisition (generated + copied shards) and the distinct sub-acquisition."""
+    from quantem.io import arina_layout as layout
+    from quantem.io import synthetic
+
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    full_model = synthetic.SyntheticModel(
+        tuple(args.scan), tuple(args.det), args.dtype, args.dose, 0
+    )
+    n = full_model.n_frames
+    per = args.frames_per_shard
+    n_shards = -(-n // per)
+    made = min(args.generate_shards, n_shards)
+    names = [layout.shard_file_name("full", i + layout.SHARD_FIRST_INDEX) for i in range(n_shards)]
+    master = out / f"full{layout.MASTER_SUFFIX}"
+    distinct_frames = min(made * per, n)
+    if not master.exists():
+        t0 = time.perf_counter()
+        ranges = [(i * per, min((i + 1) * per, n)) for i in range(made)]
+        with ProcessPoolExecutor(args.processes) as pool:
+            futures = [
+                pool.submit(synthetic._write_shard, full_model, str(out / names[i]), a, b)
+                for i, (a, b) in enumerate(ranges)
+            ]
+            for f in futures:
+                f.result()
+        say(
+            "generate_seconds",
+            time.perf_counter() - t0,
+            "s",
+            f"{made} shards x {per} frames, {args.processes} processes",
+        )
+        import h5py
+
+        for i in range(made, n_shards):
+            src = out / names[i % made]
+            dst = out / names[i]
+            a, b = i * per, min((i + 1) * per, n)
+            if b - a != per:  # a short last shard cannot be a copy: generate it
+                synthetic._write_shard(full_model, str(dst), a, b)
+                continue
+            shutil.copyfile(src, dst)
+            with h5py.File(dst, "r+") as f:
+                dset = f[layout.SHARD_DATASET]
+                dset.attrs["image_nr_low"] = np.uint64(a + 1)
+                dset.attrs["image_nr_high"] = np.uint64(b)
+        synthetic._write_master(full_model, master, names, per, True)
+        # The distinct part as an acquisition of its own (for the .qem conversion).
+        rows = distinct_frames // args.scan[1]
+        sub_model = synthetic.SyntheticModel(
+            (rows, args.scan[1]), tuple(args.det), args.dtype, args.dose, 0
+        )
+        sub_shards = -(-(rows * args.scan[1]) // per)
+        synthetic._write_master(
+            sub_model, out / f"distinct{layout.MASTER_SUFFIX}", names[:sub_shards], per, True
+        )
+        os.sync()
+    return master, out / f"distinct{layout.MASTER_SUFFIX}", made
+
+
+# -- page cache ---------------------------------------------------------------------------
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+PROT_READ, MAP_SHARED = 1, 1
+
+
+def resident_fraction(paths) -> float:
+    """Fraction of the files' pages in the page cache (mincore on a read-only mapping)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = resident = 0
+    for path in paths:
+        size = os.path.getsize(path)
+        if size == 0:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+            pages = -(-size // page)
+            vec = np.zeros(pages, dtype=np.uint8)
+            try:
+                if _libc.mincore(addr, size, vec.ctypes.data) != 0:
+                    raise OSError(ctypes.get_errno(), "mincore failed")
+            finally:
+                _libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+        resident += int(np.count_nonzero(vec & 1))
+        total += pages
+    return resident / max(total, 1)
+
+
+def evict(paths) -> None:
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+# -- floors -------------------------------------------------------------------------------
+def pread_floor(source, pinned_buf, threads) -> float:
+    from quantem.cuda import hdf5_pipeline, staging
+    from quantem.errors import ArinaFormatError
+
+    index = source.index
+    reads = hdf5_pipeline.plan_reads(
+        np.asarray(index.frame_shard), np.asarray(index.frame_offset, dtype=np.int64),
+        np.asarray(index.frame_nbytes, dtype=np.int64), staging.READ_PIECE_BYTES,
+    )  # fmt: skip
+    view = memoryview(pinned_buf)
+    with (
+        staging.OpenFiles(source.shard_paths, ArinaFormatError) as files,
+        ThreadPoolExecutor(threads) as pool,
+    ):
+        t0 = time.perf_counter()
+        list(pool.map(lambda r: files.read_into(view[r[2] : r[2] + r[3]], r[0], r[1]), reads))
+        return time.perf_counter() - t0
+
+
+def gpu_time(fn, reps: int, warmup: int = 1) -> list[float]:
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return times
+
+
+def wall_time(fn, reps: int) -> list[float]:
+    import cupy
+
+    times = []
+    for _ in range(reps):
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        result = fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - t0)
+        if hasattr(result, "close"):
+            result.close()
+        del result
+    return times
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--scan", type=int, nargs=2, default=[512, 512])
+    parser.add_argument("--det", type=int, nargs=2, default=[192, 192])
+    parser.add_argument("--dtype", default="uint16")
+    parser.add_argument("--dose", type=float, default=40000.0)
+    parser.add_argument("--frames-per-shard", type=int, default=2048)
+    parser.add_argument("--generate-shards", type=int, default=16)
+    parser.add_argument("--processes", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--cold-reps", type=int, default=2)
+    parser.add_argument("--skip-qem", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import cupy  # noqa: I001
+
+    from quantem import io
+    from quantem.cuda import detector_kernels as dk
+    from quantem.cuda import pinned
+    from quantem.io.arina import open_arina
+    from quantem.io.synthetic import SyntheticModel
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    say("device", props["name"].decode())
+    threads = args.threads or min(32, os.cpu_count() or 4)
+    say("host_cores", os.cpu_count())
+
+    master, distinct_master, made = generate(args)
+    t0 = time.perf_counter()
+    source = open_arina(master)
+    say("open_arina_seconds", time.perf_counter() - t0, "s", "frame index (first open builds it)")
+    files = [*source.shard_paths, str(master)]
+    compressed = int(np.asarray(source.index.frame_nbytes).sum())
+    decoded = (
+        int(source.n_frames) * int(np.prod(source.detector_shape)) * np.dtype(source.dtype).itemsize
+    )
+    say("shape", [*source.scan_shape, *source.detector_shape])
+    say("n_shards", len(source.shard_paths), "", f"{made} generated, the rest copies")
+    say("compressed_bytes", compressed, "B")
+    say("decoded_bytes", decoded, "B")
+
+    # Warm the page cache.
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda p: Path(p).read_bytes() and None, source.shard_paths))
+    say("residency_warm", resident_fraction(source.shard_paths))
+
+    # Floors.
+    with pinned.borrow(1, compressed) as (buf,):
+        floors = sorted(pread_floor(source, buf, threads) for _ in range(args.reps))
+        say(
+            "floor_pread_pinned_warm_s",
+            statistics.median(floors),
+            "s",
+            f"{compressed / statistics.median(floors) / 1e9:.2f} GB/s",
+        )
+        dev_buf = cupy.empty(compressed, dtype=cupy.uint8)
+        h2d = gpu_time(
+            lambda: cupy.cuda.runtime.memcpyAsync(
+                dev_buf.data.ptr, buf.ctypes.data, compressed, 1, 0
+            ),
+            args.reps,
+        )
+        say(
+            "floor_h2d_s",
+            statistics.median(h2d),
+            "s",
+            f"{compressed / statistics.median(h2d) / 1e9:.2f} GB/s",
+        )
+        dev_buf = None
+        cold_floors = []
+        for _ in range(args.cold_reps):
+            evict(files)
+            res = resident_fraction(source.shard_paths)
+            cold_floors.append(pread_floor(source, buf, threads))
+        say("residency_after_evict", res)
+        say(
+            "floor_pread_pinned_cold_s",
+            statistics.median(cold_floors),
+            "s",
+            f"{compressed / statistics.median(cold_floors) / 1e9:.2f} GB/s",
+        )
+    a = cupy.empty(decoded, dtype=cupy.uint8)
+    b = cupy.empty(decoded, dtype=cupy.uint8)
+    a.fill(1)
+    d2d = gpu_time(
+        lambda: cupy.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, decoded, 3, 0), args.reps
+    )
+    say(
+        "floor_d2d_decoded_size_s",
+        statistics.median(d2d),
+        "s",
+        f"{2 * decoded / statistics.median(d2d) / 1e12:.2f} TB/s (read+write)",
+    )
+    a = b = None
+    cupy.get_default_memory_pool().free_all_blocks()
+
+    # Naive path: h5py + hdf5plugin on the CPU, then cupy.asarray, one shard.
+    import h5py
+    import hdf5plugin  # noqa: F401
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda p: Path(p).read_bytes() and None, source.shard_paths))
+    shard = source.shard_paths[0]
+    t0 = time.perf_counter()
+    with h5py.File(shard, "r") as f:
+        host = f["/entry/data/data"][()]
+    gpu = cupy.asarray(host)
+    cupy.cuda.Device().synchronize()
+    naive = time.perf_counter() - t0
+    per_shard_frames = host.shape[0]
+    del gpu, host
+    naive_full = naive * source.n_frames / per_shard_frames
+    say("naive_one_shard_s", naive, "s", f"{per_shard_frames} frames")
+    say("naive_extrapolated_full_s", naive_full, "s", "linear in frames")
+
+    # Ours: HDF5 warm.
+    warm0 = time.perf_counter()
+    first = io.load(master, backend="cuda")
+    say(
+        "hdf5_first_load_s",
+        time.perf_counter() - warm0,
+        "s",
+        "includes kernel compile / pinned alloc",
+    )
+    stats = first.metadata["load_stats"]
+    model = SyntheticModel(tuple(args.scan), tuple(args.det), args.dtype, args.dose, 0)
+    rr, cc = np.mgrid[: args.det[0], : args.det[1]]
+    cy, cx = model.bf_center
+    bf = (rr - cy) ** 2 + (cc - cx) ** 2 <= model.bf_radius**2
+    bf &= source.validity
+    say("bf_mask_pixels", int(bf.sum()))
+    dense_bf = gpu_time(lambda: dk.masked_sum(first.data, bf), 20, 3)
+    say("bf_masked_sum_dense_s", statistics.median(dense_bf), "s")
+    ref_bf = dk.masked_sum(first.data, bf).get()
+    first.close()
+    warm = wall_time(lambda: io.load(master, backend="cuda"), args.reps)
+    w = statistics.median(warm)
+    say("hdf5_warm_load_s", w, "s", f"min {min(warm):.4f}; {decoded / w / 1e9:.1f} GB/s decoded")
+    say("hdf5_warm_over_pread_floor", w / statistics.median(floors), "x")
+    say(
+        "hdf5_pipeline_read_s_per_load",
+        stats["read_seconds"],
+        "s",
+        "summed over batches, first load",
+    )
+    say("speedup_over_naive", naive_full / w, "x")
+
+    colds = []
+    for _ in range(args.cold_reps):
+        evict(files)
+        res = resident_fraction(source.shard_paths)
+        colds.extend(wall_time(lambda: io.load(master, backend="cuda"), 1))
+    say("residency_before_cold_load", res)
+    c = statistics.median(colds)
+    say("hdf5_cold_load_s", c, "s")
+    say("hdf5_cold_over_cold_pread_floor", c / statistics.median(cold_floors), "x")
+
+    if not args.skip_qem:
+        from quantem.io.qem.writer import save_qem
+
+        qem_path = Path(args.dir) / "distinct.qem"
+        if not qem_path.exists():
+            t0 = time.perf_counter()
+            save_qem(distinct_master, qem_path)
+            say("qem_convert_s", time.perf_counter() - t0, "s", "distinct part")
+        qsrc = open_arina(distinct_master)
+        q_frames = int(qsrc.n_frames)
+        q_decoded = q_frames * int(np.prod(qsrc.detector_shape)) * np.dtype(qsrc.dtype).itemsize
+        say("qem_frames", q_frames, "", f"extrapolation factor {source.n_frames / q_frames:.2f}")
+        say("qem_file_bytes", qem_path.stat().st_size, "B")
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(qem_path.read_bytes).result()
+        q_first = io.load(qem_path, backend="cuda")
+        with io.load(distinct_master, backend="cuda") as h:
+            same = bool(cupy.array_equal(h.data.reshape(q_first.data.shape), q_first.data))
+        say("qem_equals_hdf5_on_gpu", same)
+        q_first.close()
+        qwarm = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
+        q = statistics.median(qwarm)
+        say("qem_warm_load_s", q, "s", f"{q_decoded / q / 1e9:.1f} GB/s decoded")
+        say("qem_warm_load_extrapolated_full_s", q * source.n_frames / q_frames, "s")
+        qv = wall_time(lambda: io.load(qem_path, backend="cuda", verify=False), args.reps)
+        say("qem_warm_load_noverify_s", statistics.median(qv), "s")
+
+        pool_ = cupy.get_default_memory_pool()
+        pool_.free_all_blocks()
+        base_used = cupy.cuda.runtime.memGetInfo()
+        enc = io.load(qem_path, backend="cuda", representation="encoded")
+        payload = enc.encoded.nbytes
+        say(
+            "qem_resident_payload_bytes",
+            payload,
+            "B",
+            f"{q_decoded / payload:.2f}x smaller than decoded",
+        )
+        ids = np.arange(enc.encoded.n_blocks)
+        dec = gpu_time(lambda: enc.encoded.decode_blocks(ids), args.reps)
+        say(
+            "qem_decode_kernel_s",
+            statistics.median(dec),
+            "s",
+            f"{q_decoded / statistics.median(dec) / 1e12:.3f} TB/s decoded",
+        )
+        enc_bf = gpu_time(lambda: enc.encoded.masked_sum(bf), 10, 2)
+        say("bf_masked_sum_encoded_s", statistics.median(enc_bf), "s", f"{q_frames} frames")
+        say(
+            "bf_masked_sum_encoded_extrapolated_full_s",
+            statistics.median(enc_bf) * source.n_frames / q_frames,
+            "s",
+        )
+        with io.load(distinct_master, backend="cuda") as h:
+            same_bf = bool(
+                np.array_equal(dk.masked_sum(h.data, bf).get(), enc.encoded.masked_sum(bf).get())
+            )
+        say("bf_encoded_equals_dense", same_bf)
+        enc.close()
+        pool_.free_all_blocks()
+        enc = io.load(qem_path, backend="cuda", representation="encoded")
+        enc.encoded.masked_sum(bf)
+        peak_pool = pool_.total_bytes()
+        free_now, _total = cupy.cuda.runtime.memGetInfo()
+        say(
+            "encoded_peak_pool_bytes",
+            peak_pool,
+            "B",
+            f"payload + {(peak_pool - payload) / 2**30:.3f} GiB",
+        )
+        say("encoded_card_used_delta_bytes", base_used[0] - free_now, "B")
+        enc.close()
+    say("bf_reference_checksum", int(ref_bf.sum()))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(RESULTS, sort_keys=True, indent=1, default=str) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Block checksum verification on the GPU (XXH3-64 of each block extent, ``xxh3.cu``).
+
+Ranges longer than 240 bytes are hashed by the kernel (one warp each); shorter ones, and
+empty extents, are flagged for the host, which hashes them with the xxhash library (the
+same function the writer used), so every block is verified exactly once either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SOURCE_FILE = "xxh3.cu"
+WARPS_PER_CTA = 8
+FLAG_OK = 0
+FLAG_MISMATCH = 1
+FLAG_PADDING = 2
+FLAG_HOST = 3
+MIDSIZE_MAX = 240
+
+
+def verify_on_device(
+    data: Any,
+    starts: np.ndarray,
+    extents: np.ndarray,
+    lengths: np.ndarray,
+    expected: np.ndarray,
+    flags: Any,
+    stream: Any = None,
+) -> None:
+    """Enqueue the hash of ``data[starts[k] : starts[k] + extents[k]]`` for every k.
+
+    ``flags`` (device int32, len(starts)) receives 0, ``FLAG_MISMATCH``, ``FLAG_PADDING``
+    (bytes after ``lengths[k]`` not zero) or ``FLAG_HOST`` (too short for the kernel).
+    Starts must be 8-byte aligned (block extents are 16-byte aligned).
+    """
+    import cupy
+
+    from quantem.cuda.module_loader import load_module
+
+    n = int(starts.size)
+    if n == 0:
+        return
+    if np.any(np.asarray(starts) % 8):
+        raise ValueError("block extents must start 8-byte aligned in the device buffer")
+    kernel = load_module(SOURCE_FILE, {}).get_function("xxh3_verify")
+    with stream if stream is not None else cupy.cuda.Stream.null:
+        args = (
+            data,
+            cupy.asarray(np.ascontiguousarray(starts, dtype=np.int64)),
+            cupy.asarray(np.ascontiguousarray(extents, dtype=np.int64)),
+            cupy.asarray(np.ascontiguousarray(lengths, dtype=np.int64)),
+            cupy.asarray(np.ascontiguousarray(expected, dtype=np.uint64)),
+            np.int32(n),
+            flags,
+        )
+        grid = -(-n // WARPS_PER_CTA)
+        kernel((grid,), (32 * WARPS_PER_CTA,), args)
+
+
+def needs_host(extents: np.ndarray) -> np.ndarray:
+    """Which extents the kernel leaves to the host (240 bytes or fewer, empty included)."""
+    return np.asarray(extents) <= MIDSIZE_MAX
