@@ -793,11 +793,9 @@ def _check_config(cfg: IoScaleConfig) -> None:
     if not cfg.storage_id.strip():
         raise UsageError("--storage-id must not be empty")
     if cfg.backend == "cuda":
-        from quantem.backends import cuda_unavailable_reason
+        from quantem.backends import require_backend
 
-        reason = cuda_unavailable_reason()
-        if reason is not None:
-            raise UsageError(f"--backend cuda cannot run here: {reason}")
+        require_backend("cuda")  # BackendUnavailableError (exit 1) saying why
 
 
 def _qem_stored_dtype(path: Path) -> str:
