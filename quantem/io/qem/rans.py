@@ -88,7 +88,7 @@ def pack_decode_table(slot_symbol: np.ndarray, freq: np.ndarray, cum: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
-def _decode_symbol(x, lane, table, context, buffer, position, safe_position, words_end):
+def _decode_symbol(x, lane, table, context, words16, position, safe_position, words_end):
     """Decode one symbol on ``x[lane]`` with the packed ``table``; branch-free
     renormalisation (a word is always loaded, from a safe address when none is left).
 
@@ -100,7 +100,7 @@ def _decode_symbol(x, lane, table, context, buffer, position, safe_position, wor
     state = (((entry >> 8) & 0xFFF) + 1) * (state >> PROB_BITS) + (entry >> 20)
     need = np.int64(state < RANS_L)
     at = position if position < words_end else safe_position
-    word = np.int64(buffer[at]) | (np.int64(buffer[at + 1]) << 8)
+    word = np.int64(words16[at >> 1])
     shift = need << 4
     x[lane] = (state << shift) | (word & -need)
     return entry & 0xFF, position + (need << 1)
@@ -109,6 +109,7 @@ def _decode_symbol(x, lane, table, context, buffer, position, safe_position, wor
 @numba.njit(cache=True, nogil=True)
 def _decode_rans_block(
     buffer,
+    buffer16,
     start,
     n_frames,
     n_words,
@@ -124,6 +125,7 @@ def _decode_rans_block(
     row0,
 ):
     groups = mask_context.size
+    words16 = buffer16
     x = np.empty(LANES, dtype=np.int64)
     for lane in range(LANES):
         x[lane] = _read_uint(buffer, start + 4 * lane, 4)
@@ -140,7 +142,7 @@ def _decode_rans_block(
     for _t in range(n_frames):
         for j in range(groups):
             s, position = _decode_symbol(
-                x, a & 31, table, mask_context[j], buffer, position, safe_position, words_end
+                x, a & 31, table, mask_context[j], words16, position, safe_position, words_end
             )
             masks[a] = s
             total += popcount[s]
@@ -173,7 +175,7 @@ def _decode_rans_block(
                 i = lowbit[m]
                 m &= m - 1
                 s, position = _decode_symbol(
-                    x, v & 31, table, context, buffer, position, safe_position, words_end
+                    x, v & 31, table, context, words16, position, safe_position, words_end
                 )
                 v += 1
                 if s != ESCAPE_SYMBOL:
@@ -212,6 +214,7 @@ def _decode_raw_block(buffer, start, n_frames, itemsize, frame_pixels, out, row0
 @numba.njit(cache=True, parallel=True, nogil=True)
 def decode_blocks(
     buffer,
+    buffer16,
     offsets,
     modes,
     n_frames,
@@ -239,6 +242,7 @@ def decode_blocks(
         if mode == MODE_RANS:
             status[k] = _decode_rans_block(
                 buffer,
+                buffer16,
                 offsets[k],
                 n_frames[k],
                 n_words[k],

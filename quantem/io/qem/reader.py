@@ -78,6 +78,8 @@ class QemFile:
             )
         self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
+        # 16-bit words of RANS blocks sit at even offsets (blocks are 16-byte aligned)
+        self.buffer16 = self.buffer[: size - size % 2].view("<u2")
         data = self._mmap
         header = fmt.parse_header(data[: fmt.HEADER_SIZE + fmt.FOOTER_SIZE], self.path)
         if header.file_size != size:
@@ -262,6 +264,7 @@ class QemFile:
         with numba.parallel_chunksize(1):  # dynamic scheduling: blocks differ in cost
             rans.decode_blocks(
                 self.buffer,
+                self.buffer16,
                 index["offset"].astype(np.int64),
                 index["mode"].astype(np.int64),
                 counts,
@@ -448,6 +451,7 @@ class QemFile:
         Arrays returned by decoding are independent copies; ``buffer`` becomes invalid.
         """
         self.buffer = None
+        self.buffer16 = None
         mapped = getattr(self, "_mmap", None)
         if mapped is not None:
             self._mmap = None
