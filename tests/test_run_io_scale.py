@@ -58,10 +58,21 @@ def _cleanup(folder: Path, tmp_path: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def _written_suite(tmp_path_factory):
+    """The synthetic suite, written once per module (copied per test)."""
+    return write_demo_suite(tmp_path_factory.mktemp("suite"), SMALL_SUITE, frames_per_shard=24)
+
+
 @pytest.fixture
-def disk_suite(tmp_path):
+def disk_suite(tmp_path, _written_suite):
+    """A private copy of the suite on a block-backed filesystem: (folder, suite)."""
     folder = real_disk_dir(tmp_path)
-    suite = write_demo_suite(folder / "suite", SMALL_SUITE, frames_per_shard=24)
+    top = _written_suite.root.parent
+    shutil.copytree(top, folder / "suite")
+    suite = type(_written_suite)(
+        root=folder / "suite" / "data", manifest=folder / "suite" / "manifest.json"
+    )
     yield folder, suite
     _cleanup(folder, tmp_path)
 
@@ -320,6 +331,7 @@ def test_cli_path_escaping_root_exits_1(disk_suite):
     assert "escapes ROOT" in done.stderr
 
 
+@pytest.mark.slow
 def test_cli_successful_run_exits_0(disk_suite):
     folder, suite = disk_suite
     done = _cli(*_cli_args(suite, folder / "out"))
@@ -328,7 +340,9 @@ def test_cli_successful_run_exits_0(disk_suite):
     assert (folder / "out" / "loading.json").is_file()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+)
 def test_interrupt_leaves_no_temporary_files(tmp_path, sig):
     folder = real_disk_dir(tmp_path)
     try:
@@ -419,3 +433,52 @@ def test_native_sample_hash_mismatch_fails(disk_suite, native_binary):
     outcome = run_io_scale(_config(folder, suite, backend="native", native_binary=native_binary))
     assert outcome.exit_code == 1
     assert any("sample-frame hashes" in f for f in outcome.report["status"]["failures"])
+
+
+# --- baseline -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_baseline_pass_and_incomparable(disk_suite):
+    import hashlib
+
+    folder, suite = disk_suite
+    history = folder / "history"
+    first = run_io_scale(_config(folder, suite, output_dir=folder / "a", history_dir=history))
+    assert first.exit_code == 0 and first.registered
+    sha = hashlib.sha256(first.report_path.read_bytes()).hexdigest()
+    # by record prefix in the history; a generous threshold: timings of tiny files are noisy
+    second = run_io_scale(
+        _config(
+            folder,
+            suite,
+            output_dir=folder / "b",
+            history_dir=history,
+            baseline=sha[:12],
+            regression_percent=10000.0,
+        )
+    )
+    assert second.report["baseline"]["sha256"] == sha
+    assert second.report["status"]["performance"] == "pass", second.report.get("comparison")
+    assert second.exit_code == 0
+    # other storage: not comparable -> exit 2
+    third = run_io_scale(
+        _config(
+            folder,
+            suite,
+            output_dir=folder / "c",
+            storage_id="other-disk",
+            baseline=str(first.report_path),
+        )
+    )
+    assert third.report["status"]["performance"] == "incomparable"
+    assert third.exit_code == 2
+    assert third.report["comparison"]["differences"]
+
+
+def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
+    from harness.errors import UsageError
+
+    folder, suite = disk_suite
+    with pytest.raises(UsageError, match="no record"):
+        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
