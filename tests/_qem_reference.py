@@ -119,6 +119,14 @@ def read_reference(data: bytes) -> dict:
             raise ReferenceError("mask all zero")
     else:
         mask = np.zeros(P, dtype=np.uint32)
+    declared = meta["pixel_mask"]
+    encoding = "section" if length else "all-zero"
+    if declared != {
+        "dtype": "uint32",
+        "encoding": encoding,
+        "n_masked": int(np.count_nonzero(mask)),
+    }:
+        raise ReferenceError("metadata pixel_mask disagrees")
     # model
     off, length, _ = table[2]
     K, C, G, res = struct.unpack_from("<IIII", data, off)

@@ -205,7 +205,7 @@ def test_section_offset_not_canonical(tmp_path, good):
     offset, _ = section(good, fmt.SECTION_MODEL)
     struct.pack_into("<Q", data, 64 + 24 * fmt.SECTION_MODEL, offset + 64)
     error = expect_error(tmp_path, reseal(data))
-    assert error.fields["section"] in ("MODEL", "padding")
+    assert error.fields["section"] == "MODEL"
 
 
 def test_section_length_past_the_file(tmp_path, good):
@@ -220,7 +220,8 @@ def test_nonzero_padding_between_sections(tmp_path, good):
     gap = offset + length
     assert gap % 64 != 0, "test needs padding after METADATA"
     data[gap] = 1
-    expect_error(tmp_path, reseal(data), match="padding")
+    error = expect_error(tmp_path, reseal(data), match="padding")
+    assert error.fields["section"] == "PIXEL_MASK"  # the section after the padding
 
 
 def edit_index(good: bytes, block: int, field: str, value: int) -> bytes:
@@ -324,6 +325,17 @@ def test_bad_metadata(tmp_path, good):
     expect_error(tmp_path, reseal(data), match="scan_shape")
     data[offset] = ord("[")
     expect_error(tmp_path, reseal(data), match="METADATA")
+
+
+def test_metadata_mask_count_must_agree(tmp_path, good):
+    data = bytearray(good)
+    offset, length = section(good, fmt.SECTION_METADATA)
+    text = bytes(data[offset : offset + length])
+    assert b'"n_masked":1' in text
+    data[offset : offset + length] = text.replace(b'"n_masked":1', b'"n_masked":2')
+    expect_error(tmp_path, reseal(data), match="pixel_mask")
+    with pytest.raises(ReferenceError):
+        read_reference(reseal(data))
 
 
 def test_missing_file(tmp_path):

@@ -105,6 +105,14 @@ class QemFile:
             self.pixel_mask = mask.astype(np.uint32).reshape(det)
         else:
             self.pixel_mask = np.zeros(det, dtype=np.uint32)
+        declared = self.metadata["pixel_mask"]
+        n_masked = int(np.count_nonzero(self.pixel_mask))
+        if declared.get("dtype") != "uint32" or declared.get("n_masked") != n_masked:
+            raise QemFormatError(
+                self.path,
+                f"metadata pixel_mask {declared!r} disagrees with the mask ({n_masked} masked)",
+                section="METADATA",
+            )
         self.model = fmt.parse_model(self._section_bytes(fmt.SECTION_MODEL), header, self.path)
         self.block_index = fmt.parse_block_index(
             self._section_bytes(fmt.SECTION_BLOCK_INDEX), header, self.path
@@ -161,10 +169,9 @@ class QemFile:
         )
         for start, end, section_id in [*spans, (footer_offset, footer_offset, -1)]:
             if self.buffer[position:start].any():
+                # named after the section that follows the padding (spec §14 step 6)
                 where = fmt.SECTION_NAMES[section_id] if section_id >= 0 else "footer"
-                raise QemFormatError(
-                    self.path, f"nonzero padding before {where}", section="padding"
-                )
+                raise QemFormatError(self.path, f"nonzero padding before {where}", section=where)
             position = max(position, end)
         for section_id, section in enumerate(header.sections):
             if (
