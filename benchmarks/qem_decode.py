@@ -104,14 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = reference.size * 2
         del reference, decoded
         times: dict[str, list[float]] = {"hdf5": [], "qem": [], "qem_noverify": []}
+        cpu: dict[str, list[float]] = {name: [] for name in times}
         for _ in range(args.reps):
             for name in times:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 if name == "hdf5":
                     data = load_hdf5(master)
                 else:
                     data = load_qem(qem_path, verify=name == "qem").data
                 times[name].append(time.perf_counter() - started)
+                cpu[name].append(time.process_time() - cpu_started)
                 del data
     print(
         f"rev {revision}; shape {scan + det} uint16, dose {args.dose:g} counts/frame; "
@@ -119,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"HDF5: {hdf5_label}; {hdf5_bytes} bytes.  .qem: {source}; {qem_bytes} bytes")
     print()
-    print("| load | median s | min s | decoded GB/s (median) |")
-    print("|---|---:|---:|---:|")
+    print("| load | median s | min s | decoded GB/s (median) | CPU s (median, all threads) |")
+    print("|---|---:|---:|---:|---:|")
     labels = {
         "hdf5": "HDF5 bitshuffle-LZ4, CPU",
         "qem": ".qem, CPU numba, checksums verified",
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = statistics.median(times["hdf5"]) / statistics.median(times["qem"])
     print()
     print(f".qem (verified) is {ratio:.2f}x the speed of the HDF5 load (>1 = faster)")
+    print(f"load average during the run: {os.getloadavg()[0]:.2f} (1 min)")
     return 0
 
 
