@@ -9,9 +9,12 @@ import pytest
 
 from quantem.io.qem.reader import QemFile, load_qem
 from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
 
 arina = pytest.importorskip("quantem.io.arina")
+synthetic = pytest.importorskip("quantem.io.synthetic")
+SyntheticModel = synthetic.SyntheticModel
+make_frames = synthetic.make_frames
+write_synthetic_arina = synthetic.write_synthetic_arina
 
 SCAN = (6, 5)
 DET = (24, 20)
