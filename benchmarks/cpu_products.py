@@ -6,7 +6,10 @@ with its numpy counterpart before any timing is reported.
 
 Usage::
 
-    python benchmarks/cpu_products.py [--scan 64 64] [--det 192 192] [--dtype uint16] [--reps 5]
+    python benchmarks/cpu_products.py [--scan 64 64] [--det 192 192] [--dtype uint16]
+                                      [--reps 5] [--threads N]
+
+``--threads`` applies to the kernel rows; the session row uses the default (all CPUs).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="uint16", choices=["uint8", "uint16", "uint32"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="kernel threads (default: all)")
     args = parser.parse_args()
     scan, det = tuple(args.scan), tuple(args.det)
 
@@ -126,22 +130,26 @@ def main() -> None:
     for label, mask in masks.items():
         record(
             f"masked_sum[{label}]",
-            lambda m=mask: cpu_kernels.masked_sum(data, m),
+            lambda m=mask: cpu_kernels.masked_sum(data, m, threads=args.threads),
             lambda m=mask: numpy_masked_sum(data, m),
         )
     record(
         "moments[full]",
-        lambda: cpu_kernels.moments(data, masks["full"]),
+        lambda: cpu_kernels.moments(data, masks["full"], threads=args.threads),
         lambda: numpy_moments(data, masks["full"]),
     )
-    record("sum_frames", lambda: cpu_kernels.sum_frames(data), lambda: numpy_sum_frames(data))
+    record(
+        "sum_frames",
+        lambda: cpu_kernels.sum_frames(data, threads=args.threads),
+        lambda: numpy_sum_frames(data),
+    )
     record("session: prepare + bf() (auto disk)", lambda: prepare(acq).bf(), None)
 
     meta = {
         "shape": [*scan, *det],
         "dtype": args.dtype,
         "data_bytes": data.nbytes,
-        "threads": cpu_kernels.default_threads(),
+        "threads": args.threads or cpu_kernels.default_threads(),
         "cpu_count": os.cpu_count(),
         "cpu": platform.processor() or platform.machine(),
         "revision": git_revision(),
