@@ -141,3 +141,31 @@ def test_usage_error_through_a_subprocess_has_no_traceback(tmp_path: Path) -> No
     )
     assert completed.returncode == 64, (completed.stdout, completed.stderr)
     assert "Traceback" not in completed.stderr and "SHA-256 prefix" in completed.stderr
+
+
+def test_render_index_is_incremental_and_full_rewrites(tmp_path: Path) -> None:
+    from harness.history.verify import verify_history
+
+    paths = write_example_reports(tmp_path / "in", [1, 2])
+    history = tmp_path / "h"
+    assert (
+        main(
+            [
+                "history",
+                "register",
+                *map(str, paths),
+                "--history-dir",
+                str(history),
+                "--defer-plots",
+            ]
+        )
+        == 0
+    )
+    csv = history / "timings.csv"
+    edited = csv.read_bytes().replace(b"scan-a", b"scan-A", 1)  # same size: bookkeeping cannot tell
+    csv.write_bytes(edited)
+    assert main(["render", "index", "--history-dir", str(history)]) == 0
+    assert csv.read_bytes() == edited
+    assert [p.subject for p in verify_history(history).errors] == ["timings.csv"]
+    assert main(["render", "index", "--history-dir", str(history), "--full"]) == 0
+    assert verify_history(history).ok and not verify_history(history).problems

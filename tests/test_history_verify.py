@@ -163,3 +163,17 @@ def test_verify_cli_exit_codes(history, tmp_path: Path) -> None:
         [*command[:-1], str(tmp_path / "nowhere")], capture_output=True, text=True, check=False
     )
     assert absent.returncode == 1 and "no such history folder" in absent.stderr
+
+
+def test_damaged_index_is_reported_and_registration_rebuilds_it(history) -> None:
+    root, _ = history
+    for suffix in ("-wal", "-shm"):
+        Path(f"{root / 'index.sqlite'}{suffix}").unlink(missing_ok=True)
+    (root / "index.sqlite").write_bytes(b"this is not a database" * 100)
+    from harness.history.index_db import forget_index
+
+    forget_index(root / "index.sqlite")
+    assert main(["history", "verify", "--history-dir", str(root)]) == 1
+    register_reports(root, [dump_report(make_example_report(9))], plots=False)
+    result = verify_history(root)
+    assert result.ok and result.records == 4

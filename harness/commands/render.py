@@ -16,7 +16,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     index = commands.add_parser(
         "index",
         help="render index.json, timings.csv, README.md, index.html and plots",
-        description="Render every view of the history from its index (pending plots are drawn).",
+        description=(
+            "Bring every view of the history up to date from its index: README.md, index.html, "
+            "pending plots, and index.json/timings.csv where they lag (all of them with --full)."
+        ),
     )
     add_history_dir_argument(index)
     index.add_argument("--out", metavar="DIR", help="render into DIR instead of the history folder")
@@ -24,6 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--all-plots", action="store_true", help="redraw every plot, not only pending ones"
     )
     index.add_argument("--no-plots", action="store_true", help="do not draw plots")
+    index.add_argument(
+        "--full",
+        action="store_true",
+        help="rewrite index.json and timings.csv even when their bookkeeping says they are current",
+    )
     index.set_defaults(func=run)
     parser.set_defaults(func=_missing_subcommand)
 
@@ -50,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         check_history_marker(layout, create=False)
         engine = open_index(layout.index_db, create=False)
         try:
-            render_all(layout, engine, out=out, plots=plots)
+            render_all(layout, engine, out=out, plots=plots, full=args.full or out is not None)
         finally:
             engine.dispose()
     print(f"rendered {out or layout.root}")

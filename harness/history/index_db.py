@@ -32,6 +32,7 @@ from sqlalchemy import (
     event,
     select,
 )
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from harness.errors import HistoryError
@@ -128,6 +129,10 @@ class SummaryRow(Base):
 INDEX_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
 
 
+class IndexUnreadable(HistoryError):
+    """The index file is damaged (not a SQLite database, or corrupt): rebuild it."""
+
+
 class IndexNeedsRebuild(HistoryError):
     """The index is older than this harness and has no migration step: rebuild it."""
 
@@ -197,6 +202,11 @@ def open_index(path: Path, *, create: bool = True) -> Engine:
     engine = make_engine(path)
     try:
         _prepare_schema(engine, path)
+    except DatabaseError as exc:
+        engine.dispose()
+        raise IndexUnreadable(
+            f"{path}: the index is unreadable ({exc.orig}); run `harness history rebuild`"
+        ) from exc
     except BaseException:
         engine.dispose()
         raise

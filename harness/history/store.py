@@ -21,7 +21,13 @@ from sqlalchemy import Engine, select
 
 from harness.errors import HistoryError
 from harness.history.entries import IndexEntry, derive_entry
-from harness.history.index_db import IndexNeedsRebuild, RecordRow, insert_entry, open_index
+from harness.history.index_db import (
+    IndexNeedsRebuild,
+    IndexUnreadable,
+    RecordRow,
+    insert_entry,
+    open_index,
+)
 from harness.history.journal import append_journal, utc_now
 from harness.history.layout import HISTORY_FORMAT, HISTORY_FORMAT_VERSION, HistoryLayout
 from harness.history.records import ensure_dir, fsync_dir, sha256_bytes, write_record
@@ -141,13 +147,13 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
 
 
 def open_history_index(layout: HistoryLayout) -> Engine:
-    """Open the index; an old index without a migration step is rebuilt from records.
+    """Open the index; an old (unmigratable) or damaged index is rebuilt from the records.
 
     The caller holds the history lock.
     """
     try:
         return open_index(layout.index_db)
-    except IndexNeedsRebuild:
+    except (IndexNeedsRebuild, IndexUnreadable):
         from harness.history.rebuild import rebuild_index_locked
 
         rebuild_index_locked(layout)

@@ -298,11 +298,17 @@ def _verify_locked(layout: HistoryLayout) -> VerifyResult:
 
 
 def _rows_by_seq(connection: Any, model: Any, fields: tuple[str, ...]) -> dict[int, list[tuple]]:
-    """Rows of a per-record table as value tuples grouped by record, in insertion order."""
-    columns = [model.__table__.c.record_seq, *(model.__table__.c[f] for f in fields)]
+    """Rows of a per-record table as value tuples grouped by record, in insertion order.
+
+    Read through the DB-API cursor (hundreds of thousands of rows); booleans come back
+    as 0/1, which compare equal to the records' True/False.
+    """
+    table = model.__tablename__
+    columns = ", ".join(f'"{field}"' for field in fields)
+    sql = f"SELECT record_seq, {columns} FROM {table} ORDER BY id"
     grouped: dict[int, list[tuple]] = defaultdict(list)
-    for row in connection.execute(select(*columns).order_by(model.__table__.c.id)):
-        grouped[row[0]].append(tuple(row[1:]))
+    for row in connection.connection.driver_connection.execute(sql).fetchall():
+        grouped[row[0]].append(row[1:])
     return grouped
 
 
