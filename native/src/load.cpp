@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <new>
 
 #include "qemnative/error.hpp"
 #include "qemnative/file.hpp"
@@ -32,16 +31,6 @@ Json io_json(const std::map<std::string, std::uint64_t>& io) {
   return Json(std::move(obj));
 }
 
-std::unique_ptr<std::uint8_t[]> allocate(std::uint64_t bytes, const std::string& what) {
-  try {
-    // Uninitialised on purpose: every byte is written by the stage that fills it,
-    // in parallel, so the pages are first touched by the threads that use them.
-    return std::unique_ptr<std::uint8_t[]>(new std::uint8_t[std::max<std::uint64_t>(bytes, 1)]);
-  } catch (const std::bad_alloc&) {
-    throw ResourceError("cannot allocate " + std::to_string(bytes) + " bytes for " + what);
-  }
-}
-
 }  // namespace
 
 void verify_all(const QemLayout& layout, const std::uint8_t* payload, unsigned threads) {
@@ -66,6 +55,13 @@ LoadResult run_load(const LoadRequest& req) {
   LoadResult result;
   const unsigned threads = req.threads ? req.threads : default_thread_count();
   Json::Object stages;
+  Json::Object stages_cpu;  // CPU seconds of all threads per stage: robust on a busy host
+  double cpu = process_cpu_seconds();
+  auto end_cpu_stage = [&](const char* name) {
+    double now_cpu = process_cpu_seconds();
+    stages_cpu[name] = Json(now_cpu - cpu);
+    cpu = now_cpu;
+  };
 
   // Stage open: header to block checksums, section 14 steps 1-10.
   double t = monotonic_seconds();
@@ -83,43 +79,47 @@ LoadResult run_load(const LoadRequest& req) {
   }
   double now = monotonic_seconds();
   stages["open"] = Json(now - t);
+  end_cpu_stage("open");
 
   // Stage read: the payload into memory (pread) or mapped (mmap).
   t = now;
-  std::unique_ptr<std::uint8_t[]> staged_payload;
+  PageBuffer staged_payload;
   std::unique_ptr<Mapping> mapping;
   const std::uint8_t* payload = nullptr;
   if (req.io == IoMode::Pread) {
-    staged_payload = allocate(layout.payload_length, "the payload");
+    staged_payload = PageBuffer(static_cast<std::size_t>(layout.payload_length), "the payload");
     const std::uint64_t chunks = (layout.payload_length + kReadChunk - 1) / kReadChunk;
     parallel_for(threads, static_cast<std::size_t>(chunks), [&](std::size_t c) {
       std::uint64_t off = c * kReadChunk;
       std::uint64_t len = std::min(kReadChunk, layout.payload_length - off);
       file.read_exact(layout.payload_offset + off, static_cast<std::size_t>(len),
-                      staged_payload.get() + off);
+                      staged_payload.data() + off);
     });
-    payload = staged_payload.get();
+    payload = staged_payload.data();
   } else {
     mapping = std::make_unique<Mapping>(file);
     payload = mapping->data() + layout.payload_offset;
   }
   now = monotonic_seconds();
   stages["read"] = Json(now - t);
+  end_cpu_stage("read");
 
   // Stage verify: every block's checksum and trailing padding.
   t = now;
   if (req.verify) verify_all(layout, payload, threads);
   now = monotonic_seconds();
   stages["verify"] = Json(now - t);
+  end_cpu_stage("verify");
 
   // Stage decode: every block, in parallel, into one array.
   t = now;
-  result.data = allocate(decoded, "the decoded array");
+  result.data = PageBuffer(static_cast<std::size_t>(decoded), "the decoded array");
   result.data_bytes = decoded;
-  decode_all(layout, payload, result.data.get(), threads);
+  decode_all(layout, payload, result.data.data(), threads);
   now = monotonic_seconds();
   stages["decode"] = Json(now - t);
-  staged_payload.reset();
+  end_cpu_stage("decode");
+  staged_payload = PageBuffer();
   mapping.reset();
 
   // Stage hash: the sample frames as little-endian uint32.
@@ -127,15 +127,16 @@ LoadResult run_load(const LoadRequest& req) {
   Json::Array frames_json, hashes_json;
   for (std::uint64_t f : sample) {
     frames_json.emplace_back(f);
-    hashes_json.emplace_back(sha256_u32le(result.data.get() + f * layout.frame_bytes(),
+    hashes_json.emplace_back(sha256_u32le(result.data.data() + f * layout.frame_bytes(),
                                           static_cast<std::size_t>(layout.frame_pixels()),
                                           h.stored_itemsize));
   }
   now = monotonic_seconds();
   stages["hash"] = Json(now - t);
+  end_cpu_stage("hash");
   stages["total"] = Json(now - req.start_seconds);
 
-  if (req.dump_path) write_file_atomic(*req.dump_path, result.data.get(), decoded);
+  if (req.dump_path) write_file_atomic(*req.dump_path, result.data.data(), decoded);
 
   std::uint64_t counts[3] = {0, 0, 0};
   for (const auto& e : layout.blocks) ++counts[static_cast<unsigned>(e.mode)];
@@ -160,6 +161,8 @@ LoadResult run_load(const LoadRequest& req) {
   doc["io_mode"] = Json(req.io == IoMode::Pread ? "pread" : "mmap");
   doc["verified"] = Json(req.verify);
   doc["stages"] = Json(std::move(stages));
+  stages_cpu["total"] = Json(cpu);  // since the process started
+  doc["stages_cpu"] = Json(std::move(stages_cpu));
   doc["decoded_bytes"] = Json(decoded);
   doc["resident_bytes"] = Json(decoded);
   doc["sample_frames"] = Json(std::move(frames_json));

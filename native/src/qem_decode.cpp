@@ -23,6 +23,13 @@ namespace {
 }
 
 // The rANS state of the 32 lanes and the shared word stream of one block.
+//
+// The renormalisation read is branch-free: a state that needs a word takes
+// words[pos] (or a zero stand-in once the stream is exhausted) and pos advances by
+// one. An exhausted stream shows as pos > n_words; the caller checks that at the end
+// of every frame of phase A, before raising any other error and at the end of the
+// block, which reports the same first error as the sequential algorithm of section 12
+// (exhaustion can only have happened at or before the symbol being checked).
 struct LaneDecoder {
   std::uint32_t x[kLanes];
   const std::uint8_t* words;  // u16 little-endian
@@ -30,18 +37,23 @@ struct LaneDecoder {
   std::uint32_t pos = 0;
   std::uint32_t block;
 
+  bool exhausted() const { return pos > n_words; }
+  void check_words() const {
+    if (exhausted()) block_error(block, "word stream exhausted");
+  }
+
   // Section 11: decode one symbol of the context whose packed table is `table`.
   inline unsigned decode(unsigned lane, const std::uint32_t* table) {
+    static const std::uint8_t kZeroWord[2] = {0, 0};
     std::uint32_t state = x[lane];
     std::uint32_t e = table[state & (kProbScale - 1)];
     std::uint32_t freq = ((e >> 8) & 0xFFF) + 1;
     state = freq * (state >> kProbBits) + (e >> 20);
-    if (state < kRansLow) {
-      if (pos == n_words) block_error(block, "word stream exhausted");
-      state = (state << 16) | load_u16le(words + 2 * std::size_t{pos});
-      ++pos;
-    }
-    x[lane] = state;
+    const std::uint8_t* src = pos < n_words ? words + 2 * std::size_t{pos} : kZeroWord;
+    std::uint32_t word = load_u16le(src);
+    bool renormalise = state < kRansLow;
+    x[lane] = renormalise ? (state << 16) | word : state;
+    pos += renormalise ? 1u : 0u;
     return e & 0xFF;
   }
 };
@@ -93,6 +105,7 @@ void decode_rans(const QemLayout& layout, std::uint32_t b, const std::uint8_t* b
       frame_masks[j] = static_cast<std::uint8_t>(m);
       nonzero += static_cast<unsigned>(__builtin_popcount(m));
     }
+    dec.check_words();
     if (tail_forbidden && (frame_masks[G - 1] & tail_forbidden)) {
       block_error(b, "mask padding bit set (frame " + std::to_string(e.frame_start + t) + ")");
     }
@@ -124,16 +137,23 @@ void decode_rans(const QemLayout& layout, std::uint32_t b, const std::uint8_t* b
         if (s != kEscapeSymbol) {
           value = s + 1;
         } else {
-          if (used_escapes == e.n_escapes) block_error(b, "escape array exhausted");
+          if (used_escapes == e.n_escapes) {
+            dec.check_words();
+            block_error(b, "escape array exhausted");
+          }
           const std::uint8_t* p = escapes + std::size_t{used_escapes} * w;
           value = w == 1 ? p[0] : w == 2 ? load_u16le(p) : load_u32le(p);
           ++used_escapes;
-          if (value < kMinEscapedValue) block_error(b, "escaped value below 256");
+          if (value < kMinEscapedValue) {
+            dec.check_words();
+            block_error(b, "escaped value below 256");
+          }
         }
         group[i] = static_cast<T>(value);
       }
     }
   }
+  dec.check_words();
   if (used_escapes != e.n_escapes) {
     block_error(b, "unused escapes (" + std::to_string(e.n_escapes - used_escapes) + " of " +
                        std::to_string(e.n_escapes) + ")");

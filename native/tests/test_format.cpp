@@ -50,7 +50,7 @@ std::vector<std::uint32_t> decoded_values(const LoadResult& r) {
   const unsigned w = r.layout.header.stored_itemsize;
   std::vector<std::uint32_t> out(r.data_bytes / w);
   for (std::size_t k = 0; k < out.size(); ++k) {
-    const std::uint8_t* p = r.data.get() + k * w;
+    const std::uint8_t* p = r.data.data() + k * w;
     out[k] = w == 1 ? p[0] : w == 2 ? load_u16le(p) : load_u32le(p);
   }
   return out;
@@ -244,7 +244,7 @@ TEST_GROUP(format) {
     f[at] ^= static_cast<std::uint8_t>(1u << (at % 8));
     save(base, f);
     try {
-      load(base, at % 2 ? IoMode::Mmap : IoMode::Pread, 2);
+      load(base, at % 2 ? IoMode::Mmap : IoMode::Pread, 1);
       ++undetected;
       std::cerr << "byte " << at << " changed but the file loaded\n";
     } catch (const FormatError&) {
@@ -257,7 +257,7 @@ TEST_GROUP(format) {
   for (std::size_t len = 0; len < pristine.size(); ++len) {
     save(base, std::vector<std::uint8_t>(pristine.begin(), pristine.begin() + static_cast<long>(len)));
     try {
-      load(base);
+      load(base, IoMode::Pread, 1);
       ++loaded;
     } catch (const FormatError&) {
     }

@@ -128,7 +128,7 @@ TEST_GROUP(vector) {
   }
   std::size_t differing = 0;
   for (std::size_t k = 0; k < d.size(); ++k) {
-    if (load_u16le(r.data.get() + 2 * k) != d[k]) ++differing;
+    if (load_u16le(r.data.data() + 2 * k) != d[k]) ++differing;
   }
   CHECK_EQ(differing, 0u);
 }

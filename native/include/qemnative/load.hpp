@@ -12,6 +12,7 @@
 
 #include "qemnative/args.hpp"
 #include "qemnative/json.hpp"
+#include "qemnative/page_buffer.hpp"
 #include "qemnative/qem_format.hpp"
 
 namespace qemnative {
@@ -29,7 +30,7 @@ struct LoadRequest {
 
 struct LoadResult {
   QemLayout layout;
-  std::unique_ptr<std::uint8_t[]> data;  // n_frames * P * stored_itemsize bytes
+  PageBuffer data;  // n_frames * P * stored_itemsize bytes, little-endian, C order
   std::uint64_t data_bytes = 0;
   Json report;  // the --json document (see docs/native.md)
 };

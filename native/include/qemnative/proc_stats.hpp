@@ -19,6 +19,9 @@ std::uint64_t peak_rss_bytes();
 // Current resident set size in bytes (/proc/self/statm), 0 when unavailable.
 std::uint64_t current_rss_bytes();
 
+// CPU seconds (user + system) this process's threads have used so far.
+double process_cpu_seconds();
+
 // Monotonic seconds.
 double monotonic_seconds();
 
