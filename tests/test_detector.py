@@ -9,6 +9,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quantem.acquisition import Acquisition
 from quantem.detector import prepare
@@ -566,3 +568,33 @@ def test_disk_centre_includes_pixels_at_exactly_half_maximum():
     invalid = np.ones((11, 11), dtype=bool)
     invalid[5, 8] = False  # an invalid pixel never contributes
     assert estimate_disk(pattern, invalid).center == (5.0, 5.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dtype=st.sampled_from(["uint8", "uint16", "uint32"]),
+    scan=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    det=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_masked_sum_and_moments_property(dtype, scan, det, seed):
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, np.iinfo(dtype).max, size=(*scan, *det), dtype=dtype, endpoint=True)
+    validity = rng.random(det) > 0.2
+    mask = rng.random(det) > 0.5
+    session = prepare(make_acquisition(data, validity))
+    effective = mask & validity
+    np.testing.assert_array_equal(session.masked_sum(mask), reference_masked_sum(data, effective))
+    total, sum_r, sum_c = reference_moments(data, effective)
+    com = session.center_of_mass(mask)
+    for i in range(scan[0]):
+        for j in range(scan[1]):
+            if total[i, j] == 0:
+                assert math.isnan(com.row[i, j])
+            else:
+                assert com.row[i, j] == pytest.approx(
+                    float(Fraction(sum_r[i, j], total[i, j])), rel=1e-14
+                )
+                assert com.col[i, j] == pytest.approx(
+                    float(Fraction(sum_c[i, j], total[i, j])), rel=1e-14
+                )
