@@ -23,8 +23,11 @@ import numpy as np
 from quantem.errors import DetectorError
 
 #: The centre is the intensity-weighted centroid of the pixels at or above this fraction
-#: (numerator, denominator) of the pattern's maximum: the half-maximum region.
+#: (numerator, denominator) of the reference level: the half-maximum region.
 DISK_CENTER_THRESHOLD = (1, 2)
+
+#: The reference (maximum) level ignores this many brightest pixels: unflagged hot pixels.
+DISK_HOT_PIXELS = 4
 
 #: Width, in pixels, of the rings of the radial profile in which the disk edge is sought.
 RADIAL_BIN_PIXELS = 1
@@ -188,8 +191,10 @@ def estimate_disk(pattern: Any, validity: Any = None) -> DiskEstimate:
 
     Deterministic, from exact integer sums for integer patterns (``docs/detector.md``):
 
-    1. Invalid pixels are 0. ``M`` is the maximum; the half-maximum region is
-       ``2 * value >= M`` (compared exactly in integers).
+    1. Invalid pixels are 0. ``M`` is the reference level: the value of the
+       ``DISK_HOT_PIXELS + 1``-th brightest pixel; every value is clipped to ``M``, so up
+       to :data:`DISK_HOT_PIXELS` unflagged hot pixels cannot take over. The
+       half-maximum region is ``2 * value >= M`` (compared exactly in integers).
     2. The centre is the intensity-weighted centroid of that region: exact integer first
        moments divided once, correctly rounded to float64.
     3. The radial profile around the centre is the mean of the valid pixels in each
@@ -211,7 +216,12 @@ def estimate_disk(pattern: Any, validity: Any = None) -> DiskEstimate:
     """
     values, valid = _clean_pattern(pattern, validity)
     is_integer = values.dtype == np.uint64
-    peak = values.max() if values.size else 0
+    flat = values.ravel()
+    rank = min(DISK_HOT_PIXELS, flat.size - 1)
+    # The reference level skips the DISK_HOT_PIXELS brightest pixels, and every value is
+    # clipped to it: a few unflagged hot pixels weigh like disk pixels, not like the disk.
+    peak = np.partition(flat, flat.size - 1 - rank)[flat.size - 1 - rank] if flat.size else 0
+    np.minimum(values, peak, out=values)
     if peak <= 0:
         raise DetectorError(
             "the mean diffraction pattern has no counts in valid pixels; "
@@ -277,6 +287,7 @@ def estimate_disk(pattern: Any, validity: Any = None) -> DiskEstimate:
 
 __all__ = [
     "DISK_CENTER_THRESHOLD",
+    "DISK_HOT_PIXELS",
     "RADIAL_BIN_PIXELS",
     "DiskEstimate",
     "annulus_mask",
