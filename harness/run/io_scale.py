@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import json
 import os
 import resource
 import shutil
@@ -32,12 +33,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW, HarnessError, UsageError
+from harness.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_REVIEW,
+    HarnessError,
+    ReportValidationError,
+    UsageError,
+)
 from harness.run import cache, proc_io, trials
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
 from harness.run.timers import WallTimer, device_barrier
 
 REPORT_NAME = "loading.json"
+#: Where a report that fails its own schema is kept for diagnosis (never registered).
+REJECTED_REPORT_NAME = "loading.rejected.json"
 REFERENCE_HEADER_DIR = "qem-reference-headers"
 TEMP_PREFIX = ".io-scale-tmp-"
 FORMATS = ("hdf5", "qem")
@@ -654,7 +664,15 @@ class IoScaleRun:
         doc["status"]["exit_code"] = exit_code
         from harness.report import dump_report
 
-        data = dump_report(doc)
+        try:
+            data = dump_report(doc)
+        except ReportValidationError:
+            # keep what was measured for diagnosis, under a name no tool takes for evidence
+            rejected = cfg.output_dir / REJECTED_REPORT_NAME
+            _write_atomically(
+                rejected, (json.dumps(doc, sort_keys=True, default=str) + "\n").encode()
+            )
+            raise
         _write_atomically(report_path, data)
         registered = []
         if cfg.history_dir is not None:
