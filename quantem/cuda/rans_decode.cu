@@ -87,7 +87,16 @@ __device__ __forceinline__ u32 rotate_right(u32 x, u32 r) {
 // the memory latency of the dependent word reads.
 #define PREFETCH_WORDS 256
 __device__ __forceinline__ void prefetch_words(const u16* words, u32 pos, u32 n_words) {
-    if (pos + PREFETCH_WORDS < n_words) asm volatile("prefetch.global.L2 [%0];" ::"l"(words + pos + PREFETCH_WORDS));
+#ifdef __CUDA_ARCH__
+    if (pos + PREFETCH_WORDS < n_words)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(words + pos + PREFETCH_WORDS));
+#endif
+}
+
+// Index of the n-th (0-based) set bit of mask; mask has more than n set bits.
+__device__ __forceinline__ u32 nth_set_bit(u32 mask, u32 n) {
+    for (u32 i = 0; i < n; ++i) mask &= mask - 1u;
+    return (u32)(__ffs(mask) - 1);
 }
 
 __device__ __forceinline__ u64 warp_sum64(u64 v) {
@@ -237,11 +246,6 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
         u32 x = reinterpret_cast<const u32*>(block)[lane];
         int err = 0;
         if (__any_sync(FULL, x < RANS_L)) err = ERR_STATE_RANGE;
-        if (!err && lane == 0) {
-            for (u32 k = LANE_STATES_BYTES + 2 * n_words; k < escapes_at; ++k)
-                if (block[k] != 0) err = ERR_PADDING;
-        }
-        err = __shfl_sync(FULL, err, 0);
         u32 pos = 0;
 
         // Phase A: masks.
@@ -260,20 +264,20 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                 x = (f & 0xffffu) * (x >> PROB_BITS) + slot - (f >> 16);
             }
             const u32 need = __ballot_sync(FULL, active && x < RANS_L);
-            if (need) {
-                if (pos + (u32)__popc(need) > n_words) {
-                    err = ERR_WORDS_EXHAUSTED;
-                    break;
-                }
-                if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(need & lanes_below)];
-                pos += __popc(need);
-            }
-            if (lane == 0) prefetch_words(words, pos, n_words);
-            if (TAIL_BITS && active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0) s = 0x100;
-            if (__any_sync(FULL, s > 255u)) {
-                err = ERR_MASK_PADDING;
+            // Errors are reported for the first failing symbol in decode order, as the
+            // sequential reference does: a missing word (during the symbol's decode) before a
+            // padding bit (checked after it).
+            const u32 bad_pad = __ballot_sync(
+                FULL, TAIL_BITS && active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0);
+            const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(need, n_words - pos) : 32u;
+            const u32 k_pad = bad_pad ? (u32)(__ffs(bad_pad) - 1) : 32u;
+            if (k_word < 32u || k_pad < 32u) {
+                err = k_word <= k_pad ? ERR_WORDS_EXHAUSTED : ERR_MASK_PADDING;
                 break;
             }
+            if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(need & lanes_below)];
+            pos += __popc(need);
+            if (lane == 0) prefetch_words(words, pos, n_words);
             if (active) masks[a] = (u8)s;
             popcount_sum += __popc(s);
         }
@@ -281,6 +285,13 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
             u64 total_nz = warp_sum64(popcount_sum);
             total_nz = __shfl_sync(FULL, total_nz, 0);
             if (total_nz != n_nonzero) err = ERR_NONZERO_COUNT;
+        }
+        if (!err) {
+            // The bytes between the words and the escapes must be zero (checked before phase B).
+            int pad = 0;
+            if (lane == 0)
+                for (u32 k = LANE_STATES_BYTES + 2 * n_words; k < escapes_at; ++k) pad |= block[k];
+            if (__shfl_sync(FULL, pad, 0)) err = ERR_PADDING;
         }
         __syncwarp();
 
@@ -330,32 +341,33 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                         x = (f & 0xffffu) * (x >> PROB_BITS) + slot - (f >> 16);
                     }
                     const u32 need = __ballot_sync(FULL, active && x < RANS_L);
-                    if (need) {
-                        if (pos + (u32)__popc(need) > n_words) {
-                            err = ERR_WORDS_EXHAUSTED;
-                            break;
-                        }
-                        const u32 order = rotate_right(need, rot);
-                        if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(order & below)];
-                        pos += __popc(need);
-                    }
+                    const u32 order = rotate_right(need, rot);  // bit k = symbol k of the round
                     const u32 esc = __ballot_sync(FULL, active && s == ESCAPE_SYMBOL);
+                    const u32 esc_order = rotate_right(esc, rot);
+                    const u32 escapes_left = n_escapes - e;
                     u32 value = s + 1;
-                    if (esc) {
-                        if (e + (u32)__popc(esc) > n_escapes) {
-                            err = ERR_ESCAPES_EXHAUSTED;
-                            break;
-                        }
-                        if (active && s == ESCAPE_SYMBOL) {
-                            const u32 idx = e + __popc(rotate_right(esc, rot) & below);
-                            value = load_le(escapes + (i64)idx * ELEM_SIZE);
-                        }
-                        e += __popc(esc);
-                        if (__any_sync(FULL, active && s == ESCAPE_SYMBOL && value < ESCAPE_MIN_VALUE)) {
-                            err = ERR_ESCAPE_VALUE;
-                            break;
+                    bool has_escape = false;
+                    if (active && s == ESCAPE_SYMBOL) {
+                        const u32 rank = __popc(esc_order & below);
+                        if (rank < escapes_left) {
+                            value = load_le(escapes + (i64)(e + rank) * ELEM_SIZE);
+                            has_escape = true;
                         }
                     }
+                    const u32 low = rotate_right(__ballot_sync(FULL, has_escape && value < ESCAPE_MIN_VALUE), rot);
+                    // The first failing symbol in decode order decides the error, as in the
+                    // sequential reference: its missing word, or else its escape.
+                    const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(order, n_words - pos) : 32u;
+                    const u32 k_esc = (u32)__popc(esc) > escapes_left ? nth_set_bit(esc_order, escapes_left) : 32u;
+                    const u32 k_low = low ? (u32)(__ffs(low) - 1) : 32u;
+                    if (k_word < 32u || k_esc < 32u || k_low < 32u) {
+                        err = (k_word <= k_esc && k_word <= k_low) ? ERR_WORDS_EXHAUSTED
+                              : (k_esc < k_low ? ERR_ESCAPES_EXHAUSTED : ERR_ESCAPE_VALUE);
+                        break;
+                    }
+                    if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(order & below)];
+                    pos += __popc(need);
+                    e += __popc(esc);
                     if (active) vals[k & 255u] = value;
                 }
                 if (err) break;

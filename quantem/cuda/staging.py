@@ -24,7 +24,7 @@ from quantem.cuda import pinned
 
 PINNED_SLOTS = 3
 DEVICE_SLOTS = 2
-READ_PIECE_BYTES = 4 << 20
+READ_PIECE_BYTES = 2 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
 
 
