@@ -15,7 +15,8 @@
 //   sym[c][slot]   u8,  slot -> symbol
 //   fc[c][s]       u32, freq | cum << 16
 //
-// Dynamic shared memory per thread block: N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * 1280.
+// Dynamic shared memory per thread block: N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * 1536
+// (+ N_GROUPS rounded up to 16 when SHARED_CLASSES).
 //
 // Constants injected as #defines by quantem/cuda/module_loader.py:
 //   ELEM_SIZE      stored itemsize, 1, 2 or 4
@@ -26,6 +27,7 @@
 //   WARPS_PER_CTA  warps per thread block
 //   REDUCE         0: write dense frames; 1: fused masked moments per frame
 //   VECTOR_STORES  1 when each group's 8 output pixels are 8 * ELEM_SIZE aligned
+//   SHARED_CLASSES 1 to keep the group class map in shared memory (small detectors)
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -174,15 +176,21 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                   u64* __restrict__ col_out, int* __restrict__ status) {
     const BlockTable table = {t_offset, t_mode, t_frames, t_words, t_nonzero, t_escapes,
                               t_out_frame};
-    // Dynamic shared memory: sym | fc | per-warp values | per-warp owners.
+    // Dynamic shared memory: sym | fc | per-warp values | per-warp owners | group classes.
     extern __shared__ __align__(16) u8 smem[];
     u8* sym = smem;
     u32* fc = reinterpret_cast<u32*>(smem + N_CONTEXTS * 4096);
     u32* staged_values = fc + N_CONTEXTS * 256;
-    u8* value_owner = reinterpret_cast<u8*>(staged_values + WARPS_PER_CTA * 256);
+    u16* value_owner = reinterpret_cast<u16*>(staged_values + WARPS_PER_CTA * 256);
     for (int i = threadIdx.x; i < N_CONTEXTS * 4096 / 4; i += blockDim.x)
         reinterpret_cast<u32*>(sym)[i] = reinterpret_cast<const u32*>(sym_global)[i];
     for (int i = threadIdx.x; i < N_CONTEXTS * 256; i += blockDim.x) fc[i] = fc_global[i];
+#if SHARED_CLASSES
+    u8* classes = reinterpret_cast<u8*>(value_owner + WARPS_PER_CTA * 256);
+    for (int i = threadIdx.x; i < N_GROUPS; i += blockDim.x) classes[i] = group_class[i];
+#else
+    const u8* classes = group_class;
+#endif
     __syncthreads();
 
     const int lane = threadIdx.x & 31;
@@ -192,7 +200,7 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
     const int total_warps = gridDim.x * WARPS_PER_CTA;
     u8* masks = mask_scratch + (i64)global_warp * scratch_per_warp;
     u32* vals = staged_values + warp * 256;
-    u8* owners = value_owner + warp * 256;
+    u16* owners = value_owner + warp * 256;  // lane | context << 8 of each value symbol
 
     for (int b = global_warp; b < n_blocks; b += total_warps) {
         const u8* block = payload + table.offset[b];
@@ -248,16 +256,17 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
         if (__any_sync(FULL, x < RANS_L)) err = ERR_STATE_RANGE;
         u32 pos = 0;
 
-        // Phase A: masks.
-        const i64 n_masks = (i64)n * N_GROUPS;
+        // Phase A: masks. Symbol a = a0 + lane is group j of frame a / G; j advances by 32
+        // (mod G) per step instead of being divided out.
+        const int n_masks = n * N_GROUPS;
         u32 popcount_sum = 0;
-        for (i64 a0 = 0; a0 < n_masks && !err; a0 += 32) {
-            const i64 a = a0 + lane;
+        int j = lane % N_GROUPS;
+        for (int a0 = 0; a0 < n_masks && !err; a0 += 32) {
+            const int a = a0 + lane;
             const bool active = a < n_masks;
-            const int j = (int)(a % N_GROUPS);
             u32 s = 0;
             if (active) {
-                const int c = 2 * group_class[j];
+                const int c = 2 * classes[j];
                 const u32 slot = x & PROB_MASK;
                 s = sym[c * 4096 + slot];
                 const u32 f = fc[c * 256 + s];
@@ -267,11 +276,14 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
             // Errors are reported for the first failing symbol in decode order, as the
             // sequential reference does: a missing word (during the symbol's decode) before a
             // padding bit (checked after it).
-            const u32 bad_pad = __ballot_sync(
-                FULL, TAIL_BITS && active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0);
-            const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(need, n_words - pos) : 32u;
-            const u32 k_pad = bad_pad ? (u32)(__ffs(bad_pad) - 1) : 32u;
-            if (k_word < 32u || k_pad < 32u) {
+#if TAIL_BITS
+            const u32 bad_pad = __ballot_sync(FULL, active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0);
+#else
+            const u32 bad_pad = 0;
+#endif
+            if (pos + (u32)__popc(need) > n_words || bad_pad) {
+                const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(need, n_words - pos) : 32u;
+                const u32 k_pad = bad_pad ? (u32)(__ffs(bad_pad) - 1) : 32u;
                 err = k_word <= k_pad ? ERR_WORDS_EXHAUSTED : ERR_MASK_PADDING;
                 break;
             }
@@ -280,6 +292,8 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
             if (lane == 0) prefetch_words(words, pos, n_words);
             if (active) masks[a] = (u8)s;
             popcount_sum += __popc(s);
+            j += 32;
+            while (j >= N_GROUPS) j -= N_GROUPS;
         }
         if (!err) {
             u64 total_nz = warp_sum64(popcount_sum);
@@ -322,8 +336,12 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                 }
                 const u32 excl = incl - count;
                 const u32 chunk_total = __shfl_sync(FULL, incl, 31);
-                // owners[k] = the lane (group of this chunk) holding the chunk's k-th value.
-                for (u32 i = 0; i < count; ++i) owners[excl + i] = (u8)lane;
+                // owners[k] = the lane (group of this chunk) holding the chunk's k-th value,
+                // with the value context of that group in the high byte.
+                if (count) {
+                    const u16 info = (u16)(lane | ((2 * classes[j] + 1) << 8));
+                    for (u32 i = 0; i < count; ++i) owners[excl + i] = info;
+                }
                 __syncwarp();
                 const u32 rot = vbase & 31u;
                 const u32 k_lane = (lane - rot) & 31u;  // this lane's symbol index in a round
@@ -332,9 +350,8 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                     const u32 k = r0 + k_lane;
                     const bool active = k < chunk_total;
                     u32 s = 0;
-                    const int group = j0 + owners[k & 255u];
                     if (active) {
-                        const int c = 2 * group_class[group] + 1;
+                        const int c = owners[k & 255u] >> 8;
                         const u32 slot = x & PROB_MASK;
                         s = sym[c * 4096 + slot];
                         const u32 f = fc[c * 256 + s];
@@ -343,31 +360,36 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
                     const u32 need = __ballot_sync(FULL, active && x < RANS_L);
                     const u32 order = rotate_right(need, rot);  // bit k = symbol k of the round
                     const u32 esc = __ballot_sync(FULL, active && s == ESCAPE_SYMBOL);
-                    const u32 esc_order = rotate_right(esc, rot);
-                    const u32 escapes_left = n_escapes - e;
                     u32 value = s + 1;
-                    bool has_escape = false;
-                    if (active && s == ESCAPE_SYMBOL) {
-                        const u32 rank = __popc(esc_order & below);
-                        if (rank < escapes_left) {
-                            value = load_le(escapes + (i64)(e + rank) * ELEM_SIZE);
-                            has_escape = true;
+                    const bool short_words = pos + (u32)__popc(need) > n_words;
+                    if (esc || short_words) {
+                        // Rare path: escapes, or a stream that runs out. The first failing
+                        // symbol in decode order decides the error, as in the sequential
+                        // reference: its missing word, or else its escape.
+                        const u32 esc_order = rotate_right(esc, rot);
+                        const u32 escapes_left = n_escapes - e;
+                        bool has_escape = false;
+                        if (active && s == ESCAPE_SYMBOL) {
+                            const u32 rank = __popc(esc_order & below);
+                            if (rank < escapes_left) {
+                                value = load_le(escapes + (i64)(e + rank) * ELEM_SIZE);
+                                has_escape = true;
+                            }
                         }
-                    }
-                    const u32 low = rotate_right(__ballot_sync(FULL, has_escape && value < ESCAPE_MIN_VALUE), rot);
-                    // The first failing symbol in decode order decides the error, as in the
-                    // sequential reference: its missing word, or else its escape.
-                    const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(order, n_words - pos) : 32u;
-                    const u32 k_esc = (u32)__popc(esc) > escapes_left ? nth_set_bit(esc_order, escapes_left) : 32u;
-                    const u32 k_low = low ? (u32)(__ffs(low) - 1) : 32u;
-                    if (k_word < 32u || k_esc < 32u || k_low < 32u) {
-                        err = (k_word <= k_esc && k_word <= k_low) ? ERR_WORDS_EXHAUSTED
-                              : (k_esc < k_low ? ERR_ESCAPES_EXHAUSTED : ERR_ESCAPE_VALUE);
-                        break;
+                        const u32 low =
+                            rotate_right(__ballot_sync(FULL, has_escape && value < ESCAPE_MIN_VALUE), rot);
+                        const u32 k_word = short_words ? nth_set_bit(order, n_words - pos) : 32u;
+                        const u32 k_esc = (u32)__popc(esc) > escapes_left ? nth_set_bit(esc_order, escapes_left) : 32u;
+                        const u32 k_low = low ? (u32)(__ffs(low) - 1) : 32u;
+                        if (k_word < 32u || k_esc < 32u || k_low < 32u) {
+                            err = (k_word <= k_esc && k_word <= k_low) ? ERR_WORDS_EXHAUSTED
+                                  : (k_esc < k_low ? ERR_ESCAPES_EXHAUSTED : ERR_ESCAPE_VALUE);
+                            break;
+                        }
+                        e += __popc(esc);
                     }
                     if ((need >> lane) & 1u) x = (x << 16) | words[pos + __popc(order & below)];
                     pos += __popc(need);
-                    e += __popc(esc);
                     if (active) vals[k & 255u] = value;
                 }
                 if (err) break;

@@ -23,6 +23,7 @@ from quantem.errors import QemFormatError
 SOURCE_FILE = "rans_decode.cu"
 WARPS_PER_CTA = 16
 GROUP_PIXELS = 8
+SHARED_CLASSES_MAX = 16384  # class maps up to this many groups live in shared memory
 
 
 @dataclass
@@ -102,7 +103,10 @@ class QemBlockDecoder:
         self.sym = cupy.asarray(np.ascontiguousarray(model.slot_symbol, dtype=np.uint8))
         self.fc = cupy.asarray(np.ascontiguousarray(freq | (cum << 16), dtype=np.uint32))
         self.group_class = cupy.asarray(np.ascontiguousarray(model.group_class, dtype=np.uint8))
-        self.shared_bytes = n_contexts * (4096 + 1024) + WARPS_PER_CTA * 1280
+        shared_classes = self.n_groups <= SHARED_CLASSES_MAX
+        self.shared_bytes = n_contexts * (4096 + 1024) + WARPS_PER_CTA * 1536
+        if shared_classes:
+            self.shared_bytes += -(-self.n_groups // 16) * 16
         vector = self.frame_pixels % GROUP_PIXELS == 0
         self._kernels = {}
         for reduce in (0, 1):
@@ -115,6 +119,7 @@ class QemBlockDecoder:
                 "WARPS_PER_CTA": WARPS_PER_CTA,
                 "REDUCE": reduce,
                 "VECTOR_STORES": int(vector),
+                "SHARED_CLASSES": int(shared_classes),
             }
             kernel = load_module(SOURCE_FILE, defines).get_function("decode_qem_blocks")
             kernel.max_dynamic_shared_size_bytes = self.shared_bytes
