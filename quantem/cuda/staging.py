@@ -4,7 +4,8 @@ Work comes in batches. For batch ``i`` a reader thread fills a reused page-locke
 (``os.preadv`` straight into pinned memory, the reads spread over a thread pool), runs the
 caller's ``on_read`` hook there (e.g. checksum verification, which overlaps the GPU work),
 then the main thread copies the buffer to a device staging buffer on a copy stream and the
-caller's ``launch`` enqueues the kernels of batch ``i`` on a compute stream. Events order
+caller's ``launch`` enqueues the kernels of batch ``i`` on a compute stream (``READERS``
+batches are read at once). Events order
 the reuse of every buffer: reading of batch ``i + 2``, copying of ``i + 1`` and decoding of
 ``i`` overlap, and the host waits on the GPU only to reuse a pinned buffer.
 """
@@ -22,8 +23,11 @@ import numpy as np
 
 from quantem.cuda import pinned
 
-PINNED_SLOTS = 3
+PINNED_SLOTS = 4
 DEVICE_SLOTS = 2
+#: Batches read at the same time (each spread over the pread thread pool). Two keep the
+#: pool busy across the end of one batch's reads and the start of the next.
+READERS = 2
 READ_PIECE_BYTES = 2 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
 
@@ -140,7 +144,7 @@ def run_staged(
     with (
         pinned.borrow(n_pinned, slot_bytes) as slots,
         ThreadPoolExecutor(threads) as pool,
-        ThreadPoolExecutor(1) as reader,
+        ThreadPoolExecutor(READERS) as reader,
     ):
 
         def read_batch(i: int) -> np.ndarray:
