@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["to_torch"]
+__all__ = ["release_cached_memory", "to_torch"]
 
 
 def to_torch(obj: Any) -> Any:
@@ -22,3 +22,18 @@ def to_torch(obj: Any) -> Any:
     from quantem.cuda.dlpack import to_torch as _to_torch
 
     return _to_torch(obj)
+
+
+def release_cached_memory() -> None:
+    """Give cached device and pinned memory back to the driver.
+
+    ``Acquisition.close()`` drops every reference (CuPy's memory pool and the pinned
+    staging cache keep the blocks, so the next load allocates nothing); call this to hand
+    the memory back, e.g. before another library needs the GPU.
+    """
+    import cupy
+
+    from quantem.cuda import pinned
+
+    pinned.free_cached()
+    cupy.get_default_memory_pool().free_all_blocks()

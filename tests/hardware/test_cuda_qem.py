@@ -211,3 +211,17 @@ def test_to_torch_shares_memory(tmp_path):
         assert tensor.is_cuda and tuple(tensor.shape) == data.shape
         assert tensor.data_ptr() == acq.data.data.ptr
         assert torch.equal(tensor.to(torch.int64).cpu(), torch.from_numpy(data.astype(np.int64)))
+
+
+def test_release_cached_memory_returns_pool_blocks(tmp_path):
+    from quantem.cuda import pinned, release_cached_memory
+
+    rng = np.random.default_rng(17)
+    path = write_qem(tmp_path, synthetic_counts(rng, (6, 6), (32, 32), np.uint16))
+    io.load(path, backend="cuda").close()
+    assert pinned.cached_bytes() > 0
+    release_cached_memory()
+    assert pinned.cached_bytes() == 0
+    assert (
+        cupy.get_default_memory_pool().total_bytes() == cupy.get_default_memory_pool().used_bytes()
+    )
