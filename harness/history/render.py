@@ -160,7 +160,7 @@ _TIMINGS_SQL = (
     "SELECT r.sha256, r.created_utc, r.comparison_key, t.acquisition, t.format, t.cache_state, "
     "t.trial_index, t.label, t.kept, t.seconds, t.read_bytes, t.file_bytes, t.residency_before "
     f"FROM {TrialRow.__tablename__} AS t JOIN {RecordRow.__tablename__} AS r ON r.seq = t.record_seq "
-    "WHERE r.seq >= ? ORDER BY t.id"  # trial ids grow with seq: a record's trials follow its row
+    "WHERE t.record_seq >= ? ORDER BY t.id"  # trial ids grow with seq: a record's trials follow its row
 )
 
 
@@ -187,7 +187,8 @@ def timings_csv_text(rows: list[tuple], *, header: bool) -> bytes:
 
     frame = pd.DataFrame.from_records(rows, columns=list(TIMINGS_COLUMNS))
     # object columns write about twice as fast as pandas' string dtype; bytes are identical
-    frame = frame.astype({column: object for column in _TIMINGS_TEXT_COLUMNS})
+    if len(rows) > 10_000:
+        frame = frame.astype({column: object for column in _TIMINGS_TEXT_COLUMNS})
     frame = frame.astype(
         {
             "trial_index": "int64",
