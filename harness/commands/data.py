@@ -21,31 +21,49 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("out", metavar="OUT", help="output folder (created)")
     synth.add_argument("--name", default="synthetic", help="file-name prefix (default synthetic)")
     synth.add_argument(
-        "--scan-shape", nargs=2, type=int, default=(16, 16), metavar=("R", "C"),
+        "--scan-shape",
+        nargs=2,
+        type=int,
+        default=(16, 16),
+        metavar=("R", "C"),
         help="scan rows and columns (default 16 16)",
     )
     synth.add_argument(
-        "--detector-shape", nargs=2, type=int, default=(64, 64), metavar=("R", "C"),
+        "--detector-shape",
+        nargs=2,
+        type=int,
+        default=(64, 64),
+        metavar=("R", "C"),
         help="detector rows and columns (default 64 64; ARINA is 192 192)",
     )
     synth.add_argument(
-        "--dtype", default="uint16", choices=("uint8", "uint16", "uint32"),
+        "--dtype",
+        default="uint16",
+        choices=("uint8", "uint16", "uint32"),
         help="stored data type (default uint16)",
     )
     synth.add_argument(
-        "--frames-per-shard", type=int, default=None,
+        "--frames-per-shard",
+        type=int,
+        default=None,
         help="frames per data file (default 10000)",
     )
     synth.add_argument(
-        "--dose", type=float, default=None,
+        "--dose",
+        type=float,
+        default=None,
         help="mean counts per frame (default 40000: ~6:1 bitshuffle-LZ4 at 192x192 uint16)",
     )
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument(
-        "--dead-pixels", type=int, default=None, help="number of dead pixels (default 4)"
+        "--dead-pixels",
+        type=int,
+        default=None,
+        help="number of dead pixels (default min(4, detector pixels / 16))",
     )
     synth.add_argument(
-        "--no-scan-shape-attr", action="store_true",
+        "--no-scan-shape-attr",
+        action="store_true",
         help="omit the scan_shape attribute (readers then need a square scan or --scan-shape)",
     )
     synth.add_argument(

@@ -60,7 +60,7 @@ class SyntheticModel:
     dtype: str = "uint16"
     dose: float = DEFAULT_DOSE
     seed: int = 0
-    dead_pixels: int | Sequence[tuple[int, int]] = DEFAULT_DEAD_PIXELS
+    dead_pixels: int | Sequence[tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scan_shape", _parse_shape(self.scan_shape, "scan_shape"))
@@ -93,8 +93,11 @@ class SyntheticModel:
     def dead_pixel_coords(self) -> np.ndarray:
         """(k, 2) int array of dead pixel (row, column), sorted, unique."""
         det_r, det_c = self.detector_shape
-        if isinstance(self.dead_pixels, (int, np.integer)):
-            count = int(self.dead_pixels)
+        if self.dead_pixels is None or isinstance(self.dead_pixels, (int, np.integer)):
+            if self.dead_pixels is None:
+                count = min(DEFAULT_DEAD_PIXELS, det_r * det_c // 16)
+            else:
+                count = int(self.dead_pixels)
             if not 0 <= count <= det_r * det_c:
                 raise ValueError(f"dead_pixels must be in [0, {det_r * det_c}], got {count}")
             rng = np.random.default_rng([self.seed, DEAD_PIXEL_STREAM])
@@ -204,7 +207,7 @@ def make_frames(
     dtype: str = "uint16",
     dose: float = DEFAULT_DOSE,
     seed: int = 0,
-    dead_pixels: int | Sequence[tuple[int, int]] = DEFAULT_DEAD_PIXELS,
+    dead_pixels: int | Sequence[tuple[int, int]] | None = None,
 ) -> np.ndarray:
     """Frames ``[start, stop)`` of the synthetic acquisition these parameters describe.
 
@@ -299,7 +302,6 @@ def _write_master(
         spec[layout.NIMAGES] = np.uint64(1)
         spec[layout.X_PIXELS] = np.uint32(det_c)
         spec[layout.Y_PIXELS] = np.uint32(det_r)
-        spec["frames_per_shard"] = np.uint64(frames_per_shard)
         spec.create_dataset(layout.PIXEL_MASK, data=model.pixel_mask)
 
 
@@ -318,7 +320,7 @@ def write_synthetic_arina(
     frames_per_shard: int = DEFAULT_FRAMES_PER_SHARD,
     dose: float = DEFAULT_DOSE,
     seed: int = 0,
-    dead_pixels: int | Sequence[tuple[int, int]] = DEFAULT_DEAD_PIXELS,
+    dead_pixels: int | Sequence[tuple[int, int]] | None = None,
     scan_shape_attr: bool = True,
     processes: int | None = None,
     progress: bool | None = None,
@@ -341,7 +343,8 @@ def write_synthetic_arina(
     seed
         Everything written depends only on the parameters and this seed.
     dead_pixels
-        Number of dead pixels placed by the seed, or explicit ``(row, col)`` pairs.
+        Number of dead pixels placed by the seed, or explicit ``(row, col)`` pairs;
+        default ``min(4, det_r * det_c // 16)``.
     scan_shape_attr
         Write the ``scan_shape`` attribute on ``/entry/data`` (without it the reader
         needs a square frame count or an explicit scan shape).

@@ -1,0 +1,608 @@
+"""Reader of Dectris ARINA HDF5 acquisitions (master file + bitshuffle-LZ4 data shards).
+
+:func:`open_arina` parses the master and its shards and builds (or reuses) the frame
+index; :func:`read_compressed` reads raw chunks by byte offset with parallel ``pread``;
+:mod:`quantem.io.cpu_decode` decodes them on all cores; :func:`load_arina` applies the
+load options (:mod:`quantem.io.transforms`) and returns an :class:`Acquisition`.
+The layout is described in ``docs/arina.md`` and mirrored in
+:mod:`quantem.io.arina_layout`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantem.acquisition import Acquisition
+from quantem.errors import (
+    ArinaFormatError,
+    ScanShapeError,
+    SourceNotFoundError,
+    UnsupportedDtypeError,
+)
+from quantem.io import arina_layout as layout
+from quantem.io.frame_index import FrameIndex, load_or_build_frame_index
+from quantem.io.transforms import finish_frames, parse_load_options
+
+#: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
+DEFAULT_BATCH_FRAMES = 1024
+#: Contiguous chunks are read with one ``preadv`` call up to this many bytes.
+MAX_READ_BYTES = 8 << 20
+
+
+@dataclass
+class ArinaSource:
+    """An opened ARINA acquisition: layout facts, frame index and metadata (no pixel data)."""
+
+    master_path: str
+    shard_paths: list[str]
+    shard_frames: list[int]
+    scan_shape: tuple[int, int]
+    detector_shape: tuple[int, int]
+    dtype: np.dtype
+    n_frames: int
+    pixel_mask: np.ndarray
+    validity: np.ndarray
+    metadata: dict
+    source_identity: dict
+    index: FrameIndex = field(repr=False)
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.detector_shape[0] * self.detector_shape[1] * self.dtype.itemsize
+
+    def frame_files(self, start: int, stop: int) -> list[str]:
+        return [self.shard_paths[s] for s in self.index.frame_shard[start:stop]]
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, bytes | np.bytes_):
+        return bytes(value).decode("utf-8", "replace").rstrip("\x00")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _read_detector_fields(f: Any) -> tuple[dict, dict]:
+    """Scalar datasets of the detector and detectorSpecific groups, and their units."""
+    import h5py
+
+    fields: dict[str, Any] = {}
+    units: dict[str, str] = {}
+    for group_path in (layout.DETECTOR_GROUP, layout.DETECTOR_SPECIFIC_GROUP):
+        group = f.get(group_path)
+        if not isinstance(group, h5py.Group):
+            continue
+        for name in group:
+            link = group.get(name, getlink=True)
+            if not isinstance(link, h5py.HardLink):
+                continue
+            item = group[name]
+            if not isinstance(item, h5py.Dataset) or item.shape != ():
+                continue
+            if item.dtype.kind not in "iufSb":
+                continue
+            fields.setdefault(name, _scalar(item[()]))
+            unit = item.attrs.get("units")
+            if unit is not None:
+                units.setdefault(name, _scalar(unit))
+    return fields, units
+
+
+def _resolve_shards(f: Any, master: Path) -> list[tuple[str, str]]:
+    """``(file, dataset path)`` of each ``data_NNNNNN`` entry, in frame order."""
+    import h5py
+
+    group = f.get(layout.DATA_GROUP)
+    if not isinstance(group, h5py.Group):
+        raise ArinaFormatError(master, f"not an ARINA master: no {layout.DATA_GROUP} group")
+    numbered = []
+    for name in group:
+        match = layout.SHARD_LINK_PATTERN.match(name)
+        if match:
+            numbered.append((int(match.group(1)), name))
+    if not numbered:
+        raise ArinaFormatError(
+            master, f"not an ARINA master: no data_NNNNNN entries in {layout.DATA_GROUP}"
+        )
+    shards = []
+    for _, name in sorted(numbered):
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            target = Path(link.filename)
+            if not target.is_absolute():
+                target = master.parent / target
+            shards.append((os.fspath(target), link.path))
+        elif isinstance(link, h5py.HardLink):
+            shards.append((os.fspath(master), f"{layout.DATA_GROUP}/{name}"))
+        else:
+            raise ArinaFormatError(master, f"{layout.DATA_GROUP}/{name} is a soft link")
+    return shards
+
+
+def _inspect_shard(path: str, dataset_path: str) -> tuple[int, tuple[int, int], np.dtype]:
+    """Frames, frame shape and dtype of one shard, checking chunking and filter."""
+    import h5py
+
+    if not os.path.exists(path):
+        raise SourceNotFoundError(path, "data shard linked from the master is missing")
+    try:
+        with h5py.File(path, "r") as f:
+            dset = f.get(dataset_path)
+            if not isinstance(dset, h5py.Dataset):
+                raise ArinaFormatError(path, f"no dataset {dataset_path}")
+            shape, dtype, chunks = dset.shape, dset.dtype, dset.chunks
+            filters = dset.id.get_create_plist()
+            filter_list = [filters.get_filter(i) for i in range(filters.get_nfilters())]
+    except OSError as exc:
+        raise ArinaFormatError(path, f"cannot open the data shard: {exc}") from None
+    if len(shape) != 3:
+        raise ArinaFormatError(path, f"data has shape {shape}, expected (frames, rows, cols)")
+    if dtype.name not in layout.SUPPORTED_DTYPES:
+        raise UnsupportedDtypeError(
+            f"{path}: data type {dtype} is not supported (uint8, uint16, uint32)"
+        )
+    if chunks != (1, shape[1], shape[2]):
+        raise ArinaFormatError(path, f"chunks {chunks} are not one frame each")
+    ids = [flt[0] for flt in filter_list]
+    if ids != [layout.BSHUF_FILTER_ID]:
+        raise ArinaFormatError(
+            path, f"filters {ids} are not bitshuffle ({layout.BSHUF_FILTER_ID}) alone"
+        )
+    cd_values = filter_list[0][2]
+    if len(cd_values) > 4 and cd_values[4] != layout.BSHUF_COMPRESS_LZ4:
+        raise ArinaFormatError(path, f"bitshuffle compression {cd_values[4]} is not LZ4")
+    if len(cd_values) <= 4:
+        raise ArinaFormatError(path, "bitshuffle without LZ4 compression is not supported")
+    return int(shape[0]), (int(shape[1]), int(shape[2])), dtype
+
+
+def resolve_scan_shape(
+    n_frames: int, scan_shape: Any, attribute: Any, path: str
+) -> tuple[tuple[int, int], str]:
+    """Scan shape from the argument, else the ``scan_shape`` attribute, else a square."""
+    for candidate, origin in ((scan_shape, "argument"), (attribute, "attribute")):
+        if candidate is None:
+            continue
+        try:
+            shape = tuple(int(n) for n in np.asarray(candidate).reshape(-1))
+        except (TypeError, ValueError):
+            raise ScanShapeError(
+                f"{path}: scan_shape {origin} {candidate!r} is not two integers"
+            ) from None
+        if len(shape) != 2 or min(shape) < 1:
+            raise ScanShapeError(
+                f"{path}: scan_shape {origin} {shape} is not two positive integers"
+            )
+        if shape[0] * shape[1] != n_frames:
+            raise ScanShapeError(
+                f"{path}: scan_shape {shape} ({origin}) holds {shape[0] * shape[1]} frames, "
+                f"the acquisition has {n_frames}"
+            )
+        return shape, origin  # type: ignore[return-value]
+    side = math.isqrt(n_frames)
+    if side * side == n_frames:
+        return (side, side), "square"
+    raise ScanShapeError(
+        f"{path}: {n_frames} frames are not a square scan and the file has no scan_shape "
+        "attribute; pass scan_shape=(rows, cols)"
+    )
+
+
+def open_arina(
+    master_path: str | os.PathLike,
+    *,
+    scan_shape: tuple[int, int] | None = None,
+    index_dir: str | os.PathLike | None = None,
+    fresh_index: bool = False,
+) -> ArinaSource:
+    """Open an ARINA master file: discover shards, check counts, load the frame index.
+
+    Raises
+    ------
+    SourceNotFoundError
+        The master or a shard does not exist.
+    ArinaFormatError
+        Not an ARINA layout, frame count mismatch, pixel-mask shape mismatch, truncated
+        shard, unsupported chunking or filter.
+    UnsupportedDtypeError, ScanShapeError
+        As named.
+    """
+    import h5py
+
+    master = Path(master_path).absolute()
+    if not master.is_file():
+        raise SourceNotFoundError(master, "master file does not exist")
+    try:
+        f = h5py.File(master, "r")
+    except OSError as exc:
+        raise ArinaFormatError(master, f"not a readable HDF5 file ({exc})") from None
+    with f:
+        shards = _resolve_shards(f, master)
+        fields, units = _read_detector_fields(f)
+        scan_attr = f[layout.DATA_GROUP].attrs.get(layout.SCAN_SHAPE_ATTR)
+        spec = f.get(layout.DETECTOR_SPECIFIC_GROUP)
+        mask_dset = spec.get(layout.PIXEL_MASK) if spec is not None else None
+        pixel_mask = None if mask_dset is None else np.asarray(mask_dset[()])
+    if layout.NTRIGGER not in fields:
+        raise ArinaFormatError(
+            master, f"not an ARINA master: no {layout.DETECTOR_SPECIFIC_GROUP}/{layout.NTRIGGER}"
+        )
+
+    shard_frames, detector_shape, dtype = [], None, None
+    for path, dataset_path in shards:
+        n, shape, shard_dtype = _inspect_shard(path, dataset_path)
+        if detector_shape is None:
+            detector_shape, dtype = shape, shard_dtype
+        elif shape != detector_shape or shard_dtype != dtype:
+            raise ArinaFormatError(
+                path,
+                f"frames {shape} {shard_dtype} differ from the first shard's "
+                f"{detector_shape} {dtype}",
+            )
+        shard_frames.append(n)
+    assert detector_shape is not None and dtype is not None
+    n_frames = int(sum(shard_frames))
+    nimages = int(fields.get(layout.NIMAGES, 1))
+    expected = int(fields[layout.NTRIGGER]) * nimages
+    if n_frames != expected:
+        raise ArinaFormatError(
+            master,
+            f"frame count mismatch: shards hold {n_frames} frames, ntrigger * nimages = {expected}",
+        )
+    if pixel_mask is None:
+        pixel_mask = np.zeros(detector_shape, dtype=np.uint32)
+    if pixel_mask.shape != detector_shape:
+        raise ArinaFormatError(
+            master, f"pixel_mask shape {pixel_mask.shape} differs from the frames' {detector_shape}"
+        )
+    pixel_mask = pixel_mask.astype(np.uint32, copy=False)
+    resolved, scan_origin = resolve_scan_shape(n_frames, scan_shape, scan_attr, os.fspath(master))
+
+    stat = master.stat()
+    identity = {
+        "path": os.fspath(master),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "master_sha256": _sha256_file(os.fspath(master)),
+    }
+    shard_paths = [path for path, _ in shards]
+    dataset_paths = [dataset for _, dataset in shards]
+    index = load_or_build_frame_index(
+        identity,
+        shard_paths,
+        shard_frames,
+        dtype.itemsize,
+        detector_shape[0] * detector_shape[1],
+        index_dir=index_dir,
+        fresh=fresh_index,
+        dataset_paths=dataset_paths,
+    )
+    validity = pixel_mask == 0
+    metadata = {
+        **{k: v for k, v in fields.items() if k != layout.PIXEL_MASK},
+        "units": units,
+        "scan_shape": resolved,
+        "scan_shape_origin": scan_origin,
+        "detector_shape": detector_shape,
+        "dtype": dtype.name,
+        "n_frames": n_frames,
+        "pixel_mask": pixel_mask,
+        "invalid_pixels": int((~validity).sum()),
+        "source_files": [os.fspath(master), *dict.fromkeys(shard_paths)],
+        "source_identity": identity,
+        "source_format": "arina-hdf5",
+        "compressed_bytes": index.compressed_bytes,
+    }
+    frame_time = fields.get(layout.FRAME_TIME)
+    if frame_time is not None and units.get(layout.FRAME_TIME, "s") == "s":
+        metadata["dwell_time_s"] = float(frame_time)
+    return ArinaSource(
+        master_path=os.fspath(master),
+        shard_paths=shard_paths,
+        shard_frames=shard_frames,
+        scan_shape=resolved,
+        detector_shape=detector_shape,
+        dtype=np.dtype(dtype),
+        n_frames=n_frames,
+        pixel_mask=pixel_mask,
+        validity=validity,
+        metadata=metadata,
+        source_identity=identity,
+        index=index,
+    )
+
+
+def _read_runs(source: ArinaSource, start: int, stop: int) -> list[tuple[int, int, int, int]]:
+    """Group frames into ``(shard, file offset, buffer offset, length)`` contiguous reads."""
+    index = source.index
+    shard = index.frame_shard[start:stop]
+    offset = index.frame_offset[start:stop]
+    nbytes = index.frame_nbytes[start:stop]
+    buffer_offset = np.concatenate([[0], np.cumsum(nbytes)]).astype(np.int64)
+    # A new run starts where the shard changes, the file is not contiguous, or it is full.
+    breaks = np.ones(len(offset), dtype=bool)
+    if len(offset) > 1:
+        breaks[1:] = (shard[1:] != shard[:-1]) | (offset[1:] != offset[:-1] + nbytes[:-1])
+    runs = []
+    run_start = 0
+    for i in range(1, len(offset) + 1):
+        extends = i < len(offset) and not breaks[i]
+        if extends and buffer_offset[i + 1] - buffer_offset[run_start] <= MAX_READ_BYTES:
+            continue
+        runs.append(
+            (
+                int(shard[run_start]),
+                int(offset[run_start]),
+                int(buffer_offset[run_start]),
+                int(buffer_offset[i] - buffer_offset[run_start]),
+            )
+        )
+        run_start = i
+    return runs
+
+
+def read_compressed(
+    source: ArinaSource,
+    start: int = 0,
+    stop: int | None = None,
+    out: np.ndarray | None = None,
+    threads: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read the raw chunks of frames ``[start, stop)`` into one contiguous buffer.
+
+    Returns ``(buffer, offsets)``: frame ``i``'s chunk is ``buffer[offsets[i]:offsets[i+1]]``
+    (``offsets`` has ``n + 1`` entries, the last is the total). ``out`` may be a
+    preallocated uint8 buffer (e.g. page-locked) at least that large; the reads use
+    ``os.preadv`` from ``threads`` threads (default: up to 8).
+    """
+    stop = source.n_frames if stop is None else stop
+    if not 0 <= start <= stop <= source.n_frames:
+        raise IndexError(f"frame range [{start}, {stop}) outside [0, {source.n_frames})")
+    nbytes = source.index.frame_nbytes[start:stop]
+    offsets = np.zeros(stop - start + 1, dtype=np.int64)
+    np.cumsum(nbytes, out=offsets[1:])
+    total = int(offsets[-1])
+    if out is None:
+        out = np.empty(total, dtype=np.uint8)
+    elif (
+        out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < total or not out.flags.c_contiguous
+    ):
+        raise ValueError(f"out must be a contiguous 1-D uint8 buffer of at least {total} bytes")
+    runs = _read_runs(source, start, stop)
+    if not runs:
+        return out, offsets
+    view = memoryview(out)
+    fds: dict[int, int] = {}
+    try:
+        for shard in {run[0] for run in runs}:
+            path = source.shard_paths[shard]
+            try:
+                fds[shard] = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SourceNotFoundError(path, "data shard is missing") from None
+
+        def read_run(run: tuple[int, int, int, int]) -> None:
+            shard, file_offset, buffer_offset, length = run
+            done = 0
+            while done < length:
+                got = os.preadv(
+                    fds[shard],
+                    [view[buffer_offset + done : buffer_offset + length]],
+                    file_offset + done,
+                )
+                if got == 0:
+                    raise ArinaFormatError(
+                        source.shard_paths[shard],
+                        f"file is truncated: a chunk at byte {file_offset + done} is missing",
+                    )
+                done += got
+
+        workers = min(threads or min(8, os.cpu_count() or 1), len(runs))
+        if workers <= 1:
+            for run in runs:
+                read_run(run)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(read_run, runs))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return out, offsets
+
+
+def _decode_range(
+    source: ArinaSource,
+    start: int,
+    stop: int,
+    compressed: tuple[np.ndarray, np.ndarray],
+    out: np.ndarray | None,
+    threads: int | None,
+    engine: str,
+) -> np.ndarray:
+    from quantem.io.cpu_decode import decode_frames
+
+    buffer, offsets = compressed
+    return decode_frames(
+        buffer,
+        offsets,
+        source.detector_shape,
+        source.dtype,
+        out=out,
+        threads=threads,
+        frame_numbers=np.arange(start, stop),
+        frame_files=source.frame_files(start, stop),
+        engine=engine,
+    )
+
+
+def iter_frame_batches(
+    source: ArinaSource,
+    batch_frames: int = DEFAULT_BATCH_FRAMES,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    threads: int | None = None,
+    engine: str = "auto",
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first frame, frames (n, det_r, det_c))`` decoded on the CPU, in order.
+
+    The next batch's chunks are read while the current one is decoded.
+    """
+    stop = source.n_frames if stop is None else stop
+    if batch_frames < 1:
+        raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
+    starts = list(range(start, stop, batch_frames))
+    if not starts:
+        return
+    with ThreadPoolExecutor(1) as reader:
+        pending = reader.submit(
+            read_compressed, source, starts[0], min(starts[0] + batch_frames, stop), None, threads
+        )
+        for i, first in enumerate(starts):
+            last = min(first + batch_frames, stop)
+            compressed = pending.result()
+            if i + 1 < len(starts):
+                nxt = starts[i + 1]
+                pending = reader.submit(
+                    read_compressed, source, nxt, min(nxt + batch_frames, stop), None, threads
+                )
+            yield first, _decode_range(source, first, last, compressed, None, threads, engine)
+
+
+def load_arina(
+    path: str | os.PathLike,
+    *,
+    dtype: str = "native",
+    apply_mask: bool = False,
+    det_bin: int = 1,
+    scan_shape: tuple[int, int] | None = None,
+    fresh_index: bool = False,
+    index_dir: str | os.PathLike | None = None,
+    threads: int | None = None,
+    engine: str = "auto",
+    batch_frames: int = DEFAULT_BATCH_FRAMES,
+) -> Acquisition:
+    """Load an ARINA acquisition into memory as a 4D numpy array (backend ``"cpu"``).
+
+    Parameters
+    ----------
+    path
+        The ``*_master.h5`` file.
+    dtype, apply_mask, det_bin
+        Load options, applied by :func:`quantem.io.transforms.finish_frames`: mask
+        first, then dtype (``"u8"`` saturates, counted in ``metadata["clipped_pixels"]``),
+        then detector binning (uint32 block sums; trailing rows/columns that do not fill
+        a block are dropped).
+    scan_shape
+        Overrides the file's scan shape (must hold every frame).
+    fresh_index, index_dir
+        Rebuild the frame index instead of reusing its sidecar; where sidecars live
+        (default ``$QUANTEM_INDEX_DIR`` or ``~/.cache/quantem/index``).
+    threads
+        Cores for reading and decoding (default: all numba threads).
+    engine
+        Chunk decoder, see :func:`quantem.io.cpu_decode.decode_frames`.
+    """
+    options = parse_load_options(dtype, apply_mask, det_bin)
+    source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
+    out_dtype = options.output_dtype(source.dtype)
+    det_out = options.output_detector_shape(source.detector_shape)
+    if min(det_out) < 1:
+        raise ValueError(
+            f"det_bin {options.det_bin} is larger than the detector {source.detector_shape}"
+        )
+    data = np.empty((source.n_frames, *det_out), dtype=out_dtype)
+    totals = {"clipped_pixels": 0, "bin_saturated_pixels": 0}
+    dropped = [0, 0]
+    if options.is_identity:
+        # Decode straight into the result, reading the next batch meanwhile.
+        with ThreadPoolExecutor(1) as reader:
+            starts = list(range(0, source.n_frames, batch_frames))
+            pending = (
+                reader.submit(
+                    read_compressed, source, 0, min(batch_frames, source.n_frames), None, threads
+                )
+                if starts
+                else None
+            )
+            for i, first in enumerate(starts):
+                last = min(first + batch_frames, source.n_frames)
+                compressed = pending.result()
+                if i + 1 < len(starts):
+                    nxt = starts[i + 1]
+                    pending = reader.submit(
+                        read_compressed,
+                        source,
+                        nxt,
+                        min(nxt + batch_frames, source.n_frames),
+                        None,
+                        threads,
+                    )
+                _decode_range(source, first, last, compressed, data[first:last], threads, engine)
+    else:
+        for first, frames in iter_frame_batches(
+            source, batch_frames, threads=threads, engine=engine
+        ):
+            finished, info = finish_frames(
+                frames,
+                source.validity,
+                dtype=options.dtype,
+                apply_mask=options.apply_mask,
+                det_bin=options.det_bin,
+            )
+            data[first : first + len(frames)] = finished
+            totals["clipped_pixels"] += info["clipped_pixels"]
+            totals["bin_saturated_pixels"] += info["bin_saturated_pixels"]
+            dropped = info["det_bin_dropped"]
+    data = data.reshape(*source.scan_shape, *det_out)
+    metadata = dict(source.metadata)
+    metadata.update(
+        {
+            "stored_dtype": source.dtype.name,
+            "dtype": out_dtype.name,
+            "stored_detector_shape": source.detector_shape,
+            "detector_shape": det_out,
+            "load_options": {
+                "dtype": options.dtype,
+                "apply_mask": options.apply_mask,
+                "det_bin": options.det_bin,
+            },
+            "clipped_pixels": totals["clipped_pixels"],
+            "bin_saturated_pixels": totals["bin_saturated_pixels"],
+            "det_bin_dropped": dropped,
+        }
+    )
+    validity = source.validity
+    if options.det_bin > 1:
+        # A binned pixel is valid when every detector pixel in its block is valid.
+        b = options.det_bin
+        r, c = det_out
+        validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
+    return Acquisition(data, metadata, validity, "cpu")
+
+
+__all__ = [
+    "ArinaSource",
+    "iter_frame_batches",
+    "load_arina",
+    "open_arina",
+    "read_compressed",
+    "resolve_scan_shape",
+]

@@ -1,0 +1,465 @@
+"""CPU decoder of bitshuffle-LZ4 frame chunks (the HDF5 filter 32008 in LZ4 mode).
+
+The bitshuffle library's own ``decompress_lz4`` holds the GIL (threads run it no faster
+than one), so this module decodes with numba: one frame per ``prange`` iteration, the
+GIL released, every length and offset checked against the chunk and the frame before
+memory is touched. A corrupt chunk yields an error code for its frame, never a read or
+write outside the buffers; :func:`decode_frames` turns the first one into a
+:class:`~quantem.errors.ChunkDecodeError` naming file and frame.
+
+Two engines share the checks:
+
+* ``"numba"``: LZ4 and bit-unshuffle written here (:func:`decode_chunk`). It is written
+  to be read: it is also the CPU reference for the CUDA decoder.
+* ``"bitshuffle"`` (default when available): :func:`scan_chunk` first walks the chunk's
+  header and block lengths with the same checks, then the bitshuffle library's C
+  ``bshuf_decompress_lz4`` (SIMD bit transposes, ``LZ4_decompress_safe``) decodes it,
+  called from the numba loop without the GIL. After the walk every block lies inside
+  the chunk, so the C decoder never reads outside it, and ``LZ4_decompress_safe`` never
+  writes past the frame.
+Chunk layout (see :mod:`quantem.io.arina_layout` and ``docs/arina.md``)::
+
+    u64 BE uncompressed bytes | u32 BE block bytes | { u32 BE length | LZ4 block }* | raw tail
+
+Bit-shuffled block of ``m`` elements (``m`` a multiple of 8) of ``E`` bytes: ``8 * E``
+rows of ``m / 8`` bytes; row ``8 * j + k`` holds bit ``k`` of byte ``j`` of every
+element, element ``i`` at bit ``i % 8`` of byte ``i // 8`` of the row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+
+import numba
+import numpy as np
+
+from quantem.errors import ChunkDecodeError
+
+# Error codes, one per check; 0 means the frame decoded.
+DECODE_OK = 0
+ERR_CHUNK_TOO_SHORT = 1
+ERR_UNCOMPRESSED_SIZE = 2
+ERR_BLOCK_SIZE = 3
+ERR_BLOCK_HEADER_TRUNCATED = 4
+ERR_BLOCK_LENGTH = 5
+ERR_LZ4_MALFORMED = 6
+ERR_LZ4_OUTPUT_SIZE = 7
+ERR_TAIL_TRUNCATED = 8
+ERR_TRAILING_BYTES = 9
+
+ERROR_MESSAGES = {
+    ERR_CHUNK_TOO_SHORT: "chunk shorter than its 12-byte header",
+    ERR_UNCOMPRESSED_SIZE: "chunk header's uncompressed size differs from the frame size",
+    ERR_BLOCK_SIZE: "chunk header's block size is not a positive multiple of 8 elements",
+    ERR_BLOCK_HEADER_TRUNCATED: "chunk ends inside a block length field",
+    ERR_BLOCK_LENGTH: "a block's compressed length runs past the end of the chunk",
+    ERR_LZ4_MALFORMED: "malformed LZ4 block (length or match offset out of range)",
+    ERR_LZ4_OUTPUT_SIZE: "an LZ4 block decodes to the wrong number of bytes",
+    ERR_TAIL_TRUNCATED: "chunk ends before the frame's raw tail bytes",
+    ERR_TRAILING_BYTES: "unexpected bytes after the frame's last block",
+}
+
+_M1 = np.uint64(0x00AA00AA00AA00AA)
+_M2 = np.uint64(0x0000CCCC0000CCCC)
+_M3 = np.uint64(0x00000000F0F0F0F0)
+_S7 = np.uint64(7)
+_S14 = np.uint64(14)
+_S28 = np.uint64(28)
+_S8 = np.uint64(8)
+_BYTE = np.uint64(0xFF)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read_be(src: np.ndarray, pos: int, nbytes: int) -> int:
+    value = 0
+    for i in range(nbytes):
+        value = (value << 8) | np.int64(src[pos + i])
+    return value
+
+
+@numba.njit(cache=True, nogil=True)
+def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
+    """Decode one LZ4 block ``src[ip:iend]`` into exactly ``dst[op_start:op_end]``.
+
+    Returns ``DECODE_OK``, ``ERR_LZ4_MALFORMED`` or ``ERR_LZ4_OUTPUT_SIZE``. Every literal
+    run, match length and match offset is checked before copying.
+    """
+    op = op_start
+    while True:
+        if ip >= iend:
+            return ERR_LZ4_MALFORMED
+        token = np.int64(src[ip])
+        ip += 1
+        literals = token >> 4
+        if literals == 15:
+            while True:
+                if ip >= iend:
+                    return ERR_LZ4_MALFORMED
+                extra = np.int64(src[ip])
+                ip += 1
+                literals += extra
+                if extra != 255:
+                    break
+        if literals > iend - ip:
+            return ERR_LZ4_MALFORMED
+        if literals > op_end - op:
+            return ERR_LZ4_OUTPUT_SIZE
+        dst[op : op + literals] = src[ip : ip + literals]
+        ip += literals
+        op += literals
+        if ip == iend:  # the last sequence carries literals only
+            break
+        if iend - ip < 2:
+            return ERR_LZ4_MALFORMED
+        offset = np.int64(src[ip]) | (np.int64(src[ip + 1]) << 8)
+        ip += 2
+        if offset == 0 or offset > op - op_start:
+            return ERR_LZ4_MALFORMED
+        length = token & 15
+        if length == 15:
+            while True:
+                if ip >= iend:
+                    return ERR_LZ4_MALFORMED
+                extra = np.int64(src[ip])
+                ip += 1
+                length += extra
+                if extra != 255:
+                    break
+        length += 4
+        if length > op_end - op:
+            return ERR_LZ4_OUTPUT_SIZE
+        match = op - offset
+        if offset >= length:
+            dst[op : op + length] = dst[match : match + length]
+        else:  # overlapping copy repeats the last `offset` bytes
+            for i in range(length):
+                dst[op + i] = dst[match + i]
+        op += length
+    if op != op_end:
+        return ERR_LZ4_OUTPUT_SIZE
+    return DECODE_OK
+
+
+@numba.njit(cache=True, nogil=True)
+def bitunshuffle_block(src, src_start, dst, dst_start, n_elements, elem_size) -> None:
+    """Undo bitshuffle of ``n_elements`` (a multiple of 8) from ``src`` into ``dst``.
+
+    For each byte ``j`` of the element and each group of 8 elements, the 8 bit-rows give
+    an 8x8 bit matrix (row = bit, column = element); transposing it in a 64-bit word
+    yields byte ``j`` of the 8 elements.
+    """
+    row_bytes = n_elements // 8
+    for j in range(elem_size):
+        base = src_start + 8 * j * row_bytes
+        for column in range(row_bytes):
+            x = np.uint64(0)
+            for k in range(8):
+                x |= np.uint64(src[base + k * row_bytes + column]) << np.uint64(8 * k)
+            # Hacker's Delight transpose of an 8x8 bit matrix held in a 64-bit word.
+            t = (x ^ (x >> _S7)) & _M1
+            x = x ^ t ^ (t << _S7)
+            t = (x ^ (x >> _S14)) & _M2
+            x = x ^ t ^ (t << _S14)
+            t = (x ^ (x >> _S28)) & _M3
+            x = x ^ t ^ (t << _S28)
+            out = dst_start + column * 8 * elem_size + j
+            for b in range(8):
+                dst[out + b * elem_size] = np.uint8((x >> (_S8 * np.uint64(b))) & _BYTE)
+
+
+@numba.njit(cache=True, nogil=True)
+def decode_chunk(src, start, end, dst, dst_start, frame_bytes, elem_size, scratch) -> int:
+    """Decode the chunk ``src[start:end]`` into ``dst[dst_start:dst_start+frame_bytes]``.
+
+    ``scratch`` holds one decompressed (still shuffled) block: at least ``frame_bytes``.
+    Returns ``DECODE_OK`` or the first failed check's error code.
+    """
+    if end - start < 12:
+        return ERR_CHUNK_TOO_SHORT
+    if _read_be(src, start, 8) != frame_bytes:
+        return ERR_UNCOMPRESSED_SIZE
+    block_bytes = _read_be(src, start + 8, 4)
+    if block_bytes <= 0 or block_bytes % (8 * elem_size) != 0:
+        return ERR_BLOCK_SIZE
+    block_elements = block_bytes // elem_size
+    n_elements = frame_bytes // elem_size
+    n_full = n_elements // block_elements
+    leftover = n_elements - n_full * block_elements
+    last_elements = leftover - leftover % 8
+    pos = start + 12
+    out = dst_start
+    for block in range(n_full + 1):
+        elements = block_elements if block < n_full else last_elements
+        if elements == 0:
+            continue
+        if end - pos < 4:
+            return ERR_BLOCK_HEADER_TRUNCATED
+        length = _read_be(src, pos, 4)
+        pos += 4
+        if length > end - pos:
+            return ERR_BLOCK_LENGTH
+        nbytes = elements * elem_size
+        err = lz4_decode_block(src, pos, pos + length, scratch, 0, nbytes)
+        if err != DECODE_OK:
+            return err
+        bitunshuffle_block(scratch, 0, dst, out, elements, elem_size)
+        pos += length
+        out += nbytes
+    tail = (leftover % 8) * elem_size
+    if end - pos < tail:
+        return ERR_TAIL_TRUNCATED
+    dst[out : out + tail] = src[pos : pos + tail]
+    pos += tail
+    if pos != end:
+        return ERR_TRAILING_BYTES
+    return DECODE_OK
+
+
+@numba.njit(cache=True, nogil=True)
+def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
+    """Check a chunk's header, block lengths and tail without decoding (no memory writes).
+
+    Returns ``DECODE_OK`` when every block and the raw tail lie inside ``src[start:end]``
+    and end exactly at ``end``; otherwise the error code :func:`decode_chunk` would give
+    for the same structural fault.
+    """
+    if end - start < 12:
+        return ERR_CHUNK_TOO_SHORT
+    if _read_be(src, start, 8) != frame_bytes:
+        return ERR_UNCOMPRESSED_SIZE
+    block_bytes = _read_be(src, start + 8, 4)
+    if block_bytes <= 0 or block_bytes % (8 * elem_size) != 0:
+        return ERR_BLOCK_SIZE
+    block_elements = block_bytes // elem_size
+    n_elements = frame_bytes // elem_size
+    n_full = n_elements // block_elements
+    leftover = n_elements - n_full * block_elements
+    n_blocks = n_full + (1 if leftover >= 8 else 0)
+    pos = start + 12
+    for _ in range(n_blocks):
+        if end - pos < 4:
+            return ERR_BLOCK_HEADER_TRUNCATED
+        length = _read_be(src, pos, 4)
+        pos += 4
+        if length > end - pos:
+            return ERR_BLOCK_LENGTH
+        pos += length
+    tail = (leftover % 8) * elem_size
+    if end - pos < tail:
+        return ERR_TAIL_TRUNCATED
+    if pos + tail != end:
+        return ERR_TRAILING_BYTES
+    return DECODE_OK
+
+
+def _load_bitshuffle_c():
+    """The bitshuffle library's C ``bshuf_decompress_lz4``, or None when not exported."""
+    import ctypes
+
+    try:
+        import bitshuffle.ext
+
+        function = ctypes.CDLL(bitshuffle.ext.__file__).bshuf_decompress_lz4
+    except (ImportError, OSError, AttributeError):
+        return None
+    # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size) -> int64
+    # Pointers travel as size_t: numba passes array addresses as integers.
+    function.argtypes = [ctypes.c_size_t] * 5
+    function.restype = ctypes.c_int64
+    return function
+
+
+_BSHUF_DECOMPRESS_LZ4 = _load_bitshuffle_c()
+BITSHUFFLE_C_AVAILABLE = _BSHUF_DECOMPRESS_LZ4 is not None
+
+if BITSHUFFLE_C_AVAILABLE:
+    _c_decompress = _BSHUF_DECOMPRESS_LZ4
+
+    @numba.njit(nogil=True, parallel=True)
+    def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, errors) -> None:
+        src = buffer.ctypes.data
+        dst = out.ctypes.data
+        for i in numba.prange(offsets.shape[0] - 1):
+            start = offsets[i]
+            end = offsets[i + 1]
+            err = scan_chunk(buffer, start, end, frame_bytes, elem_size)
+            if err == DECODE_OK:
+                block_elements = _read_be(buffer, start + 8, 4) // elem_size
+                consumed = _c_decompress(
+                    src + start + 12,
+                    dst + i * frame_bytes,
+                    frame_bytes // elem_size,
+                    elem_size,
+                    block_elements,
+                )
+                if consumed != end - start - 12:
+                    err = ERR_LZ4_MALFORMED
+            errors[i] = err
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _decode_frames_parallel(buffer, offsets, out, frame_bytes, elem_size, errors) -> None:
+    n = offsets.shape[0] - 1
+    for i in numba.prange(n):
+        scratch = np.empty(frame_bytes, dtype=np.uint8)
+        errors[i] = decode_chunk(
+            buffer,
+            offsets[i],
+            offsets[i + 1],
+            out,
+            i * frame_bytes,
+            frame_bytes,
+            elem_size,
+            scratch,
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_frames_serial(buffer, offsets, out, frame_bytes, elem_size, errors) -> None:
+    scratch = np.empty(frame_bytes, dtype=np.uint8)
+    for i in range(offsets.shape[0] - 1):
+        errors[i] = decode_chunk(
+            buffer,
+            offsets[i],
+            offsets[i + 1],
+            out,
+            i * frame_bytes,
+            frame_bytes,
+            elem_size,
+            scratch,
+        )
+
+
+def decode_frames(
+    buffer: np.ndarray,
+    offsets: np.ndarray,
+    frame_shape: tuple[int, int],
+    dtype: np.dtype | str,
+    *,
+    out: np.ndarray | None = None,
+    threads: int | None = None,
+    frame_numbers: np.ndarray | None = None,
+    frame_files: Sequence[str] | None = None,
+    engine: str = "auto",
+) -> np.ndarray:
+    """Decode consecutive chunks ``buffer[offsets[i]:offsets[i+1]]`` into frames.
+
+    Parameters
+    ----------
+    buffer, offsets
+        Compressed chunks back to back (uint8) and their ``n + 1`` boundaries.
+    frame_shape, dtype
+        Shape and stored type of one frame.
+    out
+        Optional C-contiguous ``(n, *frame_shape)`` array of ``dtype`` to fill.
+    threads
+        Cores to use (default: numba's thread count); ``1`` decodes serially.
+    frame_numbers, frame_files
+        Acquisition frame number and file of each chunk, used in error messages.
+    engine
+        ``"bitshuffle"`` (the library's C decoder after our checks), ``"numba"`` (the
+        reference decoder of this module) or ``"auto"`` (bitshuffle when available).
+
+    Raises
+    ------
+    ChunkDecodeError
+        The first corrupt chunk, naming its file and frame.
+    """
+    dtype = np.dtype(dtype)
+    buffer = np.ascontiguousarray(buffer, dtype=np.uint8).reshape(-1)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    n = offsets.shape[0] - 1
+    if n < 0 or offsets[0] < 0 or offsets[-1] > buffer.shape[0] or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing and within the buffer")
+    frame_bytes = int(np.prod(frame_shape)) * dtype.itemsize
+    if out is None:
+        out = np.empty((n, *frame_shape), dtype=dtype)
+    elif out.dtype != dtype or out.shape != (n, *frame_shape) or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(n, *frame_shape)}")
+    flat = out.reshape(-1).view(np.uint8)
+    if engine == "auto":
+        engine = "bitshuffle" if BITSHUFFLE_C_AVAILABLE else "numba"
+    if engine not in ("bitshuffle", "numba"):
+        raise ValueError(f"engine must be 'auto', 'bitshuffle' or 'numba', got {engine!r}")
+    if engine == "bitshuffle" and not BITSHUFFLE_C_AVAILABLE:
+        raise RuntimeError("the bitshuffle library does not export bshuf_decompress_lz4")
+    errors = np.zeros(n, dtype=np.int32)
+    if n:
+        if engine == "bitshuffle":
+            with _numba_threads(threads):
+                _decode_frames_bitshuffle(
+                    buffer, offsets, flat, frame_bytes, dtype.itemsize, errors
+                )
+        elif threads == 1:
+            _decode_frames_serial(buffer, offsets, flat, frame_bytes, dtype.itemsize, errors)
+        else:
+            with _numba_threads(threads):
+                _decode_frames_parallel(buffer, offsets, flat, frame_bytes, dtype.itemsize, errors)
+    bad = np.flatnonzero(errors)
+    if bad.size:
+        i = int(bad[0])
+        if engine == "bitshuffle" and errors[i] == ERR_LZ4_MALFORMED:
+            # The C decoder reports only failure; the reference names the exact check.
+            scratch = np.empty(frame_bytes, dtype=np.uint8)
+            probe = np.empty(frame_bytes, dtype=np.uint8)
+            code = decode_chunk(
+                buffer, offsets[i], offsets[i + 1], probe, 0, frame_bytes, dtype.itemsize, scratch
+            )
+            errors[i] = code or ERR_LZ4_MALFORMED
+        frame = int(frame_numbers[i]) if frame_numbers is not None else i
+        path = frame_files[i] if frame_files is not None else None
+        raise ChunkDecodeError(
+            path,
+            ERROR_MESSAGES.get(int(errors[i]), "corrupt chunk"),
+            frame=frame,
+            corrupt_frames=int(bad.size) if bad.size > 1 else None,
+        )
+    return out
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int | None):
+    previous = numba.get_num_threads()
+    if threads:
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
+def decode_chunk_bytes(
+    chunk: bytes,
+    frame_shape: tuple[int, int],
+    dtype: np.dtype | str,
+    *,
+    path: str | os.PathLike | None = None,
+    frame: int = 0,
+    engine: str = "auto",
+) -> np.ndarray:
+    """Decode one chunk (e.g. from h5py ``read_direct_chunk``) into a frame."""
+    buffer = np.frombuffer(chunk, dtype=np.uint8)
+    frames = decode_frames(
+        buffer,
+        np.array([0, buffer.size], dtype=np.int64),
+        frame_shape,
+        dtype,
+        threads=1,
+        frame_numbers=np.array([frame]),
+        frame_files=[os.fspath(path)] if path else None,
+        engine=engine,
+    )
+    return frames[0]
+
+
+__all__ = [
+    "BITSHUFFLE_C_AVAILABLE",
+    "ERROR_MESSAGES",
+    "decode_chunk",
+    "decode_chunk_bytes",
+    "decode_frames",
+    "lz4_decode_block",
+    "scan_chunk",
+]
