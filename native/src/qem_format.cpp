@@ -217,7 +217,8 @@ Model parse_model(const std::uint8_t* bytes, std::uint64_t length, std::uint64_t
     throw FormatError(where, "padding after group_class is not zero");
   }
   m.freq.resize(std::size_t{m.n_contexts} * kSymbols);
-  m.decode.resize(std::size_t{m.n_contexts} * kProbScale);
+  m.sym.resize(std::size_t{m.n_contexts} * kProbScale);
+  m.freq_cum.resize(std::size_t{m.n_contexts} * kSymbols);
   for (std::uint32_t c = 0; c < m.n_contexts; ++c) {
     std::uint32_t cum = 0;
     for (unsigned s = 0; s < kSymbols; ++s) {
@@ -231,10 +232,8 @@ Model parse_model(const std::uint8_t* bytes, std::uint64_t length, std::uint64_t
         throw FormatError(where, "context " + std::to_string(c) +
                                      ": frequencies sum past 4096");
       }
-      for (std::uint32_t slot = cum; slot < cum + f; ++slot) {
-        m.decode[std::size_t{c} * kProbScale + slot] =
-            s | ((static_cast<std::uint32_t>(f) - 1) << 8) | ((slot - cum) << 20);
-      }
+      std::memset(m.sym.data() + std::size_t{c} * kProbScale + cum, static_cast<int>(s), f);
+      m.freq_cum[std::size_t{c} * kSymbols + s] = f | (cum << 16);
       cum += f;
     }
     if (cum != kProbScale) {

@@ -93,16 +93,18 @@ struct Header {
   std::uint64_t pixels() const { return std::uint64_t{det_r} * det_c; }
 };
 
-// Section 7, with the decode tables derived from the frequencies. A table entry
-// packs the symbol (bits 0-7), freq - 1 (bits 8-19) and slot - cum (bits 20-31) of
-// the symbol owning that slot, so one load gives everything a decode step needs.
+// Section 7, with the decode tables derived from the frequencies: `sym` maps each
+// of the 4096 slots of a context to its symbol (one byte, so the tables of all
+// contexts stay in the L1 cache), `freq_cum` holds freq[s] (low 16 bits) and cum[s]
+// (high 16 bits) of each symbol.
 struct Model {
   std::uint32_t n_classes = 0;
   std::uint32_t n_contexts = 0;
   std::uint32_t n_groups = 0;
   std::vector<std::uint8_t> group_class;  // [G]
   std::vector<std::uint16_t> freq;        // [C][256]
-  std::vector<std::uint32_t> decode;      // [C][4096]
+  std::vector<std::uint8_t> sym;          // [C][4096]
+  std::vector<std::uint32_t> freq_cum;    // [C][256]
 };
 
 struct BlockEntry {
