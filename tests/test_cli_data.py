@@ -15,22 +15,46 @@ from quantem.io.synthetic import make_frames
 def _harness(*argv, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "harness", *map(str, argv)],
-        capture_output=True, text=True, cwd=cwd, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
     )
 
 
 def test_synth_writes_an_acquisition_and_prints_the_master(tmp_path):
     out = tmp_path / "acq"
-    proc = _harness("data", "synth", out, "--name", "demo", "--scan-shape", 3, 5,
-                    "--detector-shape", 8, 6, "--dtype", "uint8", "--frames-per-shard", 4,
-                    "--seed", 9, "--dead-pixels", 2, "--processes", 1)
+    proc = _harness(
+        "data",
+        "synth",
+        out,
+        "--name",
+        "demo",
+        "--scan-shape",
+        3,
+        5,
+        "--detector-shape",
+        8,
+        6,
+        "--dtype",
+        "uint8",
+        "--frames-per-shard",
+        4,
+        "--seed",
+        9,
+        "--dead-pixels",
+        2,
+        "--processes",
+        1,
+    )
     assert proc.returncode == 0, proc.stderr
     master = out / "demo_master.h5"
     assert proc.stdout.strip() == str(master)
     with h5py.File(master, "r") as f:
         got = np.concatenate([f[f"/entry/data/data_00000{i}"][()] for i in (1, 2, 3, 4)])
-    expected = make_frames(0, 15, scan_shape=(3, 5), detector_shape=(8, 6), dtype="uint8",
-                           seed=9, dead_pixels=2)
+    expected = make_frames(
+        0, 15, scan_shape=(3, 5), detector_shape=(8, 6), dtype="uint8", seed=9, dead_pixels=2
+    )
     np.testing.assert_array_equal(got, expected)
 
 

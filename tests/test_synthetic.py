@@ -27,10 +27,17 @@ def _read_all_with_h5py(master):
         ((2, 5), (9, 7), "uint32", 10),
     ],
 )
-def test_written_frames_read_back_with_h5py_equal_make_frames(tmp_path, scan, det, dtype, per_shard):
+def test_written_frames_read_back_with_h5py_equal_make_frames(
+    tmp_path, scan, det, dtype, per_shard
+):
     master = write_synthetic_arina(
-        tmp_path, scan_shape=scan, detector_shape=det, dtype=dtype,
-        frames_per_shard=per_shard, seed=3, processes=1,
+        tmp_path,
+        scan_shape=scan,
+        detector_shape=det,
+        dtype=dtype,
+        frames_per_shard=per_shard,
+        seed=3,
+        processes=1,
     )
     assert master == tmp_path / "synthetic_master.h5"
     n = scan[0] * scan[1]
@@ -46,8 +53,14 @@ def test_written_frames_read_back_with_h5py_equal_make_frames(tmp_path, scan, de
 
 def test_master_layout_fields(tmp_path):
     master = write_synthetic_arina(
-        tmp_path, name="acq", scan_shape=(3, 4), detector_shape=(10, 8), dtype="uint16",
-        frames_per_shard=5, dead_pixels=[(1, 2), (9, 7)], processes=1,
+        tmp_path,
+        name="acq",
+        scan_shape=(3, 4),
+        detector_shape=(10, 8),
+        dtype="uint16",
+        frames_per_shard=5,
+        dead_pixels=[(1, 2), (9, 7)],
+        processes=1,
     )
     with h5py.File(master, "r") as f:
         data = f[layout.DATA_GROUP]
@@ -81,8 +94,9 @@ def test_master_layout_fields(tmp_path):
 
 
 def test_no_scan_shape_attribute_when_not_asked(tmp_path):
-    master = write_synthetic_arina(tmp_path, scan_shape=(2, 2), detector_shape=(8, 8),
-                                   scan_shape_attr=False, processes=1)
+    master = write_synthetic_arina(
+        tmp_path, scan_shape=(2, 2), detector_shape=(8, 8), scan_shape_attr=False, processes=1
+    )
     with h5py.File(master, "r") as f:
         assert layout.SCAN_SHAPE_ATTR not in f[layout.DATA_GROUP].attrs
 
@@ -104,8 +118,9 @@ def test_processes_write_the_same_bytes_of_data(tmp_path):
 
 
 def test_content_is_physically_plausible():
-    model = SyntheticModel(scan_shape=(12, 12), detector_shape=(64, 64), dose=20000, seed=1,
-                           dead_pixels=0)
+    model = SyntheticModel(
+        scan_shape=(12, 12), detector_shape=(64, 64), dose=20000, seed=1, dead_pixels=0
+    )
     frames = model.make_frames(0, 144).astype(np.int64)
     totals = frames.sum(axis=(1, 2))
     # Poisson total of ~dose counts per frame.

@@ -73,11 +73,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="replace an acquisition of the same name"
     )
     synth.set_defaults(func=run)
+    info = commands.add_parser(
+        "info",
+        help="describe an ARINA acquisition (shape, dtype, shards, compression)",
+        description="Open an ARINA master file, check its layout and print a summary.",
+    )
+    info.add_argument("master", metavar="MASTER", help="the *_master.h5 file")
+    info.add_argument(
+        "--scan-shape",
+        nargs=2,
+        type=int,
+        default=None,
+        metavar=("R", "C"),
+        help="scan rows and columns when the file does not say",
+    )
+    info.add_argument("--fresh-index", action="store_true", help="rebuild the frame index")
+    info.set_defaults(func=run_info)
     parser.set_defaults(func=_missing_subcommand)
 
 
 def _missing_subcommand(args: argparse.Namespace) -> int:
-    raise UsageError("harness data: choose a subcommand (synth)")
+    raise UsageError("harness data: choose a subcommand (synth, info)")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from quantem.io.arina import open_arina
+
+    source = open_arina(
+        args.master,
+        scan_shape=tuple(args.scan_shape) if args.scan_shape else None,
+        fresh_index=args.fresh_index,
+    )
+    logical = source.n_frames * source.frame_bytes
+    compressed = source.index.compressed_bytes
+    print(f"master      {source.master_path}")
+    print(f"shape       {(*source.scan_shape, *source.detector_shape)} {source.dtype.name}")
+    print(f"frames      {source.n_frames} in {len(source.shard_paths)} shard(s)")
+    print(
+        f"bytes       {logical} logical, {compressed} compressed "
+        f"({logical / max(compressed, 1):.2f}:1)"
+    )
+    print(f"invalid     {source.metadata['invalid_pixels']} pixel(s) in pixel_mask")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
