@@ -1,4 +1,4 @@
-"""Detector products on synthetic ARINA data (quantem.io.synthetic), in memory and loaded."""
+"""Detector products on ARINA data: synthetic (in memory and through io.load) and the foreign fixture."""
 
 from __future__ import annotations
 
@@ -85,3 +85,23 @@ def test_products_through_io_load(tmp_path):
         np.testing.assert_array_equal(session.mean_dp_exact(), reference.mean_dp_exact())
         np.testing.assert_array_equal(session.bf(), reference.bf())
         np.testing.assert_array_equal(session.center_of_mass().row, reference.center_of_mass().row)
+
+
+def test_products_on_the_foreign_arina_fixture(arina_small):
+    """Files written by another project: the README's documented sums, validity applied."""
+    pytest.importorskip("quantem.io.arina")
+    from quantem.io import load
+
+    with load(arina_small / "fixture_master.h5") as acq:
+        session = prepare(acq)
+        everything = np.ones((64, 64), dtype=bool)
+        assert session.masked_sum_exact(everything).tolist() == [[522164]]
+        assert int(session.frame(0).astype(np.int64).sum()) == 522360  # raw counts
+        summed = session.mean_dp_exact()
+        assert summed.dtype == np.uint64 and int(summed.sum()) == 522164 and summed[3, 4] == 0
+        rows, cols = np.mgrid[:64, :64]
+        values = (rows * 64 + cols) % 257
+        values[3, 4] = 0
+        com = session.center_of_mass()
+        assert com.row[0, 0] == pytest.approx((values * rows).sum() / values.sum(), rel=1e-15)
+        assert com.col[0, 0] == pytest.approx((values * cols).sum() / values.sum(), rel=1e-15)
