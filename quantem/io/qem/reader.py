@@ -23,6 +23,7 @@ from quantem.io.qem import format as fmt
 from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
+from quantem.io.transforms import finish_frames, parse_load_options
 
 #: Decoded sizes above which a full load shows progress (on a TTY), and its batch size.
 PROGRESS_MIN_BYTES = 1 << 30
@@ -508,24 +509,38 @@ def parse_scan_region(
 
 
 def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dtype) -> dict:
-    """Acquisition.metadata for a .qem file, with the HDF5 reader's keys."""
+    """Acquisition.metadata for a .qem file, with the HDF5 reader's keys.
+
+    The source's scalar fields (calibration, detector description) come back as
+    top-level keys; file-specific keys describe the .qem file; ``qem_source`` keeps
+    the original source's kind, file names, identity and SHA-256s. The load-option
+    keys describe an unmodified load; loaders that apply options override them.
+    """
     stored = qem.metadata
     metadata: dict[str, Any] = {}
     metadata.update(stored.get("detector", {}))
     metadata.update(stored.get("calibration", {}))
-    source = stored.get("source", {})
+    payload = qem.header.sections[fmt.SECTION_PAYLOAD]
     metadata.update(
         {
             "scan_shape": tuple(scan_shape),
             "detector_shape": tuple(qem.detector_shape),
+            "stored_detector_shape": tuple(qem.detector_shape),
             "dtype": np.dtype(dtype).name,
+            "stored_dtype": qem.dtype.name,
+            "source_dtype": qem.header.source_dtype.name,
             "n_frames": int(scan_shape[0] * scan_shape[1]),
             "pixel_mask": qem.pixel_mask.copy(),
+            "invalid_pixels": int(np.count_nonzero(qem.pixel_mask)),
             "source_files": [str(qem.path)],
             "source_identity": _file_identity(qem.path),
-            "source_dtype": qem.header.source_dtype.name,
-            "stored_dtype": qem.dtype.name,
-            "qem_source": source,
+            "source_format": "qem",
+            "compressed_bytes": int(payload.length),
+            "load_options": {"dtype": "native", "apply_mask": False, "det_bin": 1},
+            "clipped_pixels": 0,
+            "bin_saturated_pixels": 0,
+            "det_bin_dropped": [0, 0],
+            "qem_source": stored.get("source", {}),
         }
     )
     return metadata
@@ -570,8 +585,9 @@ def load_qem(
     ----------
     dtype, apply_mask, det_bin
         Load options with exactly the HDF5 reader's semantics
-        (:func:`quantem.io.transforms.finish_frames`). ``dtype="native"`` gives the
-        stored dtype; ``"source"`` widens to the source's dtype.
+        (:func:`quantem.io.transforms.finish_frames`: mask, then dtype, then binning).
+        ``dtype="native"`` gives the stored dtype (the narrowest that holds every
+        count); ``"source"`` converts to the dtype of the file's source.
     verify
         Verify the checksum of every decoded block (default). ``False`` skips only the
         payload checksums; structure and decode checks always run.
@@ -600,28 +616,58 @@ def load_qem(
                 f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
                 section="header",
             )
+        if dtype == "source":
+            dtype = qem.header.source_dtype.name
+        options = parse_load_options(dtype, apply_mask, det_bin)
         with _numba_threads(threads):
             if scan_region is None:
                 shape = qem.scan_shape
                 frames = _decode_all(qem, progress)
                 region = None
+                blocks = np.arange(qem.n_blocks)
             else:
                 rows, cols = parse_scan_region(scan_region, qem.scan_shape)
                 shape = (rows[1] - rows[0], cols[1] - cols[0])
                 frames = qem.read_region(rows, cols).reshape(-1, *qem.detector_shape)
                 region = [rows[0], rows[1], cols[0], cols[1]]
-        if dtype == "source":
-            frames = frames.astype(qem.header.source_dtype)
-            dtype = "native"
-        frames, info = _finish(frames, qem.validity, dtype, apply_mask, det_bin)
+                frame_ids = np.arange(rows[0], rows[1])[:, None] * qem.scan_shape[1]
+                blocks = qem.blocks_for_frames(frame_ids + np.arange(cols[0], cols[1]))
+        validity = qem.validity
+        frames, info = finish_frames(
+            frames,
+            validity,
+            dtype=options.dtype,
+            apply_mask=options.apply_mask,
+            det_bin=options.det_bin,
+        )
         metadata = acquisition_metadata(qem, shape, frames.dtype)
-        metadata["detector_shape"] = tuple(frames.shape[1:])
+        extents = [
+            fmt.block_extent_end(int(offset), int(length)) - int(offset)
+            for offset, length in zip(
+                qem.block_index["offset"][blocks], qem.block_index["length"][blocks]
+            )
+        ]
+        metadata.update(
+            {
+                "detector_shape": tuple(frames.shape[1:]),
+                "load_options": {
+                    "dtype": options.dtype,
+                    "apply_mask": options.apply_mask,
+                    "det_bin": options.det_bin,
+                },
+                "clipped_pixels": info["clipped_pixels"],
+                "bin_saturated_pixels": info["bin_saturated_pixels"],
+                "det_bin_dropped": info["det_bin_dropped"],
+                "compressed_bytes": int(sum(extents)),
+            }
+        )
         if region is not None:
             metadata["scan_region"] = region
-        metadata.update(info)
-        validity = qem.validity
-        if det_bin != 1:
-            validity = _bin_validity(validity, frames.shape[1:], det_bin)
+        if options.det_bin > 1:
+            # a binned pixel is valid when every detector pixel in its block is valid
+            b = options.det_bin
+            r, c = frames.shape[1:]
+            validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
         data = frames.reshape(*shape, *frames.shape[1:])
     finally:
         qem.close()
@@ -646,28 +692,3 @@ def _decode_all(qem: QemFile, progress: bool | None) -> np.ndarray:
             qem.decode_blocks(batch, out=out[start:stop])
             advance(stop - start)
     return out
-
-
-def _finish(
-    frames: np.ndarray, validity: np.ndarray, dtype: str, apply_mask: bool, det_bin: int
-) -> tuple[np.ndarray, dict]:
-    """Apply the load options through the shared implementation when it exists."""
-    try:
-        from quantem.io.transforms import finish_frames, parse_load_options
-    except ModuleNotFoundError:
-        if dtype != "native" or apply_mask or det_bin != 1:
-            from quantem.errors import UnsupportedDtypeError
-
-            raise UnsupportedDtypeError(
-                "load options need quantem.io.transforms, which is not available"
-            ) from None
-        return frames, {}
-    parse_load_options(dtype, apply_mask, det_bin)
-    return finish_frames(frames, validity, dtype=dtype, apply_mask=apply_mask, det_bin=det_bin)
-
-
-def _bin_validity(validity: np.ndarray, binned_shape: tuple[int, ...], det_bin: int) -> np.ndarray:
-    """A binned pixel is valid iff every source pixel in it is valid."""
-    rows, cols = binned_shape
-    cropped = validity[: rows * det_bin, : cols * det_bin]
-    return cropped.reshape(rows, det_bin, cols, det_bin).all(axis=(1, 3))

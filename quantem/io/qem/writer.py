@@ -52,6 +52,7 @@ CALIBRATION_KEYS = (
     "scan_step_size",
 )
 _RESERVED_KEYS = {
+    # geometry, mask and source identity live in their own fields of the file
     "scan_shape",
     "detector_shape",
     "dtype",
@@ -61,6 +62,15 @@ _RESERVED_KEYS = {
     "source_identity",
     "source_dtype",
     "stored_dtype",
+    "stored_detector_shape",
+    # facts about a particular load or file, recomputed by the reader
+    "source_format",
+    "compressed_bytes",
+    "invalid_pixels",
+    "load_options",
+    "clipped_pixels",
+    "bin_saturated_pixels",
+    "det_bin_dropped",
     "qem_source",
     "scan_region",
 }
@@ -134,7 +144,7 @@ def _from_acquisition(acq: Acquisition) -> FrameSource:
         dtype=data.dtype,
         pixel_mask=np.asarray(mask),
         metadata=meta,
-        kind=str(meta.get("source_kind", "array" if not files else "acquisition")),
+        kind=str(meta.get("source_format") or ("array" if not files else "acquisition")),
         files=files,
         identity=_json_safe(meta.get("source_identity")),
         iter_batches=iter_batches,
