@@ -105,3 +105,36 @@ def test_products_on_the_foreign_arina_fixture(arina_small):
         com = session.center_of_mass()
         assert com.row[0, 0] == pytest.approx((values * rows).sum() / values.sum(), rel=1e-15)
         assert com.col[0, 0] == pytest.approx((values * cols).sum() / values.sum(), rel=1e-15)
+
+
+def test_products_on_det_binned_uint32_load(tmp_path):
+    pytest.importorskip("quantem.io.arina")
+    from quantem.io import load
+
+    master = synthetic.write_synthetic_arina(
+        tmp_path,
+        scan_shape=SCAN,
+        detector_shape=DETECTOR,
+        dtype="uint16",
+        seed=4,
+        dose=20000.0,
+        processes=1,
+        progress=False,
+    )
+    source, _ = synthetic_acquisition("uint16", 4)
+    # Independent binning: 2x2 block sums; a block is valid only if all four pixels are.
+    binned = source.data.astype(np.int64).reshape(*SCAN, 20, 2, 17, 2).sum(axis=(3, 5))
+    valid = source.validity.reshape(20, 2, 17, 2).all(axis=(1, 3))
+    with load(master, det_bin=2) as acq:
+        assert acq.data.dtype == np.uint32 and acq.data.shape == (*SCAN, 20, 17)
+        np.testing.assert_array_equal(acq.validity, valid)
+        session = prepare(acq)
+        np.testing.assert_array_equal(
+            session.masked_sum_exact(np.ones((20, 17), dtype=bool)),
+            (binned * valid).sum(axis=(2, 3)),
+        )
+        np.testing.assert_array_equal(
+            session.mean_dp_exact(), np.where(valid, binned.sum(axis=(0, 1)), 0)
+        )
+        disk = session.bright_field_disk()
+        assert abs(disk.radius - 0.12 * min(DETECTOR) / 2) < 0.5
