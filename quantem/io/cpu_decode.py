@@ -12,7 +12,8 @@ Two engines share the checks:
 * ``"numba"``: LZ4 and bit-unshuffle written here (:func:`decode_chunk`). It is written
   to be read: it is also the CPU reference for the CUDA decoder.
 * ``"bitshuffle"`` (default when available): :func:`scan_chunk` first walks the chunk's
-  header and block lengths with the same checks, then the bitshuffle library's C
+  header, block lengths and LZ4 sequences with the same checks (no copying), then the
+  bitshuffle library's C
   ``bshuf_decompress_lz4`` (SIMD bit transposes, ``LZ4_decompress_safe``) decodes it,
   called from the numba loop without the GIL. After the walk every block lies inside
   the chunk, so the C decoder never reads outside it, and ``LZ4_decompress_safe`` never
@@ -143,6 +144,62 @@ def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def lz4_check_block(src, ip, iend, out_bytes) -> int:
+    """Walk one LZ4 block's sequences with the checks of :func:`lz4_decode_block`, no copies.
+
+    Used before handing a block to the C decoder, which (in the LZ4 version bundled with
+    bitshuffle) accepts a zero match offset and would then copy uninitialised bytes.
+    """
+    op = 0
+    while True:
+        if ip >= iend:
+            return ERR_LZ4_MALFORMED
+        token = np.int64(src[ip])
+        ip += 1
+        literals = token >> 4
+        if literals == 15:
+            while True:
+                if ip >= iend:
+                    return ERR_LZ4_MALFORMED
+                extra = np.int64(src[ip])
+                ip += 1
+                literals += extra
+                if extra != 255:
+                    break
+        if literals > iend - ip:
+            return ERR_LZ4_MALFORMED
+        if literals > out_bytes - op:
+            return ERR_LZ4_OUTPUT_SIZE
+        ip += literals
+        op += literals
+        if ip == iend:
+            break
+        if iend - ip < 2:
+            return ERR_LZ4_MALFORMED
+        offset = np.int64(src[ip]) | (np.int64(src[ip + 1]) << 8)
+        ip += 2
+        if offset == 0 or offset > op:
+            return ERR_LZ4_MALFORMED
+        length = token & 15
+        if length == 15:
+            while True:
+                if ip >= iend:
+                    return ERR_LZ4_MALFORMED
+                extra = np.int64(src[ip])
+                ip += 1
+                length += extra
+                if extra != 255:
+                    break
+        length += 4
+        if length > out_bytes - op:
+            return ERR_LZ4_OUTPUT_SIZE
+        op += length
+    if op != out_bytes:
+        return ERR_LZ4_OUTPUT_SIZE
+    return DECODE_OK
+
+
+@numba.njit(cache=True, nogil=True)
 def bitunshuffle_block(src, src_start, dst, dst_start, n_elements, elem_size) -> None:
     """Undo bitshuffle of ``n_elements`` (a multiple of 8) from ``src`` into ``dst``.
 
@@ -219,11 +276,10 @@ def decode_chunk(src, start, end, dst, dst_start, frame_bytes, elem_size, scratc
 
 @numba.njit(cache=True, nogil=True)
 def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
-    """Check a chunk's header, block lengths and tail without decoding (no memory writes).
+    """Check a chunk's header, blocks, LZ4 sequences and tail without decoding (no writes).
 
-    Returns ``DECODE_OK`` when every block and the raw tail lie inside ``src[start:end]``
-    and end exactly at ``end``; otherwise the error code :func:`decode_chunk` would give
-    for the same structural fault.
+    Returns ``DECODE_OK`` exactly when :func:`decode_chunk` would decode the chunk, else
+    the same error code: both engines accept and reject the same chunks.
     """
     if end - start < 12:
         return ERR_CHUNK_TOO_SHORT
@@ -236,15 +292,21 @@ def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
     n_elements = frame_bytes // elem_size
     n_full = n_elements // block_elements
     leftover = n_elements - n_full * block_elements
-    n_blocks = n_full + (1 if leftover >= 8 else 0)
+    last_elements = leftover - leftover % 8
     pos = start + 12
-    for _ in range(n_blocks):
+    for block in range(n_full + 1):
+        elements = block_elements if block < n_full else last_elements
+        if elements == 0:
+            continue
         if end - pos < 4:
             return ERR_BLOCK_HEADER_TRUNCATED
         length = _read_be(src, pos, 4)
         pos += 4
         if length > end - pos:
             return ERR_BLOCK_LENGTH
+        err = lz4_check_block(src, pos, pos + length, elements * elem_size)
+        if err != DECODE_OK:
+            return err
         pos += length
     tail = (leftover % 8) * elem_size
     if end - pos < tail:
