@@ -115,6 +115,11 @@ def test_foreign_folder_and_newer_layout_are_refused(tmp_path: Path) -> None:
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(HistoryError, match="not a history"):
         register_reports(foreign, [report])
+    with pytest.raises(HistoryError, match="not a history"):
+        verify_history(foreign)
+    with pytest.raises(HistoryError, match="not a history"):
+        rebuild_history(foreign)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]  # not even a lock file
     register_reports(tmp_path / "h", [report], plots=False)
     (tmp_path / "h" / "history.json").write_text(
         '{"format": "quantem-harness/history", "version": 99}\n'

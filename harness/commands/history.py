@@ -119,11 +119,10 @@ def run_import(args: argparse.Namespace) -> int:
 def _open_for_reading(history_dir: str):
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
-    from harness.history.store import check_history_marker
+    from harness.history.store import check_history_marker, require_history
 
     layout = HistoryLayout.at(history_dir)
-    if not layout.root.is_dir():
-        raise UsageError(f"{layout.root}: no such history folder")
+    require_history(layout)
     check_history_marker(layout, create=False)
     return layout, open_index(layout.index_db, create=False)
 

@@ -45,13 +45,12 @@ def run(args: argparse.Namespace) -> int:
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
     from harness.history.render import render_all
-    from harness.history.store import check_history_marker, history_lock
+    from harness.history.store import check_history_marker, history_lock, require_history
 
     if args.all_plots and args.no_plots:
         raise UsageError("--all-plots and --no-plots exclude each other")
     layout = HistoryLayout.at(args.history_dir or default_history_dir())
-    if not layout.root.is_dir():
-        raise UsageError(f"{layout.root}: no such history folder")
+    require_history(layout)
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
     with history_lock(layout):

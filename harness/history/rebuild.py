@@ -70,9 +70,10 @@ def rebuild_history(
 ) -> RebuildResult:
     """Rebuild the index, recover the journal, remove temporaries and re-render everything."""
     from harness.history.render import render_all
-    from harness.history.store import check_history_marker, history_lock
+    from harness.history.store import check_history_marker, history_lock, require_history
 
     layout = HistoryLayout.at(history_dir)
+    require_history(layout)
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=False)
         result = rebuild_index_locked(layout)

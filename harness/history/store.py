@@ -146,6 +146,27 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
     fsync_dir(layout.root)
 
 
+def require_history(layout: HistoryLayout) -> None:
+    """Refuse, before touching anything, a folder that is not an existing history."""
+    if not layout.root.is_dir():
+        raise HistoryError(f"{layout.root}: no such history folder")
+    if not layout.marker.exists():
+        raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
+
+
+def _refuse_foreign_folder(layout: HistoryLayout) -> None:
+    """Refuse a non-empty folder without a marker before the lock file is created in it."""
+    if (
+        layout.root.is_dir()
+        and not layout.marker.exists()
+        and any(p.name != layout.lock.name for p in layout.root.iterdir())
+    ):
+        raise HistoryError(
+            f"{layout.root}: folder is not empty and is not a history (no {layout.marker.name}); "
+            "choose an empty or new folder"
+        )
+
+
 def open_history_index(layout: HistoryLayout) -> Engine:
     """Open the index; an old (unmigratable) or damaged index is rebuilt from the records.
 
@@ -196,6 +217,7 @@ def register_reports(
         raise ValueError("names must match sources one to one")
     prepared = [prepare_report(source, name=label) for source, label in zip(sources, labels)]
     layout = HistoryLayout.at(history_dir)
+    _refuse_foreign_folder(layout)
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=True)
         engine = open_history_index(layout)

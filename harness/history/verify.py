@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from harness.errors import HarnessError, ReportValidationError
+from harness.errors import ReportValidationError
 from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS, IndexEntry, derive_entry
 from harness.history.layout import HistoryLayout, sha256_of_record_name
 from harness.history.records import sha256_bytes
@@ -162,11 +162,10 @@ def _classify_damage(data: bytes) -> tuple[ProblemKind, str]:
 
 def verify_history(history_dir: str | Path, *, lock_timeout: float = 600.0) -> VerifyResult:
     """Check everything in a history; see :class:`ProblemKind` for what is reported."""
-    from harness.history.store import check_history_marker, history_lock
+    from harness.history.store import check_history_marker, history_lock, require_history
 
     layout = HistoryLayout.at(history_dir)
-    if not layout.root.is_dir():
-        raise HarnessError(f"{layout.root}: no such history folder")
+    require_history(layout)
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=False)
         return _verify_locked(layout)
