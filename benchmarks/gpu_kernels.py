@@ -94,6 +94,7 @@ def main(argv=None):
     n = args.frames
     distinct = min(args.distinct, n)
     step = max(1, distinct // (2 * args.processes))
+    os.environ["OMP_NUM_THREADS"] = "1"  # bitshuffle's OpenMP teams oversubscribe the workers
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.processes) as pool:
         tasks = [(a, min(a + step, distinct), det, 1) for a in range(0, distinct, step)]

@@ -22,11 +22,6 @@ from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_dev
 IDENTITY_OPTIONS = {"dtype": "native", "apply_mask": False, "det_bin": 1}
 
 
-def is_identity(dtype: str, apply_mask: bool, det_bin: int) -> bool:
-    """True when the load options leave the decoded frames unchanged."""
-    return dtype == "native" and not apply_mask and int(det_bin) == 1
-
-
 class FrameFinisher:
     """Applies ``finish_frames`` batch by batch into one preallocated device array.
 
@@ -57,15 +52,6 @@ class FrameFinisher:
                 self.info[key] = int(self.info.get(key, 0)) + int(value)
             else:
                 self.info.setdefault(key, value)
-
-
-def build_metadata(base: dict, data_shape: tuple[int, ...], dtype: Any, info: dict) -> dict:
-    """The acquisition metadata after the load options: shapes and dtype as loaded."""
-    metadata = dict(base)
-    metadata["detector_shape"] = [int(v) for v in data_shape[-2:]]
-    metadata["dtype"] = str(np.dtype(dtype))
-    metadata.update(info)
-    return metadata
 
 
 def load_hdf5(
@@ -100,16 +86,20 @@ def load_hdf5(
     from quantem.io.arina import open_arina
     from quantem.io.transforms import parse_load_options
 
-    parse_load_options(dtype, apply_mask, det_bin)
+    parsed = parse_load_options(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
-    options = {"dtype": dtype, "apply_mask": apply_mask, "det_bin": det_bin}
+    options = {"dtype": parsed.dtype, "apply_mask": parsed.apply_mask, "det_bin": parsed.det_bin}
     scan = tuple(int(v) for v in source.scan_shape)
+    totals: dict[str, Any] = {
+        "clipped_pixels": 0,
+        "bin_saturated_pixels": 0,
+        "det_bin_dropped": [0, 0],
+    }
     with cupy.cuda.Device(device):
-        if is_identity(**options):
+        if parsed.is_identity:
             frames, stats = decode_source_to_device(
                 source, threads=threads, batch_bytes=batch_bytes
             )
-            info: dict[str, Any] = {}
         else:
             validity = cupy.asarray(source.validity)
             det = tuple(int(v) for v in source.detector_shape)
@@ -118,9 +108,23 @@ def load_hdf5(
             _, stats = decode_source_to_device(
                 source, consume=finisher, threads=threads, batch_bytes=batch_bytes
             )
-            frames, info = finisher.out, finisher.info
+            frames = finisher.out
+            totals.update(finisher.info)
         data = frames.reshape(*scan, *frames.shape[1:])
-    metadata = build_metadata(source.metadata, data.shape, data.dtype, info)
+    # The same metadata keys and values as quantem.io.arina.load_arina.
+    metadata = dict(source.metadata)
+    metadata.update(
+        {
+            "stored_dtype": np.dtype(source.dtype).name,
+            "dtype": np.dtype(data.dtype).name,
+            "stored_detector_shape": source.detector_shape,
+            "detector_shape": tuple(int(v) for v in data.shape[-2:]),
+            "load_options": dict(options),
+            "clipped_pixels": int(totals["clipped_pixels"]),
+            "bin_saturated_pixels": int(totals["bin_saturated_pixels"]),
+            "det_bin_dropped": list(totals["det_bin_dropped"]),
+        }
+    )
     metadata["load_stats"] = {
         "compressed_bytes": stats.compressed_bytes,
         "batches": stats.batches,
@@ -177,19 +181,14 @@ def load_qem(
     import cupy
 
     from quantem.cuda.encoded import EncodedPayload
-    from quantem.cuda.qem_pipeline import stage_blocks
+    from quantem.cuda.qem_pipeline import block_extents, stage_blocks
     from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
     from quantem.errors import QemFormatError
     from quantem.io.qem.reader import QemFile, acquisition_metadata, parse_scan_region
+    from quantem.io.transforms import finish_frames, parse_load_options
 
     if representation not in ("dense", "encoded"):
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
-    widen = dtype == "source"
-    options = {"dtype": "native" if widen else dtype, "apply_mask": apply_mask, "det_bin": det_bin}
-    if not is_identity(**options) or widen:
-        from quantem.io.transforms import parse_load_options
-
-        parse_load_options(options["dtype"], apply_mask, det_bin)
     qem = QemFile(path, verify=False)  # structure checked here; block checksums below
     try:
         if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
@@ -198,9 +197,19 @@ def load_qem(
                 f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
                 section="header",
             )
+        requested = dtype
+        if dtype == "source":
+            dtype = qem.header.source_dtype.name
+        parsed = parse_load_options(dtype, apply_mask, det_bin)
+        options = {
+            "dtype": parsed.dtype,
+            "apply_mask": parsed.apply_mask,
+            "det_bin": parsed.det_bin,
+        }
         with cupy.cuda.Device(device):
             if representation == "encoded":
-                if scan_region is not None or widen or not is_identity(**options):
+                identity = requested == "native" and not apply_mask and int(det_bin) == 1
+                if scan_region is not None or not identity:
                     raise ValueError(
                         "representation='encoded' keeps the stored counts: it takes no "
                         "scan_region, dtype, apply_mask or det_bin (load 'dense' for those)"
@@ -267,20 +276,26 @@ def load_qem(
                 gather = position[frames // bf] + frames % bf
                 frames_out = dense[cupy.asarray(gather)]
                 del dense
-            if widen:
-                frames_out = frames_out.astype(qem.header.source_dtype)
-            info: dict[str, Any] = {}
-            if not is_identity(**options):
-                from quantem.io.transforms import finish_frames
-
+            info = {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
+            if not parsed.is_identity:
                 validity_dev = cupy.asarray(qem.validity)
                 frames_out, info = finish_frames(frames_out, validity_dev, xp=cupy, **options)
             data = frames_out.reshape(*shape, *frames_out.shape[1:])
+        # The same metadata keys and values as quantem.io.qem.reader.load_qem.
         metadata = acquisition_metadata(qem, shape, data.dtype)
-        metadata["detector_shape"] = tuple(int(v) for v in data.shape[-2:])
+        _, extents = block_extents(qem.block_index)
+        metadata.update(
+            {
+                "detector_shape": tuple(int(v) for v in data.shape[-2:]),
+                "load_options": dict(options),
+                "clipped_pixels": int(info["clipped_pixels"]),
+                "bin_saturated_pixels": int(info["bin_saturated_pixels"]),
+                "det_bin_dropped": list(info["det_bin_dropped"]),
+                "compressed_bytes": int(extents[block_ids].sum()),
+            }
+        )
         if region is not None:
             metadata["scan_region"] = [region[0][0], region[0][1], region[1][0], region[1][1]]
-        metadata.update(info)
         metadata["load_stats"] = {
             "payload_bytes": stats.copied_bytes,
             "batches": stats.batches,
