@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,11 +14,6 @@ from pathlib import Path
 import pytest
 from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from _run_helpers import real_disk_dir, tmpfs_dir
-
-if importlib.util.find_spec("quantem.io.arina") is None:  # the HDF5 reader lands in parallel
-    pytest.skip(
-        "quantem.io.arina (the ARINA HDF5 reader) is not in this tree yet", allow_module_level=True
-    )
 
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
@@ -269,7 +263,7 @@ def _cli(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-def _cli_args(suite, out: Path, *extra: str) -> list[str]:
+def _cli_args(suite, out: Path, *extra: str, reps: int = 1) -> list[str]:
     return [
         "run",
         "io-scale",
@@ -283,7 +277,7 @@ def _cli_args(suite, out: Path, *extra: str) -> list[str]:
         "--output-dir",
         str(out),
         "--reps",
-        "1",
+        str(reps),
         "--load-only",
         *extra,
     ]
@@ -353,15 +347,7 @@ def test_interrupt_leaves_no_temporary_files(tmp_path, sig):
         )
         out = folder / "out"
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness",
-                *_cli_args(suite, out)[:-2],
-                "--reps",
-                "50",
-                "--load-only",
-            ],
+            [sys.executable, "-m", "harness", *_cli_args(suite, out, reps=50)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
