@@ -198,20 +198,15 @@ def run(args: argparse.Namespace) -> int:
             )
             outcome = run_io_scale(config)
             print_summary(outcome.report, console)
-            if args.output_dir is None:
-                console.print(
-                    "report (temporary, kept in the history):",
-                    str(outcome.report_path),
-                    markup=False,
-                )
+            if args.output_dir is not None:
+                console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
     else:
         outcome = run_io_scale(_config_from_args(args))
         print_summary(outcome.report, console)
         console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    history_dir = config.history_dir if args.demo else args.history_dir
     for result in outcome.registered:
-        console.print(
-            f"history {config.history_dir if args.demo else args.history_dir}: {result.message}",
-            markup=False,
-            highlight=False,
-        )
+        console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
+    if outcome.registered:
+        console.print(f"index: {Path(history_dir) / 'README.md'}", markup=False, highlight=False)
     return outcome.exit_code
