@@ -267,15 +267,25 @@ def test_tampered_baseline_record_is_refused(reports, tmp_path: Path) -> None:
         ["compare", "--baseline", "X.json", "--regression-percent", "lots"],
     ],
 )
-def test_compare_usage_errors_exit_64(argv: list[str], tmp_path: Path) -> None:
+def test_compare_usage_errors_exit_64(argv: list[str], tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse errors
+        code = exc.code
+    assert code == 64
+
+
+def test_compare_usage_error_in_a_subprocess(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "harness", *argv],
+        [sys.executable, "-m", "harness", "compare", "--baseline", "zz", "--history-dir", "H"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         check=False,
     )
     assert completed.returncode == 64, completed.stderr
+    assert "Traceback" not in completed.stderr
 
 
 def test_ambiguous_or_unknown_prefix_is_a_usage_error(reports, tmp_path: Path, capsys) -> None:
