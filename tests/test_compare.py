@@ -296,3 +296,40 @@ def test_ambiguous_or_unknown_prefix_is_a_usage_error(reports, tmp_path: Path, c
         == 64
     )
     assert "no record" in capsys.readouterr().err
+
+
+def test_comparison_key_follows_the_documented_fields() -> None:
+    """The key is the first 16 hex digits of SHA-256 over the documented fields as canonical
+    JSON (docs/history-format.md); rebuilt here by hand from the report."""
+    import hashlib
+
+    from harness.comparability import comparison_key
+
+    doc = make_example_report(1, device_uuid="GPU-abc")
+    fields = {
+        "benchmark": "io-scale",
+        "protocol_version": 1,
+        "environment.device.name": "Example CPU",
+        "environment.device.uuid": "GPU-abc",
+        "environment.storage.storage_id": "test-nvme",
+        "acquisitions[id, source_master_sha256]": sorted(
+            [a["id"], a["source_master_sha256"]] for a in doc["acquisitions"]
+        ),
+        "conditions.timing_boundary": "host-array-returned",
+        "conditions.allocator_policy": "default",
+        "conditions.backend": "cpu",
+        "conditions.representation": "dense",
+        "conditions.cache_states": ["cached", "cold"],
+    }
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    assert comparison_key(doc) == hashlib.sha256(text.encode()).hexdigest()[:16]
+    # trial timings, dates and revisions do not change the group
+    other = make_example_report(2, slowdown=2.0, device_uuid="GPU-abc", git_revision="f" * 40)
+    assert comparison_key(other) == comparison_key(doc)
+
+
+def test_missing_candidate_without_history_is_a_usage_error(reports, tmp_path: Path) -> None:
+    code = main(
+        ["compare", "--baseline", str(reports["base"]), "--history-dir", str(tmp_path / "none")]
+    )
+    assert code == 64

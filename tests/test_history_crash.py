@@ -44,7 +44,7 @@ for seed in range(first, first + count):
 # Kill the process at one named point inside a registration.
 INJECT = """
 import os, signal, sys
-from harness.history import index_db, journal, records, render, store
+from harness.history import index_db, records, render, store
 from harness.report import dump_report
 from harness.testing import make_example_report
 history, point, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -53,7 +53,6 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "before-rename":
-    real_rename = os.rename
     records.os.rename = die
 elif point == "before-journal":
     store.append_journal = die
@@ -66,8 +65,6 @@ elif point == "mid-journal":
         die()
     store.append_journal = torn_append
 elif point == "mid-index":
-    real_insert = index_db.TrialRow
-    original = store.insert_entry
     def half_insert(connection, entry):
         from sqlalchemy import insert
         connection.execute(insert(index_db.RecordRow).values(**entry.record))

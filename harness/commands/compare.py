@@ -45,11 +45,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _newest_record(history_dir: str) -> str:
+    from pathlib import Path
+
     from sqlalchemy import select
 
     from harness.commands.history import _open_for_reading
     from harness.history.index_db import RecordRow
 
+    if not Path(history_dir, "history.json").exists():
+        raise UsageError(
+            f"no CANDIDATE given and {history_dir} is not a history to take the newest from"
+        )
     _layout, engine = _open_for_reading(history_dir)
     try:
         with engine.connect() as connection:
