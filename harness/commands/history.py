@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
@@ -84,6 +86,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rebuild.set_defaults(func=run_rebuild)
 
     parser.set_defaults(func=_missing_subcommand)
+
+
+@contextmanager
+def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar over the history's records on a TTY; nothing otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from harness.history.layout import HistoryLayout
+
+    total = sum(1 for _ in HistoryLayout.at(history_dir).iter_record_files())
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda advance: progress.update(task, advance=advance)
 
 
 def _missing_subcommand(args: argparse.Namespace) -> int:
@@ -215,7 +234,8 @@ def run_show(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     from harness.history.verify import verify_history
 
-    result = verify_history(_history_dir(args))
+    with _record_progress(_history_dir(args), "re-hashing records") as progress:
+        result = verify_history(_history_dir(args), progress=progress)
     for problem in result.problems:
         print(problem, file=sys.stderr if problem.is_error else sys.stdout)
     summary = f"{result.records} records checked: {len(result.errors)} errors, {len(result.warnings)} warnings"
@@ -226,7 +246,8 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_rebuild(args: argparse.Namespace) -> int:
     from harness.history.rebuild import rebuild_history
 
-    result = rebuild_history(_history_dir(args), plots=not args.no_plots)
+    with _record_progress(_history_dir(args), "reading records") as progress:
+        result = rebuild_history(_history_dir(args), plots=not args.no_plots, progress=progress)
     for problem in result.problems:
         print(problem, file=sys.stderr if problem.is_error else sys.stdout)
     print(

@@ -11,6 +11,7 @@ are removed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +36,11 @@ class RebuildResult:
     stored: set[str] = field(default_factory=set)  # records whose bytes match their names
 
 
-def rebuild_index_locked(layout: HistoryLayout) -> RebuildResult:
+def rebuild_index_locked(
+    layout: HistoryLayout, progress: Callable[[int], None] | None = None
+) -> RebuildResult:
     """Rebuild ``index.sqlite`` from the records; the caller holds the history lock."""
-    scan = scan_records(layout)
+    scan = scan_records(layout, progress)
     result = RebuildResult(problems=list(scan.problems))
     ordered = sorted(
         scan.entries.values(), key=lambda e: (e.record["created_utc"], e.record["sha256"])
@@ -66,7 +69,11 @@ def rebuild_index_locked(layout: HistoryLayout) -> RebuildResult:
 
 
 def rebuild_history(
-    history_dir: str | Path, *, plots: bool = True, lock_timeout: float = 600.0
+    history_dir: str | Path,
+    *,
+    plots: bool = True,
+    lock_timeout: float = 600.0,
+    progress: Callable[[int], None] | None = None,
 ) -> RebuildResult:
     """Rebuild the index, recover the journal, remove temporaries and re-render everything."""
     from harness.history.render import render_all
@@ -76,7 +83,7 @@ def rebuild_history(
     require_history(layout)
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=False)
-        result = rebuild_index_locked(layout)
+        result = rebuild_index_locked(layout, progress)
         journalled = read_journal(layout).shas
         missing = sorted(result.stored - journalled)
         append_journal(

@@ -12,6 +12,7 @@ import enum
 import json
 import stat
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,10 +98,14 @@ class VerifyResult:
         return not self.errors
 
 
-def scan_records(layout: HistoryLayout) -> RecordScan:
+def scan_records(
+    layout: HistoryLayout, progress: Callable[[int], None] | None = None
+) -> RecordScan:
     """Re-hash and parse every record file; never modifies anything."""
     scan = RecordScan()
     for path in layout.iter_record_files():
+        if progress is not None:
+            progress(1)
         relpath = path.relative_to(layout.root).as_posix()
         claimed = sha256_of_record_name(path)
         if claimed is None or not path.is_file():
@@ -160,7 +165,12 @@ def _classify_damage(data: bytes) -> tuple[ProblemKind, str]:
     return ProblemKind.TAMPERED, "bytes differ from the record's name (edited)"
 
 
-def verify_history(history_dir: str | Path, *, lock_timeout: float = 600.0) -> VerifyResult:
+def verify_history(
+    history_dir: str | Path,
+    *,
+    lock_timeout: float = 600.0,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyResult:
     """Check everything in a history; see :class:`ProblemKind` for what is reported."""
     from harness.history.store import check_history_marker, history_lock, require_history
 
@@ -168,14 +178,16 @@ def verify_history(history_dir: str | Path, *, lock_timeout: float = 600.0) -> V
     require_history(layout)
     with history_lock(layout, lock_timeout):
         check_history_marker(layout, create=False)
-        return _verify_locked(layout)
+        return _verify_locked(layout, progress)
 
 
-def _verify_locked(layout: HistoryLayout) -> VerifyResult:
+def _verify_locked(
+    layout: HistoryLayout, progress: Callable[[int], None] | None = None
+) -> VerifyResult:
     from harness.history.index_db import RecordRow, SummaryRow, TrialRow, open_index
     from harness.history.journal import read_journal
 
-    scan = scan_records(layout)
+    scan = scan_records(layout, progress)
     problems = list(scan.problems)
     journal = read_journal(layout)
     for number in journal.torn_lines:
