@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in times.items():
         median = statistics.median(values)
         print(
-            f"| {labels[name]} | {median:.3f} | {min(values):.3f} | {nbytes / median / 1e9:.3f} |"
+            f"| {labels[name]} | {median:.3f} | {min(values):.3f} | {nbytes / median / 1e9:.3f} "
+            f"| {statistics.median(cpu[name]):.3f} |"
         )
     ratio = statistics.median(times["hdf5"]) / statistics.median(times["qem"])
     print()

@@ -234,7 +234,7 @@ def test_failed_verification_leaves_no_file(tmp_path, monkeypatch):
 
     def corrupting(*args):
         original(*args)
-        args[-2][0, 0] += 1  # out[0, 0]
+        args[-4][0, 0] += 1  # out[0, 0]
 
     monkeypatch.setattr(rans, "decode_blocks", corrupting)
     with pytest.raises(VerificationError):

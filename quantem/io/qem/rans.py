@@ -211,7 +211,7 @@ def _decode_raw_block(buffer, start, n_frames, itemsize, frame_pixels, out, row0
     return OK
 
 
-@numba.njit(cache=True, parallel=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def decode_blocks(
     buffer,
     buffer16,
@@ -228,16 +228,21 @@ def decode_blocks(
     table,
     out,
     status,
+    first,
+    stop,
 ):
-    """Decode blocks ``k`` (their index fields given as arrays) into ``out[rows[k]:]``.
+    """Decode blocks ``k`` in ``[first, stop)`` (index fields given as arrays) into
+    ``out[rows[k]:]``.
 
     ``buffer`` is the whole file (uint8), ``out`` a 2D (frames, P) array of the stored
-    dtype; ``status[k]`` receives 0 or an error code.
+    dtype; ``status[k]`` receives 0 or an error code. Releases the GIL, so callers run
+    disjoint ranges on several threads (a thread pool pulls ranges as threads free up,
+    which copes with busy machines better than a static split).
     """
     popcount = _POPCOUNT
     lowbit = _LOWBIT
     mask_context = 2 * group_class.astype(np.int64)
-    for k in numba.prange(offsets.size):
+    for k in range(first, stop):
         mode = modes[k]
         if mode == MODE_RANS:
             status[k] = _decode_rans_block(

@@ -11,10 +11,10 @@ import contextlib
 import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 from quantem.acquisition import Acquisition
@@ -41,6 +41,8 @@ class QemFile:
         Verify each block's checksum (and trailing padding) before decoding it. Turning
         this off skips only the per-block payload checksums; the header, sections and
         structure are always checked.
+    threads
+        Decoding threads (default: every core this process may use).
 
     Attributes
     ----------
@@ -56,9 +58,12 @@ class QemFile:
         uint64 [n_blocks].
     """
 
-    def __init__(self, path: str | os.PathLike, *, verify: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike, *, verify: bool = True, threads: int | None = None
+    ) -> None:
         self.path = Path(path)
         self.verify = verify
+        self.threads = threads
         self._verified = None
         try:
             self._file = open(self.path, "rb")  # noqa: SIM115 - owned until close()
@@ -269,24 +274,26 @@ class QemFile:
         elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
         status = np.zeros(ids.size, dtype=np.int64)
-        with numba.parallel_chunksize(1):  # dynamic scheduling: blocks differ in cost
-            rans.decode_blocks(
-                self.buffer,
-                self.buffer16,
-                index["offset"].astype(np.int64),
-                index["mode"].astype(np.int64),
-                counts,
-                index["n_words"].astype(np.int64),
-                index["n_nonzero"].astype(np.int64),
-                index["n_escapes"].astype(np.int64),
-                rows,
-                self.header.stored_itemsize,
-                self.header.frame_pixels,
-                self.model.group_class,
-                self.decode_table,
-                out.reshape(total, -1),
-                status,
-            )
+        arguments = (
+            self.buffer,
+            self.buffer16,
+            index["offset"].astype(np.int64),
+            index["mode"].astype(np.int64),
+            counts,
+            index["n_words"].astype(np.int64),
+            index["n_nonzero"].astype(np.int64),
+            index["n_escapes"].astype(np.int64),
+            rows,
+            self.header.stored_itemsize,
+            self.header.frame_pixels,
+            self.model.group_class,
+            self.decode_table,
+            out.reshape(total, -1),
+            status,
+        )
+        _run_ranges(
+            lambda first, stop: rans.decode_blocks(*arguments, first, stop), ids.size, self.threads
+        )
         if status.any():
             k = int(np.flatnonzero(status)[0])
             raise QemFormatError(
@@ -483,6 +490,31 @@ class QemFile:
         )
 
 
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _run_ranges(work, n_items: int, threads: int | None) -> None:
+    """Run ``work(first, stop)`` over ``[0, n_items)`` in small ranges on a thread pool.
+
+    Ranges are pulled by whichever thread is free, so one slow or descheduled thread
+    does not hold the others back (a static split does, on a busy machine).
+    """
+    threads = max(1, min(threads or usable_cores(), n_items))
+    if threads == 1:
+        work(0, n_items)
+        return
+    size = max(1, min(8, n_items // (4 * threads)))
+    starts = range(0, n_items, size)
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(work, s, min(s + size, n_items)) for s in starts]:
+            future.result()
+
+
 def parse_scan_region(
     scan_region: Any, scan_shape: tuple[int, int]
 ) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -551,21 +583,6 @@ def _file_identity(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-@contextlib.contextmanager
-def _numba_threads(threads: int | None):
-    if threads is None:
-        yield
-        return
-    import numba
-
-    previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
-
-
 def load_qem(
     path: str | os.PathLike,
     *,
@@ -596,7 +613,7 @@ def load_qem(
     representation
         Only ``"dense"`` on the CPU (the encoded representation is a CUDA feature).
     threads
-        numba threads for decoding (default: all).
+        Decoding threads (default: every core this process may use).
     scan_shape
         Accepted for routing symmetry; must equal the stored scan shape if given.
     progress
@@ -608,7 +625,7 @@ def load_qem(
             f"representation {representation!r} is not available on the cpu backend "
             "(use backend='cuda' for 'encoded')"
         )
-    qem = QemFile(path, verify=verify)
+    qem = QemFile(path, verify=verify, threads=threads)
     try:
         if scan_shape is not None and tuple(scan_shape) != qem.scan_shape:
             raise QemFormatError(
@@ -619,19 +636,18 @@ def load_qem(
         if dtype == "source":
             dtype = qem.header.source_dtype.name
         options = parse_load_options(dtype, apply_mask, det_bin)
-        with _numba_threads(threads):
-            if scan_region is None:
-                shape = qem.scan_shape
-                frames = _decode_all(qem, progress)
-                region = None
-                blocks = np.arange(qem.n_blocks)
-            else:
-                rows, cols = parse_scan_region(scan_region, qem.scan_shape)
-                shape = (rows[1] - rows[0], cols[1] - cols[0])
-                frames = qem.read_region(rows, cols).reshape(-1, *qem.detector_shape)
-                region = [rows[0], rows[1], cols[0], cols[1]]
-                frame_ids = np.arange(rows[0], rows[1])[:, None] * qem.scan_shape[1]
-                blocks = qem.blocks_for_frames(frame_ids + np.arange(cols[0], cols[1]))
+        if scan_region is None:
+            shape = qem.scan_shape
+            frames = _decode_all(qem, progress)
+            region = None
+            blocks = np.arange(qem.n_blocks)
+        else:
+            rows, cols = parse_scan_region(scan_region, qem.scan_shape)
+            shape = (rows[1] - rows[0], cols[1] - cols[0])
+            frames = qem.read_region(rows, cols).reshape(-1, *qem.detector_shape)
+            region = [rows[0], rows[1], cols[0], cols[1]]
+            frame_ids = np.arange(rows[0], rows[1])[:, None] * qem.scan_shape[1]
+            blocks = qem.blocks_for_frames(frame_ids + np.arange(cols[0], cols[1]))
         validity = qem.validity
         frames, info = finish_frames(
             frames,
