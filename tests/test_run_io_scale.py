@@ -334,9 +334,25 @@ def test_cli_successful_run_exits_0(disk_suite):
     assert (folder / "out" / "loading.json").is_file()
 
 
-@pytest.mark.parametrize(
-    "sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
-)
+def test_keyboard_interrupt_mid_run_leaves_no_temporary_files(disk_suite):
+    """In-process Ctrl-C after the QEM exists (the subprocess tests below send real signals)."""
+    folder, suite = disk_suite
+    seen = []
+
+    def interrupt(event, details):
+        if event == "trial":
+            seen.append(sorted(p.name for p in (folder / "out").rglob("*.qem")))
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_io_scale(_config(folder, suite, on_event=interrupt))
+    assert seen == [["small-u8.qem"]]  # the disposable QEM existed when interrupted
+    assert not _leftover_temp(folder / "out")
+    assert not (folder / "out" / "loading.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_no_temporary_files(tmp_path, sig):
     folder = real_disk_dir(tmp_path)
     try:
