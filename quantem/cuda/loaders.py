@@ -11,6 +11,9 @@ batch of decoded frames, so results equal the cpu backend's bit for bit.
 from __future__ import annotations
 
 import os
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,21 @@ from quantem.backends import require_backend
 from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
 
 IDENTITY_OPTIONS = {"dtype": "native", "apply_mask": False, "det_bin": 1}
+
+
+@contextmanager
+def releasing_on_error() -> Iterator[None]:
+    """On an exception, clear the locals of the frames it unwound through.
+
+    A traceback keeps every frame it passed alive, with their device buffers (staging,
+    scratch, half-decoded output), until the exception object is dropped; clearing the
+    finished frames gives that memory back at once while keeping the traceback's lines.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
 
 
 class FrameFinisher:
@@ -90,26 +108,8 @@ def load_hdf5(
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     options = {"dtype": parsed.dtype, "apply_mask": parsed.apply_mask, "det_bin": parsed.det_bin}
     scan = tuple(int(v) for v in source.scan_shape)
-    totals: dict[str, Any] = {
-        "clipped_pixels": 0,
-        "bin_saturated_pixels": 0,
-        "det_bin_dropped": [0, 0],
-    }
-    with cupy.cuda.Device(device):
-        if parsed.is_identity:
-            frames, stats = decode_source_to_device(
-                source, threads=threads, batch_bytes=batch_bytes
-            )
-        else:
-            validity = cupy.asarray(source.validity)
-            det = tuple(int(v) for v in source.detector_shape)
-            sample = cupy.zeros((1, *det), dtype=np.dtype(source.dtype))
-            finisher = FrameFinisher(int(source.n_frames), sample, validity, options)
-            _, stats = decode_source_to_device(
-                source, consume=finisher, threads=threads, batch_bytes=batch_bytes
-            )
-            frames = finisher.out
-            totals.update(finisher.info)
+    with cupy.cuda.Device(device), releasing_on_error():
+        frames, stats, totals = _decode_hdf5(source, parsed, options, threads, batch_bytes)
         data = frames.reshape(*scan, *frames.shape[1:])
     # The same metadata keys and values as quantem.io.arina.load_arina.
     metadata = dict(source.metadata)
@@ -133,6 +133,29 @@ def load_hdf5(
     }
     validity = _finished_validity(source.validity, options)
     return Acquisition(data, metadata, validity, backend="cuda")
+
+
+def _decode_hdf5(source: Any, parsed: Any, options: dict, threads: Any, batch_bytes: int) -> tuple:
+    """Decode every frame on the current device, finishing them per batch when needed."""
+    import cupy
+
+    totals: dict[str, Any] = {
+        "clipped_pixels": 0,
+        "bin_saturated_pixels": 0,
+        "det_bin_dropped": [0, 0],
+    }
+    if parsed.is_identity:
+        frames, stats = decode_source_to_device(source, threads=threads, batch_bytes=batch_bytes)
+        return frames, stats, totals
+    validity = cupy.asarray(source.validity)
+    det = tuple(int(v) for v in source.detector_shape)
+    sample = cupy.zeros((1, *det), dtype=np.dtype(source.dtype))
+    finisher = FrameFinisher(int(source.n_frames), sample, validity, options)
+    _, stats = decode_source_to_device(
+        source, consume=finisher, threads=threads, batch_bytes=batch_bytes
+    )
+    totals.update(finisher.info)
+    return finisher.out, stats, totals
 
 
 def _finished_validity(validity: np.ndarray, options: dict[str, Any]) -> np.ndarray:
@@ -181,11 +204,10 @@ def load_qem(
     import cupy
 
     from quantem.cuda.encoded import EncodedPayload
-    from quantem.cuda.qem_pipeline import block_extents, stage_blocks
-    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
+    from quantem.cuda.qem_pipeline import block_extents
     from quantem.errors import QemFormatError
-    from quantem.io.qem.reader import QemFile, acquisition_metadata, parse_scan_region
-    from quantem.io.transforms import finish_frames, parse_load_options
+    from quantem.io.qem.reader import QemFile, acquisition_metadata
+    from quantem.io.transforms import parse_load_options
 
     if representation not in ("dense", "encoded"):
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
@@ -206,7 +228,7 @@ def load_qem(
             "apply_mask": parsed.apply_mask,
             "det_bin": parsed.det_bin,
         }
-        with cupy.cuda.Device(device):
+        with cupy.cuda.Device(device), releasing_on_error():
             if representation == "encoded":
                 identity = requested == "native" and not apply_mask and int(det_bin) == 1
                 if scan_region is not None or not identity:
@@ -228,59 +250,10 @@ def load_qem(
                     representation="encoded",
                     on_close=[payload.close],
                 )
-            decoder = QemBlockDecoder(qem)
-            det = tuple(int(v) for v in qem.detector_shape)
-            bf = int(qem.block_frames)
-            index = qem.block_index
-            if scan_region is None:
-                shape = tuple(int(v) for v in qem.scan_shape)
-                block_ids = np.arange(qem.n_blocks, dtype=np.int64)
-                out_frames = index["frame_start"].astype(np.int64)
-                dense = cupy.empty((qem.n_frames, *det), dtype=qem.dtype)
-                region = None
-            else:
-                rows, cols = parse_scan_region(scan_region, qem.scan_shape)
-                shape = (rows[1] - rows[0], cols[1] - cols[0])
-                scan_c = int(qem.scan_shape[1])
-                frames = (
-                    np.arange(rows[0], rows[1])[:, None] * scan_c
-                    + np.arange(cols[0], cols[1])[None, :]
-                ).reshape(-1)
-                block_ids = qem.blocks_for_frames(frames)
-                out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
-                dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
-                region = (rows, cols, frames)
-            status = cupy.zeros(block_ids.size, dtype=cupy.int32)
-            cupy.cuda.Stream.null.synchronize()
-
-            def launch(
-                i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any
-            ) -> None:
-                with stream:
-                    table = DeviceBlockTable.from_index(
-                        index[block_ids[a:b]], starts, out_frames[a:b]
-                    )
-                decoder.decode_dense(device_bytes, table, dense, status[a:b], stream=stream)
-
-            stats = stage_blocks(
-                qem, block_ids, launch, verify=verify, threads=threads, batch_bytes=batch_bytes
+            data, info, block_ids, region, stats = _decode_qem_dense(
+                qem, scan_region, parsed, options, verify, threads, batch_bytes
             )
-            if int(status.max()) != 0:
-                raise_block_error(cupy.asnumpy(status), block_ids, qem.path)
-            if region is None:
-                frames_out = dense
-            else:
-                rows, cols, frames = region
-                position = np.full(qem.n_blocks, -1, dtype=np.int64)
-                position[block_ids] = np.arange(block_ids.size) * bf
-                gather = position[frames // bf] + frames % bf
-                frames_out = dense[cupy.asarray(gather)]
-                del dense
-            info = {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
-            if not parsed.is_identity:
-                validity_dev = cupy.asarray(qem.validity)
-                frames_out, info = finish_frames(frames_out, validity_dev, xp=cupy, **options)
-            data = frames_out.reshape(*shape, *frames_out.shape[1:])
+            shape = tuple(int(v) for v in data.shape[:2])
         # The same metadata keys and values as quantem.io.qem.reader.load_qem.
         metadata = acquisition_metadata(qem, shape, data.dtype)
         _, extents = block_extents(qem.block_index)
@@ -306,3 +279,71 @@ def load_qem(
         return Acquisition(data, metadata, validity, backend="cuda")
     finally:
         qem.close()
+
+
+def _decode_qem_dense(
+    qem: Any,
+    scan_region: Any,
+    parsed: Any,
+    options: dict,
+    verify: bool,
+    threads: Any,
+    batch_bytes: int,
+) -> tuple:
+    """Decode the blocks a dense load needs on the current device and finish the frames."""
+    import cupy
+
+    from quantem.cuda.qem_pipeline import stage_blocks
+    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
+    from quantem.io.qem.reader import parse_scan_region
+    from quantem.io.transforms import finish_frames
+
+    decoder = QemBlockDecoder(qem)
+    det = tuple(int(v) for v in qem.detector_shape)
+    bf = int(qem.block_frames)
+    index = qem.block_index
+    if scan_region is None:
+        shape = tuple(int(v) for v in qem.scan_shape)
+        block_ids = np.arange(qem.n_blocks, dtype=np.int64)
+        out_frames = index["frame_start"].astype(np.int64)
+        dense = cupy.empty((qem.n_frames, *det), dtype=qem.dtype)
+        region = None
+    else:
+        rows, cols = parse_scan_region(scan_region, qem.scan_shape)
+        shape = (rows[1] - rows[0], cols[1] - cols[0])
+        scan_c = int(qem.scan_shape[1])
+        frames = (
+            np.arange(rows[0], rows[1])[:, None] * scan_c + np.arange(cols[0], cols[1])[None, :]
+        ).reshape(-1)
+        block_ids = qem.blocks_for_frames(frames)
+        out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
+        dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
+        region = (rows, cols, frames)
+    status = cupy.zeros(block_ids.size, dtype=cupy.int32)
+    cupy.cuda.Stream.null.synchronize()
+
+    def launch(i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any) -> None:
+        with stream:
+            table = DeviceBlockTable.from_index(index[block_ids[a:b]], starts, out_frames[a:b])
+        decoder.decode_dense(device_bytes, table, dense, status[a:b], stream=stream)
+
+    stats = stage_blocks(
+        qem, block_ids, launch, verify=verify, threads=threads, batch_bytes=batch_bytes
+    )
+    if int(status.max()) != 0:
+        raise_block_error(cupy.asnumpy(status), block_ids, qem.path)
+    if region is None:
+        frames_out = dense
+    else:
+        rows, cols, frames = region
+        position = np.full(qem.n_blocks, -1, dtype=np.int64)
+        position[block_ids] = np.arange(block_ids.size) * bf
+        gather = position[frames // bf] + frames % bf
+        frames_out = dense[cupy.asarray(gather)]
+        del dense
+    info = {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
+    if not parsed.is_identity:
+        validity_dev = cupy.asarray(qem.validity)
+        frames_out, info = finish_frames(frames_out, validity_dev, xp=cupy, **options)
+    data = frames_out.reshape(*shape, *frames_out.shape[1:])
+    return data, info, block_ids, region, stats

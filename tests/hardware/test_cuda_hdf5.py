@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -117,6 +119,8 @@ def test_memory_returns_after_close_over_20_cycles(tmp_path):
     from quantem.cuda import pinned
 
     master = synthetic(tmp_path, scan=(10, 10), det=(64, 64))
+    # Earlier tests' garbage (pytest keeps their exceptions) must not blur the baseline.
+    gc.collect()
     pool = cupy.get_default_memory_pool()
     io.load(master, backend="cuda").close()
     baseline_used = pool.used_bytes()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -186,6 +188,8 @@ def test_memory_returns_after_close_over_20_cycles(tmp_path):
     rng = np.random.default_rng(15)
     data = synthetic_counts(rng, (10, 10), (64, 64), np.uint16)
     path = write_qem(tmp_path, data)
+    # Earlier tests' garbage (pytest keeps their exceptions) must not blur the baseline.
+    gc.collect()
     pool = cupy.get_default_memory_pool()
     for representation in ("dense", "encoded"):
         io.load(path, backend="cuda", representation=representation).close()  # warm-up
@@ -225,3 +229,25 @@ def test_release_cached_memory_returns_pool_blocks(tmp_path):
     assert (
         cupy.get_default_memory_pool().total_bytes() == cupy.get_default_memory_pool().used_bytes()
     )
+
+
+def test_failed_load_releases_its_device_memory(tmp_path):
+    rng = np.random.default_rng(18)
+    data = synthetic_counts(rng, (8, 8), (64, 64), np.uint16)
+    path = write_qem(tmp_path, data, block_frames=4)
+    offset, _length, n_words, _block = payload_block(path)
+    raw = bytearray(path.read_bytes())
+    raw[offset + 128 + n_words] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    gc.collect()
+    gc.disable()  # the memory must come back without the cyclic collector
+    try:
+        pool = cupy.get_default_memory_pool()
+        before = pool.used_bytes()
+        for representation in ("dense", "encoded"):
+            with pytest.raises(QemFormatError) as info:
+                io.load(path, backend="cuda", representation=representation)
+            assert pool.used_bytes() == before, representation
+            del info
+    finally:
+        gc.enable()
