@@ -12,12 +12,13 @@ Two engines share the checks:
 * ``"numba"``: LZ4 and bit-unshuffle written here (:func:`decode_chunk`). It is written
   to be read: it is also the CPU reference for the CUDA decoder.
 * ``"bitshuffle"`` (default when available): :func:`scan_chunk` first walks the chunk's
-  header, block lengths and LZ4 sequences with the same checks (no copying), then the
-  bitshuffle library's C
-  ``bshuf_decompress_lz4`` (SIMD bit transposes, ``LZ4_decompress_safe``) decodes it,
-  called from the numba loop without the GIL. After the walk every block lies inside
-  the chunk, so the C decoder never reads outside it, and ``LZ4_decompress_safe`` never
-  writes past the frame.
+  header, block lengths and LZ4 sequences with the same checks (no copying, numba
+  ``prange``), then the bitshuffle library's C ``bshuf_decompress_lz4`` (SIMD bit
+  transposes, ``LZ4_decompress_safe``) decodes it, called through ctypes (which releases
+  the GIL) from several threads. After the walk every block lies inside the chunk, so
+  the C decoder never reads outside it, and ``LZ4_decompress_safe`` never writes past
+  the frame.
+
 Chunk layout (see :mod:`quantem.io.arina_layout` and ``docs/arina.md``)::
 
     u64 BE uncompressed bytes | u32 BE block bytes | { u32 BE length | LZ4 block }* | raw tail
@@ -32,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -336,29 +338,50 @@ def _load_bitshuffle_c():
 _BSHUF_DECOMPRESS_LZ4 = _load_bitshuffle_c()
 BITSHUFFLE_C_AVAILABLE = _BSHUF_DECOMPRESS_LZ4 is not None
 
-if BITSHUFFLE_C_AVAILABLE:
-    _c_decompress = _BSHUF_DECOMPRESS_LZ4
 
-    @numba.njit(nogil=True, parallel=True)
-    def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, errors) -> None:
-        src = buffer.ctypes.data
-        dst = out.ctypes.data
-        for i in numba.prange(offsets.shape[0] - 1):
-            start = offsets[i]
-            end = offsets[i + 1]
-            err = scan_chunk(buffer, start, end, frame_bytes, elem_size)
-            if err == DECODE_OK:
-                block_elements = _read_be(buffer, start + 8, 4) // elem_size
-                consumed = _c_decompress(
-                    src + start + 12,
-                    dst + i * frame_bytes,
-                    frame_bytes // elem_size,
-                    elem_size,
-                    block_elements,
-                )
-                if consumed != end - start - 12:
-                    err = ERR_LZ4_MALFORMED
-            errors[i] = err
+@numba.njit(cache=True, nogil=True)
+def _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_elements):
+    for i in frames:
+        errors[i] = scan_chunk(buffer, offsets[i], offsets[i + 1], frame_bytes, elem_size)
+        if errors[i] == DECODE_OK:
+            block_elements[i] = _read_be(buffer, offsets[i] + 8, 4) // elem_size
+
+
+def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, errors, threads):
+    """Check every chunk (numba), then decode the valid ones with the C library.
+
+    Each of ``threads`` threads checks and decodes an interleaved share of the frames;
+    the C calls go through ctypes, which releases the GIL. Unlike a numba kernel holding
+    a C function pointer, this is cached on disk and needs no per-process compilation,
+    and it starts no OpenMP pool.
+    """
+    n = offsets.shape[0] - 1
+    block_elements = np.zeros(n, dtype=np.int64)
+    src = buffer.ctypes.data
+    dst = out.ctypes.data
+    starts = offsets.tolist()
+    n_elements = frame_bytes // elem_size
+    decompress = _BSHUF_DECOMPRESS_LZ4
+
+    def run(frames: np.ndarray) -> None:
+        # The checks run in numba without the GIL; the C calls release it too.
+        _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_elements)
+        blocks = block_elements.tolist()
+        for i in frames[errors[frames] == DECODE_OK].tolist():
+            consumed = decompress(
+                src + starts[i] + 12, dst + i * frame_bytes, n_elements, elem_size, blocks[i]
+            )
+            if consumed != starts[i + 1] - starts[i] - 12:
+                errors[i] = ERR_LZ4_MALFORMED
+
+    workers = max(1, min(threads or numba.get_num_threads(), n))
+    frames = np.arange(n, dtype=np.int64)
+    if workers == 1:
+        run(frames)
+        return
+    # Interleaved shares balance the work when frame sizes vary along the scan.
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(run, [frames[k::workers] for k in range(workers)]))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -450,10 +473,9 @@ def decode_frames(
     errors = np.zeros(n, dtype=np.int32)
     if n:
         if engine == "bitshuffle":
-            with _numba_threads(threads):
-                _decode_frames_bitshuffle(
-                    buffer, offsets, flat, frame_bytes, dtype.itemsize, errors
-                )
+            _decode_frames_bitshuffle(
+                buffer, offsets, flat, frame_bytes, dtype.itemsize, errors, threads
+            )
         elif threads == 1:
             _decode_frames_serial(buffer, offsets, flat, frame_bytes, dtype.itemsize, errors)
         else:
