@@ -192,8 +192,9 @@ def load_qem(
         payload stays resident on the GPU (:class:`~quantem.cuda.encoded.EncodedPayload`)
         and detector queries decode on the fly; only the default load options apply.
     verify
-        Verify every block's checksum and padding (on the CPU, overlapped with the GPU's
-        work). ``False`` skips only those; structural and decode checks always run.
+        Verify every block's checksum and padding (XXH3-64 on the GPU as each batch
+        lands; blocks of 240 bytes or fewer on the CPU). ``False`` skips only those;
+        structural and decode checks always run.
     scan_region
         ``(r0, r1, c0, c1)`` (half-open) or two slices: decode only the blocks it touches.
     dtype, apply_mask, det_bin

@@ -5,9 +5,9 @@ Work comes in batches. For batch ``i`` a reader thread fills a reused page-locke
 caller's ``on_read`` hook there (e.g. checksum verification, which overlaps the GPU work),
 then the main thread copies the buffer to a device staging buffer on a copy stream and the
 caller's ``launch`` enqueues the kernels of batch ``i`` on a compute stream (``READERS``
-batches are read at once). Events order
-the reuse of every buffer: reading of batch ``i + 2``, copying of ``i + 1`` and decoding of
-``i`` overlap, and the host waits on the GPU only to reuse a pinned buffer.
+batches are read at once). Events order the reuse of every buffer: reading of the next
+batches, copying of ``i + 1`` and decoding of ``i`` overlap, and the host waits on the GPU
+only to reuse a pinned buffer.
 """
 
 from __future__ import annotations
