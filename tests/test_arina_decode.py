@@ -126,9 +126,7 @@ _FRAMES = {
 }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), dtype=st.sampled_from(sorted(_FRAMES)))
-def test_corrupt_chunks_raise_or_decode_never_crash(data, dtype):
+def _check_corrupt_chunk(data, dtype):
     frame = _FRAMES[dtype]
     chunk = _corrupt(_library_chunk(frame), data)
     outcomes = {}
@@ -148,6 +146,19 @@ def test_corrupt_chunks_raise_or_decode_never_crash(data, dtype):
         assert (results[0] is None) == (results[1] is None)
         if results[0] is not None:
             np.testing.assert_array_equal(results[0], results[1])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), dtype=st.sampled_from(sorted(_FRAMES)))
+def test_corrupt_chunks_raise_or_decode_never_crash(data, dtype):
+    _check_corrupt_chunk(data, dtype)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), dtype=st.sampled_from(sorted(_FRAMES)))
+def test_corrupt_chunks_many_examples(data, dtype):
+    _check_corrupt_chunk(data, dtype)
 
 
 @settings(max_examples=60, deadline=None)

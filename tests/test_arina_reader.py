@@ -316,3 +316,21 @@ def test_shared_u8_fixture_chunk_with_partial_block(arina_small, engine):
     r, c = np.indices((192, 192))
     np.testing.assert_array_equal(frame, (r * 192 + c) % 17)
     np.testing.assert_array_equal(frame, via_h5py)
+
+
+@pytest.mark.slow
+def test_arina_sized_acquisition_written_by_processes(tmp_path):
+    scan, det = (12, 16), (192, 192)
+    master = write_synthetic_arina(
+        tmp_path, scan_shape=scan, detector_shape=det, frames_per_shard=50, processes=2
+    )
+    expected = make_frames(0, 192, scan_shape=scan, detector_shape=det)
+    with load_arina(master, batch_frames=37) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(192, *det), expected)
+        np.testing.assert_array_equal(acq.data.reshape(192, *det), _h5py_frames(master))
+    with load_arina(master, dtype="u8", apply_mask=True, det_bin=5) as acq:
+        reference, clipped = _reference_options(
+            expected, SyntheticModel(scan, det).pixel_mask, "u8", True, 5
+        )
+        np.testing.assert_array_equal(acq.data.reshape(192, 38, 38), reference)
+        assert acq.metadata["clipped_pixels"] == clipped
