@@ -41,13 +41,13 @@ void verify_all(const QemLayout& layout, const std::uint8_t* payload, unsigned t
 }
 
 void decode_all(const QemLayout& layout, const std::uint8_t* payload, std::uint8_t* out,
-                unsigned threads) {
+                unsigned threads, bool out_is_zero) {
   const std::uint64_t frame_bytes = layout.frame_bytes();
   parallel_for(threads, layout.blocks.size(), [&](std::size_t b) {
     thread_local DecodeScratch scratch;
     const BlockEntry& e = layout.blocks[b];
     decode_block(layout, static_cast<std::uint32_t>(b), payload + (e.offset - layout.payload_offset),
-                 out + e.frame_start * frame_bytes, scratch);
+                 out + e.frame_start * frame_bytes, scratch, out_is_zero);
   });
 }
 
@@ -115,7 +115,7 @@ LoadResult run_load(const LoadRequest& req) {
   t = now;
   result.data = PageBuffer(static_cast<std::size_t>(decoded), "the decoded array");
   result.data_bytes = decoded;
-  decode_all(layout, payload, result.data.data(), threads);
+  decode_all(layout, payload, result.data.data(), threads, /*out_is_zero=*/true);
   now = monotonic_seconds();
   stages["decode"] = Json(now - t);
   end_cpu_stage("decode");

@@ -18,9 +18,6 @@ PageBuffer::PageBuffer(std::size_t bytes, const char* what) : size_(bytes) {
     throw ResourceError("cannot allocate " + std::to_string(bytes) + " bytes for " + what + ": " +
                         std::strerror(errno));
   }
-#ifdef MADV_HUGEPAGE
-  if (mapped_ >= (std::size_t{2} << 20)) ::madvise(p, mapped_, MADV_HUGEPAGE);  // advisory only
-#endif
   data_ = static_cast<std::uint8_t*>(p);
 }
 

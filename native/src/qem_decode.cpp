@@ -75,7 +75,7 @@ struct LaneDecoder {
 
 template <typename T>
 void decode_rans(const QemLayout& layout, std::uint32_t b, const std::uint8_t* block, T* out,
-                 DecodeScratch& scratch) {
+                 DecodeScratch& scratch, bool out_is_zero) {
   const BlockEntry& e = layout.blocks[b];
   const Model& model = layout.model;
   const std::uint64_t P = layout.frame_pixels();
@@ -131,7 +131,7 @@ void decode_rans(const QemLayout& layout, std::uint32_t b, const std::uint8_t* b
   }
 
   // Phase B: the values of the nonzero pixels in block order, symbol v on lane v mod 32.
-  std::memset(out, 0, static_cast<std::size_t>(n * P * w));
+  if (!out_is_zero) std::memset(out, 0, static_cast<std::size_t>(n * P * w));
   std::uint32_t used_escapes = 0;
   lane = 0;
   for (std::uint64_t t = 0; t < n; ++t) {
@@ -203,22 +203,26 @@ void verify_block(const QemLayout& layout, std::uint32_t b, const std::uint8_t* 
 }
 
 void decode_block(const QemLayout& layout, std::uint32_t b, const std::uint8_t* block,
-                  std::uint8_t* out, DecodeScratch& scratch) {
+                  std::uint8_t* out, DecodeScratch& scratch, bool out_is_zero) {
   const BlockEntry& e = layout.blocks[b];
   const std::size_t bytes =
       static_cast<std::size_t>(std::uint64_t{e.n_block_frames} * layout.frame_bytes());
   switch (e.mode) {
     case BlockMode::Zero:
-      std::memset(out, 0, bytes);
+      if (!out_is_zero) std::memset(out, 0, bytes);
       return;
     case BlockMode::Raw:
       std::memcpy(out, block, bytes);
       return;
     case BlockMode::Rans:
       switch (layout.header.stored_itemsize) {
-        case 1: decode_rans(layout, b, block, out, scratch); return;
-        case 2: decode_rans(layout, b, block, reinterpret_cast<std::uint16_t*>(out), scratch); return;
-        default: decode_rans(layout, b, block, reinterpret_cast<std::uint32_t*>(out), scratch); return;
+        case 1: decode_rans(layout, b, block, out, scratch, out_is_zero); return;
+        case 2:
+          decode_rans(layout, b, block, reinterpret_cast<std::uint16_t*>(out), scratch, out_is_zero);
+          return;
+        default:
+          decode_rans(layout, b, block, reinterpret_cast<std::uint32_t*>(out), scratch, out_is_zero);
+          return;
       }
   }
 }

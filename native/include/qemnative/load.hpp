@@ -42,7 +42,8 @@ LoadResult run_load(const LoadRequest& request);
 // Decodes every block of `layout` from `payload` (the PAYLOAD section's bytes) into
 // `out` on `threads` threads, verifying checksums first when `verify` is true.
 void verify_all(const QemLayout& layout, const std::uint8_t* payload, unsigned threads);
+// `out_is_zero`: `out` reads as zero already (a fresh PageBuffer).
 void decode_all(const QemLayout& layout, const std::uint8_t* payload, std::uint8_t* out,
-                unsigned threads);
+                unsigned threads, bool out_is_zero = false);
 
 }  // namespace qemnative

@@ -19,10 +19,11 @@ struct DecodeScratch {
   std::vector<std::uint8_t> masks;
 };
 
-// Decodes block b (its bytes at `block`, `length` of them) into `out`, which holds
-// n_block_frames * P values of stored_itemsize bytes, little-endian. Every check of
-// section 12 is made; a failure throws FormatError naming the block.
+// Decodes block b (its bytes at `block`) into `out`, which holds n_block_frames * P
+// values of stored_itemsize bytes, little-endian. Every check of section 12 is made;
+// a failure throws FormatError naming the block. `out_is_zero` says `out` already
+// reads as zero (fresh anonymous pages), so zero pixels need not be written.
 void decode_block(const QemLayout& layout, std::uint32_t b, const std::uint8_t* block,
-                  std::uint8_t* out, DecodeScratch& scratch);
+                  std::uint8_t* out, DecodeScratch& scratch, bool out_is_zero = false);
 
 }  // namespace qemnative
