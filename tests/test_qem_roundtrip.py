@@ -292,3 +292,17 @@ def test_progress_bars_do_not_change_results(tmp_path, monkeypatch):
     data = counts(rng, (3, 4, 8, 8), 1.0)
     path = save_qem(make_acquisition(data), tmp_path / "p.qem", block_frames=5, progress=True)
     np.testing.assert_array_equal(load_qem(path, progress=True).data, data)
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_source_with_wrong_frame_count_writes_nothing(tmp_path, extra):
+    """A source whose batches disagree with its shape (a shard changed under us)."""
+    from quantem.io.qem import writer
+
+    data = np.ones((2, 3, 4, 4), dtype=np.uint8)
+    source = writer.open_frame_source(make_acquisition(data))
+    frames = np.ones((6 + extra, 16), dtype=np.uint8)
+    source.iter_batches = lambda batch: iter([(0, frames)])
+    with pytest.raises(ValueError, match="blocks|beyond"):
+        writer._save(source, tmp_path / "w.qem", False, False, 2, False, False, 8, 2)
+    assert list(tmp_path.iterdir()) == []

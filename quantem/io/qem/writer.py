@@ -405,6 +405,11 @@ def _save(
                 for start, frames in _iter_aligned(src, batch):
                     frames = np.ascontiguousarray(frames, dtype=stored)
                     n_batch = -(-frames.shape[0] // block_frames)
+                    if start != block * block_frames or block + n_batch > n_blocks:
+                        raise ValueError(
+                            f"source yielded frames beyond its {n_frames} frames "
+                            f"(or out of order); not writing {path}"
+                        )
                     scratch = np.empty(
                         (n_batch, block_frames * pixels * itemsize + 256), dtype=np.uint8
                     )
@@ -438,8 +443,12 @@ def _save(
                         position += extent
                         block += 1
                     advance(frames.shape[0])
-            if block != n_blocks:
-                raise ValueError(f"source yielded {block} blocks, expected {n_blocks}")
+            written = int(index["n_frames"].astype(np.int64).sum())
+            if block != n_blocks or written != n_frames:
+                raise ValueError(
+                    f"source yielded {written} frames in {block} blocks, expected {n_frames} "
+                    f"frames in {n_blocks} blocks; not writing {path}"
+                )
             payload_length = position - payload_offset
             lengths[fmt.SECTION_PAYLOAD] = payload_length
             offsets, footer_offset = fmt.expected_section_layout(lengths)
