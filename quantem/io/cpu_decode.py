@@ -319,20 +319,41 @@ def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
 
 
 def _load_bitshuffle_c():
-    """The bitshuffle library's C ``bshuf_decompress_lz4``, or None when not exported."""
+    """The bitshuffle C ``bshuf_decompress_lz4``, or None when no library exports it.
+
+    First choice: hdf5plugin's build of the bitshuffle filter (the code h5py runs, SIMD,
+    no OpenMP). The ``bitshuffle`` package's extension exports it too, but is linked with
+    OpenMP and opens a parallel region per call, which costs more than the decode when
+    our own threads already run one frame each.
+    """
     import ctypes
 
+    candidates = []
+    try:
+        import hdf5plugin
+
+        candidates.append(
+            os.path.join(os.path.dirname(hdf5plugin.__file__), "plugins", "libh5bshuf.so")
+        )
+    except ImportError:
+        pass
     try:
         import bitshuffle.ext
 
-        function = ctypes.CDLL(bitshuffle.ext.__file__).bshuf_decompress_lz4
-    except (ImportError, OSError, AttributeError):
-        return None
-    # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size) -> int64
-    # Pointers travel as size_t: numba passes array addresses as integers.
-    function.argtypes = [ctypes.c_size_t] * 5
-    function.restype = ctypes.c_int64
-    return function
+        candidates.append(bitshuffle.ext.__file__)
+    except ImportError:
+        pass
+    for path in candidates:
+        try:
+            function = ctypes.CDLL(path).bshuf_decompress_lz4
+        except (OSError, AttributeError):
+            continue
+        # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size)
+        # -> int64 bytes consumed; addresses travel as size_t.
+        function.argtypes = [ctypes.c_size_t] * 5
+        function.restype = ctypes.c_int64
+        return function
+    return None
 
 
 _BSHUF_DECOMPRESS_LZ4 = _load_bitshuffle_c()
