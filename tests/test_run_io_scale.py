@@ -95,7 +95,9 @@ def test_cold_and_cached_trials_verified_and_report_valid(disk_suite):
     from harness.report import parse_report
 
     folder, suite = disk_suite
-    outcome = run_io_scale(_config(folder, suite, load_only=False, cold_reloads=1))
+    outcome = run_io_scale(
+        _config(folder, suite, load_only=False, cold_reloads=1, profile_reload=True)
+    )
     assert outcome.exit_code == 0, outcome.report["status"]["failures"]
     doc = parse_report(outcome.report_path)  # schema + cross-section checks
     assert doc == json.loads(outcome.report_path.read_bytes())
@@ -121,6 +123,9 @@ def test_cold_and_cached_trials_verified_and_report_valid(disk_suite):
     }
     assert all("verified_conversion_seconds" in c for c in doc["conversion"]["acquisitions"])
     assert len(doc["cold_reload_runs"]) == 2
+    profile = doc["profile"]  # one instrumented cold QEM reload, outside the statistics
+    assert profile["calls"]["quantem.io.load"]["count"] == 1
+    assert profile["io"]["read_bytes"] > 0 and profile["shape"] == [8, 8, 32, 32]
     assert doc["status"]["source_stability"] == "stable"
     assert not _leftover_temp(folder / "out")
     # reference headers are written for a passing run

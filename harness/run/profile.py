@@ -5,12 +5,14 @@ A profiler hook records, relative to the start of the load: the intervals of eve
 first :data:`MAX_INTERVALS` raw intervals), and per worker thread the intervals of
 the read calls (``os.pread``/``os.preadv``/``readinto``) the load made, plus the
 process IO counters. The hook slows the load, which is why its time never enters a
-summary. Reads done inside compiled code (numba, C++) are invisible to it; the
-process counters still count them.
+summary. Reads done inside compiled code (numba, C++) or through a memory map (the CPU
+``.qem`` reader) are invisible to it; the process IO counters and the page-fault counts
+still count them.
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 import threading
 import time
@@ -79,6 +81,7 @@ def profile_call(load: Callable[[], Any], *, barrier: Callable[[], None], label:
                     )
 
     set_all = getattr(threading, "setprofile_all_threads", None)  # Python >= 3.12
+    faults_before = resource.getrusage(resource.RUSAGE_SELF)
     before = proc_io.read_io_counters()
     barrier()
     start_ns = time.perf_counter_ns()
@@ -98,6 +101,7 @@ def profile_call(load: Callable[[], Any], *, barrier: Callable[[], None], label:
             threading.setprofile(None)
     seconds = (time.perf_counter_ns() - start_ns) / 1e9
     delta = proc_io.read_io_counters() - before
+    faults_after = resource.getrusage(resource.RUSAGE_SELF)
     try:
         shape = [int(n) for n in result.shape]
     finally:
@@ -113,6 +117,11 @@ def profile_call(load: Callable[[], Any], *, barrier: Callable[[], None], label:
         "seconds_instrumented": seconds,
         "shape": shape,
         "io": delta.as_dict(),
+        # memory-mapped readers (the CPU .qem reader) read by page faults, not read calls
+        "page_faults": {
+            "major": faults_after.ru_majflt - faults_before.ru_majflt,
+            "minor": faults_after.ru_minflt - faults_before.ru_minflt,
+        },
         "calls": {name: {"count": c, "seconds": s} for name, (c, s) in sorted(calls.items())},
         "call_intervals": call_intervals,
         "read_intervals": read_intervals,
