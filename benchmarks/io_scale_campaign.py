@@ -10,6 +10,9 @@ SHA-256; ``harness run io-scale`` then measures them:
         --storage-id ID --output-dir OUT --reps 5 --load-only
 
 ``--scan`` and ``--detector`` shrink the campaign for a rehearsal on a small machine.
+The manifest lists the acquisitions of the ``--dtypes`` given; to split the (long)
+writing over several commands, run once per dtype, then once with the default
+``--dtypes`` (existing acquisitions with the same parameters are reused, not rewritten).
 """
 
 from __future__ import annotations
