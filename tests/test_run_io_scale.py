@@ -489,3 +489,13 @@ def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
     folder, suite = disk_suite
     with pytest.raises(UsageError, match="no record"):
         run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
+
+
+def test_loader_reported_stages_are_folded_into_trials():
+    from harness.run.io_scale import loader_stages
+
+    class Loaded:
+        metadata = {"load_stats": {"read_seconds": 0.25, "pipeline_seconds": 1.5, "batches": 3}}
+
+    assert loader_stages(Loaded()) == {"loader_read": 0.25, "loader_pipeline": 1.5}
+    assert loader_stages(object()) == {}

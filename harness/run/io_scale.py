@@ -520,6 +520,7 @@ class IoScaleRun:
         acquisition = m.result
         m.result = None
         try:
+            m.stages.update(loader_stages(acquisition))
             self.memory.sample(acquisition)
             what = f"{fmt} {cache_state} trial {index}"
             product = self._check_product(state, acquisition, what, fmt)
@@ -814,6 +815,20 @@ def _check_config(cfg: IoScaleConfig) -> None:
         from quantem.backends import require_backend
 
         require_backend("cuda")  # BackendUnavailableError (exit 1) saying why
+
+
+def loader_stages(acquisition: Any) -> dict[str, float]:
+    """Stage times a loader reports about itself (``metadata["load_stats"]``, ``*_seconds``).
+
+    The cuda loaders report their read and pipeline intervals there; the timer only
+    sees the whole load.
+    """
+    stats = getattr(acquisition, "metadata", {}).get("load_stats") or {}
+    return {
+        f"loader_{key[: -len('_seconds')]}": float(value)
+        for key, value in stats.items()
+        if key.endswith("_seconds") and isinstance(value, int | float) and value >= 0
+    }
 
 
 def _qem_stored_dtype(path: Path) -> str:
