@@ -504,6 +504,8 @@ class IoScaleRun:
             "dtype": state.expected_dtype(fmt),
             "rchar": int(m.extra.get("rchar", 0)),
             "residency_method": m.extra.get("residency_method"),
+            "io_read_bytes_before": m.extra.get("io_read_bytes_before"),
+            "io_read_bytes_after": m.extra.get("io_read_bytes_after"),
         }
         if extra:
             record.update(extra)

@@ -84,7 +84,12 @@ def measure_native_load(
         residency_before=residency.fraction,
         read_bytes=max(0, read_bytes or 0),
         file_bytes=residency.file_bytes,
-        extra={"residency_method": residency.method},
+        extra={
+            "residency_method": residency.method,
+            # the program's own /proc/self/io, read at its start and end
+            "io_read_bytes_before": (doc.get("io_before") or {}).get("read_bytes"),
+            "io_read_bytes_after": (doc.get("io_after") or {}).get("read_bytes"),
+        },
     )
     extra = {
         "sample_frames": frames,

@@ -109,7 +109,8 @@ def measure_load(
     timer.start()
     result = load(timer)
     seconds = timer.stop()
-    delta = proc_io.read_io_counters() - before
+    after = proc_io.read_io_counters()
+    delta = after - before
     return Measurement(
         cache_state=cache_state,
         seconds=seconds,
@@ -118,7 +119,12 @@ def measure_load(
         read_bytes=max(0, delta.read_bytes),
         file_bytes=residency.file_bytes,
         result=result,
-        extra={"rchar": delta.rchar, "residency_method": residency.method},
+        extra={
+            "rchar": delta.rchar,
+            "residency_method": residency.method,
+            "io_read_bytes_before": before.read_bytes,
+            "io_read_bytes_after": after.read_bytes,
+        },
     )
 
 
