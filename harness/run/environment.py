@@ -146,8 +146,38 @@ def _cuda_version_string(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
+def _nvidia_smi(device_id: int) -> tuple[str | None, str | None]:
+    """``(uuid, driver version)`` of a GPU from nvidia-smi, or Nones when it is unavailable."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=uuid,driver_version",
+                "--format=csv,noheader",
+                f"--id={device_id}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    fields = [f.strip() for f in out.stdout.strip().split(",")]
+    if len(fields) != 2:
+        return None, None
+    return fields[0] or None, fields[1] or None
+
+
 def collect_device(backend: str) -> dict:
-    """The compute device a backend runs on: the GPU for cuda, else the CPU."""
+    """The compute device a backend runs on: the GPU for cuda, else the CPU.
+
+    The GPU's UUID comes from the CUDA runtime's device properties (as nvidia-smi
+    prints it), else from nvidia-smi; the driver version from nvidia-smi, else the
+    driver API version the runtime reports.
+    """
     if backend != "cuda":
         return {
             "kind": "cpu",
@@ -163,28 +193,11 @@ def collect_device(backend: str) -> dict:
     device_id = cupy.cuda.Device().id
     props = runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    uuid = None
     raw_uuid = props.get("uuid")
-    if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16:
-        uuid = _format_uuid(raw_uuid)
-    driver = None
-    try:
-        import subprocess
-
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=driver_version",
-                "--format=csv,noheader",
-                f"--id={device_id}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        )
-        driver = out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
+    uuid = _format_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
+    smi_uuid, driver = _nvidia_smi(device_id)
+    uuid = uuid or smi_uuid
+    if driver is None:
         driver = f"cuda-driver-api {_cuda_version_string(runtime.driverGetVersion())}"
     return {
         "kind": "gpu",
