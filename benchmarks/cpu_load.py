@@ -8,8 +8,9 @@ timed runs of
 * ``quantem``: ``quantem.io.arina.load_arina(master)`` end to end (master hash, index
   sidecar, parallel ``preadv``, parallel decode), returning the 4D array;
 
-checks that both arrays are identical, and prints the median, min and max of each and
-the speed-up of the medians. Example::
+checks that both arrays are identical, and prints the median, min and max wall time
+and the median process CPU time of each, the speed-up of the medians, and the 1-minute
+load average before and after (the development machine is shared). Example::
 
     python benchmarks/cpu_load.py --scan 64 64 --det 192 192 --runs 7
 """
@@ -99,14 +100,17 @@ def main() -> None:
     del ours
 
     times: dict[str, list[float]] = {"h5py": [], "quantem": []}
+    cpu: dict[str, list[float]] = {"h5py": [], "quantem": []}
+    load_before = os.getloadavg()[0]
     for _ in range(args.runs):
         for name in ("h5py", "quantem"):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             if name == "h5py":
                 result = read_with_h5py(master)
             else:
                 result = read_with_quantem(master, index_dir, args.threads)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
             del result
 
     logical = reference.nbytes
@@ -129,7 +133,9 @@ def main() -> None:
             "min_s": min(values),
             "max_s": max(values),
             "GBps_logical": logical / statistics.median(values) / 1e9,
+            "cpu_seconds_median": statistics.median(cpu[name]),
         }
+    summary["load_average_1min"] = [load_before, os.getloadavg()[0]]
     summary["speedup_median"] = summary["h5py"]["median_s"] / summary["quantem"]["median_s"]
     print(json.dumps(summary, indent=2, sort_keys=True))
 
