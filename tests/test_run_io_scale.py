@@ -240,6 +240,7 @@ def test_source_change_during_run_fails(disk_suite, tmp_path):
     assert any(
         f.startswith("source-stability") and "watched_source.py" in f for f in status["failures"]
     )
+    assert not (folder / "out" / REFERENCE_HEADER_DIR).exists()  # no reference from a failing run
     assert outcome.report_path.is_file()  # the failed run is still evidence
 
 

@@ -648,8 +648,7 @@ class IoScaleRun:
                         f"correctness: {state.selected.id}: indexed products differ between loads"
                     )
                     self.correctness_failed = True
-            if not (self.execution_failed or self.correctness_failed):
-                self._write_reference_headers()
+            headers = self._collect_reference_headers()  # before the QEM files go
         provenance, stable = tracker.finish()
         if not stable:
             changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
@@ -658,6 +657,8 @@ class IoScaleRun:
                 f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
                 f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
             )
+        if stable and not (self.execution_failed or self.correctness_failed):
+            self._write_reference_headers(headers)  # never from a failing candidate
         doc = self._build_report(cfg, created, provenance, environment, stable)
         performance = "no_baseline"
         if baseline is not None:
@@ -686,17 +687,25 @@ class IoScaleRun:
             report=doc, report_path=report_path, exit_code=exit_code, registered=registered
         )
 
-    def _write_reference_headers(self) -> None:
-        from harness.run.qem_reference import write_reference_header
+    def _collect_reference_headers(self) -> dict[str, dict]:
+        """Header documents of the prepared QEM files, by acquisition id."""
+        from harness.run.qem_reference import header_document
+
+        return {
+            state.selected.id: header_document(state.qem_path)
+            for state in self.states
+            if state.qem_path is not None and state.qem_path.exists()
+        }
+
+    def _write_reference_headers(self, headers: dict[str, dict]) -> None:
+        from harness.run.qem_reference import write_header_document
 
         folder = self.config.output_dir / REFERENCE_HEADER_DIR
-        for state in self.states:
-            if state.qem_path is None or not state.qem_path.exists():
-                continue
+        for acquisition_id, document in headers.items():
             folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"{state.selected.id}.qem-header.json"
+            target = folder / f"{acquisition_id}.qem-header.json"
             if not target.exists():
-                write_reference_header(state.qem_path, target)
+                write_header_document(document, target)
 
     def _compare(self, baseline: tuple[dict, str, str | None], doc: dict) -> str:
         """Compare with the named baseline; record it; return ``status.performance``."""

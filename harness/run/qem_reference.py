@@ -52,9 +52,9 @@ def dump_header_document(document: dict[str, Any]) -> bytes:
     return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
-    """Archive the header document of ``qem_path`` as a new file (never overwrites)."""
-    data = dump_header_document(header_document(qem_path))
+def write_header_document(document: dict[str, Any], out_path: str | os.PathLike) -> Path:
+    """Write a header document as a new file: temporary name, fsync, link (never overwrites)."""
+    data = dump_header_document(document)
     out = Path(out_path)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
@@ -66,6 +66,11 @@ def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathL
     finally:
         os.unlink(tmp)
     return out
+
+
+def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:
+    """Archive the header document of ``qem_path`` as a new file (never overwrites)."""
+    return write_header_document(header_document(qem_path), out_path)
 
 
 def parse_reference_header(path: str | os.PathLike) -> dict[str, Any]:
