@@ -350,7 +350,10 @@ def write_synthetic_arina(
         needs a square frame count or an explicit scan shape).
     processes
         Worker processes, one shard at a time each; default: ``os.cpu_count()``, capped
-        at the number of shards. ``1`` writes in this process.
+        at the number of shards. ``1`` writes in this process. Workers are *spawned*
+        (HDF5 state forked from a parent that used it can deadlock), so a script that
+        asks for more than one must guard its entry point with
+        ``if __name__ == "__main__":``.
     progress
         Show a rich progress bar; default: only when stderr is a terminal.
     overwrite
