@@ -59,7 +59,6 @@ STATUS_MESSAGES: Final = {
 
 _MASK_PROB = (1 << PROB_BITS) - 1
 _u = np.uint64  # index conversion only; arithmetic stays int64
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 _LOWBIT = np.array([(i & -i).bit_length() - 1 if i else 0 for i in range(256)], dtype=np.int64)
 
 
@@ -121,7 +120,6 @@ def _decode_rans_block(
     frame_pixels,
     mask_context,
     table,
-    popcount,
     lowbit,
     out,
     row0,
@@ -138,7 +136,6 @@ def _decode_rans_block(
     safe_position = start  # always 128 readable bytes at a RANS block's start
     tail_bits = frame_pixels % 8
     masks = np.empty(n_frames * groups, dtype=np.uint8)
-    total = 0
     a = 0
     # phase A: group masks
     for _t in range(n_frames):
@@ -147,14 +144,11 @@ def _decode_rans_block(
                 x, a & 31, table, mask_context[_u(j)], words16, position, safe_position, words_end
             )
             masks[_u(a)] = s
-            total += popcount[_u(s)]
             a += 1
         if tail_bits and (masks[a - 1] >> tail_bits) != 0:
             return ERR_MASK_PADDING
     if position > words_end:
         return ERR_WORDS_EXHAUSTED
-    if total != n_nonzero:
-        return ERR_NONZERO_COUNT
     escape_position = start + ((LANE_STATES_SIZE + 2 * n_words + 3) // 4) * 4
     for k in range(words_end, escape_position):
         if buffer[k] != 0:
@@ -190,6 +184,8 @@ def _decode_rans_block(
                     if value < ESCAPE_MIN_VALUE:
                         return ERR_ESCAPE_VALUE
                     frame[base + i] = value
+    if v != n_nonzero:  # phase B decoded one value per set mask bit
+        return ERR_NONZERO_COUNT
     if position > words_end:
         return ERR_WORDS_EXHAUSTED
     if escape_position != escape_end:
@@ -241,7 +237,6 @@ def decode_blocks(
     disjoint ranges on several threads (a thread pool pulls ranges as threads free up,
     which copes with busy machines better than a static split).
     """
-    popcount = _POPCOUNT
     lowbit = _LOWBIT
     mask_context = 2 * group_class.astype(np.int64)
     for k in range(first, stop):
@@ -259,7 +254,6 @@ def decode_blocks(
                 frame_pixels,
                 mask_context,
                 table,
-                popcount,
                 lowbit,
                 out,
                 rows[k],
