@@ -83,6 +83,19 @@ def status_lines(doc: dict) -> list[str]:
         f"{kept} of {n} trials kept their cache label",
     ]
     lines += [f"  - {failure}" for failure in status["failures"]]
+    comparison = doc.get("comparison")
+    if comparison and doc.get("baseline"):
+        lines.append(
+            f"baseline {doc['baseline']['sha256'][:12]}: {comparison['verdict']} "
+            f"(threshold {doc['baseline']['regression_percent']:g}%)"
+        )
+        lines += [f"  - not comparable: {d}" for d in comparison.get("differences", [])]
+        lines += [
+            f"  - slower: {c['acquisition']} {c['format']} {c['cache_state']}: median "
+            f"{c['baseline_median']:.4g} s -> {c['candidate_median']:.4g} s ({c['change_percent']:+.1f}%)"
+            for c in comparison.get("flagged_cells", [])
+        ]
+        lines += [f"  - warning: {w}" for w in comparison.get("warnings", [])]
     return lines
 
 
