@@ -163,13 +163,13 @@ def test_verify_cli_exit_codes(history, tmp_path: Path) -> None:
 
 
 def test_damaged_index_is_reported_and_registration_rebuilds_it(history) -> None:
+    from harness.history.index_db import forget_index
+
     root, _ = history
+    forget_index(root / "index.sqlite")  # close this process's connection (it would checkpoint)
     for suffix in ("-wal", "-shm"):
         Path(f"{root / 'index.sqlite'}{suffix}").unlink(missing_ok=True)
     (root / "index.sqlite").write_bytes(b"this is not a database" * 100)
-    from harness.history.index_db import forget_index
-
-    forget_index(root / "index.sqlite")
     assert main(["history", "verify", "--history-dir", str(root)]) == 1
     register_reports(root, [dump_report(make_example_report(9))], plots=False)
     result = verify_history(root)

@@ -12,7 +12,7 @@ import enum
 import json
 import stat
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ class ProblemKind(enum.Enum):
     WRITABLE = "writable"  # a record file that is not read-only
     PLOT_PENDING = "plot-pending"  # a comparison group whose plot is missing or out of date
 
+
+_DAMAGE_KINDS = frozenset({ProblemKind.TAMPERED, ProblemKind.TRUNCATED, ProblemKind.UNREADABLE})
 
 WARNING_KINDS = frozenset(
     {
@@ -98,39 +100,39 @@ class VerifyResult:
         return not self.errors
 
 
-def scan_records(
+@dataclass(frozen=True)
+class ScannedRecord:
+    """One file under ``records/sha256/``: its claimed SHA-256, entry if sound, problem if any."""
+
+    sha256: str | None
+    entry: IndexEntry | None
+    problem: Problem | None
+
+
+def iter_scanned_records(
     layout: HistoryLayout, progress: Callable[[int], None] | None = None
-) -> RecordScan:
-    """Re-hash and parse every record file; never modifies anything."""
-    scan = RecordScan()
+) -> Iterator[ScannedRecord]:
+    """Re-hash and parse every record file, one at a time; never modifies anything.
+
+    A sound record that is merely writable yields a WRITABLE problem with its entry.
+    """
     for path in layout.iter_record_files():
         if progress is not None:
             progress(1)
         relpath = path.relative_to(layout.root).as_posix()
         claimed = sha256_of_record_name(path)
         if claimed is None or not path.is_file():
-            scan.problems.append(
-                Problem(
-                    ProblemKind.MISNAMED,
-                    relpath,
-                    "not a record name (records/sha256/ab/<64 hex>.json)",
-                )
-            )
+            detail = "not a record name (records/sha256/ab/<64 hex>.json)"
+            yield ScannedRecord(None, None, Problem(ProblemKind.MISNAMED, relpath, detail))
             continue
         data = path.read_bytes()
         actual = sha256_bytes(data)
         if actual != claimed:
-            scan.bad_names.add(claimed)
             kind, detail = _classify_damage(data)
-            scan.problems.append(Problem(kind, relpath, f"{detail}; bytes hash to {actual}"))
-            continue
-        mode = path.stat().st_mode
-        if mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-            scan.problems.append(
-                Problem(
-                    ProblemKind.WRITABLE, relpath, f"mode {stat.filemode(mode)}, expected read-only"
-                )
+            yield ScannedRecord(
+                claimed, None, Problem(kind, relpath, f"{detail}; bytes hash to {actual}")
             )
+            continue
         try:
             # bytes equal to their name were strictly parsed and validated at registration
             doc = json.loads(data)
@@ -140,14 +142,29 @@ def scan_records(
                 doc, sha256=claimed, path=relpath, size_bytes=len(data), schema_version=version
             )
         except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
-            scan.bad_names.add(claimed)
-            scan.problems.append(
-                Problem(
-                    ProblemKind.UNREADABLE, relpath, f"hash matches but it does not parse: {exc}"
-                )
-            )
+            detail = f"hash matches but it does not parse: {exc}"
+            yield ScannedRecord(claimed, None, Problem(ProblemKind.UNREADABLE, relpath, detail))
             continue
-        scan.entries[claimed] = entry
+        mode = path.stat().st_mode
+        problem = None
+        if mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            detail = f"mode {stat.filemode(mode)}, expected read-only"
+            problem = Problem(ProblemKind.WRITABLE, relpath, detail)
+        yield ScannedRecord(claimed, entry, problem)
+
+
+def scan_records(
+    layout: HistoryLayout, progress: Callable[[int], None] | None = None
+) -> RecordScan:
+    """Every record's scan, collected (for rebuild, which needs all entries at once)."""
+    scan = RecordScan()
+    for scanned in iter_scanned_records(layout, progress):
+        if scanned.problem is not None:
+            scan.problems.append(scanned.problem)
+        if scanned.entry is not None:
+            scan.entries[scanned.sha256] = scanned.entry
+        elif scanned.sha256 is not None:
+            scan.bad_names.add(scanned.sha256)
     return scan
 
 
@@ -187,81 +204,84 @@ def _verify_locked(
     from harness.history.index_db import RecordRow, SummaryRow, TrialRow, open_index
     from harness.history.journal import read_journal
 
-    scan = scan_records(layout, progress)
-    problems = list(scan.problems)
+    problems: list[Problem] = []
     journal = read_journal(layout)
     for number in journal.torn_lines:
-        problems.append(
-            Problem(
-                ProblemKind.TORN_JOURNAL,
-                f"{layout.journal.name}:{number}",
-                "unreadable line skipped",
-            )
-        )
+        subject = f"{layout.journal.name}:{number}"
+        problems.append(Problem(ProblemKind.TORN_JOURNAL, subject, "unreadable line skipped"))
     journalled = journal.shas
-    on_disk = set(scan.entries) | scan.bad_names
     engine = open_index(layout.index_db, create=False)
-    try:
-        with engine.connect() as connection:
-            rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
-            trials_by_seq = _rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
-            summaries_by_seq = _rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
-            seqs = {row.seq for row in rows.values()}
-            for seq in sorted(set(trials_by_seq) - seqs):
+    with engine.connect() as connection:
+        # the index is loaded first; records are then streamed and compared one by one
+        rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
+        trials_by_seq = _rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
+        summaries_by_seq = _rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
+        seqs = {row.seq for row in rows.values()}
+        for seq in sorted(set(trials_by_seq) - seqs):
+            problems.append(
+                Problem(
+                    ProblemKind.ORPHANED,
+                    f"index trials of seq {seq}",
+                    "trial rows without a record row",
+                )
+            )
+        for seq in sorted(set(summaries_by_seq) - seqs):
+            problems.append(
+                Problem(
+                    ProblemKind.ORPHANED,
+                    f"index summaries of seq {seq}",
+                    "summary rows without a record row",
+                )
+            )
+        on_disk: set[str] = set()
+        sound: set[str] = set()
+        for scanned in iter_scanned_records(layout, progress):
+            if scanned.problem is not None:
+                problems.append(scanned.problem)
+            if scanned.sha256 is None:
+                continue
+            on_disk.add(scanned.sha256)
+            entry = scanned.entry
+            row = rows.get(scanned.sha256)
+            if entry is None or row is None:
+                continue  # damaged (already reported) or unindexed (reported below)
+            sound.add(scanned.sha256)
+            differing = [k for k, v in entry.record.items() if getattr(row, k) != v]
+            expected_trials = [tuple(t[f] for f in TRIAL_FIELDS) for t in entry.trials]
+            if trials_by_seq.get(row.seq, []) != expected_trials:
+                differing.append("trials")
+            expected_summaries = [tuple(s[f] for f in SUMMARY_FIELDS) for s in entry.summaries]
+            if summaries_by_seq.get(row.seq, []) != expected_summaries:
+                differing.append("summaries")
+            if differing:
+                problems.append(
+                    Problem(
+                        ProblemKind.INDEX_MISMATCH,
+                        f"index row {scanned.sha256}",
+                        "differs from its record in " + ", ".join(differing),
+                    )
+                )
+        del trials_by_seq, summaries_by_seq
+        for sha256 in sorted(set(rows) - on_disk):
+            if sha256 in journalled:
+                problems.append(
+                    Problem(
+                        ProblemKind.MISSING,
+                        layout.record_relpath(sha256),
+                        "registered and indexed, but the record file is gone",
+                    )
+                )
+            else:
                 problems.append(
                     Problem(
                         ProblemKind.ORPHANED,
-                        f"index trials of seq {seq}",
-                        "trial rows without a record row",
+                        f"index row {sha256}",
+                        "no record file and never journalled (added to the index by hand?)",
                     )
                 )
-            for seq in sorted(set(summaries_by_seq) - seqs):
-                problems.append(
-                    Problem(
-                        ProblemKind.ORPHANED,
-                        f"index summaries of seq {seq}",
-                        "summary rows without a record row",
-                    )
-                )
-            for sha256, row in sorted(rows.items()):
-                subject = layout.record_relpath(sha256)
-                if sha256 not in on_disk:
-                    if sha256 in journalled:
-                        problems.append(
-                            Problem(
-                                ProblemKind.MISSING,
-                                subject,
-                                "registered and indexed, but the record file is gone",
-                            )
-                        )
-                    else:
-                        problems.append(
-                            Problem(
-                                ProblemKind.ORPHANED,
-                                f"index row {sha256}",
-                                "no record file and never journalled (added to the index by hand?)",
-                            )
-                        )
-                    continue
-                entry = scan.entries.get(sha256)
-                if entry is None:
-                    continue  # damaged record, already reported
-                differing = [k for k, v in entry.record.items() if getattr(row, k) != v]
-                expected_trials = [tuple(t[f] for f in TRIAL_FIELDS) for t in entry.trials]
-                if trials_by_seq.get(row.seq, []) != expected_trials:
-                    differing.append("trials")
-                expected_summaries = [tuple(s[f] for f in SUMMARY_FIELDS) for s in entry.summaries]
-                if summaries_by_seq.get(row.seq, []) != expected_summaries:
-                    differing.append("summaries")
-                if differing:
-                    problems.append(
-                        Problem(
-                            ProblemKind.INDEX_MISMATCH,
-                            f"index row {sha256}",
-                            "differs from its record in " + ", ".join(differing),
-                        )
-                    )
-            for sha256 in sorted(set(scan.entries) - set(rows)):
+        damaged = {p.subject for p in problems if p.kind in _DAMAGE_KINDS}
+        for sha256 in sorted(on_disk - set(rows)):
+            if layout.record_relpath(sha256) not in damaged:
                 problems.append(
                     Problem(
                         ProblemKind.UNINDEXED,
@@ -269,25 +289,23 @@ def _verify_locked(
                         "stored but not in the index (run `harness history rebuild`)",
                     )
                 )
-            for sha256 in sorted(journalled - on_disk - set(rows)):
-                problems.append(
-                    Problem(
-                        ProblemKind.MISSING,
-                        layout.record_relpath(sha256),
-                        "journalled, but the record file is gone",
-                    )
+        for sha256 in sorted(journalled - on_disk - set(rows)):
+            problems.append(
+                Problem(
+                    ProblemKind.MISSING,
+                    layout.record_relpath(sha256),
+                    "journalled, but the record file is gone",
                 )
-            for sha256 in sorted(on_disk - journalled):
-                problems.append(
-                    Problem(
-                        ProblemKind.UNJOURNALED,
-                        layout.record_relpath(sha256),
-                        "stored but not journalled (interrupted registration; rebuild adds it)",
-                    )
+            )
+        for sha256 in sorted(on_disk - journalled):
+            problems.append(
+                Problem(
+                    ProblemKind.UNJOURNALED,
+                    layout.record_relpath(sha256),
+                    "stored but not journalled (interrupted registration; rebuild adds it)",
                 )
-            problems.extend(_check_rendered(layout, connection))
-    finally:
-        engine.dispose()
+            )
+        problems.extend(_check_rendered(layout, connection))
     if layout.temp.is_dir():
         for temp in sorted(layout.temp.iterdir()):
             problems.append(
@@ -297,11 +315,11 @@ def _verify_locked(
                     "left by an interrupted registration (rebuild removes it)",
                 )
             )
-    for temp in sorted(layout.root.glob(".*.tmp")):
+    for temp in sorted([*layout.root.glob(".*.tmp"), *layout.plots.glob(".*.tmp")]):
         problems.append(
             Problem(
                 ProblemKind.STALE_TEMP,
-                temp.name,
+                temp.relative_to(layout.root).as_posix(),
                 "left by an interrupted render (rebuild removes it)",
             )
         )
