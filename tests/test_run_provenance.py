@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,35 @@ def test_not_a_git_checkout(tmp_path):
 )
 def test_classify_trial(state, residency, read, expected):
     assert classify_trial(state, residency, read, 1000) == expected
+
+
+def test_cli_refuses_code_from_another_checkout(tmp_path):
+    """A copy of quantem in the working directory shadows the measured checkout: refused."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    other = tmp_path / "other-checkout"
+    shutil.copytree(
+        repo / "quantem", other / "quantem", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    _git(other, "init", "-q")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "io-scale",
+            "--demo",
+            "--history-dir",
+            str(tmp_path / "h"),
+        ],
+        cwd=other,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "refusing to run" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "h").exists()

@@ -176,6 +176,10 @@ def run(args: argparse.Namespace) -> int:
     _check_usage(args)
     from rich.console import Console
 
+    from harness.run.provenance import check_code_origin
+
+    check_code_origin()  # a foreign checkout is refused before the demo writes anything
+
     from harness.run.io_scale import run_io_scale
     from harness.run.summary import print_summary
 

@@ -132,6 +132,14 @@ def check_module_origins(modules: list[dict], checkout: Path) -> None:
         )
 
 
+def check_code_origin() -> Path:
+    """Refuse early (before any data is written) when the code would not be measurable;
+    return the measured checkout."""
+    checkout = parse_measured_checkout()
+    check_module_origins(collect_modules(), checkout)
+    return checkout
+
+
 def collect_git_state(checkout: Path) -> dict:
     """``git_revision``, ``git_dirty`` and ``diff_sha256`` (diff against HEAD plus untracked files).
 
