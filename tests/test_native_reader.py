@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +215,33 @@ def test_native_unit_tests_pass(native_binary) -> None:
     assert "100% tests passed" in proc.stdout
     summary = json.dumps(proc.stdout.splitlines()[-3:])
     assert "out of" in summary
+
+
+@pytest.mark.slow
+def test_harness_native_build_command(native_binary, tmp_path) -> None:
+    """`harness native build` end to end, as a Debug build (warnings are errors at -O0
+    too) with its ctest suite."""
+    build = tmp_path / "debug-build"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "native",
+            "build",
+            "--build-dir",
+            str(build),
+            "--build-type",
+            "Debug",
+            "--test",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    binary = Path(proc.stdout.strip())
+    assert binary == build / "qem-native-load" and binary.is_file()
+    help_proc = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    assert help_proc.returncode == 0 and "qem-native-load" in help_proc.stdout
