@@ -163,3 +163,13 @@ def test_bad_parameters_raise(tmp_path):
     write_synthetic_arina(tmp_path, scan_shape=(2, 2), detector_shape=(4, 4), processes=1)
     with pytest.raises(FileExistsError):
         write_synthetic_arina(tmp_path, scan_shape=(2, 2), detector_shape=(4, 4), processes=1)
+
+
+def test_same_parameters_write_byte_identical_files(tmp_path):
+    kw = dict(scan_shape=(3, 3), detector_shape=(8, 8), frames_per_shard=4, seed=2, processes=1)
+    a = write_synthetic_arina(tmp_path / "a", **kw)
+    b = write_synthetic_arina(tmp_path / "b", **kw)
+    names = sorted(p.name for p in a.parent.iterdir())
+    assert names == sorted(p.name for p in b.parent.iterdir())
+    for name in names:
+        assert (a.parent / name).read_bytes() == (b.parent / name).read_bytes(), name
