@@ -86,6 +86,10 @@ def test_numba_reader_reads_the_vector():
         assert int(qem.block_index["n_words"][0]) == 43
         assert int(qem.block_index["n_escapes"][0]) == 3
         assert qem.model.group_class.tolist() == [1] * 8 + [0]
+        states = qem.lane_states()
+        assert states.shape == (3, 32)
+        assert hex(int(states[0, 0])) == "0xa7945"  # lane 0 of block 0, as in §18
+        assert not states[1:].any()  # ZERO and RAW blocks have no lanes
     acq = load_qem(VECTOR)
     np.testing.assert_array_equal(acq.data, vector_counts())
     np.testing.assert_array_equal(acq.metadata["pixel_mask"], vector_mask())

@@ -56,6 +56,13 @@ class QemFile:
         Structured array (``format.BLOCK_INDEX_DTYPE`` fields, native order).
     block_checksums : numpy.ndarray
         uint64 [n_blocks].
+    freq, cum, slot_symbol : numpy.ndarray
+        Per-context frequency (int64 [C, 256]), cumulative frequency (int64 [C, 257]) and
+        slot -> symbol (uint8 [C, 4096]) tables (§7).
+    decode_table : numpy.ndarray
+        The CPU decoder's packed per-slot table (uint32 [C, 4096]).
+    buffer : numpy.ndarray
+        The memory-mapped file as uint8 (invalid after :meth:`close`).
     """
 
     def __init__(
@@ -231,6 +238,20 @@ class QemFile:
         if frames.size and (frames.min() < 0 or frames.max() >= self.n_frames):
             raise IndexError(f"frame out of range [0, {self.n_frames})")
         return np.unique(frames // self.block_frames)
+
+    def lane_states(self, blocks: Iterable[int] | None = None) -> np.ndarray:
+        """Initial decoder lane states uint32 [n, 32] of RANS blocks (zeros for others).
+
+        They are the first 128 bytes of a RANS block (§10); block checksums are not
+        verified by this call.
+        """
+        ids = np.arange(self.n_blocks) if blocks is None else np.asarray(blocks, dtype=np.int64)
+        states = np.zeros((ids.size, fmt.LANES), dtype=np.uint32)
+        for row, block in enumerate(ids):
+            if int(self.block_index["mode"][block]) == fmt.MODE_RANS:
+                offset = int(self.block_index["offset"][block])
+                states[row] = np.frombuffer(self._mmap, dtype="<u4", count=fmt.LANES, offset=offset)
+        return states
 
     # -- checksums ---------------------------------------------------------------------
     def verify_checksums(self, blocks: Iterable[int] | None = None) -> None:
