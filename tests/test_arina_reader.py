@@ -8,6 +8,8 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers the bitshuffle filter with h5py)
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quantem.errors import ScanShapeError
 from quantem.io import load
@@ -116,7 +118,7 @@ def _reference_options(frames, pixel_mask, dtype, apply_mask, det_bin):
                 binned[:, i, j] = out[
                     :, i * det_bin : (i + 1) * det_bin, j * det_bin : (j + 1) * det_bin
                 ].sum(axis=(1, 2))
-        out = binned
+        out = np.minimum(binned, 2**32 - 1)  # uint32 block sums saturate
     return out, clipped
 
 
@@ -333,4 +335,60 @@ def test_arina_sized_acquisition_written_by_processes(tmp_path):
             expected, SyntheticModel(scan, det).pixel_mask, "u8", True, 5
         )
         np.testing.assert_array_equal(acq.data.reshape(192, 38, 38), reference)
+        assert acq.metadata["clipped_pixels"] == clipped
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    scan=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    det=st.tuples(st.integers(1, 21), st.integers(1, 21)),
+    stored=st.sampled_from(["uint8", "uint16", "uint32"]),
+    per_shard=st.integers(1, 9),
+    option_dtype=st.sampled_from(["native", "u8", "u16", "u32"]),
+    apply_mask=st.booleans(),
+    det_bin=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_round_trip_property(
+    tmp_path_factory, scan, det, stored, per_shard, option_dtype, apply_mask, det_bin, seed
+):
+    det_bin = min(det_bin, *det)
+    folder = tmp_path_factory.mktemp("prop")
+    dead = min(2, det[0] * det[1])
+    master = write_synthetic_arina(
+        folder,
+        scan_shape=scan,
+        detector_shape=det,
+        dtype=stored,
+        frames_per_shard=per_shard,
+        dose=float(det[0] * det[1] * 40),
+        seed=seed,
+        dead_pixels=dead,
+        processes=1,
+        scan_shape_attr=scan[0] != scan[1],
+    )
+    n = scan[0] * scan[1]
+    frames = make_frames(
+        0,
+        n,
+        scan_shape=scan,
+        detector_shape=det,
+        dtype=stored,
+        dose=float(det[0] * det[1] * 40),
+        seed=seed,
+        dead_pixels=dead,
+    )
+    mask = SyntheticModel(scan, det, stored, seed=seed, dead_pixels=dead).pixel_mask
+    expected, clipped = _reference_options(frames, mask, option_dtype, apply_mask, det_bin)
+    with load_arina(
+        master,
+        dtype=option_dtype,
+        apply_mask=apply_mask,
+        det_bin=det_bin,
+        index_dir=folder / "index",
+    ) as acq:
+        assert acq.data.shape[:2] == scan
+        np.testing.assert_array_equal(acq.data.reshape(expected.shape).astype(np.int64), expected)
         assert acq.metadata["clipped_pixels"] == clipped
