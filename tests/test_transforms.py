@@ -99,3 +99,52 @@ def test_bad_validity_shape_and_dtype():
         finish_frames(frames, np.ones((4, 3), bool), apply_mask=True)
     with pytest.raises(UnsupportedDtypeError):
         finish_frames(frames.astype(np.float32), np.ones((4, 4), bool))
+
+
+class _Namespace:
+    """An array module that forwards to numpy and marks the calls it makes as allowed."""
+
+    allowed = 0
+
+    def __getattr__(self, name):
+        target = getattr(np, name)
+        if not callable(target) or isinstance(target, type):
+            return target
+
+        def call(*args, **kwargs):
+            _Namespace.allowed += 1
+            try:
+                return target(*args, **kwargs)
+            finally:
+                _Namespace.allowed -= 1
+
+        return call
+
+
+class _GuardedArray(np.ndarray):
+    """Raises when a numpy function is applied to it other than through ``_Namespace``."""
+
+    def __array_function__(self, func, types, args, kwargs):
+        if not _Namespace.allowed:
+            raise AssertionError(f"numpy.{func.__name__} called directly, not through xp")
+        return super().__array_function__(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(dtype="u8", apply_mask=True, det_bin=2),
+        dict(dtype="u16", apply_mask=False, det_bin=3),
+        dict(dtype="native", apply_mask=True, det_bin=1),
+    ],
+)
+def test_finish_frames_uses_only_the_array_module(options):
+    """What the CUDA loader relies on: every array operation goes through ``xp``."""
+    rng = np.random.default_rng(0)
+    plain = rng.integers(0, 70000, size=(3, 7, 6), dtype=np.uint32)
+    validity = rng.random((7, 6)) > 0.2
+    guarded = plain.view(_GuardedArray)
+    got, info = finish_frames(guarded, validity.view(_GuardedArray), xp=_Namespace(), **options)
+    expected, expected_info = finish_frames(plain, validity, **options)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    assert info == expected_info
