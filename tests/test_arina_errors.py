@@ -197,3 +197,51 @@ def test_cli_reports_bad_input_in_one_line_exit_1(acquisition, breakage):
 def test_errors_are_quantem_errors():
     assert issubclass(ArinaFormatError, QuantemError)
     assert issubclass(ChunkDecodeError, ValueError)
+
+
+def _rewrite_shard(master, index, frames, *, skip=(), raw=()):
+    """Replace shard ``index`` with ``frames``, leaving out or storing unfiltered some chunks."""
+    from quantem.io.synthetic import encode_chunk
+
+    shard = _shard(master, index)
+    shard.unlink()
+    with h5py.File(shard, "w") as f:
+        dset = f.create_dataset(
+            "/entry/data/data",
+            shape=frames.shape,
+            dtype=frames.dtype,
+            chunks=(1, *frames.shape[1:]),
+            **hdf5plugin.Bitshuffle(cname="lz4"),
+        )
+        for i, frame in enumerate(frames):
+            if i in skip:
+                continue
+            if i in raw:  # filter_mask bit 0 set: stored without the bitshuffle filter
+                dset.id.write_direct_chunk((i, 0, 0), frame.tobytes(), filter_mask=1)
+            else:
+                dset.id.write_direct_chunk((i, 0, 0), encode_chunk(frame))
+    return shard
+
+
+def test_unwritten_chunk_is_reported(acquisition):
+    from quantem.io.synthetic import make_frames
+
+    frames = make_frames(5, 10, scan_shape=(3, 4), detector_shape=(16, 16))
+    shard = _rewrite_shard(acquisition, 2, frames, skip={3})
+    with pytest.raises(ArinaFormatError, match="no stored chunk") as info:
+        open_arina(acquisition)
+    assert info.value.path == str(shard) and info.value.fields["frame"] == 8
+
+
+def test_unfiltered_chunk_is_reported(acquisition):
+    from quantem.io.synthetic import make_frames
+
+    frames = make_frames(5, 10, scan_shape=(3, 4), detector_shape=(16, 16))
+    shard = _rewrite_shard(acquisition, 2, frames, raw={1})
+    with pytest.raises(ArinaFormatError, match="without the bitshuffle filter") as info:
+        open_arina(acquisition)
+    assert info.value.path == str(shard) and info.value.fields["frame"] == 6
+    # Control: the same rewrite with every chunk filtered loads the right frames.
+    _rewrite_shard(acquisition, 2, frames)
+    with load_arina(acquisition) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(12, 16, 16)[5:10], frames)
