@@ -32,6 +32,19 @@ constexpr std::array<std::uint8_t, 256> make_bit_count() {
 }
 constexpr std::array<std::uint8_t, 256> kBitCount = make_bit_count();
 
+// For each byte value, the positions of its set bits, ascending (unused entries 0).
+constexpr std::array<std::array<std::uint8_t, 8>, 256> make_bit_positions() {
+  std::array<std::array<std::uint8_t, 8>, 256> t{};
+  for (unsigned v = 0; v < 256; ++v) {
+    unsigned k = 0;
+    for (unsigned i = 0; i < 8; ++i) {
+      if (v & (1u << i)) t[v][k++] = static_cast<std::uint8_t>(i);
+    }
+  }
+  return t;
+}
+constexpr std::array<std::array<std::uint8_t, 8>, 256> kBitPositions = make_bit_positions();
+
 [[noreturn]] void block_error(std::uint32_t b, const std::string& detail) {
   throw FormatError("", detail, b);
 }
@@ -130,44 +143,53 @@ void decode_rans(const QemLayout& layout, std::uint32_t b, const std::uint8_t* b
                        " set bits, the block index says " + std::to_string(e.n_nonzero));
   }
 
-  // Phase B: the values of the nonzero pixels in block order, symbol v on lane v mod 32.
-  if (!out_is_zero) std::memset(out, 0, static_cast<std::size_t>(n * P * w));
-  std::uint32_t used_escapes = 0;
-  lane = 0;
+  // Phase B's symbols in order: the nonzero pixels (frame, group, bit ascending),
+  // listed without data-dependent branches: each group writes the positions of all
+  // eight of its mask's bits from a table, and the list advances by the bit count.
+  scratch.value_pixel.resize(static_cast<std::size_t>(nonzero) + kGroupPixels);
+  scratch.value_context.resize(static_cast<std::size_t>(nonzero) + kGroupPixels);
+  std::uint32_t* value_pixel = scratch.value_pixel.data();
+  std::uint8_t* value_context = scratch.value_context.data();
+  std::size_t listed = 0;
   for (std::uint64_t t = 0; t < n; ++t) {
     const std::uint8_t* frame_masks = masks + t * G;
-    T* frame = out + t * P;
+    const auto frame_base = static_cast<std::uint32_t>(t * P);
     for (std::uint32_t j = 0; j < G; ++j) {
-      unsigned m = frame_masks[j];
+      const unsigned m = frame_masks[j];
       if (!m) continue;
-      const std::size_t c = std::size_t{2} * model.group_class[j] + 1;
-      const std::uint8_t* sym = sym_tables + c * kProbScale;
-      const std::uint32_t* freq_cum = fc_tables + c * kSymbols;
-      T* group = frame + std::size_t{j} * kGroupPixels;
-      while (m) {
-        unsigned i = static_cast<unsigned>(__builtin_ctz(m));
-        m &= m - 1;
-        unsigned s = dec.decode(lane, sym, freq_cum);
-        lane = (lane + 1) & (kLanes - 1);
-        std::uint32_t value;
-        if (s != kEscapeSymbol) {
-          value = s + 1;
-        } else {
-          if (used_escapes == e.n_escapes) {
-            dec.check_words();
-            block_error(b, "escape array exhausted");
-          }
-          const std::uint8_t* p = escapes + std::size_t{used_escapes} * w;
-          value = w == 1 ? p[0] : w == 2 ? load_u16le(p) : load_u32le(p);
-          ++used_escapes;
-          if (value < kMinEscapedValue) {
-            dec.check_words();
-            block_error(b, "escaped value below 256");
-          }
-        }
-        group[i] = static_cast<T>(value);
+      const std::uint8_t* bits = kBitPositions[m].data();
+      const std::uint32_t base = frame_base + j * kGroupPixels;
+      const auto c = static_cast<std::uint8_t>(2 * model.group_class[j] + 1);
+      for (unsigned i = 0; i < kGroupPixels; ++i) {
+        value_pixel[listed + i] = base + bits[i];
+        value_context[listed + i] = c;
+      }
+      listed += kBitCount[m];
+    }
+  }
+
+  // Phase B: the values, symbol v on lane v mod 32.
+  if (!out_is_zero) std::memset(out, 0, static_cast<std::size_t>(n * P * w));
+  std::uint32_t used_escapes = 0;
+  for (std::size_t v = 0; v < listed; ++v) {
+    const std::size_t c = value_context[v];
+    const unsigned s = dec.decode(static_cast<unsigned>(v & (kLanes - 1)),
+                                  sym_tables + c * kProbScale, fc_tables + c * kSymbols);
+    std::uint32_t value = s + 1;
+    if (s == kEscapeSymbol) {
+      if (used_escapes == e.n_escapes) {
+        dec.check_words();
+        block_error(b, "escape array exhausted");
+      }
+      const std::uint8_t* p = escapes + std::size_t{used_escapes} * w;
+      value = w == 1 ? p[0] : w == 2 ? load_u16le(p) : load_u32le(p);
+      ++used_escapes;
+      if (value < kMinEscapedValue) {
+        dec.check_words();
+        block_error(b, "escaped value below 256");
       }
     }
+    out[value_pixel[v]] = static_cast<T>(value);
   }
   dec.check_words();
   if (used_escapes != e.n_escapes) {

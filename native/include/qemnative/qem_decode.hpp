@@ -14,9 +14,12 @@ namespace qemnative {
 // the block's first byte. Throws FormatError naming the block.
 void verify_block(const QemLayout& layout, std::uint32_t b, const std::uint8_t* extent);
 
-// Per-thread scratch space reused across blocks (the phase-A masks).
+// Per-thread scratch space reused across blocks: the phase-A masks, and the pixel
+// and context of each phase-B symbol (the nonzero pixels in block order).
 struct DecodeScratch {
   std::vector<std::uint8_t> masks;
+  std::vector<std::uint32_t> value_pixel;
+  std::vector<std::uint8_t> value_context;
 };
 
 // Decodes block b (its bytes at `block`) into `out`, which holds n_block_frames * P
