@@ -496,7 +496,10 @@ def test_loader_reported_stages_are_folded_into_trials():
     from harness.run.io_scale import loader_stages
 
     class Loaded:
-        metadata = {"load_stats": {"read_seconds": 0.25, "pipeline_seconds": 1.5, "batches": 3}}
+        def __init__(self) -> None:
+            self.metadata = {
+                "load_stats": {"read_seconds": 0.25, "pipeline_seconds": 1.5, "batches": 3}
+            }
 
     assert loader_stages(Loaded()) == {"loader_read": 0.25, "loader_pipeline": 1.5}
     assert loader_stages(object()) == {}
