@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
-ARINA_SMALL = SHARED_FIXTURES / "arina-small"
+# QUANTEM_ARINA_SMALL points elsewhere where ../shared does not exist (the device machine).
+ARINA_SMALL = Path(os.environ.get("QUANTEM_ARINA_SMALL", SHARED_FIXTURES / "arina-small"))
 
 
 @pytest.fixture(scope="session")
