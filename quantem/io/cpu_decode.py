@@ -318,6 +318,13 @@ def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
     return DECODE_OK
 
 
+def default_threads() -> int:
+    """Cores to decode on: numba's configured thread count (``NUMBA_NUM_THREADS``), which
+    defaults to the CPUs this process may run on. Reading the setting does not start
+    numba's thread pool."""
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
 def _load_bitshuffle_c():
     """The bitshuffle C ``bshuf_decompress_lz4``, or None when no library exports it.
 
@@ -395,7 +402,7 @@ def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, erro
             if consumed != starts[i + 1] - starts[i] - 12:
                 errors[i] = ERR_LZ4_MALFORMED
 
-    workers = max(1, min(threads or numba.get_num_threads(), n))
+    workers = max(1, min(threads or default_threads(), n))
     frames = np.arange(n, dtype=np.int64)
     if workers == 1:
         run(frames)
