@@ -452,6 +452,24 @@ def _decode_range(
     )
 
 
+def _iter_compressed_batches(
+    source: ArinaSource, batch_frames: int, start: int, stop: int, threads: int | None
+) -> Iterator[tuple[int, int, tuple[np.ndarray, np.ndarray]]]:
+    """Yield ``(first, last, (buffer, offsets))`` per batch, reading the next one meanwhile."""
+    if batch_frames < 1:
+        raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
+    ranges = [(a, min(a + batch_frames, stop)) for a in range(start, stop, batch_frames)]
+    if not ranges:
+        return
+    with ThreadPoolExecutor(1) as reader:
+        pending = reader.submit(read_compressed, source, *ranges[0], None, threads)
+        for i, (first, last) in enumerate(ranges):
+            compressed = pending.result()
+            if i + 1 < len(ranges):
+                pending = reader.submit(read_compressed, source, *ranges[i + 1], None, threads)
+            yield first, last, compressed
+
+
 def iter_frame_batches(
     source: ArinaSource,
     batch_frames: int = DEFAULT_BATCH_FRAMES,
@@ -466,24 +484,10 @@ def iter_frame_batches(
     The next batch's chunks are read while the current one is decoded.
     """
     stop = source.n_frames if stop is None else stop
-    if batch_frames < 1:
-        raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
-    starts = list(range(start, stop, batch_frames))
-    if not starts:
-        return
-    with ThreadPoolExecutor(1) as reader:
-        pending = reader.submit(
-            read_compressed, source, starts[0], min(starts[0] + batch_frames, stop), None, threads
-        )
-        for i, first in enumerate(starts):
-            last = min(first + batch_frames, stop)
-            compressed = pending.result()
-            if i + 1 < len(starts):
-                nxt = starts[i + 1]
-                pending = reader.submit(
-                    read_compressed, source, nxt, min(nxt + batch_frames, stop), None, threads
-                )
-            yield first, _decode_range(source, first, last, compressed, None, threads, engine)
+    for first, last, compressed in _iter_compressed_batches(
+        source, batch_frames, start, stop, threads
+    ):
+        yield first, _decode_range(source, first, last, compressed, None, threads, engine)
 
 
 def load_arina(
@@ -533,29 +537,10 @@ def load_arina(
     dropped = [0, 0]
     if options.is_identity:
         # Decode straight into the result, reading the next batch meanwhile.
-        with ThreadPoolExecutor(1) as reader:
-            starts = list(range(0, source.n_frames, batch_frames))
-            pending = (
-                reader.submit(
-                    read_compressed, source, 0, min(batch_frames, source.n_frames), None, threads
-                )
-                if starts
-                else None
-            )
-            for i, first in enumerate(starts):
-                last = min(first + batch_frames, source.n_frames)
-                compressed = pending.result()
-                if i + 1 < len(starts):
-                    nxt = starts[i + 1]
-                    pending = reader.submit(
-                        read_compressed,
-                        source,
-                        nxt,
-                        min(nxt + batch_frames, source.n_frames),
-                        None,
-                        threads,
-                    )
-                _decode_range(source, first, last, compressed, data[first:last], threads, engine)
+        for first, last, compressed in _iter_compressed_batches(
+            source, batch_frames, 0, source.n_frames, threads
+        ):
+            _decode_range(source, first, last, compressed, data[first:last], threads, engine)
     else:
         for first, frames in iter_frame_batches(
             source, batch_frames, threads=threads, engine=engine
