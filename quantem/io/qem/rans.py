@@ -285,38 +285,47 @@ def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
     masks = np.zeros(n_masks, dtype=np.uint8)
     n_nonzero = 0
     n_escapes = 0
+    # branch-free passes: about half the pixels are nonzero at typical doses, so a branch
+    # on "nonzero" would mispredict constantly
     for t in range(n_frames):
-        for q in range(frame_pixels):
-            value = frames[t, q]
-            if value != 0:
-                masks[t * groups + q // 8] |= np.uint8(1 << (q % 8))
-                n_nonzero += 1
-                if value >= ESCAPE_MIN_VALUE:
-                    n_escapes += 1
+        row = frames[t]
+        base = t * groups
+        for j in range(groups):
+            bits = 0
+            for i in range(min(8, frame_pixels - 8 * j)):
+                value = np.int64(row[_u(8 * j + i)])
+                nonzero = np.int64(value != 0)
+                bits |= nonzero << i
+                n_nonzero += nonzero
+                n_escapes += np.int64(value >= ESCAPE_MIN_VALUE)
+            masks[_u(base + j)] = bits
     if n_nonzero == 0:
         return MODE_ZERO, 0, 0, 0, 0
-    symbols = np.empty(n_nonzero, dtype=np.uint8)
-    contexts = np.empty(n_nonzero, dtype=np.uint8)
-    escapes = np.empty(n_escapes, dtype=np.int64)
+    # one spare slot: every pixel is written at the cursor, which advances only when nonzero
+    symbols = np.empty(n_nonzero + 1, dtype=np.uint8)
+    contexts = np.empty(n_nonzero + 1, dtype=np.uint8)
+    escapes = np.empty(n_escapes + 1, dtype=np.int64)
     v = 0
     e = 0
     for t in range(n_frames):
+        row = frames[t]
         for q in range(frame_pixels):
-            value = np.int64(frames[t, q])
-            if value != 0:
-                contexts[v] = 2 * group_class[q // 8] + 1
-                if value >= ESCAPE_MIN_VALUE:
-                    symbols[v] = ESCAPE_SYMBOL
-                    escapes[e] = value
-                    e += 1
-                else:
-                    symbols[v] = value - 1
-                v += 1
+            value = np.int64(row[_u(q)])
+            escape = np.int64(value >= ESCAPE_MIN_VALUE)
+            contexts[_u(v)] = 2 * group_class[_u(q >> 3)] + 1
+            symbols[_u(v)] = ESCAPE_SYMBOL if escape else value - 1
+            escapes[_u(e)] = value
+            e += escape
+            v += np.int64(value != 0)
     # words go to scratch[128:] in emission order and are reversed at the end; give up
     # (RAW) as soon as the RANS block could no longer be smaller than the raw bytes.
     max_words = (raw_length - LANE_STATES_SIZE - n_escapes * itemsize) // 2
     x = np.full(LANES, RANS_L, dtype=np.int64)
     n_words = 0
+    # division by the frequency through a float64 reciprocal: state < 2^32 and f <= 4096,
+    # so the float quotient is within 2^-32 of the true one and its floor is exact or one
+    # too small (when the true quotient is an integer), which the integer check corrects
+    reciprocal = 1.0 / freq.astype(np.float64)
     for v in range(n_nonzero - 1, -1, -1):
         lane = v & 31
         context = np.int64(contexts[v])
@@ -331,10 +340,15 @@ def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
             scratch[position + 1] = (state >> 8) & 0xFF
             n_words += 1
             state >>= 16
-        x[lane] = ((state // f) << PROB_BITS) + (state % f) + cum[context, s]
+        quotient = np.int64(state * reciprocal[_u(context), _u(s)])
+        remainder = state - quotient * f
+        fix = np.int64(remainder >= f)  # the float quotient's floor may be one too small
+        x[lane] = ((quotient + fix) << PROB_BITS) + remainder - fix * f + cum[context, s]
+    j = groups - 1  # a % groups, counted down
     for a in range(n_masks - 1, -1, -1):
         lane = a & 31
-        context = 2 * np.int64(group_class[a % groups])
+        context = 2 * np.int64(group_class[_u(j)])
+        j = j - 1 if j > 0 else groups - 1
         s = np.int64(masks[a])
         f = freq[context, s]
         state = x[lane]
@@ -346,7 +360,10 @@ def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
             scratch[position + 1] = (state >> 8) & 0xFF
             n_words += 1
             state >>= 16
-        x[lane] = ((state // f) << PROB_BITS) + (state % f) + cum[context, s]
+        quotient = np.int64(state * reciprocal[_u(context), _u(s)])
+        remainder = state - quotient * f
+        fix = np.int64(remainder >= f)  # the float quotient's floor may be one too small
+        x[lane] = ((quotient + fix) << PROB_BITS) + remainder - fix * f + cum[context, s]
     # reverse the words (2-byte units) into decoder read order
     lo = 0
     hi = n_words - 1
