@@ -27,9 +27,15 @@ def _worker(history: str, paths: list[str], barrier, queue) -> None:
 
     barrier.wait()
     outcomes = []
-    for path in paths:
-        (result,) = register_reports(history, [path], plots=False)
-        outcomes.append((result.sha256, result.created))
+    try:
+        for path in paths:
+            (result,) = register_reports(history, [path], plots=False)
+            outcomes.append((result.sha256, result.created))
+    except BaseException:  # report it to the test instead of leaving it waiting
+        import traceback
+
+        queue.put(traceback.format_exc())
+        raise
     queue.put(outcomes)
 
 
@@ -50,6 +56,8 @@ def test_eight_processes_register_concurrently(tmp_path: Path) -> None:
     for worker in workers:
         worker.start()
     outcomes = [queue.get(timeout=300) for _ in workers]
+    failures = [o for o in outcomes if isinstance(o, str)]
+    assert not failures, failures[0]
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
@@ -72,3 +80,49 @@ def test_eight_processes_register_concurrently(tmp_path: Path) -> None:
     assert len(journal) == len(expected)
     result = verify_history(history)
     assert result.ok, [str(p) for p in result.errors]
+
+
+def _create_worker(history: str, path: str, barrier, queue) -> None:
+    from harness.history.store import register_reports
+
+    barrier.wait()
+    try:
+        (result,) = register_reports(history, [path], render=False)
+        queue.put(result.sha256)
+    except BaseException:
+        import traceback
+
+        queue.put("ERROR " + traceback.format_exc())
+        raise
+
+
+@pytest.mark.slow
+def test_processes_racing_to_create_a_new_history(tmp_path: Path) -> None:
+    """Eight processes register into a history that does not exist yet, at the same moment;
+    the creator's half-made folder must not look foreign to the others."""
+    import hashlib
+
+    import harness.history.store  # noqa: F401  (imported before forking, as a runner would)
+
+    inputs = write_example_reports(tmp_path / "in", range(PROCESSES), reps=1)
+    context = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        history = tmp_path / f"h{attempt}"
+        barrier = context.Barrier(PROCESSES)
+        queue = context.Queue()
+        workers = [
+            context.Process(
+                target=_create_worker, args=(str(history), str(inputs[p]), barrier, queue)
+            )
+            for p in range(PROCESSES)
+        ]
+        for worker in workers:
+            worker.start()
+        results = [queue.get(timeout=120) for _ in workers]
+        for worker in workers:
+            worker.join(timeout=60)
+        errors = [r for r in results if r.startswith("ERROR")]
+        assert not errors, errors[0]
+        expected = {hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs}
+        assert set(results) == expected
+        assert {p.stem for p in HistoryLayout.at(history).iter_record_files()} == expected

@@ -24,6 +24,8 @@ HISTORY_FORMAT = "quantem-harness/history"
 HISTORY_FORMAT_VERSION = 1
 
 MARKER_NAME = "history.json"
+#: Temporary name of the marker while a new history is being created.
+MARKER_TEMP_NAME = "history.json.tmp"
 RECORDS_DIR = "records"
 HASH_ALGORITHM = "sha256"
 RECORD_SUFFIX = ".json"
@@ -59,6 +61,10 @@ class HistoryLayout:
     @property
     def marker(self) -> Path:
         return self.root / MARKER_NAME
+
+    @property
+    def marker_temp(self) -> Path:
+        return self.root / MARKER_TEMP_NAME
 
     @property
     def records(self) -> Path:

@@ -29,7 +29,14 @@ from harness.history.index_db import (
     open_index,
 )
 from harness.history.journal import append_journal, utc_now
-from harness.history.layout import HISTORY_FORMAT, HISTORY_FORMAT_VERSION, HistoryLayout
+from harness.history.layout import (
+    HISTORY_FORMAT,
+    HISTORY_FORMAT_VERSION,
+    LOCK_NAME,
+    MARKER_NAME,
+    MARKER_TEMP_NAME,
+    HistoryLayout,
+)
 from harness.history.records import ensure_dir, fsync_dir, sha256_bytes, write_record
 from harness.report import (
     migrate_report,
@@ -126,7 +133,7 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
     if not create:
         raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
     foreign = (
-        [p.name for p in layout.root.iterdir() if p.name != layout.lock.name]
+        [p.name for p in layout.root.iterdir() if p.name not in _CREATION_NAMES]
         if layout.root.exists()
         else []
     )
@@ -140,7 +147,7 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
         json.dumps({"format": HISTORY_FORMAT, "version": HISTORY_FORMAT_VERSION}, sort_keys=True)
         + "\n"
     )
-    temp = layout.marker.with_suffix(".json.tmp")
+    temp = layout.marker_temp
     temp.write_text(text, encoding="ascii")
     temp.replace(layout.marker)
     fsync_dir(layout.root)
@@ -154,12 +161,17 @@ def require_history(layout: HistoryLayout) -> None:
         raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
 
 
+_CREATION_NAMES = frozenset({LOCK_NAME, MARKER_NAME, MARKER_TEMP_NAME})
+
+
 def _refuse_foreign_folder(layout: HistoryLayout) -> None:
     """Refuse a non-empty folder without a marker before the lock file is created in it."""
     if (
         layout.root.is_dir()
         and not layout.marker.exists()
-        and any(p.name != layout.lock.name for p in layout.root.iterdir())
+        # another process may be creating this history right now: its lock and marker
+        # temporary file are the only things it writes before the marker itself
+        and any(p.name not in _CREATION_NAMES for p in layout.root.iterdir())
     ):
         raise HistoryError(
             f"{layout.root}: folder is not empty and is not a history (no {layout.marker.name}); "
