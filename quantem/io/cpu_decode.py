@@ -364,6 +364,8 @@ def _load_bitshuffle_c():
 
 
 _BSHUF_DECOMPRESS_LZ4 = _load_bitshuffle_c()
+#: Frames per task handed to a decode thread (about 2 ms of work for 192x192 uint16).
+FRAMES_PER_TASK = 64
 BITSHUFFLE_C_AVAILABLE = _BSHUF_DECOMPRESS_LZ4 is not None
 
 
@@ -378,7 +380,7 @@ def _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_
 def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, errors, threads):
     """Check every chunk (numba), then decode the valid ones with the C library.
 
-    Each of ``threads`` threads checks and decodes an interleaved share of the frames;
+    ``threads`` threads take pieces of ``FRAMES_PER_TASK`` frames, checking then decoding;
     the C calls go through ctypes, which releases the GIL. Unlike a numba kernel holding
     a C function pointer, this is cached on disk and needs no per-process compilation,
     and it starts no OpenMP pool.
@@ -407,9 +409,11 @@ def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, erro
     if workers == 1:
         run(frames)
         return
-    # Interleaved shares balance the work when frame sizes vary along the scan.
+    # Small pieces handed out on demand: a thread that loses its core to another process
+    # does not hold up the batch, and uneven frame sizes balance out.
+    pieces = [frames[a : a + FRAMES_PER_TASK] for a in range(0, n, FRAMES_PER_TASK)]
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(run, [frames[k::workers] for k in range(workers)]))
+        list(pool.map(run, pieces))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
