@@ -310,6 +310,6 @@ def test_source_with_wrong_frame_count_writes_nothing(tmp_path, extra):
     source = writer.open_frame_source(make_acquisition(data))
     frames = np.ones((6 + extra, 16), dtype=np.uint8)
     source.iter_batches = lambda batch: iter([(0, frames)])
-    with pytest.raises(ValueError, match="blocks|beyond"):
+    with pytest.raises(ValueError, match=r"blocks|beyond"):
         writer._save(source, tmp_path / "w.qem", False, False, 2, False, False, 8, 2)
     assert list(tmp_path.iterdir()) == []
