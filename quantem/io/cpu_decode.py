@@ -396,10 +396,10 @@ def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, erro
     def run(frames: np.ndarray) -> None:
         # The checks run in numba without the GIL; the C calls release it too.
         _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_elements)
-        blocks = block_elements.tolist()
-        for i in frames[errors[frames] == DECODE_OK].tolist():
+        valid = frames[errors[frames] == DECODE_OK]
+        for i, block in zip(valid.tolist(), block_elements[valid].tolist()):
             consumed = decompress(
-                src + starts[i] + 12, dst + i * frame_bytes, n_elements, elem_size, blocks[i]
+                src + starts[i] + 12, dst + i * frame_bytes, n_elements, elem_size, block
             )
             if consumed != starts[i + 1] - starts[i] - 12:
                 errors[i] = ERR_LZ4_MALFORMED
