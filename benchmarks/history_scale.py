@@ -166,6 +166,10 @@ def main() -> int:
     results["render_index_full_all_plots_s"] = round(seconds, 2)
     seconds, completed = _cli("history", "verify", "--history-dir", str(history))
     results["verify_s"] = round(seconds, 2)
+    import resource
+
+    # largest resident set of any child so far; verify is the biggest of them
+    results["max_child_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     results["verify_exit"] = completed.returncode
     results["verify_summary"] = (
         completed.stdout.strip().splitlines()[-1] if completed.stdout else completed.stderr
