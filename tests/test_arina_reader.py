@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import h5py
-import hdf5plugin  # noqa: F401  (registers the bitshuffle filter with h5py)
+import hdf5plugin
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -392,3 +392,33 @@ def test_round_trip_property(
         assert acq.data.shape[:2] == scan
         np.testing.assert_array_equal(acq.data.reshape(expected.shape).astype(np.int64), expected)
         assert acq.metadata["clipped_pixels"] == clipped
+
+
+@pytest.mark.parametrize("max_read", [1, 700, 1 << 20])
+def test_reads_split_and_out_of_order_chunks(tmp_path, monkeypatch, max_read):
+    """Chunks stored in reverse frame order, read with small and large coalescing limits."""
+    from quantem.io import arina
+    from quantem.io.synthetic import encode_chunk
+
+    scan, det = (3, 4), (10, 9)
+    master = write_synthetic_arina(
+        tmp_path, scan_shape=scan, detector_shape=det, frames_per_shard=7, processes=1
+    )
+    frames = make_frames(0, 12, scan_shape=scan, detector_shape=det)
+    shard = tmp_path / "synthetic_data_000001.h5"
+    shard.unlink()
+    with h5py.File(shard, "w") as f:
+        dset = f.create_dataset(
+            "/entry/data/data",
+            shape=(7, *det),
+            dtype=frames.dtype,
+            chunks=(1, *det),
+            **hdf5plugin.Bitshuffle(cname="lz4"),
+        )
+        for i in reversed(range(7)):
+            dset.id.write_direct_chunk((i, 0, 0), encode_chunk(frames[i]))
+    monkeypatch.setattr(arina, "MAX_READ_BYTES", max_read)
+    source = open_arina(master)
+    assert (np.diff(source.index.frame_offset[:7]) < 0).all()  # really out of order
+    with load_arina(master, batch_frames=5) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(12, *det), frames)
