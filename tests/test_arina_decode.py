@@ -174,3 +174,23 @@ def test_offsets_are_validated():
         decode_frames(np.zeros(10, np.uint8), np.array([0, 20]), (2, 2), "uint8")
     with pytest.raises(ValueError, match="offsets"):
         decode_frames(np.zeros(10, np.uint8), np.array([5, 2]), (2, 2), "uint8")
+
+
+def test_every_bitshuffle_library_decodes_like_the_reference():
+    """Both C builds the default engine may pick (hdf5plugin's first) agree with numba."""
+    from quantem.io.cpu_decode import bitshuffle_library_candidates, load_bitshuffle_function
+
+    frame = SyntheticModel((2, 2), (50, 70), "uint16").make_frames(0, 1)[0]
+    chunk = np.frombuffer(_library_chunk(frame), np.uint8)
+    paths = bitshuffle_library_candidates()
+    assert paths, "neither hdf5plugin nor bitshuffle provides the C decoder"
+    for path in paths:
+        function = load_bitshuffle_function(path)
+        assert function is not None, path
+        out = np.zeros_like(frame)
+        consumed = function(chunk.ctypes.data + 12, out.ctypes.data, frame.size, 2, 4096)
+        assert consumed == chunk.size - 12, path
+        np.testing.assert_array_equal(out, frame)
+    np.testing.assert_array_equal(
+        decode_chunk_bytes(chunk.tobytes(), (50, 70), "uint16", engine="numba"), frame
+    )

@@ -325,6 +325,39 @@ def default_threads() -> int:
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
+def bitshuffle_library_candidates() -> list[str]:
+    """Shared libraries that export ``bshuf_decompress_lz4``, in order of preference."""
+    candidates = []
+    try:
+        import hdf5plugin
+
+        candidates.append(os.path.join(hdf5plugin.PLUGIN_PATH, "libh5bshuf.so"))
+    except (ImportError, AttributeError):
+        pass
+    try:
+        import bitshuffle.ext
+
+        candidates.append(bitshuffle.ext.__file__)
+    except ImportError:
+        pass
+    return candidates
+
+
+def load_bitshuffle_function(path: str):
+    """``bshuf_decompress_lz4`` from the library at ``path`` as a ctypes function, or None."""
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(path).bshuf_decompress_lz4
+    except (OSError, AttributeError):
+        return None
+    # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size)
+    # -> int64 bytes consumed; addresses travel as size_t.
+    function.argtypes = [ctypes.c_size_t] * 5
+    function.restype = ctypes.c_int64
+    return function
+
+
 def _load_bitshuffle_c():
     """The bitshuffle C ``bshuf_decompress_lz4``, or None when no library exports it.
 
@@ -333,33 +366,10 @@ def _load_bitshuffle_c():
     OpenMP and opens a parallel region per call, which costs more than the decode when
     our own threads already run one frame each.
     """
-    import ctypes
-
-    candidates = []
-    try:
-        import hdf5plugin
-
-        candidates.append(
-            os.path.join(os.path.dirname(hdf5plugin.__file__), "plugins", "libh5bshuf.so")
-        )
-    except ImportError:
-        pass
-    try:
-        import bitshuffle.ext
-
-        candidates.append(bitshuffle.ext.__file__)
-    except ImportError:
-        pass
-    for path in candidates:
-        try:
-            function = ctypes.CDLL(path).bshuf_decompress_lz4
-        except (OSError, AttributeError):
-            continue
-        # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size)
-        # -> int64 bytes consumed; addresses travel as size_t.
-        function.argtypes = [ctypes.c_size_t] * 5
-        function.restype = ctypes.c_int64
-        return function
+    for path in bitshuffle_library_candidates():
+        function = load_bitshuffle_function(path)
+        if function is not None:
+            return function
     return None
 
 
