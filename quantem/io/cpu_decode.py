@@ -331,7 +331,9 @@ def bitshuffle_library_candidates() -> list[str]:
     try:
         import hdf5plugin
 
-        candidates.append(os.path.join(hdf5plugin.PLUGIN_PATH, "libh5bshuf.so"))
+        suffix = hdf5plugin.get_config().build_config.filter_file_extension
+        name = ("h5bshuf" if suffix == ".dll" else "libh5bshuf") + suffix
+        candidates.append(os.path.join(hdf5plugin.PLUGIN_PATH, name))
     except (ImportError, AttributeError):
         pass
     try:
