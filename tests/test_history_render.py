@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.history.store import register_reports
 from harness.report import dump_report
@@ -79,3 +81,15 @@ def test_html_autoescapes_crafted_ids(crafted_history: Path) -> None:
 )
 def test_escape_markdown(text: str | None, expected: str) -> None:
     assert escape_markdown(text) == expected
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_escaped_markdown_has_no_active_characters(text: str) -> None:
+    escaped = escape_markdown(text)
+    assert "\n" not in escaped and "\r" not in escaped and "<" not in escaped and ">" not in escaped
+    for char in "|[]`*_":
+        # every active character follows an odd run of backslashes (so it is itself escaped)
+        for match in re.finditer(re.escape(char), escaped):
+            run = len(escaped[: match.start()]) - len(escaped[: match.start()].rstrip("\\"))
+            assert run % 2 == 1, (text, escaped)
