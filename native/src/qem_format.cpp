@@ -217,7 +217,8 @@ Model parse_model(const std::uint8_t* bytes, std::uint64_t length, std::uint64_t
     throw FormatError(where, "padding after group_class is not zero");
   }
   m.freq.resize(std::size_t{m.n_contexts} * kSymbols);
-  m.sym.resize(std::size_t{m.n_contexts} * kProbScale);
+  // 4 bytes past the last slot: the vector decoder loads 4 bytes per slot lookup.
+  m.sym.resize(std::size_t{m.n_contexts} * kProbScale + 4);
   m.freq_cum.resize(std::size_t{m.n_contexts} * kSymbols);
   for (std::uint32_t c = 0; c < m.n_contexts; ++c) {
     std::uint32_t cum = 0;
