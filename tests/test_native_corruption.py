@@ -101,21 +101,14 @@ def _native_error(binary: Path, path: Path) -> NativeLoadError | None:
     return None
 
 
-def _location(python: QemFormatError, region: str = "") -> tuple[str | None, int | None]:
-    """Where the Python reader says the error is, as (section, block).
-
-    docs/qem-format.md section 14 step 6 (clarified) reports nonzero padding between
-    sections as an error of the section that follows; the Python reader names it
-    ``"padding"``, which is mapped here for the regions whose next section is known.
-    """
+def _location(python: QemFormatError) -> tuple[str | None, int | None]:
+    """Where the Python reader says the error is, as (section, block). Nonzero padding
+    between sections is an error of the section that follows (docs/qem-format.md
+    section 14 step 6, as clarified)."""
     if isinstance(python, QemVersionError):
         return ("header", None)
     block = python.fields.get("block")
-    section = python.fields.get("section")
-    if section == "padding" and region.startswith("gap-before-"):
-        following = region.removeprefix("gap-before-")
-        section = "PAYLOAD" if following.startswith("block") else following
-    return (section, None if block is None else int(block))
+    return (python.fields.get("section"), None if block is None else int(block))
 
 
 def test_pristine_file_loads_in_both(native_binary, pristine, tmp_path) -> None:
@@ -147,7 +140,7 @@ def test_every_region_damaged_fails_in_both_readers_alike(
                     assert isinstance(python, QemVersionError), where
                     continue
                 assert native.kind == "format", (where, native.message)
-                assert (native.section, native.block) == _location(python, name), (
+                assert (native.section, native.block) == _location(python), (
                     f"{where}: native says {native.message!r}, Python says {python}"
                 )
                 checked += 1
@@ -304,6 +297,6 @@ def test_metadata_must_agree_with_the_pixel_mask(
     path = tmp_path / "mask-metadata.qem"
     path.write_bytes(_metadata_edit(pristine, old, new))
     native = _native_error(native_binary, path)
-    assert native is not None and native.section == "METADATA", native
-    if _python_error(path) is None:
-        pytest.xfail("the Python reader does not yet check metadata.pixel_mask against the mask")
+    python = _python_error(path)
+    assert native is not None and python is not None, (native, python)
+    assert native.section == python.fields.get("section") == "METADATA", native.message
