@@ -150,8 +150,12 @@ def test_sigkill_at_random_moments_loses_no_completed_registration(tmp_path: Pat
         lines: list[str] = []
         reader = threading.Thread(target=lines.extend, args=(process.stdout,), daemon=True)
         reader.start()
-        # imports take about a second, then it registers one report every few tens of ms
-        time.sleep(rng.uniform(1.0, 4.0))
+        # start the random delay at the first completed registration (imports take a
+        # while on a loaded machine), so the kill lands while registrations are running
+        started = time.monotonic()
+        while not lines and process.poll() is None and time.monotonic() - started < 120:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 1.5))
         process.send_signal(signal.SIGKILL)
         process.wait()
         reader.join(timeout=10)
