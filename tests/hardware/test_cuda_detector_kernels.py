@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
 from quantem.cuda import detector_kernels as dk  # noqa: E402
 from quantem.errors import UnsupportedDtypeError  # noqa: E402

@@ -14,7 +14,7 @@ import hdf5plugin  # noqa: F401  (registers the bitshuffle filter for the h5py r
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
 from quantem import io  # noqa: E402
 from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
 from quantem import io  # noqa: E402
 from quantem.errors import ArinaFormatError, ChunkDecodeError  # noqa: E402

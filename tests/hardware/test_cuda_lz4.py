@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 bitshuffle = pytest.importorskip("bitshuffle")
 
 from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
+cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 xxhash = pytest.importorskip("xxhash")
 
 from quantem.cuda import xxh3  # noqa: E402
