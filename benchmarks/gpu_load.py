@@ -29,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil
@@ -163,56 +162,18 @@ def open_source(master: Path):
 
 
 # -- page cache ---------------------------------------------------------------------------
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-PROT_READ, MAP_SHARED = 1, 1
-
-
 def resident_fraction(paths) -> float:
-    """Fraction of the files' pages in the page cache (mincore on a read-only mapping)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = resident = 0
-    for path in paths:
-        size = os.path.getsize(path)
-        if size == 0:
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
-            if addr in (None, ctypes.c_void_p(-1).value):
-                raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
-            pages = -(-size // page)
-            vec = np.zeros(pages, dtype=np.uint8)
-            try:
-                if _libc.mincore(addr, size, vec.ctypes.data) != 0:
-                    raise OSError(ctypes.get_errno(), "mincore failed")
-            finally:
-                _libc.munmap(addr, size)
-        finally:
-            os.close(fd)
-        resident += int(np.count_nonzero(vec & 1))
-        total += pages
-    return resident / max(total, 1)
+    """Fraction of the files' pages in the page cache (the io-scale runner's probe)."""
+    from harness.run.cache import probe_residency
+
+    return probe_residency(paths).fraction
 
 
 def evict(paths) -> None:
-    os.sync()
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    """Per-file eviction exactly as the io-scale runner does it (fdatasync, then DONTNEED)."""
+    from harness.run.cache import evict_files
+
+    evict_files(paths)
 
 
 # -- floors -------------------------------------------------------------------------------
