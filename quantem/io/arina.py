@@ -10,10 +10,12 @@ The layout is described in ``docs/arina.md`` and mirrored in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -358,6 +360,41 @@ def _read_runs(source: ArinaSource, start: int, stop: int) -> list[tuple[int, in
     return runs
 
 
+@contextlib.contextmanager
+def _open_shards(source: ArinaSource, shards: Iterable[int]) -> Iterator[dict[int, int]]:
+    """Read-only descriptors of the given shards, closed on exit."""
+    fds: dict[int, int] = {}
+    try:
+        for shard in shards:
+            path = source.shard_paths[shard]
+            try:
+                fds[shard] = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SourceNotFoundError(path, "data shard is missing") from None
+        yield fds
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _read_run(
+    source: ArinaSource, fds: dict[int, int], view: memoryview, run: tuple[int, int, int, int]
+) -> None:
+    """Read one ``(shard, file offset, buffer offset, length)`` run into ``view``."""
+    shard, file_offset, buffer_offset, length = run
+    done = 0
+    while done < length:
+        got = os.preadv(
+            fds[shard], [view[buffer_offset + done : buffer_offset + length]], file_offset + done
+        )
+        if got == 0:
+            raise ArinaFormatError(
+                source.shard_paths[shard],
+                f"file is truncated: a chunk at byte {file_offset + done} is missing",
+            )
+        done += got
+
+
 def read_compressed(
     source: ArinaSource,
     start: int = 0,
@@ -389,41 +426,14 @@ def read_compressed(
     if not runs:
         return out, offsets
     view = memoryview(out)
-    fds: dict[int, int] = {}
-    try:
-        for shard in {run[0] for run in runs}:
-            path = source.shard_paths[shard]
-            try:
-                fds[shard] = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise SourceNotFoundError(path, "data shard is missing") from None
-
-        def read_run(run: tuple[int, int, int, int]) -> None:
-            shard, file_offset, buffer_offset, length = run
-            done = 0
-            while done < length:
-                got = os.preadv(
-                    fds[shard],
-                    [view[buffer_offset + done : buffer_offset + length]],
-                    file_offset + done,
-                )
-                if got == 0:
-                    raise ArinaFormatError(
-                        source.shard_paths[shard],
-                        f"file is truncated: a chunk at byte {file_offset + done} is missing",
-                    )
-                done += got
-
+    with _open_shards(source, {run[0] for run in runs}) as fds:
         workers = min(threads or min(8, os.cpu_count() or 1), len(runs))
         if workers <= 1:
             for run in runs:
-                read_run(run)
+                _read_run(source, fds, view, run)
         else:
             with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(read_run, runs))
-    finally:
-        for fd in fds.values():
-            os.close(fd)
+                list(pool.map(lambda run: _read_run(source, fds, view, run), runs))
     return out, offsets
 
 
@@ -450,6 +460,87 @@ def _decode_range(
         frame_files=source.frame_files(start, stop),
         engine=engine,
     )
+
+
+def _read_and_decode_into(
+    source: ArinaSource, out: np.ndarray, threads: int | None, engine: str
+) -> None:
+    """Read and decode every frame into ``out`` (flat uint8), each thread its own pieces.
+
+    No separate reader: each of ``threads`` threads takes the next piece of
+    :data:`~quantem.io.cpu_decode.FRAMES_PER_TASK` frames, ``preadv``s its chunks into a
+    staging buffer it keeps (cache-warm, no page faults after the first piece), then
+    decodes them straight into ``out`` (so the decoding thread touches those pages
+    first). A reader thread beside the decoders would take CPU from them on a small
+    machine; here reading and decoding overlap across threads instead.
+    """
+    from quantem.io.cpu_decode import (
+        FRAMES_PER_TASK,
+        decode_chunks,
+        default_threads,
+        first_decode_error,
+        resolve_engine,
+    )
+
+    engine = resolve_engine(engine)
+    n = source.n_frames
+    frame_bytes = source.frame_bytes
+    elem_size = source.dtype.itemsize
+    errors = np.zeros(n, dtype=np.int32)
+    pieces = iter(range(0, n, FRAMES_PER_TASK))
+    take = threading.Lock()
+    failed = threading.Event()
+
+    def work(fds: dict[int, int]) -> None:
+        staging = np.empty(0, dtype=np.uint8)
+        scratch = np.empty(max(frame_bytes, 1), dtype=np.uint8)
+        while not failed.is_set():
+            with take:
+                first = next(pieces, None)
+            if first is None:
+                return
+            last = min(first + FRAMES_PER_TASK, n)
+            offsets = np.zeros(last - first + 1, dtype=np.int64)
+            np.cumsum(source.index.frame_nbytes[first:last], out=offsets[1:])
+            if staging.size < offsets[-1]:
+                staging = np.empty(int(offsets[-1]) * 5 // 4, dtype=np.uint8)
+            try:
+                view = memoryview(staging)
+                for run in _read_runs(source, first, last):
+                    _read_run(source, fds, view, run)
+                decode_chunks(
+                    staging,
+                    offsets,
+                    out[first * frame_bytes : last * frame_bytes],
+                    frame_bytes,
+                    elem_size,
+                    errors[first:last],
+                    engine,
+                    scratch,
+                )
+            except BaseException:
+                failed.set()
+                raise
+
+    workers = max(1, min(threads or default_threads(), -(-n // FRAMES_PER_TASK)))
+    with _open_shards(source, range(len(source.shard_paths))) as fds:
+        if workers == 1:
+            work(fds)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                for done in [pool.submit(work, fds) for _ in range(workers)]:
+                    done.result()
+    failure = first_decode_error(
+        errors,
+        lambda i: read_compressed(source, i, i + 1, threads=1)[0],
+        frame_bytes,
+        elem_size,
+        engine,
+        frame_numbers=np.arange(n),
+        frame_files=source.frame_files(0, n),
+    )
+    if failure is not None:
+        raise failure
 
 
 def _iter_compressed_batches(
@@ -536,11 +627,8 @@ def load_arina(
     totals = {"clipped_pixels": 0, "bin_saturated_pixels": 0}
     dropped = [0, 0]
     if options.is_identity:
-        # Decode straight into the result, reading the next batch meanwhile.
-        for first, last, compressed in _iter_compressed_batches(
-            source, batch_frames, 0, source.n_frames, threads
-        ):
-            _decode_range(source, first, last, compressed, data[first:last], threads, engine)
+        # Decode straight into the result, each thread reading its own pieces.
+        _read_and_decode_into(source, data.reshape(-1).view(np.uint8), threads, engine)
     else:
         for first, frames in iter_frame_batches(
             source, batch_frames, threads=threads, engine=engine

@@ -12,12 +12,14 @@ Two engines share the checks:
 * ``"numba"``: LZ4 and bit-unshuffle written here (:func:`decode_chunk`). It is written
   to be read: it is also the CPU reference for the CUDA decoder.
 * ``"bitshuffle"`` (default when available): :func:`scan_chunk` first walks the chunk's
-  header, block lengths and LZ4 sequences with the same checks (no copying, numba
-  ``prange``), then the bitshuffle library's C ``bshuf_decompress_lz4`` (SIMD bit
-  transposes, ``LZ4_decompress_safe``) decodes it, called through ctypes (which releases
-  the GIL) from several threads. After the walk every block lies inside the chunk, so
-  the C decoder never reads outside it, and ``LZ4_decompress_safe`` never writes past
-  the frame.
+  header, block lengths and LZ4 sequences with the same checks (no copying), then the
+  bitshuffle library's C block functions decode it (``LZ4_decompress_safe`` into a
+  scratch block, ``bshuf_untrans_bit_elem`` with SIMD bit transposes into the frame),
+  called from a numba function through their addresses: no GIL and no Python work per
+  frame, so threads each decoding their own pieces scale with cores
+  (:func:`decode_chunks`). After the walk every block lies inside the chunk, so the C
+  decoder never reads outside it, and ``LZ4_decompress_safe`` never writes past the
+  scratch block nor ``bshuf_untrans_bit_elem`` past the frame.
 
 Chunk layout (see :mod:`quantem.io.arina_layout` and ``docs/arina.md``)::
 
@@ -32,11 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from quantem.errors import ChunkDecodeError
 
@@ -326,7 +331,7 @@ def default_threads() -> int:
 
 
 def bitshuffle_library_candidates() -> list[str]:
-    """Shared libraries that export ``bshuf_decompress_lz4``, in order of preference."""
+    """Shared libraries with bitshuffle's C decoder, in order of preference."""
     candidates = []
     try:
         import hdf5plugin
@@ -360,72 +365,195 @@ def load_bitshuffle_function(path: str):
     return function
 
 
-def _load_bitshuffle_c():
-    """The bitshuffle C ``bshuf_decompress_lz4``, or None when no library exports it.
+def _load_bitshuffle_block_functions() -> tuple[object, int, int] | None:
+    """``(library, LZ4_decompress_safe address, bshuf_untrans_bit_elem address)`` or None.
 
     First choice: hdf5plugin's build of the bitshuffle filter (the code h5py runs, SIMD,
-    no OpenMP). The ``bitshuffle`` package's extension exports it too, but is linked with
-    OpenMP and opens a parallel region per call, which costs more than the decode when
-    our own threads already run one frame each.
+    no OpenMP; on the development machine it also beat the ``bitshuffle`` package's AVX2
+    build, whose ``bshuf_decompress_lz4`` opens an OpenMP region per call). We call the
+    two block-level functions ourselves, from numba without the GIL, after
+    :func:`scan_chunk` has checked the chunk: no Python or ctypes work per frame.
     """
+    import ctypes
+
     for path in bitshuffle_library_candidates():
-        function = load_bitshuffle_function(path)
-        if function is not None:
-            return function
+        try:
+            library = ctypes.CDLL(path)
+            lz4 = ctypes.cast(library.LZ4_decompress_safe, ctypes.c_void_p).value
+            untrans = ctypes.cast(library.bshuf_untrans_bit_elem, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+        if lz4 and untrans:
+            return library, int(lz4), int(untrans)
     return None
 
 
-_BSHUF_DECOMPRESS_LZ4 = _load_bitshuffle_c()
+_I8_POINTER = ir.IntType(8).as_pointer()
+
+
+@intrinsic
+def _call_lz4_decompress_safe(typingctx, function, src, dst, src_size, dst_capacity):
+    """Call ``int LZ4_decompress_safe(const char*, char*, int, int)`` at address ``function``."""
+    signature = types.int32(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        function_type = ir.FunctionType(i32, [_I8_POINTER, _I8_POINTER, i32, i32])
+        pointer = builder.inttoptr(args[0], function_type.as_pointer())
+        return builder.call(
+            pointer,
+            [
+                builder.inttoptr(args[1], _I8_POINTER),
+                builder.inttoptr(args[2], _I8_POINTER),
+                builder.trunc(args[3], i32),
+                builder.trunc(args[4], i32),
+            ],
+        )
+
+    return signature, codegen
+
+
+@intrinsic
+def _call_bshuf_untrans_bit_elem(typingctx, function, src, dst, size, elem_size):
+    """Call ``int64_t bshuf_untrans_bit_elem(const void*, void*, size_t, size_t)``."""
+    signature = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        function_type = ir.FunctionType(i64, [_I8_POINTER, _I8_POINTER, i64, i64])
+        pointer = builder.inttoptr(args[0], function_type.as_pointer())
+        return builder.call(
+            pointer,
+            [
+                builder.inttoptr(args[1], _I8_POINTER),
+                builder.inttoptr(args[2], _I8_POINTER),
+                args[3],
+                args[4],
+            ],
+        )
+
+    return signature, codegen
+
+
+_BLOCK_FUNCTIONS = _load_bitshuffle_block_functions()
 #: Frames per task handed to a decode thread (about 2 ms of work for 192x192 uint16).
 FRAMES_PER_TASK = 64
-BITSHUFFLE_C_AVAILABLE = _BSHUF_DECOMPRESS_LZ4 is not None
+BITSHUFFLE_C_AVAILABLE = _BLOCK_FUNCTIONS is not None
+# LZ4_decompress_safe takes int sizes.
+_INT32_MAX = 2**31 - 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_elements):
-    for i in frames:
-        errors[i] = scan_chunk(buffer, offsets[i], offsets[i + 1], frame_bytes, elem_size)
-        if errors[i] == DECODE_OK:
-            block_elements[i] = _read_be(buffer, offsets[i] + 8, 4) // elem_size
+def _decode_chunks_c(
+    buffer, offsets, out, frame_bytes, elem_size, errors, scratch, lz4, untrans
+) -> None:
+    """Check then decode chunks ``buffer[offsets[i]:offsets[i+1]]`` into frame ``i`` of ``out``.
 
-
-def _decode_frames_bitshuffle(buffer, offsets, out, frame_bytes, elem_size, errors, threads):
-    """Check every chunk (numba), then decode the valid ones with the C library.
-
-    ``threads`` threads take pieces of ``FRAMES_PER_TASK`` frames, checking then decoding;
-    the C calls go through ctypes, which releases the GIL. Unlike a numba kernel holding
-    a C function pointer, this is cached on disk and needs no per-process compilation,
-    and it starts no OpenMP pool.
+    Each chunk first passes :func:`scan_chunk` (no writes); only then do the C functions
+    run, block by block: ``LZ4_decompress_safe`` into a scratch block of exactly the
+    block's size, then ``bshuf_untrans_bit_elem`` into the frame. Every pointer handed to
+    C lies inside the buffers, with the sizes the scan checked. ``scratch`` (at least
+    ``frame_bytes``) is the caller's: an array allocated here could be released after
+    its address is taken, while C still writes to it.
     """
-    n = offsets.shape[0] - 1
-    block_elements = np.zeros(n, dtype=np.int64)
-    src = buffer.ctypes.data
-    dst = out.ctypes.data
-    starts = offsets.tolist()
     n_elements = frame_bytes // elem_size
-    decompress = _BSHUF_DECOMPRESS_LZ4
-
-    def run(frames: np.ndarray) -> None:
-        # The checks run in numba without the GIL; the C calls release it too.
-        _scan_frames(buffer, offsets, frames, frame_bytes, elem_size, errors, block_elements)
-        valid = frames[errors[frames] == DECODE_OK]
-        for i, block in zip(valid.tolist(), block_elements[valid].tolist()):
-            consumed = decompress(
-                src + starts[i] + 12, dst + i * frame_bytes, n_elements, elem_size, block
-            )
-            if consumed != starts[i + 1] - starts[i] - 12:
+    source_base = buffer.ctypes.data
+    out_base = out.ctypes.data
+    scratch_base = scratch.ctypes.data
+    for i in range(offsets.shape[0] - 1):
+        start = offsets[i]
+        end = offsets[i + 1]
+        err = scan_chunk(buffer, start, end, frame_bytes, elem_size)
+        if err == DECODE_OK and (end - start > _INT32_MAX or frame_bytes > _INT32_MAX):
+            err = ERR_LZ4_MALFORMED
+        errors[i] = err
+        if err != DECODE_OK:
+            continue
+        block_elements = _read_be(buffer, start + 8, 4) // elem_size
+        n_full = n_elements // block_elements
+        leftover = n_elements - n_full * block_elements
+        last_elements = leftover - leftover % 8
+        pos = start + 12
+        at = i * frame_bytes
+        for block in range(n_full + 1):
+            elements = block_elements if block < n_full else last_elements
+            if elements == 0:
+                continue
+            length = _read_be(buffer, pos, 4)
+            pos += 4
+            nbytes = elements * elem_size
+            got = _call_lz4_decompress_safe(lz4, source_base + pos, scratch_base, length, nbytes)
+            if got != nbytes:
                 errors[i] = ERR_LZ4_MALFORMED
+                break
+            done = _call_bshuf_untrans_bit_elem(
+                untrans, scratch_base, out_base + at, elements, elem_size
+            )
+            if done < 0:
+                errors[i] = ERR_LZ4_MALFORMED
+                break
+            pos += length
+            at += nbytes
+        if errors[i] == DECODE_OK:
+            tail = (leftover % 8) * elem_size
+            out[at : at + tail] = buffer[pos : pos + tail]
 
+
+def decode_chunks(
+    buffer: np.ndarray,
+    offsets: np.ndarray,
+    out: np.ndarray,
+    frame_bytes: int,
+    elem_size: int,
+    errors: np.ndarray,
+    engine: str,
+    scratch: np.ndarray | None = None,
+) -> None:
+    """Decode chunks into consecutive frames of the flat uint8 ``out``, in this thread.
+
+    Chunk ``i`` is ``buffer[offsets[i]:offsets[i+1]]`` and becomes
+    ``out[i * frame_bytes:(i + 1) * frame_bytes]``; ``errors[i]`` receives its error
+    code (``DECODE_OK`` when it decoded). The GIL is released for the whole call, so
+    several threads may each decode their own pieces. ``engine`` is ``"bitshuffle"`` or
+    ``"numba"`` (already resolved, see :func:`decode_frames`). ``scratch``: a uint8
+    array of at least ``frame_bytes`` to reuse across calls (allocated when None).
+    """
+    if engine == "bitshuffle":
+        assert _BLOCK_FUNCTIONS is not None
+        _, lz4, untrans = _BLOCK_FUNCTIONS
+        if scratch is None or scratch.size < frame_bytes:
+            scratch = np.empty(max(frame_bytes, 1), dtype=np.uint8)
+        _decode_chunks_c(
+            buffer, offsets, out, frame_bytes, elem_size, errors, scratch, lz4, untrans
+        )
+    else:
+        _decode_frames_serial(buffer, offsets, out, frame_bytes, elem_size, errors)
+
+
+def _decode_frames_pieces(buffer, offsets, out, frame_bytes, elem_size, errors, threads, engine):
+    """Decode on ``threads`` threads, each taking pieces of ``FRAMES_PER_TASK`` frames."""
+    n = offsets.shape[0] - 1
     workers = max(1, min(threads or default_threads(), n))
-    frames = np.arange(n, dtype=np.int64)
     if workers == 1:
-        run(frames)
+        decode_chunks(buffer, offsets, out, frame_bytes, elem_size, errors, engine)
         return
+
+    def run(first: int) -> None:
+        last = min(first + FRAMES_PER_TASK, n)
+        decode_chunks(
+            buffer,
+            offsets[first : last + 1],
+            out[first * frame_bytes : last * frame_bytes],
+            frame_bytes,
+            elem_size,
+            errors[first:last],
+            engine,
+        )
+
     # Small pieces handed out on demand: a thread that loses its core to another process
     # does not hold up the batch, and uneven frame sizes balance out.
-    pieces = [frames[a : a + FRAMES_PER_TASK] for a in range(0, n, FRAMES_PER_TASK)]
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(run, pieces))
+        list(pool.map(run, range(0, n, FRAMES_PER_TASK)))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -459,6 +587,19 @@ def _decode_frames_serial(buffer, offsets, out, frame_bytes, elem_size, errors) 
             elem_size,
             scratch,
         )
+
+
+def resolve_engine(engine: str) -> str:
+    """``"bitshuffle"`` or ``"numba"`` for an engine name (``"auto"``: bitshuffle if present)."""
+    if engine == "auto":
+        engine = "bitshuffle" if BITSHUFFLE_C_AVAILABLE else "numba"
+    if engine not in ("bitshuffle", "numba"):
+        raise ValueError(f"engine must be 'auto', 'bitshuffle' or 'numba', got {engine!r}")
+    if engine == "bitshuffle" and not BITSHUFFLE_C_AVAILABLE:
+        raise RuntimeError(
+            "the bitshuffle library does not export LZ4_decompress_safe and bshuf_untrans_bit_elem"
+        )
+    return engine
 
 
 def decode_frames(
@@ -508,43 +649,67 @@ def decode_frames(
     elif out.dtype != dtype or out.shape != (n, *frame_shape) or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(n, *frame_shape)}")
     flat = out.reshape(-1).view(np.uint8)
-    if engine == "auto":
-        engine = "bitshuffle" if BITSHUFFLE_C_AVAILABLE else "numba"
-    if engine not in ("bitshuffle", "numba"):
-        raise ValueError(f"engine must be 'auto', 'bitshuffle' or 'numba', got {engine!r}")
-    if engine == "bitshuffle" and not BITSHUFFLE_C_AVAILABLE:
-        raise RuntimeError("the bitshuffle library does not export bshuf_decompress_lz4")
+    engine = resolve_engine(engine)
     errors = np.zeros(n, dtype=np.int32)
     if n:
         if engine == "bitshuffle":
-            _decode_frames_bitshuffle(
-                buffer, offsets, flat, frame_bytes, dtype.itemsize, errors, threads
+            _decode_frames_pieces(
+                buffer, offsets, flat, frame_bytes, dtype.itemsize, errors, threads, engine
             )
         elif threads == 1:
             _decode_frames_serial(buffer, offsets, flat, frame_bytes, dtype.itemsize, errors)
         else:
             with _numba_threads(threads):
                 _decode_frames_parallel(buffer, offsets, flat, frame_bytes, dtype.itemsize, errors)
-    bad = np.flatnonzero(errors)
-    if bad.size:
-        i = int(bad[0])
-        if engine == "bitshuffle" and errors[i] == ERR_LZ4_MALFORMED:
-            # The C decoder reports only failure; the reference names the exact check.
-            scratch = np.empty(frame_bytes, dtype=np.uint8)
-            probe = np.empty(frame_bytes, dtype=np.uint8)
-            code = decode_chunk(
-                buffer, offsets[i], offsets[i + 1], probe, 0, frame_bytes, dtype.itemsize, scratch
-            )
-            errors[i] = code or ERR_LZ4_MALFORMED
-        frame = int(frame_numbers[i]) if frame_numbers is not None else i
-        path = frame_files[i] if frame_files is not None else None
-        raise ChunkDecodeError(
-            path,
-            ERROR_MESSAGES.get(int(errors[i]), "corrupt chunk"),
-            frame=frame,
-            corrupt_frames=int(bad.size) if bad.size > 1 else None,
-        )
+    failure = first_decode_error(
+        errors,
+        lambda i: buffer[offsets[i] : offsets[i + 1]],
+        frame_bytes,
+        dtype.itemsize,
+        engine,
+        frame_numbers=frame_numbers,
+        frame_files=frame_files,
+    )
+    if failure is not None:
+        raise failure
     return out
+
+
+def first_decode_error(
+    errors: np.ndarray,
+    read_chunk: Callable[[int], np.ndarray],
+    frame_bytes: int,
+    elem_size: int,
+    engine: str,
+    *,
+    frame_numbers: np.ndarray | None = None,
+    frame_files: Sequence[str] | None = None,
+) -> ChunkDecodeError | None:
+    """The :class:`ChunkDecodeError` for the first nonzero code in ``errors``, or None.
+
+    ``read_chunk(i)`` returns chunk ``i`` again (uint8): when the C decoder reported the
+    failure it says only "failed", so the reference decoder reruns on that one chunk to
+    name the exact check.
+    """
+    bad = np.flatnonzero(errors)
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    code = int(errors[i])
+    if engine == "bitshuffle" and code == ERR_LZ4_MALFORMED:
+        chunk = np.ascontiguousarray(read_chunk(i), dtype=np.uint8).reshape(-1)
+        scratch = np.empty(frame_bytes, dtype=np.uint8)
+        probe = np.empty(frame_bytes, dtype=np.uint8)
+        code = decode_chunk(chunk, 0, chunk.size, probe, 0, frame_bytes, elem_size, scratch)
+        code = code or ERR_LZ4_MALFORMED
+    frame = int(frame_numbers[i]) if frame_numbers is not None else i
+    path = frame_files[i] if frame_files is not None else None
+    return ChunkDecodeError(
+        path,
+        ERROR_MESSAGES.get(code, "corrupt chunk"),
+        frame=frame,
+        corrupt_frames=int(bad.size) if bad.size > 1 else None,
+    )
 
 
 @contextlib.contextmanager
@@ -585,9 +750,13 @@ def decode_chunk_bytes(
 __all__ = [
     "BITSHUFFLE_C_AVAILABLE",
     "ERROR_MESSAGES",
+    "FRAMES_PER_TASK",
     "decode_chunk",
     "decode_chunk_bytes",
+    "decode_chunks",
     "decode_frames",
+    "first_decode_error",
     "lz4_decode_block",
+    "resolve_engine",
     "scan_chunk",
 ]
