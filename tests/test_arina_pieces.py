@@ -1,0 +1,117 @@
+"""The CPU load's read-and-decode workers: pieces, threads, shard edges, errors.
+
+:func:`quantem.io.arina.load_arina` (no load options) has each thread read a piece of
+frames into its own staging buffer and decode it; these tests shrink the pieces so that
+several threads, shard boundaries and reused buffers all take part, and compare with an
+independent h5py + hdf5plugin read.
+"""
+
+from __future__ import annotations
+
+import h5py
+import hdf5plugin  # noqa: F401  (registers the bitshuffle filter for h5py)
+import numpy as np
+import pytest
+
+from quantem.errors import ArinaFormatError, ChunkDecodeError
+from quantem.io import cpu_decode
+from quantem.io.arina import load_arina
+from quantem.io.cpu_decode import BITSHUFFLE_C_AVAILABLE, decode_chunks
+from quantem.io.synthetic import SyntheticModel, encode_chunk, write_synthetic_arina
+
+ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
+
+
+@pytest.fixture(autouse=True)
+def _index_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
+
+
+def _h5py_frames(master):
+    with h5py.File(master, "r") as f:
+        group = f["/entry/data"]
+        names = sorted(k for k in group if k.startswith("data_"))
+        return np.concatenate([group[k][()] for k in names])
+
+
+def _shard(master, i):
+    return master.parent / f"synthetic_data_{i:06d}.h5"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("per_task", [1, 3, 64])
+def test_pieces_across_shards_match_h5py(tmp_path, monkeypatch, engine, threads, per_task):
+    master = write_synthetic_arina(
+        tmp_path / "acq",
+        scan_shape=(3, 5),
+        detector_shape=(20, 13),
+        frames_per_shard=4,
+        processes=1,
+    )
+    monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", per_task)
+    with load_arina(master, threads=threads, engine=engine) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(15, 20, 13), _h5py_frames(master))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_first_corrupt_frame_is_named_when_several_pieces_fail(tmp_path, monkeypatch, engine):
+    master = write_synthetic_arina(
+        tmp_path / "acq",
+        scan_shape=(3, 4),
+        detector_shape=(16, 16),
+        frames_per_shard=5,
+        processes=1,
+    )
+    # Frames 7 and 11 (shards 2 and 3) claim a wrong uncompressed size.
+    for shard, frame in ((2, 2), (3, 1)):
+        with h5py.File(_shard(master, shard), "r") as f:
+            offset = f["/entry/data/data"].id.get_chunk_info(frame).byte_offset
+        with open(_shard(master, shard), "r+b") as f:
+            f.seek(offset)
+            f.write((12345).to_bytes(8, "big"))
+    monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", 2)
+    with pytest.raises(ChunkDecodeError, match="uncompressed size") as info:
+        load_arina(master, threads=2, engine=engine)
+    assert info.value.path == str(_shard(master, 2))
+    assert info.value.fields["frame"] == 7
+    assert info.value.fields["corrupt_frames"] == 2
+
+
+def test_shard_truncated_after_indexing_fails_in_a_worker(tmp_path, monkeypatch):
+    master = write_synthetic_arina(
+        tmp_path / "acq",
+        scan_shape=(4, 4),
+        detector_shape=(16, 16),
+        frames_per_shard=6,
+        processes=1,
+    )
+    load_arina(master).close()  # builds the index sidecar
+    shard = _shard(master, 2)
+    with h5py.File(shard, "r") as f:
+        offset = f["/entry/data/data"].id.get_chunk_info(3).byte_offset
+    with open(shard, "r+b") as f:
+        f.truncate(offset + 5)
+    monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", 2)
+    with pytest.raises(ArinaFormatError, match="truncated") as info:
+        load_arina(master, threads=2)
+    assert info.value.path == str(shard)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_decode_chunks_reuses_scratch_and_fills_only_its_frames(engine):
+    model = SyntheticModel((3, 3), (64, 64), "uint16", dose=2000)
+    frames = model.make_frames(0, 9)
+    chunks = [encode_chunk(f) for f in frames]
+    frame_bytes = frames[0].nbytes
+    scratch = np.empty(frame_bytes * 2, dtype=np.uint8)
+    for first, last in ((0, 4), (4, 9), (2, 3)):
+        buffer = np.frombuffer(b"".join(chunks[first:last]), np.uint8)
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks[first:last]])])
+        out = np.full((last - first + 1) * frame_bytes, 0xAB, dtype=np.uint8)
+        errors = np.full(last - first, -1, dtype=np.int32)
+        decode_chunks(buffer, offsets, out, frame_bytes, 2, errors, engine, scratch)
+        assert (errors == 0).all()
+        decoded = out[: (last - first) * frame_bytes].view(np.uint16).reshape(-1, 64, 64)
+        np.testing.assert_array_equal(decoded, frames[first:last])
+        assert (out[(last - first) * frame_bytes :] == 0xAB).all()  # nothing past the frames
