@@ -3,7 +3,8 @@
 :func:`open_arina` parses the master and its shards and builds (or reuses) the frame
 index; :func:`read_compressed` reads raw chunks by byte offset with parallel ``pread``;
 :mod:`quantem.io.cpu_decode` decodes them on all cores; :func:`load_arina` applies the
-load options (:mod:`quantem.io.transforms`) and returns an :class:`Acquisition`.
+load options (:mod:`quantem.io.transforms`) and returns an :class:`Acquisition`. Without
+load options, each thread reads then decodes its own pieces of frames into the result.
 The layout is described in ``docs/arina.md`` and mirrored in
 :mod:`quantem.io.arina_layout`.
 """
@@ -528,8 +529,12 @@ def _read_and_decode_into(
             work(fds)
         else:
             with ThreadPoolExecutor(workers) as pool:
-                for done in [pool.submit(work, fds) for _ in range(workers)]:
-                    done.result()
+                try:
+                    for done in [pool.submit(work, fds) for _ in range(workers)]:
+                        done.result()
+                except BaseException:
+                    failed.set()  # e.g. KeyboardInterrupt: the others stop after a piece
+                    raise
     failure = first_decode_error(
         errors,
         lambda i: read_compressed(source, i, i + 1, threads=1)[0],
@@ -611,10 +616,17 @@ def load_arina(
         Rebuild the frame index instead of reusing its sidecar; where sidecars live
         (default ``$QUANTEM_INDEX_DIR`` or ``~/.cache/quantem/index``).
     threads
-        Cores for reading and decoding (default: all numba threads).
+        Cores for reading and decoding (default: all numba threads). Without load
+        options each thread reads and decodes its own pieces of frames straight into
+        the result (no separate reader thread).
     engine
         Chunk decoder, see :func:`quantem.io.cpu_decode.decode_frames`.
+    batch_frames
+        Frames per batch when load options transform the frames (decoded, finished,
+        then copied into the result).
     """
+    if batch_frames < 1:
+        raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
     options = parse_load_options(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     out_dtype = options.output_dtype(source.dtype)
