@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ReportValidationError
+from harness.resources import data_folder
 
 #: Value of the top-level ``schema`` field.
 SCHEMA_NAME = "quantem-harness/loading-report"
@@ -28,8 +29,8 @@ SCHEMA_VERSION = 1
 PROTOCOL_VERSION = 1
 #: Value of the top-level ``benchmark`` field.
 BENCHMARK = "io-scale"
-#: The schema file, kept next to the package in the source tree.
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "evidence_schema" / "loading-report.v1.json"
+#: The schema file (source tree, or the copy inside an installed wheel; see harness.resources).
+SCHEMA_PATH = data_folder("evidence_schema") / "loading-report.v1.json"
 
 EXECUTION_STATES = ("completed", "failed")
 CORRECTNESS_STATES = ("passed", "failed")

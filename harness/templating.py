@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "reports_templates"
+from harness.resources import data_folder
+
+TEMPLATES_DIR = data_folder("reports_templates")
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]|~#!])")
 

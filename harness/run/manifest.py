@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ManifestError
+from harness.resources import data_folder
 
 SCHEMA_NAME = "quantem-harness/selection-manifest"
 SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "evidence_schema" / "selection-manifest.v1.json"
+SCHEMA_PATH = data_folder("evidence_schema") / "selection-manifest.v1.json"
 
 
 @dataclass(frozen=True)
