@@ -298,7 +298,7 @@ def build_readme_and_html(connection: Connection, targets: RenderTargets) -> tup
 
 def render_plot(connection: Connection, key: str, path: Path) -> int:
     """Draw median and p95 per record over time for one comparison key; return its newest seq."""
-    from datetime import datetime
+    from datetime import datetime, timedelta
 
     from matplotlib.figure import Figure
 
@@ -333,13 +333,15 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
     figure = Figure(figsize=(6.0 * len(states), 4.2), dpi=72)
     figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.86, wspace=0.2)
     axes = figure.subplots(1, len(states), squeeze=False)[0]
+    # One colour per (acquisition, format), the same in every panel.
+    cells = sorted({(acquisition, fmt) for _, acquisition, fmt in series})
+    colors = {cell: f"C{index % 10}" for index, cell in enumerate(cells)}
+    times = sorted({x for xs, _, _ in series.values() for x in xs})
     for axis, state in zip(axes, states):
-        for index, ((cache_state, acquisition, fmt), (xs, medians, p95s)) in enumerate(
-            sorted(series.items())
-        ):
+        for (cache_state, acquisition, fmt), (xs, medians, p95s) in sorted(series.items()):
             if cache_state != state:
                 continue
-            color = f"C{index % 10}"
+            color = colors[(acquisition, fmt)]
             axis.plot(
                 xs,
                 medians,
@@ -353,9 +355,14 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
                 p95s,
                 color=color,
                 linestyle="--",
+                marker="x",
+                markersize=4,
                 linewidth=0.8,
                 label=f"{acquisition} {fmt} p95",
             )
+        if times and times[0] == times[-1]:
+            # A single point in time: show a day either side, not matplotlib's years.
+            axis.set_xlim(times[0] - timedelta(days=1), times[0] + timedelta(days=1))
         axis.set_title(f"{state}")
         axis.set_ylabel("seconds")
         axis.grid(True, alpha=0.3)
