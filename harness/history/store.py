@@ -166,13 +166,15 @@ _CREATION_NAMES = frozenset({LOCK_NAME, MARKER_NAME, MARKER_TEMP_NAME})
 
 def _refuse_foreign_folder(layout: HistoryLayout) -> None:
     """Refuse a non-empty folder without a marker before the lock file is created in it."""
-    if (
-        layout.root.is_dir()
-        and not layout.marker.exists()
-        # another process may be creating this history right now: its lock and marker
-        # temporary file are the only things it writes before the marker itself
-        and any(p.name not in _CREATION_NAMES for p in layout.root.iterdir())
-    ):
+    if not layout.root.is_dir():
+        return
+    # Another process may be creating this history right now: its lock and the marker's
+    # temporary file are the only things it writes before the marker itself. So list the
+    # folder first and look for the marker afterwards; checking the marker first left a
+    # window in which the creator wrote the marker and then its index between the two
+    # looks, and the new index looked foreign.
+    foreign = [p.name for p in layout.root.iterdir() if p.name not in _CREATION_NAMES]
+    if foreign and not layout.marker.exists():
         raise HistoryError(
             f"{layout.root}: folder is not empty and is not a history (no {layout.marker.name}); "
             "choose an empty or new folder"
