@@ -12,23 +12,6 @@ from typing import Any
 
 from harness.comparability import canonical_json, comparison_fields, comparison_key
 
-#: Columns of timings.csv, in order (``docs/history-format.md`` "timings.csv").
-TIMINGS_COLUMNS = (
-    "record_sha256",
-    "created_utc",
-    "comparison_key",
-    "acquisition",
-    "format",
-    "cache_state",
-    "trial_index",
-    "label",
-    "kept",
-    "seconds",
-    "read_bytes",
-    "file_bytes",
-    "residency_before",
-)
-
 TRIAL_FIELDS = (
     "acquisition",
     "format",
@@ -41,6 +24,9 @@ TRIAL_FIELDS = (
     "file_bytes",
     "residency_before",
 )
+#: Columns of timings.csv, in order (``docs/history-format.md`` "timings.csv"): the record's
+#: identity, then every trial field.
+TIMINGS_COLUMNS = ("record_sha256", "created_utc", "comparison_key", *TRIAL_FIELDS)
 SUMMARY_FIELDS = (
     "acquisition",
     "format",
