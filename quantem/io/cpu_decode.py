@@ -88,11 +88,25 @@ def _read_be(src: np.ndarray, pos: int, nbytes: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
-    """Decode one LZ4 block ``src[ip:iend]`` into exactly ``dst[op_start:op_end]``.
+def _lz4_extend_length(src, ip, iend, length):
+    """Add LZ4's 255-continued length bytes at ``src[ip]`` to ``length``; ``(-1, ip)`` on overrun."""
+    while True:
+        if ip >= iend:
+            return -1, ip
+        extra = np.int64(src[ip])
+        ip += 1
+        length += extra
+        if extra != 255:
+            return length, ip
 
-    Returns ``DECODE_OK``, ``ERR_LZ4_MALFORMED`` or ``ERR_LZ4_OUTPUT_SIZE``. Every literal
-    run, match length and match offset is checked before copying.
+
+@numba.njit(cache=True, nogil=True)
+def _lz4_walk(src, ip, iend, dst, op_start, op_end, write) -> int:
+    """Walk one LZ4 block's sequences, checking each one; copy into ``dst`` when ``write``.
+
+    Every literal run, match length and match offset is checked before anything is copied;
+    the decoder and the pre-check of the C path share this one walk so they accept and
+    reject exactly the same blocks.
     """
     op = op_start
     while True:
@@ -102,19 +116,15 @@ def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
         ip += 1
         literals = token >> 4
         if literals == 15:
-            while True:
-                if ip >= iend:
-                    return ERR_LZ4_MALFORMED
-                extra = np.int64(src[ip])
-                ip += 1
-                literals += extra
-                if extra != 255:
-                    break
+            literals, ip = _lz4_extend_length(src, ip, iend, literals)
+            if literals < 0:
+                return ERR_LZ4_MALFORMED
         if literals > iend - ip:
             return ERR_LZ4_MALFORMED
         if literals > op_end - op:
             return ERR_LZ4_OUTPUT_SIZE
-        dst[op : op + literals] = src[ip : ip + literals]
+        if write:
+            dst[op : op + literals] = src[ip : ip + literals]
         ip += literals
         op += literals
         if ip == iend:  # the last sequence carries literals only
@@ -127,27 +137,33 @@ def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
             return ERR_LZ4_MALFORMED
         length = token & 15
         if length == 15:
-            while True:
-                if ip >= iend:
-                    return ERR_LZ4_MALFORMED
-                extra = np.int64(src[ip])
-                ip += 1
-                length += extra
-                if extra != 255:
-                    break
+            length, ip = _lz4_extend_length(src, ip, iend, length)
+            if length < 0:
+                return ERR_LZ4_MALFORMED
         length += 4
         if length > op_end - op:
             return ERR_LZ4_OUTPUT_SIZE
-        match = op - offset
-        if offset >= length:
-            dst[op : op + length] = dst[match : match + length]
-        else:  # overlapping copy repeats the last `offset` bytes
-            for i in range(length):
-                dst[op + i] = dst[match + i]
+        if write:
+            match = op - offset
+            if offset >= length:
+                dst[op : op + length] = dst[match : match + length]
+            else:  # overlapping copy repeats the last `offset` bytes
+                for i in range(length):
+                    dst[op + i] = dst[match + i]
         op += length
     if op != op_end:
         return ERR_LZ4_OUTPUT_SIZE
     return DECODE_OK
+
+
+@numba.njit(cache=True, nogil=True)
+def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
+    """Decode one LZ4 block ``src[ip:iend]`` into exactly ``dst[op_start:op_end]``.
+
+    Returns ``DECODE_OK``, ``ERR_LZ4_MALFORMED`` or ``ERR_LZ4_OUTPUT_SIZE``. Every literal
+    run, match length and match offset is checked before copying.
+    """
+    return _lz4_walk(src, ip, iend, dst, op_start, op_end, True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,53 +173,8 @@ def lz4_check_block(src, ip, iend, out_bytes) -> int:
     Used before handing a block to the C decoder, which (in the LZ4 version bundled with
     bitshuffle) accepts a zero match offset and would then copy uninitialised bytes.
     """
-    op = 0
-    while True:
-        if ip >= iend:
-            return ERR_LZ4_MALFORMED
-        token = np.int64(src[ip])
-        ip += 1
-        literals = token >> 4
-        if literals == 15:
-            while True:
-                if ip >= iend:
-                    return ERR_LZ4_MALFORMED
-                extra = np.int64(src[ip])
-                ip += 1
-                literals += extra
-                if extra != 255:
-                    break
-        if literals > iend - ip:
-            return ERR_LZ4_MALFORMED
-        if literals > out_bytes - op:
-            return ERR_LZ4_OUTPUT_SIZE
-        ip += literals
-        op += literals
-        if ip == iend:
-            break
-        if iend - ip < 2:
-            return ERR_LZ4_MALFORMED
-        offset = np.int64(src[ip]) | (np.int64(src[ip + 1]) << 8)
-        ip += 2
-        if offset == 0 or offset > op:
-            return ERR_LZ4_MALFORMED
-        length = token & 15
-        if length == 15:
-            while True:
-                if ip >= iend:
-                    return ERR_LZ4_MALFORMED
-                extra = np.int64(src[ip])
-                ip += 1
-                length += extra
-                if extra != 255:
-                    break
-        length += 4
-        if length > out_bytes - op:
-            return ERR_LZ4_OUTPUT_SIZE
-        op += length
-    if op != out_bytes:
-        return ERR_LZ4_OUTPUT_SIZE
-    return DECODE_OK
+    no_output = np.empty(0, dtype=np.uint8)  # never written: ``write`` is False
+    return _lz4_walk(src, ip, iend, no_output, 0, out_bytes, False)
 
 
 @numba.njit(cache=True, nogil=True)
