@@ -169,7 +169,9 @@ def main() -> int:
     import resource
 
     # largest resident set of any child so far; verify is the biggest of them
-    results["max_child_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    results["max_child_rss_mb"] = round(
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    )
     results["verify_exit"] = completed.returncode
     results["verify_summary"] = (
         completed.stdout.strip().splitlines()[-1] if completed.stdout else completed.stderr

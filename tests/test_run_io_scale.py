@@ -17,7 +17,13 @@ from _run_helpers import real_disk_dir, tmpfs_dir
 
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import REFERENCE_HEADER_DIR, TEMP_PREFIX, IoScaleConfig, run_io_scale
+from harness.run.io_scale import (
+    REFERENCE_HEADER_DIR,
+    TEMP_PREFIX,
+    IoScaleConfig,
+    run_io_scale,
+    temporary_area,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 #: Small enough for the default tier: two acquisitions, a few shards each.
@@ -355,6 +361,33 @@ def test_keyboard_interrupt_mid_run_leaves_no_temporary_files(disk_suite):
     assert seen == [["small-u8.qem"]]  # the disposable QEM existed when interrupted
     assert not _leftover_temp(folder / "out")
     assert not (folder / "out" / "loading.json").exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_swallowed_by_a_weakref_callback_still_ends_the_run(tmp_path, sig):
+    """Python drops an exception raised inside a weakref callback; the signal must not be."""
+    import weakref
+
+    class Owner:
+        pass
+
+    delivered = []
+
+    def callback(_ref):
+        os.kill(os.getpid(), sig)  # the handler raises here, and Python ignores it
+        delivered.append(True)
+
+    with pytest.raises(KeyboardInterrupt), temporary_area(tmp_path) as folder:
+        owner = Owner()
+        ref = weakref.ref(owner, callback)
+        del owner
+        assert ref() is None
+        (folder / "partial.qem").write_bytes(b"x")
+        reached_end = True
+    assert reached_end  # the body did finish: only the latch can have raised
+    assert not delivered  # the handler interrupted the callback
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -108,26 +108,46 @@ class RunOutcome:
 # --- temporary files and signals ----------------------------------------------------
 
 
+class InterruptLatch:
+    """Remembers that SIGINT, SIGTERM or SIGHUP arrived, even if its exception was lost.
+
+    The handler raises ``KeyboardInterrupt`` so the run unwinds at once; but Python
+    discards an exception raised while it runs a weakref callback or a ``__del__``
+    ("Exception ignored in ..."), and a run that carried on from there would write a
+    report nobody asked for. The latch keeps the signal, :meth:`check` re-raises it at
+    every trial boundary, and leaving the area re-raises it before any report is written.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def handler(self, signum, frame) -> None:
+        self.signum = signum
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"signal {self.signum}")
+
+
 @contextlib.contextmanager
-def temporary_area(parent: Path) -> Iterator[Path]:
+def temporary_area(parent: Path, latch: InterruptLatch | None = None) -> Iterator[Path]:
     """A private folder for disposable QEM and index files, removed whatever happens.
 
-    SIGTERM and SIGHUP are turned into ``KeyboardInterrupt`` for the duration, so a
-    killed run unwinds through the ``finally`` like a Ctrl-C instead of leaving files.
+    SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` for the duration (through
+    ``latch``, which also remembers them), so a killed run unwinds through the
+    ``finally`` like a Ctrl-C instead of leaving files, and never completes normally.
     """
     parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent))
+    latch = latch if latch is not None else InterruptLatch()
     previous = {}
-
-    def _interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    in_main_thread = _is_main_thread()
-    if in_main_thread:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, _interrupt)
+    if _is_main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, latch.handler)
     try:
         yield folder
+        latch.check()  # a signal whose exception was swallowed still ends the run
     finally:
         try:
             shutil.rmtree(folder, ignore_errors=True)
@@ -248,9 +268,12 @@ class IoScaleRun:
         self.barrier = device_barrier(config.backend)
         self.work_dir: Path | None = None
         self._progress = None
+        self._latch: InterruptLatch | None = None
 
     # -- helpers ------------------------------------------------------------------
     def _event(self, name: str, **details: Any) -> None:
+        if self._latch is not None:
+            self._latch.check()
         if self.config.on_event is not None:
             self.config.on_event(name, details)
 
@@ -617,7 +640,11 @@ class IoScaleRun:
         self.states = [AcquisitionState(sel) for sel in manifest.acquisitions]
         n_formats = 1 if cfg.backend == "native" else 2
         total = len(self.states) * cfg.reps * n_formats * 2
-        with temporary_area(cfg.output_dir) as work_dir, _progress_bar(cfg, total) as progress:
+        self._latch = InterruptLatch()
+        with (
+            temporary_area(cfg.output_dir, self._latch) as work_dir,
+            _progress_bar(cfg, total) as progress,
+        ):
             self.work_dir = work_dir
             self._progress = progress
             (work_dir / "index").mkdir()
