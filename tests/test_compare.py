@@ -228,7 +228,7 @@ def test_compare_by_sha_prefix_in_history_and_default_candidate(
     reports, tmp_path: Path, capsys
 ) -> None:
     history = tmp_path / "h"
-    base, same = register_reports(history, [reports["base"], reports["same"]], plots=False)
+    base, same = register_reports(history, [reports["base"], reports["same"]], plots="defer")
     code = main(
         ["compare", "--baseline", base.sha256[:10], "--history-dir", str(history), "--json"]
     )
@@ -242,7 +242,7 @@ def test_tampered_baseline_record_is_refused(reports, tmp_path: Path) -> None:
     import os
 
     history = tmp_path / "h"
-    (base,) = register_reports(history, [reports["base"]], plots=False)
+    (base,) = register_reports(history, [reports["base"]], plots="defer")
     os.chmod(base.path, 0o644)
     base.path.write_bytes(base.path.read_bytes().replace(b"bench-host", b"other-host"))
     code = main(
@@ -290,7 +290,7 @@ def test_compare_usage_error_in_a_subprocess(tmp_path: Path) -> None:
 
 def test_ambiguous_or_unknown_prefix_is_a_usage_error(reports, tmp_path: Path, capsys) -> None:
     history = tmp_path / "h"
-    register_reports(history, [reports["base"]], plots=False)
+    register_reports(history, [reports["base"]], plots="defer")
     assert (
         main(["compare", "--baseline", "0000", str(reports["same"]), "--history-dir", str(history)])
         == 64

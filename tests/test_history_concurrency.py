@@ -29,7 +29,7 @@ def _worker(history: str, paths: list[str], barrier, queue) -> None:
     outcomes = []
     try:
         for path in paths:
-            (result,) = register_reports(history, [path], plots=False)
+            (result,) = register_reports(history, [path], plots="defer")
             outcomes.append((result.sha256, result.created))
     except BaseException:  # report it to the test instead of leaving it waiting
         import traceback

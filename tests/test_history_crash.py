@@ -37,7 +37,7 @@ from harness.report import dump_report
 from harness.testing import make_example_report
 history, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for seed in range(first, first + count):
-    (result,) = register_reports(history, [dump_report(make_example_report(seed, reps=2))], plots=False)
+    (result,) = register_reports(history, [dump_report(make_example_report(seed, reps=2))], plots="defer")
     print("done", result.sha256, flush=True)
 """
 
@@ -80,7 +80,7 @@ elif point == "mid-csv-append":
             handle.write(data[: len(data) // 2])
         die()
     render.timings_csv_text = partial
-store.register_reports(history, [dump_report(make_example_report(seed, reps=2))], plots=False)
+store.register_reports(history, [dump_report(make_example_report(seed, reps=2))], plots="defer")
 print("survived")
 """
 
@@ -115,7 +115,7 @@ def _indexed(history: Path) -> set[str]:
 def test_kill_at_each_point_of_a_registration(tmp_path: Path, point: str) -> None:
     history = tmp_path / "h"
     register_reports(
-        history, [dump_report(make_example_report(s, reps=2)) for s in (1, 2)], plots=False
+        history, [dump_report(make_example_report(s, reps=2)) for s in (1, 2)], plots="defer"
     )
     before = _indexed(history)
     killed = _run(INJECT, history, point, 3)
@@ -125,7 +125,7 @@ def test_kill_at_each_point_of_a_registration(tmp_path: Path, point: str) -> Non
     assert {p.kind for p in errors} <= LAG_KINDS, [str(p) for p in errors]
     assert before <= _indexed(history)
     # the history keeps working without a rebuild: the next registration succeeds ...
-    register_reports(history, [dump_report(make_example_report(4, reps=2))], plots=False)
+    register_reports(history, [dump_report(make_example_report(4, reps=2))], plots="defer")
     # ... and a rebuild leaves nothing but pending plots
     rebuild_history(history, plots=False)
     after = verify_history(history)

@@ -28,7 +28,7 @@ def crafted_history(tmp_path: Path) -> Path:
         device_name=CRAFTED_DEVICE,
     )
     history = tmp_path / "h"
-    register_reports(history, [dump_report(doc)], plots=False)
+    register_reports(history, [dump_report(doc)], plots="defer")
     return history
 
 

@@ -33,7 +33,7 @@ def _files_under(root: Path) -> dict[str, bytes]:
 
 def test_records_are_named_by_sha256_and_read_only(tmp_path: Path) -> None:
     paths = write_example_reports(tmp_path / "in", [1, 2])
-    results = register_reports(tmp_path / "h", paths, plots=False)
+    results = register_reports(tmp_path / "h", paths, plots="defer")
     layout = HistoryLayout.at(tmp_path / "h")
     for path, result in zip(paths, results):
         data = path.read_bytes()
@@ -48,10 +48,10 @@ def test_records_are_named_by_sha256_and_read_only(tmp_path: Path) -> None:
 
 def test_identical_bytes_are_a_no_op_that_says_so(tmp_path: Path) -> None:
     (path,) = write_example_reports(tmp_path / "in", [3])
-    (first,) = register_reports(tmp_path / "h", [path], plots=False)
+    (first,) = register_reports(tmp_path / "h", [path], plots="defer")
     before = _files_under(tmp_path / "h" / "records")
     journal = (tmp_path / "h" / "journal.jsonl").read_bytes()
-    second, third = register_reports(tmp_path / "h", [path, path.read_bytes()], plots=False)
+    second, third = register_reports(tmp_path / "h", [path, path.read_bytes()], plots="defer")
     assert first.created and not second.created and not third.created
     assert "already stored" in second.message and "nothing written" in second.message
     assert _files_under(tmp_path / "h" / "records") == before
@@ -60,10 +60,10 @@ def test_identical_bytes_are_a_no_op_that_says_so(tmp_path: Path) -> None:
 
 def test_changed_report_is_a_new_record(tmp_path: Path) -> None:
     doc = make_example_report(4)
-    register_reports(tmp_path / "h", [dump_report(doc)], plots=False)
+    register_reports(tmp_path / "h", [dump_report(doc)], plots="defer")
     doc["status"]["failures"] = ["note"]
     doc["status"]["correctness"] = "failed"
-    (changed,) = register_reports(tmp_path / "h", [dump_report(doc)], plots=False)
+    (changed,) = register_reports(tmp_path / "h", [dump_report(doc)], plots="defer")
     assert changed.created
     assert len(list(HistoryLayout.at(tmp_path / "h").iter_record_files())) == 2
 
@@ -90,7 +90,7 @@ def test_bad_report_is_refused_before_anything_is_written(
     assert str(bad) in str(info.value)
     assert not (tmp_path / "new-history").exists()
     # and in an existing history nothing changes either
-    register_reports(tmp_path / "h", [dump_report(make_example_report(6))], plots=False)
+    register_reports(tmp_path / "h", [dump_report(make_example_report(6))], plots="defer")
     before = _files_under(tmp_path / "h")
     with pytest.raises(ReportValidationError):
         register_reports(tmp_path / "h", [good, bad])
@@ -99,7 +99,7 @@ def test_bad_report_is_refused_before_anything_is_written(
 
 def test_older_report_is_stored_verbatim_and_indexed_migrated(tmp_path: Path) -> None:
     v0 = FIXTURES / "loading-report.v0.json"
-    (result,) = register_reports(tmp_path / "h", [v0], plots=False)
+    (result,) = register_reports(tmp_path / "h", [v0], plots="defer")
     assert result.path.read_bytes() == v0.read_bytes()
     index = json.loads((tmp_path / "h" / "index.json").read_text())
     (entry,) = index["records"]
@@ -120,7 +120,7 @@ def test_foreign_folder_and_newer_layout_are_refused(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="not a history"):
         rebuild_history(foreign)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]  # not even a lock file
-    register_reports(tmp_path / "h", [report], plots=False)
+    register_reports(tmp_path / "h", [report], plots="defer")
     (tmp_path / "h" / "history.json").write_text(
         '{"format": "quantem-harness/history", "version": 99}\n'
     )
@@ -130,17 +130,17 @@ def test_foreign_folder_and_newer_layout_are_refused(tmp_path: Path) -> None:
 
 def test_existing_record_with_other_bytes_is_never_overwritten(tmp_path: Path) -> None:
     data = dump_report(make_example_report(8))
-    (result,) = register_reports(tmp_path / "h", [data], plots=False)
+    (result,) = register_reports(tmp_path / "h", [data], plots="defer")
     os.chmod(result.path, 0o644)
     result.path.write_bytes(data.replace(b"bench-host", b"evil-host"))
     with pytest.raises(HistoryError, match="differ from its SHA-256"):
-        register_reports(tmp_path / "h", [data], plots=False)
+        register_reports(tmp_path / "h", [data], plots="defer")
     assert b"evil-host" in result.path.read_bytes()
 
 
 def test_index_rows_and_cells_match_the_reports(tmp_path: Path) -> None:
     docs = [make_example_report(s, reps=3) for s in (9, 10)]
-    register_reports(tmp_path / "h", [dump_report(d) for d in docs], plots=False)
+    register_reports(tmp_path / "h", [dump_report(d) for d in docs], plots="defer")
     with sqlite3.connect(tmp_path / "h" / "index.sqlite") as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         (n_records,) = connection.execute("SELECT count(*) FROM records").fetchone()
@@ -160,7 +160,7 @@ def test_incremental_renders_equal_a_full_rebuild(tmp_path: Path) -> None:
     for seed in range(5):
         created = f"2026-11-30T08:0{seed}:00Z"
         register_reports(
-            history, [dump_report(make_example_report(seed, created_utc=created))], plots=False
+            history, [dump_report(make_example_report(seed, created_utc=created))], plots="defer"
         )
     incremental = {n: (history / n).read_bytes() for n in ("index.json", "timings.csv")}
     rebuild_history(history, plots=False)
@@ -171,9 +171,9 @@ def test_incremental_renders_equal_a_full_rebuild(tmp_path: Path) -> None:
 
 def test_timings_csv_is_rewritten_when_its_bookkeeping_does_not_match(tmp_path: Path) -> None:
     history = tmp_path / "h"
-    register_reports(history, [dump_report(make_example_report(1))], plots=False)
+    register_reports(history, [dump_report(make_example_report(1))], plots="defer")
     (history / "timings.csv").write_text("garbage\n")
-    register_reports(history, [dump_report(make_example_report(2))], plots=False)
+    register_reports(history, [dump_report(make_example_report(2))], plots="defer")
     lines = (history / "timings.csv").read_text().splitlines()
     assert lines[0].startswith("record_sha256,") and len(lines) == 1 + 2 * 40
     assert verify_history(history).ok
@@ -181,11 +181,11 @@ def test_timings_csv_is_rewritten_when_its_bookkeeping_does_not_match(tmp_path: 
 
 def test_old_index_without_migration_is_rebuilt_newer_is_refused(tmp_path: Path) -> None:
     history = tmp_path / "h"
-    register_reports(history, [dump_report(make_example_report(1))], plots=False)
+    register_reports(history, [dump_report(make_example_report(1))], plots="defer")
     with sqlite3.connect(history / "index.sqlite") as connection:
         connection.execute("UPDATE index_meta SET value='0' WHERE key='schema_version'")
         connection.execute("DELETE FROM trials")
-    register_reports(history, [dump_report(make_example_report(2))], plots=False)
+    register_reports(history, [dump_report(make_example_report(2))], plots="defer")
     with sqlite3.connect(history / "index.sqlite") as connection:
         version = connection.execute(
             "SELECT value FROM index_meta WHERE key='schema_version'"
@@ -195,7 +195,7 @@ def test_old_index_without_migration_is_rebuilt_newer_is_refused(tmp_path: Path)
     with sqlite3.connect(history / "index.sqlite") as connection:
         connection.execute("UPDATE index_meta SET value='99' WHERE key='schema_version'")
     with pytest.raises(HistoryError, match="newer than this harness"):
-        register_reports(history, [dump_report(make_example_report(3))], plots=False)
+        register_reports(history, [dump_report(make_example_report(3))], plots="defer")
 
 
 def test_plots_are_drawn_per_comparison_key(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_deferred_plots_are_pending_until_rendered(tmp_path: Path) -> None:
     from harness.cli import main
 
     history = tmp_path / "h"
-    (result,) = register_reports(history, [dump_report(make_example_report(1))], plots=False)
+    (result,) = register_reports(history, [dump_report(make_example_report(1))], plots="defer")
     readme = (history / "README.md").read_text()
     assert "pending" in readme
     warnings = verify_history(history).warnings
@@ -229,3 +229,36 @@ def test_deferred_plots_are_pending_until_rendered(tmp_path: Path) -> None:
     assert (history / "plots" / f"{result.comparison_key}.png").exists()
     assert "pending" not in (history / "README.md").read_text()
     assert not verify_history(history).problems
+
+
+def test_auto_plots_are_drawn_for_small_groups_and_deferred_for_large_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.history import render
+
+    monkeypatch.setattr(render, "PLOT_INLINE_RECORDS", 2)
+    history = tmp_path / "h"
+    stamps = ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z")
+    reports = [
+        dump_report(make_example_report(seed, created_utc=created))
+        for seed, created in zip((1, 2, 3), stamps)
+    ]
+    results = register_reports(history, reports[:2])  # default policy: "auto"
+    (key,) = {r.comparison_key for r in results}
+    png = history / "plots" / f"{key}.png"
+    drawn = png.read_bytes()
+    assert drawn[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "pending" not in (history / "README.md").read_text()
+    register_reports(history, reports[2:])  # the group now holds 3 > 2 records
+    assert png.read_bytes() == drawn  # not redrawn ...
+    assert "pending" in (history / "README.md").read_text()  # ... and said so
+    assert [w.kind.value for w in verify_history(history).warnings] == ["plot-pending"]
+    register_reports(history, [dump_report(make_example_report(4))], plots="now")
+    assert png.read_bytes() != drawn
+    assert "pending" not in (history / "README.md").read_text()
+
+
+def test_unknown_plot_policy_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="plots must be one of"):
+        register_reports(tmp_path / "h", [dump_report(make_example_report(1))], plots="sometimes")
+    assert not (tmp_path / "h").exists()

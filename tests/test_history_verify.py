@@ -23,7 +23,7 @@ from harness.testing import make_example_report
 def history(tmp_path: Path) -> tuple[Path, list]:
     root = tmp_path / "h"
     results = register_reports(
-        root, [dump_report(make_example_report(s)) for s in range(3)], plots=False
+        root, [dump_report(make_example_report(s)) for s in range(3)], plots="defer"
     )
     assert verify_history(root).ok
     return root, results
@@ -171,6 +171,6 @@ def test_damaged_index_is_reported_and_registration_rebuilds_it(history) -> None
         Path(f"{root / 'index.sqlite'}{suffix}").unlink(missing_ok=True)
     (root / "index.sqlite").write_bytes(b"this is not a database" * 100)
     assert main(["history", "verify", "--history-dir", str(root)]) == 1
-    register_reports(root, [dump_report(make_example_report(9))], plots=False)
+    register_reports(root, [dump_report(make_example_report(9))], plots="defer")
     result = verify_history(root)
     assert result.ok and result.records == 4

@@ -41,9 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     register.add_argument("reports", nargs="+", metavar="REPORT", help="loading.json files")
     add_history_dir_argument(register)
-    register.add_argument(
-        "--defer-plots", action="store_true", help="leave plots pending for `harness render index`"
-    )
+    add_plot_policy_arguments(register)
     register.set_defaults(func=run_register)
 
     importer = commands.add_parser(
@@ -56,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="import the valid reports and list the refused ones",
     )
-    importer.add_argument("--defer-plots", action="store_true", help="leave plots pending")
+    add_plot_policy_arguments(importer)
     importer.set_defaults(func=run_import)
 
     lister = commands.add_parser("list", help="list records, newest last")
@@ -109,6 +107,30 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError("history needs a subcommand: register, import, list, show, verify or rebuild")
 
 
+def add_plot_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--plots {auto,now,defer}`` and its shorthand ``--defer-plots``."""
+    from harness.history.render import PLOT_INLINE_RECORDS, PLOT_POLICIES
+
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--plots",
+        choices=PLOT_POLICIES,
+        default="auto",
+        help=(
+            "redraw the plots of the groups that gained records: auto (default) while a "
+            f"group holds at most {PLOT_INLINE_RECORDS} records, now (always), or defer "
+            "(leave them pending for `harness render index`)"
+        ),
+    )
+    group.add_argument(
+        "--defer-plots",
+        dest="plots",
+        action="store_const",
+        const="defer",
+        help="same as --plots defer",
+    )
+
+
 def _history_dir(args: argparse.Namespace) -> str:
     return args.history_dir or default_history_dir()
 
@@ -116,7 +138,7 @@ def _history_dir(args: argparse.Namespace) -> str:
 def run_register(args: argparse.Namespace) -> int:
     from harness.history.store import register_reports
 
-    results = register_reports(_history_dir(args), args.reports, plots=not args.defer_plots)
+    results = register_reports(_history_dir(args), args.reports, plots=args.plots)
     for result in results:
         print(result.message)
     return EXIT_OK
@@ -126,7 +148,7 @@ def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import import_reports
 
     results, refused = import_reports(
-        args.out, args.paths, skip_invalid=args.skip_invalid, plots=not args.defer_plots
+        args.out, args.paths, skip_invalid=args.skip_invalid, plots=args.plots
     )
     for result in results:
         print(result.message)

@@ -37,7 +37,7 @@ def import_reports(
     paths: Iterable[str | Path],
     *,
     skip_invalid: bool = False,
-    plots: bool = True,
+    plots: str = "auto",
 ) -> tuple[list[RegisterResult], list[ReportValidationError]]:
     """Register earlier reports into ``out_dir``; return results and refused reports.
 

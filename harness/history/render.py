@@ -36,6 +36,13 @@ META_TIMINGS = "render.timings_csv"
 META_INDEX_JSON = "render.index_json"
 #: Records per series above which plot lines are drawn without point markers (speed).
 PLOT_MARKER_LIMIT = 200
+#: What a registration does with the plots of the keys that gained records.
+PLOT_POLICIES = ("auto", "now", "defer")
+#: Under ``plots="auto"``, the largest comparison key (in records) whose plot a
+#: registration still redraws itself; larger keys' plots are left pending for
+#: ``harness render index``, because their redraw alone exceeds the 100 ms that a
+#: whole registration may take (``docs/performance/results.md``, "History at scale").
+PLOT_INLINE_RECORDS = 500
 #: Rendered files are ordinary, replaceable files (records are the read-only ones).
 RENDERED_MODE = 0o644
 META_PLOT_PREFIX = "render.plot."
@@ -297,9 +304,15 @@ def build_readme_and_html(connection: Connection, targets: RenderTargets) -> tup
 
 
 def render_plot(connection: Connection, key: str, path: Path) -> int:
-    """Draw median and p95 per record over time for one comparison key; return its newest seq."""
-    from datetime import datetime, timedelta
+    """Draw median and p95 per record over time for one comparison key; return its newest seq.
 
+    Vectorised: times are parsed once into matplotlib date numbers and each series is
+    one line of floats; point markers are drawn only while a series has at most
+    ``PLOT_MARKER_LIMIT`` points (beyond that they cover each other and cost most of
+    the drawing time).
+    """
+    import numpy as np
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
     from matplotlib.figure import Figure
 
     rows = connection.execute(
@@ -316,19 +329,25 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
         )
         .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
         .where(RecordRow.comparison_key == key)
+        .where(SummaryRow.median.is_not(None))
         .order_by(RecordRow.created_utc, RecordRow.seq)
     ).all()
+    newest = connection.execute(
+        select(func.max(RecordRow.seq)).where(RecordRow.comparison_key == key)
+    ).scalar()
+    # Timestamps are "YYYY-MM-DDTHH:MM:SSZ" (schema); numpy parses them without the "Z".
+    stamps = sorted({row.created_utc for row in rows})
+    day_of = dict(
+        zip(stamps, date2num(np.array([s.rstrip("Z") for s in stamps], dtype="datetime64[s]")))
+    )
     series: dict[tuple[str, str, str], tuple[list, list, list]] = {}
     for row in rows:
-        if row.median is None:
-            continue
-        when = datetime.fromisoformat(row.created_utc.replace("Z", "+00:00"))
         xs, medians, p95s = series.setdefault(
             (row.cache_state, row.acquisition, row.format), ([], [], [])
         )
-        xs.append(when)
+        xs.append(day_of[row.created_utc])
         medians.append(row.median)
-        p95s.append(row.p95)
+        p95s.append(row.p95 if row.p95 is not None else np.nan)
     states = sorted({state for state, _, _ in series}, key=lambda s: (s != "cold", s)) or ["cold"]
     figure = Figure(figsize=(6.0 * len(states), 4.2), dpi=72)
     figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.86, wspace=0.2)
@@ -336,33 +355,40 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
     # One colour per (acquisition, format), the same in every panel.
     cells = sorted({(acquisition, fmt) for _, acquisition, fmt in series})
     colors = {cell: f"C{index % 10}" for index, cell in enumerate(cells)}
-    times = sorted({x for xs, _, _ in series.values() for x in xs})
     for axis, state in zip(axes, states):
         for (cache_state, acquisition, fmt), (xs, medians, p95s) in sorted(series.items()):
             if cache_state != state:
                 continue
             color = colors[(acquisition, fmt)]
+            marked = len(xs) <= PLOT_MARKER_LIMIT
+            x = np.asarray(xs, dtype=float)
             axis.plot(
-                xs,
-                medians,
+                x,
+                np.asarray(medians, dtype=float),
                 color=color,
-                marker=".",
+                marker="." if marked else None,
                 linewidth=1.0,
                 label=f"{acquisition} {fmt} median",
             )
             axis.plot(
-                xs,
-                p95s,
+                x,
+                np.asarray(p95s, dtype=float),
                 color=color,
                 linestyle="--",
-                marker="x",
+                marker="x" if marked else None,
                 markersize=4,
                 linewidth=0.8,
                 label=f"{acquisition} {fmt} p95",
             )
-        if times and times[0] == times[-1]:
+        locator = AutoDateLocator()
+        axis.xaxis.set_major_locator(locator)
+        axis.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        if len(stamps) == 1:
             # A single point in time: show a day either side, not matplotlib's years.
-            axis.set_xlim(times[0] - timedelta(days=1), times[0] + timedelta(days=1))
+            only = day_of[stamps[0]]
+            axis.set_xlim(only - 1.0, only + 1.0)
+        elif not stamps:
+            axis.set_xlim(0.0, 1.0)
         axis.set_title(f"{state}")
         axis.set_ylabel("seconds")
         axis.grid(True, alpha=0.3)
@@ -383,7 +409,7 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    return max((row.seq for row in rows), default=0)
+    return int(newest or 0)
 
 
 def _keys_of(connection: Connection, seqs: Iterable[int]) -> set[str]:
@@ -417,14 +443,33 @@ def _render_plots(
 # --- entry points -------------------------------------------------------------------
 
 
+def check_plot_policy(plots: str) -> None:
+    if plots not in PLOT_POLICIES:
+        raise ValueError(f"plots must be one of {', '.join(PLOT_POLICIES)}, not {plots!r}")
+
+
+def _records_in_key(connection: Connection, key: str) -> int:
+    return connection.execute(
+        select(func.count()).select_from(RecordRow).where(RecordRow.comparison_key == key)
+    ).scalar_one()
+
+
 def render_after_registration(
-    layout: HistoryLayout, engine: Engine, *, new_seqs: list[int], plots: bool
+    layout: HistoryLayout, engine: Engine, *, new_seqs: list[int], plots: str
 ) -> None:
-    """Bring the history's rendered files up to date after records were indexed."""
+    """Bring the history's rendered files up to date after records were indexed.
+
+    ``plots`` is a policy of :data:`PLOT_POLICIES`; a plot not redrawn here shows
+    as pending in README.md until ``harness render index`` draws it.
+    """
+    check_plot_policy(plots)
     targets = RenderTargets(layout.root)
     with engine.begin() as connection:
-        if plots:
-            _render_plots(connection, targets, _keys_of(connection, new_seqs), record_state=True)
+        if plots != "defer":
+            keys = _keys_of(connection, new_seqs)
+            if plots == "auto":
+                keys = {k for k in keys if _records_in_key(connection, k) <= PLOT_INLINE_RECORDS}
+            _render_plots(connection, targets, keys, record_state=True)
         _update_timings_csv(connection, targets.timings_csv, new_seqs)
         _update_index_json(connection, targets.index_json, new_seqs)
         readme, html = build_readme_and_html(connection, targets)

@@ -38,6 +38,7 @@ from harness.history.layout import (
     HistoryLayout,
 )
 from harness.history.records import ensure_dir, fsync_dir, sha256_bytes, write_record
+from harness.history.render import check_plot_policy
 from harness.report import (
     migrate_report,
     parse_report_json,
@@ -201,7 +202,7 @@ def register_reports(
     *,
     names: Sequence[str] | None = None,
     render: bool = True,
-    plots: bool = True,
+    plots: str = "auto",
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[RegisterResult]:
     """Register reports into the history at ``history_dir`` (created when new).
@@ -215,8 +216,12 @@ def register_reports(
     render
         Bring ``index.json``, ``timings.csv``, ``README.md`` and ``index.html`` up to date.
     plots
-        Also redraw the plots of the comparison keys that gained records; when False
-        they are marked pending and drawn by ``harness render index``.
+        What to do with the plots of the comparison keys that gained records:
+        ``"now"`` redraws them; ``"defer"`` marks them pending in README.md for
+        ``harness render index``; ``"auto"`` (default) redraws a key's plot while it
+        holds at most ``PLOT_INLINE_RECORDS`` records and defers the larger ones,
+        whose redraw alone would take longer than the registration (see
+        ``docs/history-format.md``).
 
     Raises
     ------
@@ -229,6 +234,7 @@ def register_reports(
     labels = list(names) if names is not None else [None] * len(sources)
     if len(labels) != len(sources):
         raise ValueError("names must match sources one to one")
+    check_plot_policy(plots)
     prepared = [prepare_report(source, name=label) for source, label in zip(sources, labels)]
     layout = HistoryLayout.at(history_dir)
     _refuse_foreign_folder(layout)
@@ -244,7 +250,7 @@ def _register_locked(
     prepared: list[PreparedReport],
     *,
     render: bool,
-    plots: bool,
+    plots: str,
 ) -> list[RegisterResult]:
     results: list[RegisterResult] = []
     journal_entries = []
