@@ -14,6 +14,8 @@ class Acquisition:
     data
         The 4D array (``numpy.ndarray`` for the cpu backend, ``cupy.ndarray`` for cuda),
         or ``None`` for representations that keep the data encoded (see ``encoded``).
+        After ``output="torch"`` (:func:`quantem.interop.apply_output`) it is a
+        ``torch.Tensor`` sharing that array's memory; :attr:`array` keeps the array.
     metadata
         Plain dict: ``scan_shape``, ``detector_shape``, ``dtype``, ``n_frames``,
         ``pixel_mask`` (numpy uint32), ``source_files``, ``source_identity``, and any
@@ -46,8 +48,19 @@ class Acquisition:
         self.backend = backend
         self.encoded = encoded
         self.representation = representation
+        #: ``"array"`` or ``"torch"``: what ``data`` and detector products are.
+        self.output = "array"
+        self._array: Any = None  # the numpy/CuPy array behind a tensor ``data``
         self._on_close = list(on_close or [])
         self.closed = False
+
+    @property
+    def array(self) -> Any:
+        """The numpy (cpu) or CuPy (cuda) array holding the data, whatever ``output`` is.
+
+        ``None`` for an encoded representation or a closed acquisition. Kernels use this.
+        """
+        return self._array if self._array is not None else self.data
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -59,8 +72,9 @@ class Acquisition:
     def dtype(self):
         import numpy as np
 
-        if self.data is not None:
-            return self.data.dtype
+        array = self.array
+        if array is not None:
+            return array.dtype
         return np.dtype(self.metadata["dtype"])
 
     def close(self) -> None:
@@ -69,6 +83,7 @@ class Acquisition:
             return
         self.closed = True
         self.data = None
+        self._array = None
         self.encoded = None
         callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):

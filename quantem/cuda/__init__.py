@@ -16,10 +16,9 @@ __all__ = ["release_cached_memory", "to_torch"]
 def to_torch(obj: Any) -> Any:
     """Hand a CuPy array (or a cuda Acquisition's dense data) to PyTorch without a copy.
 
-    Uses DLPack, so the tensor shares the device memory; keep the acquisition open while
-    the tensor is in use.
+    The same function as :func:`quantem.interop.to_torch` (kept here for discoverability).
     """
-    from quantem.cuda.dlpack import to_torch as _to_torch
+    from quantem.interop import to_torch as _to_torch
 
     return _to_torch(obj)
 

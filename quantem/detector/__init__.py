@@ -24,7 +24,9 @@ def prepare(acquisitions: Any, **options: Any):
     """Prepare a :class:`~quantem.detector.session.DetectorSession` over one or more acquisitions.
 
     A single :class:`~quantem.acquisition.Acquisition` gives a session whose products are
-    single arrays; a list or tuple gives products as lists in the same order.
+    single arrays; a list or tuple gives products as lists in the same order. Option:
+    ``output`` (``"array"`` or ``"torch"``; default: each acquisition's own ``output``),
+    see :class:`~quantem.detector.session.DetectorSession`.
     """
     from quantem.detector.session import DetectorSession
 

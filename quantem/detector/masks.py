@@ -50,9 +50,13 @@ class DiskEstimate:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A numpy view/copy of a numpy or CuPy array (CuPy is never imported here)."""
+    """A numpy view/copy of a numpy or CuPy array or a torch tensor (none imported here)."""
     if isinstance(array, np.ndarray):
         return array
+    from quantem.interop import is_torch_tensor
+
+    if is_torch_tensor(array):
+        return array.detach().cpu().numpy()
     get = getattr(array, "get", None)
     if callable(get):  # cupy.ndarray and friends
         return np.asarray(get())

@@ -89,7 +89,7 @@ class _Prepared:
         else:
             if acq.backend not in KERNEL_MODULES:
                 raise DetectorError(f"acquisition {position}: unknown backend {acq.backend!r}")
-            shape = getattr(acq.data, "shape", None)
+            shape = getattr(acq.array, "shape", None)
             if shape is None or len(shape) != 4:
                 raise DetectorError(
                     f"acquisition {position}: data must be 4D (scan_r, scan_c, det_r, det_c), "
@@ -133,7 +133,7 @@ class _Prepared:
                 f"acquisition {self.position} is on the {acq.backend} backend, but "
                 f"{module_name} cannot be imported ({exc})"
             ) from exc
-        return getattr(module, name)(acq.data, *args)
+        return getattr(module, name)(acq.array, *args)
 
     def check_result(self, name: str, array: Any, shape: tuple[int, ...]) -> Any:
         """Hold a backend to the interface: products come back in the accumulator dtype."""
@@ -258,17 +258,36 @@ class DetectorSession:
     Products ignore invalid detector pixels (``acq.validity`` False): every mask is
     intersected with the validity, the summed pattern is 0 there. :meth:`frame` is the
     exception: it returns the raw counts, invalid pixels included.
+
+    Output: with ``output="torch"`` (given to :func:`~quantem.detector.prepare`, or
+    inherited from an acquisition loaded with ``output="torch"``), the device products
+    (:meth:`masked_sum`, :meth:`frame`, :meth:`bf`, :meth:`adf`, :meth:`center_of_mass`)
+    are ``torch.Tensor`` sharing the kernels' result memory (DLPack, no copy; on the GPU
+    for cuda). The host products (:meth:`masked_sum_exact`, :meth:`mean_dp_exact`,
+    :meth:`mean_dp`, :meth:`bright_field_disk`) are numpy whatever the output.
     """
 
-    def __init__(self, prepared: Sequence[_Prepared], *, single: bool) -> None:
+    def __init__(
+        self, prepared: Sequence[_Prepared], *, single: bool, output: str | None = None
+    ) -> None:
+        if output is not None:
+            from quantem.interop import check_output, require_torch
+
+            check_output(output)
+            if output == "torch":
+                require_torch()
         self._prepared = tuple(prepared)
         self._single = single
+        self._output = output
 
     @classmethod
     def from_acquisitions(
-        cls, acquisitions: Acquisition | Sequence[Acquisition]
+        cls, acquisitions: Acquisition | Sequence[Acquisition], *, output: str | None = None
     ) -> DetectorSession:
         """Validate ``acquisitions`` (one, or a list/tuple kept in order) and prepare a session.
+
+        ``output`` (``"array"`` or ``"torch"``) overrides what each acquisition's own
+        ``output`` says the device products should be.
 
         Raises
         ------
@@ -285,7 +304,7 @@ class DetectorSession:
         else:
             items = [acquisitions]
             single = True
-        return cls([_Prepared(acq, k) for k, acq in enumerate(items)], single=single)
+        return cls([_Prepared(acq, k) for k, acq in enumerate(items)], single=single, output=output)
 
     # -- container protocol ------------------------------------------------------------
     @property
@@ -297,10 +316,10 @@ class DetectorSession:
         return len(self._prepared)
 
     def __getitem__(self, k: int) -> DetectorSession:
-        return DetectorSession([self._prepared[k]], single=True)
+        return DetectorSession([self._prepared[k]], single=True, output=self._output)
 
     def __iter__(self) -> Iterator[DetectorSession]:
-        return (DetectorSession([p], single=True) for p in self._prepared)
+        return (DetectorSession([p], single=True, output=self._output) for p in self._prepared)
 
     def __repr__(self) -> str:
         inner = ", ".join(
@@ -308,8 +327,16 @@ class DetectorSession:
         )
         return f"<DetectorSession [{inner}]>"
 
-    def _each(self, product: Callable[[_Prepared], Any]) -> Any:
-        results = [product(p) for p in self._prepared]
+    def _each(self, product: Callable[[_Prepared], Any], *, device: bool = True) -> Any:
+        """``product`` of every acquisition; ``device`` products honour the output."""
+        results = []
+        for p in self._prepared:
+            result = product(p)
+            if device and (self._output or p.acq.output) == "torch":
+                from quantem.interop import to_torch
+
+                result = to_torch(result)
+            results.append(result)
         return results[0] if self._single else results
 
     # -- products ----------------------------------------------------------------------
@@ -331,7 +358,9 @@ class DetectorSession:
 
     def masked_sum_exact(self, mask: Any) -> Any:
         """Like :meth:`masked_sum`, always as a host numpy array (uint64 for integer data)."""
-        return self._each(lambda p: np.asarray(to_host(p.masked_sum(p.effective_mask(mask)))))
+        return self._each(
+            lambda p: np.asarray(to_host(p.masked_sum(p.effective_mask(mask)))), device=False
+        )
 
     def frame(self, index: int | tuple[int, int]) -> Any:
         """Raw counts of one frame (invalid pixels included, values as stored).
@@ -348,7 +377,7 @@ class DetectorSession:
         Invalid pixels are 0. The mean diffraction pattern is this divided by the number
         of frames, which :meth:`mean_dp` returns as float64.
         """
-        return self._each(lambda p: p.pattern_sum().copy())
+        return self._each(lambda p: p.pattern_sum().copy(), device=False)
 
     def mean_dp(self) -> Any:
         """Mean diffraction pattern (float64, host): :meth:`mean_dp_exact` / number of frames."""
@@ -358,12 +387,12 @@ class DetectorSession:
                 raise DetectorError(f"acquisition {p.position} has no frames")
             return p.pattern_sum().astype(np.float64) / p.n_frames
 
-        return self._each(mean)
+        return self._each(mean, device=False)
 
     def bright_field_disk(self) -> Any:
         """The bright-field disk (:class:`~quantem.detector.masks.DiskEstimate`) found in the
         summed pattern: centre ``(row, col)`` and radius in pixels; see ``docs/detector.md``."""
-        return self._each(lambda p: p.disk())
+        return self._each(lambda p: p.disk(), device=False)
 
     def bf(self, radius: float | None = None, center: Any = None) -> Any:
         """Bright-field image: masked sum over the disk ``distance <= radius`` around ``center``.

@@ -21,7 +21,9 @@ def is_qem(path: str | os.PathLike) -> bool:
     return Path(path).suffix.lower() == QEM_SUFFIX
 
 
-def load(path: str | os.PathLike, backend: str = "cpu", **options: Any) -> Acquisition:
+def load(
+    path: str | os.PathLike, backend: str = "cpu", *, output: str = "array", **options: Any
+) -> Acquisition:
     """Load a 4D-STEM acquisition.
 
     Parameters
@@ -35,8 +37,27 @@ def load(path: str | os.PathLike, backend: str = "cpu", **options: Any) -> Acqui
         ``det_bin``, ``scan_shape``; HDF5 only: ``fresh_index``, ``index_dir``;
         ``.qem`` only: ``verify``, ``scan_region``, ``representation``; cuda only:
         ``device``. See each reader's documentation.
+    output
+        ``"array"`` (default: numpy or CuPy ``data``) or ``"torch"``: ``data`` is a
+        ``torch.Tensor`` sharing the array's memory (DLPack, no copy; on the GPU for
+        cuda) and detector sessions over the acquisition return tensors. Checked, with
+        PyTorch's presence, before anything is read.
     """
+    from quantem.interop import apply_output, check_output, require_torch
+
     require_backend(backend)
+    check_output(output)
+    if output == "torch":
+        require_torch()
+    acq = _load(path, backend, options)
+    try:
+        return apply_output(acq, output)
+    except BaseException:
+        acq.close()
+        raise
+
+
+def _load(path: str | os.PathLike, backend: str, options: dict) -> Acquisition:
     if backend == "cuda":
         from quantem.cuda import loaders as cuda_loaders
 

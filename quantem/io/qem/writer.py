@@ -119,7 +119,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def _from_acquisition(acq: Acquisition) -> FrameSource:
-    data = acq.data
+    data = acq.array
     if data is None:
         raise ValueError("the acquisition holds no dense data (representation='encoded')")
     if hasattr(data, "get") and not isinstance(data, np.ndarray):  # cupy
