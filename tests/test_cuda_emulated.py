@@ -240,8 +240,8 @@ def test_xxh3_kernel_matches_xxhash(simt_dir):
 
 LZ4_DRIVER = r"""
 extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u8* out, int* err,
-                    int shared_bytes) {
-    simt_launch((unsigned)((n + 127) / 128), 128, [&] { walk_chunks(buf, offs, n, src, len, out, err); });
+                    int shared_bytes, i64 buf_bytes) {
+    simt_launch((unsigned)((n + 127) / 128), 128, [&] { walk_chunks(buf, offs, offs + 1, buf_bytes, n, src, len, out, err); });
     const i64 items = n * BLOCKS_PER_FRAME;
     if (items) simt_launch((unsigned)((items + WARPS_PER_CTA - 1) / WARPS_PER_CTA), 32 * WARPS_PER_CTA,
                            [&] { decode_blocks(buf, n, src, len, out, err); });
@@ -281,8 +281,13 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage):
     out = np.full(len(chunks) * frame_elems * elem, 0xAB, np.uint8)
     err = np.zeros(len(chunks), np.int32)
     lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
-            pointer(out), pointer(err), ctypes.c_int(0))  # fmt: skip
+            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[-1]))  # fmt: skip
     assert err[2] != 0 and not np.delete(err, 2).any()
     got = out.view(dtype).reshape(len(chunks), *det)
     for k in (0, 1, 3):
         np.testing.assert_array_equal(got[k], frames[k])
+    # A chunk reaching past the staged bytes is refused before any of it is read.
+    err[:] = 0
+    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
+            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[3] + 5))  # fmt: skip
+    assert err[3] == 11 and err[2] != 0 and not err[:2].any()

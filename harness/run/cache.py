@@ -21,15 +21,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import functools
-import mmap
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from quantem.io import page_cache
+
 #: ``cachestat`` uses the unified syscall number on every architecture Linux added it for.
 SYS_CACHESTAT = 451
-PAGE_SIZE = mmap.PAGESIZE
+PAGE_SIZE = page_cache.PAGE_SIZE
 
 METHOD_CACHESTAT = "cachestat"
 METHOD_MINCORE = "mincore"
@@ -65,24 +65,6 @@ class Residency:
         return min(1.0, self.resident_bytes / self.file_bytes)
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    return libc
-
-
 _cachestat_works: bool | None = None
 
 
@@ -91,7 +73,7 @@ def _cachestat_pages(fd: int) -> int | None:
     global _cachestat_works
     if _cachestat_works is False:
         return None
-    libc = _libc()
+    libc = page_cache.libc()
     whole_file = _CachestatRange(0, 0)  # len 0 means "to the end of the file"
     stats = _Cachestat()
     rc = libc.syscall(SYS_CACHESTAT, fd, ctypes.byref(whole_file), ctypes.byref(stats), 0)
@@ -107,20 +89,7 @@ def _cachestat_pages(fd: int) -> int | None:
 
 def _mincore_pages(fd: int, size: int) -> int:
     """Resident pages of the first ``size`` bytes by mapping the file and calling ``mincore``."""
-    libc = _libc()
-    n_pages = (size + PAGE_SIZE - 1) // PAGE_SIZE
-    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap failed: {os.strerror(err)}")
-    try:
-        vec = (ctypes.c_ubyte * n_pages)()
-        if libc.mincore(addr, size, vec) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mincore failed: {os.strerror(err)}")
-        return sum(b & 1 for b in vec)
-    finally:
-        libc.munmap(addr, size)
+    return page_cache.resident_pages(fd, size)
 
 
 def probe_file_residency(path: str | os.PathLike, *, method: str | None = None) -> Residency:

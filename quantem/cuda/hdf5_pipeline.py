@@ -19,11 +19,14 @@ from typing import Any
 import numpy as np
 
 from quantem.cuda import lz4_bitshuffle as lz4
-from quantem.cuda import staging
+from quantem.cuda import mapped_staging
+from quantem.cuda import staging as staging_module
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 
 DEFAULT_BATCH_BYTES = 64 << 20
-READ_PIECE_BYTES = staging.READ_PIECE_BYTES
+READ_PIECE_BYTES = staging_module.READ_PIECE_BYTES
+#: How compressed bytes reach the device (see :func:`decode_source_to_device`).
+STAGINGS = ("auto", "pread", "mapped")
 
 
 @dataclass
@@ -35,6 +38,10 @@ class PipelineStats:
     compressed_bytes: int = 0
     batches: int = 0
     stages: dict[str, float] = field(default_factory=dict)
+    #: ``"pread"`` or ``"mapped"``: the staging that moved the bytes.
+    staging: str = ""
+    #: Why mapped staging was abandoned for pread, if it was.
+    fallback: str | None = None
 
 
 def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
@@ -93,8 +100,15 @@ def decode_source_to_device(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     frame_range: tuple[int, int] | None = None,
     stage_compressed: bool = False,
+    staging: str = "auto",
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
+
+    ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (parallel
+    reads into pinned buffers), ``"mapped"`` (DMA straight from page-cache pages of the
+    mapped shards, :mod:`quantem.cuda.mapped_staging`), or ``"auto"`` (mapped when every
+    byte to read is already in the page cache, else pread). Mapped staging falls back to
+    pread when the driver refuses to page-lock a mapping; ``stats.staging`` says which ran.
 
     Either decodes straight into ``out`` (a contiguous ``(n, det_r, det_c)`` device array of
     the source dtype; allocated when ``None`` and ``consume`` is ``None``), or, when
@@ -136,24 +150,102 @@ def decode_source_to_device(
             **fields,
         )
 
+    if staging not in STAGINGS:
+        raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, not {staging!r}")
     if out is None and consume is None:
         out = cupy.empty((n, det_r, det_c), dtype=dtype)
     if n == 0:
         return out, stats
     batches = plan_batches(nbytes, batch_bytes)
-    stats.batches = len(batches)
     stats.compressed_bytes = int(nbytes.sum())
-    max_frames = max(b - a for a, b in batches)
     threads = threads or min(32, os.cpu_count() or 4)
+    state: dict[str, Any] = {}
+    short = lambda path, detail: ArinaFormatError(path, detail)  # noqa: E731
+    with staging_module.OpenFiles(source.shard_paths, short) as files:
+        mapped = None
+        if staging != "pread":
+            mapped = _plan_mapped(files, shard, offset, nbytes, batch_bytes, describe, first)
+            if (
+                mapped is not None
+                and staging == "auto"
+                and not mapped_staging.ranges_resident(files.fds, mapped[1])
+            ):
+                mapped = None
+        max_frames = max(b - a for a, b in batches + (mapped[0] if mapped else []))
+        errors = cupy.zeros(n, dtype=cupy.int32)
+        scratch_out = None
+        if consume is not None:
+            scratch_out = cupy.empty((max_frames, det_r, det_c), dtype=dtype)
+
+        def decode_batch(
+            a: int, b: int, device_bytes: Any, starts: Any, ends: Any, stream: Any
+        ) -> None:
+            if "decoder" not in state:
+                decoder = lz4.ChunkDecoder(
+                    elem, frame_elems, state["block_bytes"], stage_compressed=stage_compressed
+                )
+                per_frame = max(decoder.blocks_per_frame, 1)
+                state["decoder"] = decoder
+                state["scratch"] = (
+                    cupy.empty(max_frames * per_frame, dtype=cupy.int64),
+                    cupy.empty(max_frames * per_frame, dtype=cupy.uint32),
+                )
+            target = out[a:b] if consume is None else scratch_out
+            state["decoder"].decode(
+                device_bytes, starts, b - a, target, errors[a:b], state["scratch"],
+                stream=stream, ends=ends,
+            )  # fmt: skip
+            if consume is not None:
+                with stream:
+                    consume(a, b, scratch_out[: b - a])
+
+        staged = None
+        if mapped is not None:
+            try:
+                staged = _run_mapped(
+                    files, mapped, offset, nbytes, frame_bytes, elem, state, decode_batch,
+                    describe, first, threads,
+                )  # fmt: skip
+                stats.staging = "mapped"
+                stats.batches = len(mapped[0])
+            except mapped_staging.MappedStagingUnavailable as exc:
+                stats.fallback = str(exc)
+                errors.fill(0)
+        if staged is None:
+            staged = _run_pread(files, batches, shard, offset, nbytes, frame_bytes, elem,
+                                state, decode_batch, describe, first, threads)  # fmt: skip
+            stats.staging = "pread"
+            stats.batches = len(batches)
+    stats.read_seconds = staged.read_seconds
+    stats.wall_seconds = staged.wall_seconds
+    if int(errors.max()) != 0:
+        lz4.raise_first_error(cupy.asnumpy(errors), first, describe)
+    return out, stats
+
+
+def _run_pread(
+    files: Any,
+    batches: list[tuple[int, int]],
+    shard: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    frame_bytes: int,
+    elem: int,
+    state: dict,
+    decode_batch: Callable,
+    describe: Callable,
+    first: int,
+    threads: int | None,
+) -> Any:
+    """Pread staging: each batch's chunks packed in a pinned buffer, their offsets after them."""
+    import cupy
 
     plans = []
     for a, b in batches:
         data = int(nbytes[a:b].sum())
         offsets_at = -(-data // 8) * 8
         reads = plan_reads(shard[a:b], offset[a:b], nbytes[a:b], READ_PIECE_BYTES)
-        plans.append(staging.Batch(reads, offsets_at + 8 * (b - a + 1)))
-
-    state: dict[str, Any] = {}
+        plans.append(staging_module.Batch(reads, offsets_at + 8 * (b - a + 1)))
 
     def fill_offsets(i: int, slot: np.ndarray) -> None:
         a, b = batches[i]
@@ -162,50 +254,119 @@ def decode_source_to_device(
         offs[0] = 0
         np.cumsum(nbytes[a:b], out=offs[1:])
         if i == 0:
-            # The first chunk's header fixes the block size the kernels are compiled for.
-            try:
-                state["block_bytes"] = lz4.parse_chunk_header(
-                    slot[: lz4.HEADER_BYTES], frame_bytes, elem
-                )
-            except ValueError as exc:
-                path, fields = describe(first)
-                raise ChunkDecodeError(
-                    path, f"corrupt chunk: {exc}", frame=first, **fields
-                ) from None
-
-    errors = cupy.zeros(n, dtype=cupy.int32)
-    scratch_out = None
-    if consume is not None:
-        scratch_out = cupy.empty((max_frames, det_r, det_c), dtype=dtype)
+            state["block_bytes"] = _block_bytes_of(
+                slot[: lz4.HEADER_BYTES], frame_bytes, elem, describe, first
+            )
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
-        if "decoder" not in state:
-            decoder = lz4.ChunkDecoder(
-                elem, frame_elems, state["block_bytes"], stage_compressed=stage_compressed
-            )
-            per_frame = max(decoder.blocks_per_frame, 1)
-            state["decoder"] = decoder
-            state["scratch"] = (
-                cupy.empty(max_frames * per_frame, dtype=cupy.int64),
-                cupy.empty(max_frames * per_frame, dtype=cupy.uint32),
-            )
-        decoder = state["decoder"]
         at = plans[i].copy_bytes - 8 * (b - a + 1)
         offsets_dev = device_bytes[at:].view(cupy.int64)
-        target = out[a:b] if consume is None else scratch_out
-        decoder.decode(
-            device_bytes, offsets_dev, b - a, target, errors[a:b], state["scratch"], stream=stream
-        )
-        if consume is not None:
-            with stream:
-                consume(a, b, scratch_out[: b - a])
+        decode_batch(a, b, device_bytes[:at], offsets_dev, None, stream)
 
-    short = lambda path, detail: ArinaFormatError(path, detail)  # noqa: E731
-    with staging.OpenFiles(source.shard_paths, short) as files:
-        staged = staging.run_staged(files, plans, launch, on_read=fill_offsets, threads=threads)
-    stats.read_seconds = staged.read_seconds
-    stats.wall_seconds = staged.wall_seconds
-    if int(errors.max()) != 0:
-        lz4.raise_first_error(cupy.asnumpy(errors), first, describe)
-    return out, stats
+    return staging_module.run_staged(files, plans, launch, on_read=fill_offsets, threads=threads)
+
+
+def _block_bytes_of(
+    header: np.ndarray, frame_bytes: int, elem: int, describe: Callable, first: int
+) -> int:
+    """The first chunk's block size, which the kernels are compiled for."""
+    try:
+        return lz4.parse_chunk_header(header, frame_bytes, elem)
+    except ValueError as exc:
+        path, fields = describe(first)
+        raise ChunkDecodeError(path, f"corrupt chunk: {exc}", frame=first, **fields) from None
+
+
+def plan_mapped_ranges(
+    shard: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    batch_bytes: int,
+) -> list[tuple[int, int, mapped_staging.FileRange]]:
+    """Split frames into ``(start, stop, range)``: runs of one shard whose chunks a
+    page-aligned file range of about ``batch_bytes`` covers."""
+    out = []
+    n = int(shard.size)
+    ends = offset + nbytes
+    start = 0
+    while start < n:
+        s = int(shard[start])
+        stop = start + 1
+        lo, hi = int(offset[start]), int(ends[start])
+        while stop < n and int(shard[stop]) == s:
+            new_lo = min(lo, int(offset[stop]))
+            new_hi = max(hi, int(ends[stop]))
+            if new_hi - mapped_staging.page_floor(new_lo) > batch_bytes:
+                break
+            lo, hi = new_lo, new_hi
+            stop += 1
+        out.append((start, stop, mapped_staging.covering_range(s, lo, hi)))
+        start = stop
+    return out
+
+
+def _plan_mapped(
+    files: Any,
+    shard: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    batch_bytes: int,
+    describe: Callable,
+    first: int,
+) -> tuple[list[tuple[int, int]], list[mapped_staging.FileRange]] | None:
+    """Batches and ranges for mapped staging, or None when it does not apply.
+
+    Every range is checked against its file's size first: a frame index pointing past
+    the end raises :class:`ArinaFormatError` naming the shard, as a short read would.
+    """
+    planned = plan_mapped_ranges(shard, offset, nbytes, batch_bytes)
+    sizes = [os.fstat(fd).st_size for fd in files.fds]
+    for a, _, r in planned:
+        if r.offset + r.length > sizes[r.file]:
+            path, _fields = describe(first + a)
+            raise ArinaFormatError(
+                path,
+                f"file ends before the expected data ({r.offset + r.length - sizes[r.file]} "
+                f"bytes missing at offset {sizes[r.file]})",
+            )
+        if r.length > mapped_staging.MAX_RANGE_BYTES:
+            return None
+    return [(a, b) for a, b, _ in planned], [r for _, _, r in planned]
+
+
+def _run_mapped(
+    files: Any,
+    mapped: tuple[list[tuple[int, int]], list[mapped_staging.FileRange]],
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    frame_bytes: int,
+    elem: int,
+    state: dict,
+    decode_batch: Callable,
+    describe: Callable,
+    first: int,
+    threads: int | None,
+) -> Any:
+    """Mapped staging of the planned batches, chunks addressed relative to each range."""
+    import cupy
+
+    batches, ranges = mapped
+    base = np.concatenate(
+        [np.full(b - a, r.offset, dtype=np.int64) for (a, b), r in zip(batches, ranges)]
+    )
+    starts = offset - base
+    starts_dev = cupy.asarray(starts)
+    ends_dev = cupy.asarray(starts + nbytes)
+    # The block size comes from the first chunk's header, read with pread: the CPU never
+    # reads the mappings.
+    header = os.pread(files.fds[ranges[0].file], lz4.HEADER_BYTES, int(offset[0]))
+    state["block_bytes"] = _block_bytes_of(
+        np.frombuffer(header, dtype=np.uint8), frame_bytes, elem, describe, first
+    )
+
+    def launch(i: int, device_bytes: Any, stream: Any) -> None:
+        a, b = batches[i]
+        decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
+
+    return mapped_staging.run_mapped(files.fds, ranges, launch, threads=threads)

@@ -84,12 +84,18 @@ def load_hdf5(
     index_dir: str | os.PathLike | None = None,
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    staging: str = "auto",
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
-    The compressed chunks (located by the frame index) are read in parallel into reused
-    pinned buffers, copied asynchronously to the device and decoded there (bitshuffle-LZ4,
-    every chunk validated); options as :func:`quantem.io.arina.load_arina`.
+    The compressed chunks (located by the frame index) reach the device in batches and
+    are decoded there (bitshuffle-LZ4, every chunk validated); options as
+    :func:`quantem.io.arina.load_arina`. ``staging`` says how the bytes travel:
+    ``"pread"`` reads them in parallel into reused pinned buffers and copies those
+    asynchronously; ``"mapped"`` page-locks the shards' page-cache pages in place and
+    copies them by DMA with no CPU copy; ``"auto"`` (default) uses mapped staging when
+    every byte is already in the page cache, else pread. ``metadata["load_stats"]``
+    records which one ran (and why mapped staging fell back, if it did).
 
     Raises
     ------
@@ -109,7 +115,7 @@ def load_hdf5(
     options = {"dtype": parsed.dtype, "apply_mask": parsed.apply_mask, "det_bin": parsed.det_bin}
     scan = tuple(int(v) for v in source.scan_shape)
     with cupy.cuda.Device(device), releasing_on_error():
-        frames, stats, totals = _decode_hdf5(source, parsed, options, threads, batch_bytes)
+        frames, stats, totals = _decode_hdf5(source, parsed, options, threads, batch_bytes, staging)
         data = frames.reshape(*scan, *frames.shape[1:])
     # The same metadata keys and values as quantem.io.arina.load_arina.
     metadata = dict(source.metadata)
@@ -130,12 +136,17 @@ def load_hdf5(
         "batches": stats.batches,
         "read_seconds": stats.read_seconds,
         "pipeline_seconds": stats.wall_seconds,
+        "staging": stats.staging,
     }
+    if stats.fallback is not None:
+        metadata["load_stats"]["staging_fallback"] = stats.fallback
     validity = _finished_validity(source.validity, options)
     return Acquisition(data, metadata, validity, backend="cuda")
 
 
-def _decode_hdf5(source: Any, parsed: Any, options: dict, threads: Any, batch_bytes: int) -> tuple:
+def _decode_hdf5(
+    source: Any, parsed: Any, options: dict, threads: Any, batch_bytes: int, staging: str
+) -> tuple:
     """Decode every frame on the current device, finishing them per batch when needed."""
     import cupy
 
@@ -145,14 +156,16 @@ def _decode_hdf5(source: Any, parsed: Any, options: dict, threads: Any, batch_by
         "det_bin_dropped": [0, 0],
     }
     if parsed.is_identity:
-        frames, stats = decode_source_to_device(source, threads=threads, batch_bytes=batch_bytes)
+        frames, stats = decode_source_to_device(
+            source, threads=threads, batch_bytes=batch_bytes, staging=staging
+        )
         return frames, stats, totals
     validity = cupy.asarray(source.validity)
     det = tuple(int(v) for v in source.detector_shape)
     sample = cupy.zeros((1, *det), dtype=np.dtype(source.dtype))
     finisher = FrameFinisher(int(source.n_frames), sample, validity, options)
     _, stats = decode_source_to_device(
-        source, consume=finisher, threads=threads, batch_bytes=batch_bytes
+        source, consume=finisher, threads=threads, batch_bytes=batch_bytes, staging=staging
     )
     totals.update(finisher.info)
     return finisher.out, stats, totals

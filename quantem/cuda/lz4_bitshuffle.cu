@@ -54,6 +54,7 @@ typedef long long i64;
 #define ERR_LZ4_MATCH 8
 #define ERR_LZ4_OUTPUT_SIZE 9
 #define ERR_LZ4_TRUNCATED 10
+#define ERR_CHUNK_BOUNDS 11
 
 #ifndef DECLARE_DYNAMIC_SHARED
 #define DECLARE_DYNAMIC_SHARED(name) extern __shared__ __align__(16) u8 name[]
@@ -75,8 +76,13 @@ __device__ __forceinline__ void record_error(int* errors, i64 frame, int code) {
     atomicCAS(errors + frame, 0, code);
 }
 
+// Chunk `frame` is buf[chunk_starts[frame], chunk_ends[frame]). Packed staging passes one
+// offsets array twice (ends = offsets + 1); mapped staging passes file offsets relative to
+// the mapped region, where chunks need not be adjacent.
 extern "C" __global__ void walk_chunks(const u8* __restrict__ buf,
-                                       const i64* __restrict__ chunk_offsets,  // n_frames + 1
+                                       const i64* __restrict__ chunk_starts,   // n_frames
+                                       const i64* __restrict__ chunk_ends,     // n_frames
+                                       i64 buf_bytes,
                                        i64 n_frames,
                                        i64* __restrict__ block_src,            // n_frames * BPF
                                        u32* __restrict__ block_len,            // n_frames * BPF
@@ -84,11 +90,15 @@ extern "C" __global__ void walk_chunks(const u8* __restrict__ buf,
                                        int* __restrict__ errors) {
     i64 frame = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (frame >= n_frames) return;
-    const i64 start = chunk_offsets[frame];
-    const i64 end = chunk_offsets[frame + 1];
+    const i64 start = chunk_starts[frame];
+    const i64 end = chunk_ends[frame];
     i64* src = block_src + frame * BLOCKS_PER_FRAME;
     u32* len = block_len + frame * BLOCKS_PER_FRAME;
     for (int k = 0; k < BLOCKS_PER_FRAME; ++k) len[k] = 0;
+    if (start < 0 || end > buf_bytes) {
+        record_error(errors, frame, ERR_CHUNK_BOUNDS);
+        return;
+    }
     if (end < start || end - start < HEADER_BYTES) {
         record_error(errors, frame, ERR_CHUNK_TOO_SHORT);
         return;

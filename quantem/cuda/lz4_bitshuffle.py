@@ -37,6 +37,7 @@ CHUNK_ERRORS = {
     8: "LZ4 match runs past the block's output",
     9: "LZ4 block decodes to the wrong size",
     10: "LZ4 block ends in the middle of a sequence",
+    11: "chunk lies outside the bytes staged for it",
 }
 
 
@@ -135,10 +136,14 @@ class ChunkDecoder:
         errors: Any,
         scratch: tuple[Any, Any],
         stream: Any = None,
+        ends: Any = None,
     ) -> None:
         """Enqueue decoding of ``n_frames`` chunks of device ``buffer`` into device ``out``.
 
-        ``offsets`` (device int64, ``n_frames + 1``) delimit the chunks in ``buffer``;
+        ``offsets`` (device int64, ``n_frames + 1``) delimit chunks packed one after the
+        other in ``buffer``; with ``ends`` (device int64, ``n_frames``), chunk ``i`` is
+        ``buffer[offsets[i]:ends[i]]`` instead (chunks with gaps between them). The kernel
+        checks every chunk lies inside ``buffer`` before reading it;
         ``out`` is a contiguous device array of at least ``n_frames`` frames; ``errors``
         (device int32, ``n_frames``, zeroed) receives a nonzero code for each bad chunk;
         ``scratch`` is (int64, uint32) device arrays of ``n_frames * blocks_per_frame``.
@@ -151,8 +156,13 @@ class ChunkDecoder:
         n = np.int64(n_frames)
         with stream if stream is not None else cupy.cuda.Stream.null:
             grid = (n_frames + WALK_THREADS - 1) // WALK_THREADS
+            starts = offsets[:n_frames]
+            stops = offsets[1 : n_frames + 1] if ends is None else ends[:n_frames]
+            size = np.int64(buffer.size)
             self._walk(
-                (grid,), (WALK_THREADS,), (buffer, offsets, n, block_src, block_len, out, errors)
+                (grid,),
+                (WALK_THREADS,),
+                (buffer, starts, stops, size, n, block_src, block_len, out, errors),
             )
             items = n_frames * self.blocks_per_frame
             if items:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -33,10 +34,12 @@ def synthetic(tmp_path, name="s", scan=(6, 7), det=(40, 36), dtype="uint16", **k
         ((3, 3), (96, 100), "uint16"),
     ],
 )
-def test_load_matches_cpu_and_generator(tmp_path, scan, det, dtype):
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
+def test_load_matches_cpu_and_generator(tmp_path, scan, det, dtype, staging):
     master = synthetic(tmp_path, scan=scan, det=det, dtype=dtype)
     cpu = io.load(master)
-    with io.load(master, backend="cuda") as gpu:
+    with io.load(master, backend="cuda", staging=staging) as gpu:
+        assert gpu.metadata["load_stats"]["staging"] == staging
         assert gpu.backend == "cuda" and isinstance(gpu.data, cupy.ndarray)
         assert gpu.data.shape == cpu.data.shape and gpu.data.dtype == cpu.data.dtype
         np.testing.assert_array_equal(gpu.data.get(), cpu.data)
@@ -58,10 +61,12 @@ def test_load_matches_cpu_and_generator(tmp_path, scan, det, dtype):
         {"apply_mask": True, "dtype": "u8", "det_bin": 4},
     ],
 )
-def test_options_match_cpu(tmp_path, opts):
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
+def test_options_match_cpu(tmp_path, opts, staging):
     master = synthetic(tmp_path, scan=(5, 6), det=(38, 41), dose=20000.0)
     cpu = io.load(master, **opts)
-    with io.load(master, backend="cuda", batch_bytes=4096, **opts) as gpu:  # many batches
+    many_batches = {"batch_bytes": 4096, "staging": staging}
+    with io.load(master, backend="cuda", **many_batches, **opts) as gpu:
         np.testing.assert_array_equal(gpu.data.get(), cpu.data)
         assert gpu.data.dtype == cpu.data.dtype
         np.testing.assert_array_equal(gpu.validity, cpu.validity)
@@ -69,11 +74,53 @@ def test_options_match_cpu(tmp_path, opts):
             assert gpu.metadata["clipped_pixels"] == cpu.metadata["clipped_pixels"]
 
 
-def test_small_batches_equal_one_batch(tmp_path):
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
+def test_small_batches_equal_one_batch(tmp_path, staging):
     master = synthetic(tmp_path, scan=(8, 8), det=(32, 32))
-    with io.load(master, backend="cuda") as a, io.load(master, backend="cuda", batch_bytes=1) as b:
+    one = {"staging": staging}
+    each = {"staging": staging, "batch_bytes": 1}
+    with io.load(master, backend="cuda", **one) as a, io.load(master, backend="cuda", **each) as b:
         assert b.metadata["load_stats"]["batches"] == 64
         np.testing.assert_array_equal(a.data.get(), b.data.get())
+
+
+def test_auto_staging_maps_a_warm_cache_and_reads_a_cold_one(tmp_path):
+    from quantem.cuda.mapped_staging import live_registrations
+    from quantem.io.arina import open_arina
+
+    master = synthetic(tmp_path, scan=(8, 8), det=(32, 32))
+    cpu = io.load(master)  # reads every shard: warm
+    with io.load(master, backend="cuda") as warm:
+        assert warm.metadata["load_stats"]["staging"] == "mapped"
+        np.testing.assert_array_equal(warm.data.get(), cpu.data)
+    assert live_registrations() == 0
+    shards = open_arina(master).shard_paths
+    for shard in shards:
+        fd = os.open(shard, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if _resident_fraction(shards) > 0.99:
+        pytest.skip("this filesystem keeps files in memory (tmpfs): no cold state to test")
+    with io.load(master, backend="cuda") as cold:
+        assert cold.metadata["load_stats"]["staging"] == "pread"
+        np.testing.assert_array_equal(cold.data.get(), cpu.data)
+
+
+def _resident_fraction(paths) -> float:
+    from quantem.io.page_cache import ReadOnlyMapping
+
+    resident = total = 0
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with ReadOnlyMapping(fd, 0, os.fstat(fd).st_size) as mapping:
+                resident += mapping.resident_pages()
+                total += mapping.pages
+        finally:
+            os.close(fd)
+    return resident / total
 
 
 def chunk_location(master, frame):
@@ -85,8 +132,9 @@ def chunk_location(master, frame):
     return shard, int(index.frame_offset[frame]), int(index.frame_nbytes[frame])
 
 
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
 @pytest.mark.parametrize("where", ["header", "block_length", "lz4_body"])
-def test_corrupt_chunk_raises_naming_shard_and_frame(tmp_path, where):
+def test_corrupt_chunk_raises_naming_shard_and_frame(tmp_path, where, staging):
     master = synthetic(tmp_path, scan=(5, 6), det=(40, 36))
     frame = 13
     shard, offset, _nbytes = chunk_location(master, frame)
@@ -101,22 +149,42 @@ def test_corrupt_chunk_raises_naming_shard_and_frame(tmp_path, where):
             f.seek(offset + 16)
             f.write(b"\xff\xff\xff\xff")  # token + extended lengths far past the block
     with pytest.raises(ChunkDecodeError) as info:
-        io.load(master, backend="cuda")
+        io.load(master, backend="cuda", staging=staging)
     message = str(info.value)
     assert shard.split("/")[-1] in message and f"frame {frame}" in message
 
 
-def test_truncated_shard_raises(tmp_path):
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
+def test_truncated_shard_raises(tmp_path, staging):
+    from quantem.cuda.mapped_staging import live_registrations
+
     master = synthetic(tmp_path, scan=(5, 6), det=(40, 36))
     shard, offset, nbytes = chunk_location(master, 29)
     with open(shard, "r+b") as f:
         f.truncate(offset + nbytes // 2)
     with pytest.raises((ChunkDecodeError, ArinaFormatError)):
-        io.load(master, backend="cuda", fresh_index=True)
+        io.load(master, backend="cuda", fresh_index=True, staging=staging)
+    assert live_registrations() == 0
+
+
+@pytest.mark.parametrize("staging", ["pread", "mapped"])
+def test_stale_index_past_the_end_of_a_shard_raises_naming_it(tmp_path, staging):
+    """The index says a chunk lies beyond the file's end (file truncated after indexing)."""
+    master = synthetic(tmp_path, scan=(5, 6), det=(40, 36))
+    io.load(master).close()  # index built and stored
+    shard, offset, nbytes = chunk_location(master, 29)
+    stat = os.stat(shard)
+    with open(shard, "r+b") as f:
+        f.truncate(offset + nbytes // 2)
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises((ArinaFormatError, ChunkDecodeError)) as info:
+        io.load(master, backend="cuda", staging=staging)
+    assert shard.split("/")[-1] in str(info.value)
 
 
 def test_memory_returns_after_close_over_20_cycles(tmp_path):
     from quantem.cuda import pinned
+    from quantem.cuda.mapped_staging import live_registrations
 
     master = synthetic(tmp_path, scan=(10, 10), det=(64, 64))
     # Earlier tests' garbage (pytest keeps their exceptions) must not blur the baseline.
@@ -126,11 +194,13 @@ def test_memory_returns_after_close_over_20_cycles(tmp_path):
     baseline_used = pool.used_bytes()
     baseline_total = pool.total_bytes()
     pinned_cached = pinned.cached_bytes()
-    for _ in range(20):
-        acq = io.load(master, backend="cuda", det_bin=2)
+    for cycle in range(20):
+        staging = ("pread", "mapped")[cycle % 2]
+        acq = io.load(master, backend="cuda", det_bin=2, staging=staging)
         assert pool.used_bytes() > baseline_used
         acq.close()
         assert pool.used_bytes() == baseline_used
+        assert live_registrations() == 0  # every page-locked range was released
     assert pool.total_bytes() <= baseline_total + (64 << 20)
     assert pinned.cached_bytes() == pinned_cached  # staging buffers are reused, not added
 

@@ -1,0 +1,210 @@
+"""Mapped staging: the GPU copies file ranges straight out of the page cache.
+
+For a warm page cache the pread staging (``quantem.cuda.staging``) is bound by the CPU
+copying every compressed byte from the page cache into pinned memory. Here each range is
+instead mapped read-only (``mmap``), page-locked in place with ``cudaHostRegister``
+(read-only flag) and copied to the device by DMA; no CPU touches the bytes. Ranges are
+registered a few ahead by a thread pool while earlier ranges are copied and decoded, and
+each is unregistered and unmapped once its copy has completed.
+
+The CPU never dereferences a mapping, so a file truncated underneath cannot fault the
+process: registration of pages past the end fails with a CUDA error instead, which
+:class:`MappedStagingUnavailable` reports for the caller to fall back to pread staging.
+The kernels validate every chunk inside the copied range before reading it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from quantem.cuda.staging import CUDA_MEMCPY_HOST_TO_DEVICE, DEVICE_SLOTS, StageStats
+from quantem.io.page_cache import ReadOnlyMapping, page_ceil, page_floor
+
+#: ``cudaHostRegisterReadOnly``: the device only reads the pages (required for a
+#: read-only file mapping).
+HOST_REGISTER_READ_ONLY = 0x08
+#: Ranges registered ahead of the one being copied.
+REGISTER_AHEAD = 4
+#: The largest range mapped staging handles; a batch above it uses pread staging.
+MAX_RANGE_BYTES = 1 << 30
+
+
+_live_lock = threading.Lock()
+_live_registrations = 0
+
+
+def live_registrations() -> int:
+    """Ranges currently page-locked by this module (0 whenever no load is running)."""
+    return _live_registrations
+
+
+def _count(delta: int) -> None:
+    global _live_registrations
+    with _live_lock:
+        _live_registrations += delta
+
+
+class MappedStagingUnavailable(RuntimeError):
+    """A range could not be mapped or page-locked; the load should use pread staging."""
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of file ``file`` from the page-aligned ``offset``."""
+
+    file: int
+    offset: int
+    length: int
+
+
+def covering_range(file: int, lo: int, hi: int) -> FileRange:
+    """The page-aligned range of ``file`` covering bytes ``[lo, hi)``."""
+    start = page_floor(lo)
+    return FileRange(file, start, hi - start)
+
+
+def ranges_resident(fds: Sequence[int], ranges: Sequence[FileRange]) -> bool:
+    """True when every page of every range is in the page cache (``mincore``)."""
+    for r in ranges:
+        with ReadOnlyMapping(fds[r.file], r.offset, r.length) as mapping:
+            if mapping.resident_pages() < mapping.pages:
+                return False
+    return True
+
+
+class _Registered:
+    """One mapped, page-locked range; :meth:`release` undoes both (idempotent)."""
+
+    def __init__(self, fd: int, r: FileRange) -> None:
+        import cupy
+
+        self.mapping = ReadOnlyMapping(fd, r.offset, r.length)
+        self.locked_bytes = page_ceil(r.length)
+        self.registered = False
+        try:
+            cupy.cuda.runtime.hostRegister(
+                self.mapping.address, self.locked_bytes, HOST_REGISTER_READ_ONLY
+            )
+        except Exception as exc:  # CUDARuntimeError: unsupported flag, pages past the end
+            self.mapping.close()
+            raise MappedStagingUnavailable(
+                f"cudaHostRegister of {r.length} mapped bytes failed: {exc}"
+            ) from exc
+        self.registered = True
+        _count(+1)
+
+    @property
+    def address(self) -> int:
+        assert self.mapping.address is not None
+        return self.mapping.address
+
+    def release(self) -> None:
+        import cupy
+
+        if self.registered:
+            self.registered = False
+            _count(-1)
+            cupy.cuda.runtime.hostUnregister(self.mapping.address)
+        self.mapping.close()
+
+
+def run_mapped(
+    fds: Sequence[int],
+    ranges: Sequence[FileRange],
+    launch: Callable[[int, Any, Any], None],
+    *,
+    threads: int | None = None,
+) -> StageStats:
+    """Copy every range to the device and ``launch(i, device_bytes, compute_stream)`` it.
+
+    ``device_bytes`` is a device uint8 array holding range ``i`` (file offset
+    ``ranges[i].offset`` at index 0). Returns after all launched work has finished and
+    every range is unregistered and unmapped. Raises :class:`MappedStagingUnavailable`
+    when a range cannot be mapped or page-locked (nothing has been launched for it).
+    """
+    import cupy
+
+    stats = StageStats(batches=len(ranges))
+    if not ranges:
+        return stats
+    if max(r.length for r in ranges) > MAX_RANGE_BYTES:
+        raise MappedStagingUnavailable(f"a range exceeds {MAX_RANGE_BYTES} bytes")
+    slot_bytes = page_ceil(max(r.length for r in ranges))
+    stats.copied_bytes = int(sum(r.length for r in ranges))
+    threads = max(1, min(REGISTER_AHEAD, threads or os.cpu_count() or 1))
+    cupy.cuda.runtime.deviceSynchronize()  # work queued on other streams lands first
+    wall0 = time.perf_counter()
+    copy_stream = cupy.cuda.Stream(non_blocking=True)
+    compute_stream = cupy.cuda.Stream(non_blocking=True)
+    h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in ranges]
+    work_done = [cupy.cuda.Event(disable_timing=True) for _ in ranges]
+    n_device = min(DEVICE_SLOTS, len(ranges))
+    device_slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
+    register_seconds = [0.0] * len(ranges)
+    live: dict[int, _Registered] = {}
+
+    def register(i: int) -> _Registered:
+        t0 = time.perf_counter()
+        entry = _Registered(fds[ranges[i].file], ranges[i])
+        register_seconds[i] = time.perf_counter() - t0
+        return entry
+
+    def release(i: int, entry: _Registered) -> None:
+        h2d_done[i].synchronize()
+        entry.release()
+
+    with ThreadPoolExecutor(threads) as registrar, ThreadPoolExecutor(1) as releaser:
+        first = range(min(REGISTER_AHEAD, len(ranges)))
+        futures = {i: registrar.submit(register, i) for i in first}
+        releases = []
+        try:
+            for i, r in enumerate(ranges):
+                live[i] = futures.pop(i).result()
+                ahead = i + REGISTER_AHEAD
+                if ahead < len(ranges):
+                    futures[ahead] = registrar.submit(register, ahead)
+                d = i % n_device
+                if i >= n_device:
+                    copy_stream.wait_event(work_done[i - n_device])
+                cupy.cuda.runtime.memcpyAsync(
+                    device_slots[d].data.ptr, live[i].address, r.length,
+                    CUDA_MEMCPY_HOST_TO_DEVICE, copy_stream.ptr,
+                )  # fmt: skip
+                h2d_done[i].record(copy_stream)
+                releases.append(releaser.submit(release, i, live.pop(i)))
+                compute_stream.wait_event(h2d_done[i])
+                launch(i, device_slots[d][: r.length], compute_stream)
+                work_done[i].record(compute_stream)
+        finally:
+            for future in futures.values():
+                future.cancel()
+            compute_stream.synchronize()
+            copy_stream.synchronize()
+            for future in releases:
+                future.result()
+            for future in futures.values():  # registered ahead but never copied
+                if not future.cancelled():
+                    with contextlib.suppress(MappedStagingUnavailable):
+                        future.result().release()
+            for entry in live.values():
+                entry.release()
+    stats.read_seconds = float(sum(register_seconds))
+    stats.wall_seconds = time.perf_counter() - wall0
+    return stats
+
+
+__all__ = [
+    "FileRange",
+    "MappedStagingUnavailable",
+    "covering_range",
+    "live_registrations",
+    "ranges_resident",
+    "run_mapped",
+]
