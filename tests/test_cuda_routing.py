@@ -135,7 +135,7 @@ struct uint4 { unsigned x, y, z, w; };
 DRIVER = r"""
 extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u8* out, int* err) {
   blockDim.x = 1; threadIdx.x = 0;
-  for (i64 f = 0; f < n; ++f) { blockIdx.x = f; walk_chunks(buf, offs, n, src, len, out, err); }
+  for (i64 f = 0; f < n; ++f) { blockIdx.x = f; walk_chunks(buf, offs, offs + 1, offs[n], n, src, len, out, err); }
   for (i64 it = 0; it < n * BLOCKS_PER_FRAME; ++it) { blockIdx.x = it; decode_blocks(buf, n, src, len, out, err); }
 }
 """
