@@ -30,6 +30,9 @@ from quantem.io.page_cache import ReadOnlyMapping, page_ceil, page_floor
 #: ``cudaHostRegisterReadOnly``: the device only reads the pages (required for a
 #: read-only file mapping).
 HOST_REGISTER_READ_ONLY = 0x08
+#: ``cudaHostRegisterPortable``: pinned for every context, whichever device the
+#: registering worker thread has current.
+HOST_REGISTER_PORTABLE = 0x01
 #: Ranges registered ahead of the one being copied.
 REGISTER_AHEAD = 4
 #: The largest range mapped staging handles; a batch above it uses pread staging.
@@ -90,7 +93,9 @@ class _Registered:
         self.registered = False
         try:
             cupy.cuda.runtime.hostRegister(
-                self.mapping.address, self.locked_bytes, HOST_REGISTER_READ_ONLY
+                self.mapping.address,
+                self.locked_bytes,
+                HOST_REGISTER_READ_ONLY | HOST_REGISTER_PORTABLE,
             )
         except Exception as exc:  # CUDARuntimeError: unsupported flag, pages past the end
             self.mapping.close()
