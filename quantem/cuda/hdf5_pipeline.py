@@ -26,7 +26,7 @@ from quantem.errors import ArinaFormatError, ChunkDecodeError
 DEFAULT_BATCH_BYTES = 64 << 20
 READ_PIECE_BYTES = staging_module.READ_PIECE_BYTES
 #: How compressed bytes reach the device (see :func:`decode_source_to_device`).
-STAGINGS = ("auto", "pread", "mapped")
+STAGINGS = ("pread", "mapped")
 
 
 @dataclass
@@ -100,15 +100,16 @@ def decode_source_to_device(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     frame_range: tuple[int, int] | None = None,
     stage_compressed: bool = False,
-    staging: str = "auto",
+    staging: str = "pread",
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 
-    ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (parallel
-    reads into pinned buffers), ``"mapped"`` (DMA straight from page-cache pages of the
-    mapped shards, :mod:`quantem.cuda.mapped_staging`), or ``"auto"`` (mapped when every
-    byte to read is already in the page cache, else pread). Mapped staging falls back to
-    pread when the driver refuses to page-lock a mapping; ``stats.staging`` says which ran.
+    ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (default:
+    parallel reads into pinned buffers) or ``"mapped"`` (DMA straight from page-cache
+    pages of the mapped shards, :mod:`quantem.cuda.mapped_staging`; measured slower on
+    the H200 with 128 shards, see ``docs/performance/results.md``). Mapped staging falls
+    back to pread when the driver refuses to page-lock a mapping; ``stats.staging`` says
+    which ran.
 
     Either decodes straight into ``out`` (a contiguous ``(n, det_r, det_c)`` device array of
     the source dtype; allocated when ``None`` and ``consume`` is ``None``), or, when
@@ -163,14 +164,8 @@ def decode_source_to_device(
     short = lambda path, detail: ArinaFormatError(path, detail)  # noqa: E731
     with staging_module.OpenFiles(source.shard_paths, short) as files:
         mapped = None
-        if staging != "pread":
+        if staging == "mapped":
             mapped = _plan_mapped(files, shard, offset, nbytes, batch_bytes, describe, first)
-            if (
-                mapped is not None
-                and staging == "auto"
-                and not mapped_staging.ranges_resident(files.fds, mapped[1])
-            ):
-                mapped = None
         max_frames = max(b - a for a, b in batches + (mapped[0] if mapped else []))
         errors = cupy.zeros(n, dtype=cupy.int32)
         scratch_out = None

@@ -84,17 +84,18 @@ def load_hdf5(
     index_dir: str | os.PathLike | None = None,
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
-    staging: str = "auto",
+    staging: str = "pread",
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
     The compressed chunks (located by the frame index) reach the device in batches and
     are decoded there (bitshuffle-LZ4, every chunk validated); options as
     :func:`quantem.io.arina.load_arina`. ``staging`` says how the bytes travel:
-    ``"pread"`` reads them in parallel into reused pinned buffers and copies those
-    asynchronously; ``"mapped"`` page-locks the shards' page-cache pages in place and
-    copies them by DMA with no CPU copy; ``"auto"`` (default) uses mapped staging when
-    every byte is already in the page cache, else pread. ``metadata["load_stats"]``
+    ``"pread"`` (default) reads them in parallel into reused pinned buffers and copies
+    those asynchronously; ``"mapped"`` page-locks the shards' page-cache pages in place
+    and copies them by DMA with no CPU copy (correct, but slower than pread on the H200
+    with 128 shards: one registration per shard costs more than the copy it saves; see
+    ``docs/performance/results.md``). ``metadata["load_stats"]``
     records which one ran (and why mapped staging fell back, if it did).
 
     Raises

@@ -7,6 +7,11 @@ instead mapped read-only (``mmap``), page-locked in place with ``cudaHostRegiste
 registered a few ahead by a thread pool while earlier ranges are copied and decoded, and
 each is unregistered and unmapped once its copy has completed.
 
+Measured on the H200 (``docs/performance/results.md``): with 128 shards of 24 MB this is
+slower than pread staging (0.78 s against 0.35 s for 3 GB of chunks), because each
+range pays a registration and an unregistration; it is an explicit option
+(``staging="mapped"``), never the default.
+
 The CPU never dereferences a mapping, so a file truncated underneath cannot fault the
 process: registration of pages past the end fails with a CUDA error instead, which
 :class:`MappedStagingUnavailable` reports for the caller to fall back to pread staging.
@@ -71,15 +76,6 @@ def covering_range(file: int, lo: int, hi: int) -> FileRange:
     """The page-aligned range of ``file`` covering bytes ``[lo, hi)``."""
     start = page_floor(lo)
     return FileRange(file, start, hi - start)
-
-
-def ranges_resident(fds: Sequence[int], ranges: Sequence[FileRange]) -> bool:
-    """True when every page of every range is in the page cache (``mincore``)."""
-    for r in ranges:
-        with ReadOnlyMapping(fds[r.file], r.offset, r.length) as mapping:
-            if mapping.resident_pages() < mapping.pages:
-                return False
-    return True
 
 
 class _Registered:
@@ -210,6 +206,5 @@ __all__ = [
     "MappedStagingUnavailable",
     "covering_range",
     "live_registrations",
-    "ranges_resident",
     "run_mapped",
 ]
