@@ -280,24 +280,35 @@ def plan_mapped_ranges(
     batch_bytes: int,
 ) -> list[tuple[int, int, mapped_staging.FileRange]]:
     """Split frames into ``(start, stop, range)``: runs of one shard whose chunks a
-    page-aligned file range of about ``batch_bytes`` covers."""
+    page-aligned file range of at most ``batch_bytes`` covers (a lone larger chunk gets
+    a range of its own). One numpy pass per range, not per frame."""
     out = []
     n = int(shard.size)
-    ends = offset + nbytes
-    start = 0
-    while start < n:
-        s = int(shard[start])
-        stop = start + 1
-        lo, hi = int(offset[start]), int(ends[start])
-        while stop < n and int(shard[stop]) == s:
-            new_lo = min(lo, int(offset[stop]))
-            new_hi = max(hi, int(ends[stop]))
-            if new_hi - mapped_staging.page_floor(new_lo) > batch_bytes:
-                break
-            lo, hi = new_lo, new_hi
-            stop += 1
-        out.append((start, stop, mapped_staging.covering_range(s, lo, hi)))
-        start = stop
+    shard = np.asarray(shard)
+    offset = np.asarray(offset, dtype=np.int64)
+    ends = offset + np.asarray(nbytes, dtype=np.int64)
+    shard_breaks = np.flatnonzero(shard[1:] != shard[:-1]) + 1
+    seg_starts = np.concatenate(([0], shard_breaks)).tolist()
+    seg_stops = np.concatenate((shard_breaks, [n])).tolist()
+    for seg_start, seg_stop in zip(seg_starts, seg_stops):
+        file = int(shard[seg_start])
+        start = seg_start
+        while start < seg_stop:
+            # The span of frames [start, k] never shrinks as k grows: the first k over
+            # budget is a binary search away.
+            lo = np.minimum.accumulate(offset[start:seg_stop])
+            hi = np.maximum.accumulate(ends[start:seg_stop])
+            span = hi - (lo - lo % mapped_staging.PAGE_SIZE)
+            count = max(int(np.searchsorted(span, batch_bytes, side="right")), 1)
+            stop = start + count
+            out.append(
+                (
+                    start,
+                    stop,
+                    mapped_staging.covering_range(file, int(lo[count - 1]), int(hi[count - 1])),
+                )
+            )
+            start = stop
     return out
 
 

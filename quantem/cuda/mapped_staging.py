@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quantem.cuda.staging import CUDA_MEMCPY_HOST_TO_DEVICE, DEVICE_SLOTS, StageStats
-from quantem.io.page_cache import ReadOnlyMapping, page_ceil, page_floor
+from quantem.io.page_cache import PAGE_SIZE, ReadOnlyMapping, page_ceil, page_floor
 
 #: ``cudaHostRegisterReadOnly``: the device only reads the pages (required for a
 #: read-only file mapping).
@@ -202,6 +202,7 @@ def run_mapped(
 
 
 __all__ = [
+    "PAGE_SIZE",
     "FileRange",
     "MappedStagingUnavailable",
     "covering_range",
