@@ -106,8 +106,8 @@ def decode_source_to_device(
 
     ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (default:
     parallel reads into pinned buffers) or ``"mapped"`` (DMA straight from page-cache
-    pages of the mapped shards, :mod:`quantem.cuda.mapped_staging`; measured slower on
-    the H200 with 128 shards, see ``docs/performance/results.md``). Mapped staging falls
+    pages of the mapped shards, :mod:`quantem.cuda.mapped_staging`; measured no faster
+    on the H200 with 128 shards, see ``docs/performance/results.md``). Mapped staging falls
     back to pread when the driver refuses to page-lock a mapping; ``stats.staging`` says
     which ran.
 

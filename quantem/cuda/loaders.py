@@ -93,9 +93,9 @@ def load_hdf5(
     :func:`quantem.io.arina.load_arina`. ``staging`` says how the bytes travel:
     ``"pread"`` (default) reads them in parallel into reused pinned buffers and copies
     those asynchronously; ``"mapped"`` page-locks the shards' page-cache pages in place
-    and copies them by DMA with no CPU copy (correct, but slower than pread on the H200
-    with 128 shards: one registration per shard costs more than the copy it saves; see
-    ``docs/performance/results.md``). ``metadata["load_stats"]``
+    and copies them by DMA with no CPU copy (correct, but no faster than pread on the
+    H200 with 128 shards: the per-shard registration costs about what the copy it
+    saves does; see ``docs/performance/results.md``). ``metadata["load_stats"]``
     records which one ran (and why mapped staging fell back, if it did).
 
     Raises
