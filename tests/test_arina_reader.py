@@ -261,6 +261,43 @@ def test_index_sidecar_is_reused_and_fresh_index_rebuilds(tmp_path):
         assert acq.data.shape == (2, 5, 8, 8)
 
 
+def test_unchanged_shards_are_not_reopened_while_their_index_matches(tmp_path, monkeypatch):
+    import os
+
+    from quantem.io import arina
+
+    master = write_synthetic_arina(
+        tmp_path / "acq", scan_shape=(3, 4), detector_shape=(8, 8), frames_per_shard=5, processes=1
+    )
+    index_dir = tmp_path / "idx"
+    first = open_arina(master, index_dir=index_dir)
+    opened = []
+    real = arina._inspect_shard
+    monkeypatch.setattr(arina, "_inspect_shard", lambda *a: opened.append(a[0]) or real(*a))
+    again = open_arina(master, index_dir=index_dir)
+    assert opened == []  # everything came from the sidecar
+    assert again.shard_frames == first.shard_frames == [5, 5, 2]
+    assert again.detector_shape == first.detector_shape and again.dtype == first.dtype
+    np.testing.assert_array_equal(again.index.frame_offset, first.index.frame_offset)
+    # a shard modified since (here: only its mtime) makes every shard be checked again
+    shard = first.shard_paths[1]
+    st = os.stat(shard)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    open_arina(master, index_dir=index_dir)
+    assert opened == first.shard_paths
+    opened.clear()
+    open_arina(master, index_dir=index_dir)  # the rebuilt sidecar matches again
+    assert opened == []
+    open_arina(master, index_dir=index_dir, fresh_index=True)
+    assert opened == first.shard_paths
+    # a missing shard is still named
+    from quantem.errors import SourceNotFoundError
+
+    os.remove(first.shard_paths[2])
+    with pytest.raises(SourceNotFoundError, match="data_000003"):
+        open_arina(master, index_dir=index_dir)
+
+
 def test_rewritten_source_gets_a_new_index(tmp_path):
     index_dir = tmp_path / "idx"
     kw = dict(scan_shape=(2, 2), detector_shape=(8, 8), processes=1)

@@ -32,7 +32,7 @@ from quantem.errors import (
     UnsupportedDtypeError,
 )
 from quantem.io import arina_layout as layout
-from quantem.io.frame_index import FrameIndex, load_or_build_frame_index
+from quantem.io.frame_index import FrameIndex, cached_shard_layout, load_or_build_frame_index
 from quantem.io.transforms import finish_frames, parse_load_options
 
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
@@ -176,6 +176,26 @@ def _inspect_shard(path: str, dataset_path: str) -> tuple[int, tuple[int, int], 
     return int(shape[0]), (int(shape[1]), int(shape[2])), dtype
 
 
+def _inspect_shards(
+    shards: list[tuple[str, str]],
+) -> tuple[list[int], tuple[int, int], np.dtype]:
+    """Frames per shard and the common frame shape and dtype, every shard checked."""
+    shard_frames, detector_shape, dtype = [], None, None
+    for path, dataset_path in shards:
+        n, shape, shard_dtype = _inspect_shard(path, dataset_path)
+        if detector_shape is None:
+            detector_shape, dtype = shape, shard_dtype
+        elif shape != detector_shape or shard_dtype != dtype:
+            raise ArinaFormatError(
+                path,
+                f"frames {shape} {shard_dtype} differ from the first shard's "
+                f"{detector_shape} {dtype}",
+            )
+        shard_frames.append(n)
+    assert detector_shape is not None and dtype is not None
+    return shard_frames, detector_shape, dtype
+
+
 def resolve_scan_shape(
     n_frames: int, scan_shape: Any, attribute: Any, path: str
 ) -> tuple[tuple[int, int], str]:
@@ -248,19 +268,24 @@ def open_arina(
             master, f"not an ARINA master: no {layout.DETECTOR_SPECIFIC_GROUP}/{layout.NTRIGGER}"
         )
 
-    shard_frames, detector_shape, dtype = [], None, None
-    for path, dataset_path in shards:
-        n, shape, shard_dtype = _inspect_shard(path, dataset_path)
-        if detector_shape is None:
-            detector_shape, dtype = shape, shard_dtype
-        elif shape != detector_shape or shard_dtype != dtype:
-            raise ArinaFormatError(
-                path,
-                f"frames {shape} {shard_dtype} differ from the first shard's "
-                f"{detector_shape} {dtype}",
-            )
-        shard_frames.append(n)
-    assert detector_shape is not None and dtype is not None
+    stat = master.stat()
+    identity = {
+        "path": os.fspath(master),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "master_sha256": _sha256_file(os.fspath(master)),
+    }
+    shard_paths = [path for path, _ in shards]
+    dataset_paths = [dataset for _, dataset in shards]
+    cached = (
+        None
+        if fresh_index
+        else cached_shard_layout(identity, shard_paths, dataset_paths, index_dir=index_dir)
+    )
+    if cached is not None:  # the shards are unchanged since their index was built
+        shard_frames, detector_shape, dtype = cached
+    else:
+        shard_frames, detector_shape, dtype = _inspect_shards(shards)
     n_frames = int(sum(shard_frames))
     nimages = int(fields.get(layout.NIMAGES, 1))
     expected = int(fields[layout.NTRIGGER]) * nimages
@@ -278,15 +303,6 @@ def open_arina(
     pixel_mask = pixel_mask.astype(np.uint32, copy=False)
     resolved, scan_origin = resolve_scan_shape(n_frames, scan_shape, scan_attr, os.fspath(master))
 
-    stat = master.stat()
-    identity = {
-        "path": os.fspath(master),
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "master_sha256": _sha256_file(os.fspath(master)),
-    }
-    shard_paths = [path for path, _ in shards]
-    dataset_paths = [dataset for _, dataset in shards]
     index = load_or_build_frame_index(
         identity,
         shard_paths,
@@ -296,6 +312,8 @@ def open_arina(
         index_dir=index_dir,
         fresh=fresh_index,
         dataset_paths=dataset_paths,
+        detector_shape=detector_shape,
+        dtype=dtype.name,
     )
     validity = pixel_mask == 0
     metadata = {

@@ -6,8 +6,12 @@ B-tree) and kept as a small sidecar in an index folder, keyed by the source's id
 ``os.pread`` and never go through HDF5's per-chunk machinery.
 
 Sidecar: ``<key>.npz`` (arrays) + ``<key>.json`` (format version, source identity, shard
-sizes and mtimes, element size, frame elements). A sidecar whose JSON or shard stats do
-not match the current files is ignored and rebuilt.
+sizes and mtimes, frames per shard, frame shape, dtype, element size, frame elements). A
+sidecar whose JSON or shard stats do not match the current files is ignored and rebuilt.
+While it matches, :func:`cached_shard_layout` also spares a load from opening every shard
+with h5py to learn what the sidecar already records (frames, frame shape, dtype); those
+shards were checked (chunking, filter) when the sidecar was built, and a shard whose
+size or modification time changed since makes the sidecar stale.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from quantem.errors import ArinaFormatError, SourceNotFoundError
 
 INDEX_FORMAT = "quantem-frame-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: the shards' frame shape and dtype are stored too
 INDEX_DIR_ENV = "QUANTEM_INDEX_DIR"
 
 
@@ -162,6 +166,52 @@ def build_frame_index(
     return FrameIndex(frame_shard, frame_offset, frame_nbytes, int(elem_size), int(frame_elems))
 
 
+def _sidecar_paths(identity: dict, index_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    folder = Path(index_dir) if index_dir is not None else default_index_dir()
+    key = index_key(identity)
+    return folder / f"{key}.npz", folder / f"{key}.json"
+
+
+def cached_shard_layout(
+    identity: dict,
+    shard_paths: Sequence[str],
+    dataset_paths: Sequence[str] | None,
+    *,
+    index_dir: str | os.PathLike | None = None,
+) -> tuple[list[int], tuple[int, int], np.dtype] | None:
+    """Frames per shard, frame shape and dtype recorded by a sidecar that still matches.
+
+    None when there is no sidecar, or it was written for other shards, or any shard's
+    size or modification time changed since. Raises :class:`SourceNotFoundError` for a
+    missing shard (as opening it would).
+    """
+    _, json_path = _sidecar_paths(identity, index_dir)
+    try:
+        stored = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict):
+        return None
+    if (
+        stored.get("format") != INDEX_FORMAT
+        or stored.get("version") != INDEX_VERSION
+        or stored.get("source_identity") != identity
+        or stored.get("shards") != [os.fspath(p) for p in shard_paths]
+        or stored.get("datasets") != (list(dataset_paths) if dataset_paths is not None else None)
+        or stored.get("shard_stats") != _shard_stats(shard_paths)
+    ):
+        return None
+    try:
+        frames = [int(n) for n in stored["frames_per_shard"]]
+        rows, cols = (int(n) for n in stored["detector_shape"])
+        dtype = np.dtype(stored["dtype"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(frames) != len(shard_paths):
+        return None
+    return frames, (rows, cols), dtype
+
+
 def load_or_build_frame_index(
     identity: dict,
     shard_paths: Sequence[str],
@@ -172,15 +222,15 @@ def load_or_build_frame_index(
     index_dir: str | os.PathLike | None = None,
     fresh: bool = False,
     dataset_paths: Sequence[str] | None = None,
+    detector_shape: tuple[int, int] | None = None,
+    dtype: str | None = None,
 ) -> FrameIndex:
     """The source's frame index from its sidecar, or built (and stored) when absent/stale.
 
     An index folder that cannot be written is not an error: the index is then only
     kept in memory.
     """
-    folder = Path(index_dir) if index_dir is not None else default_index_dir()
-    key = index_key(identity)
-    npz_path, json_path = folder / f"{key}.npz", folder / f"{key}.json"
+    npz_path, json_path = _sidecar_paths(identity, index_dir)
     expected = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
@@ -189,6 +239,8 @@ def load_or_build_frame_index(
         "datasets": list(dataset_paths) if dataset_paths is not None else None,
         "shard_stats": _shard_stats(shard_paths),
         "frames_per_shard": [int(n) for n in frames_per_shard],
+        "detector_shape": list(detector_shape) if detector_shape is not None else None,
+        "dtype": np.dtype(dtype).name if dtype is not None else None,
         "elem_size": int(elem_size),
         "frame_elems": int(frame_elems),
     }
