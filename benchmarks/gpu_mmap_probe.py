@@ -39,17 +39,9 @@ def main(argv=None) -> int:
 
     import cupy
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    from quantem.io.page_cache import libc as page_cache_libc
+
+    libc = page_cache_libc()
 
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,30 @@ class PipelineStats:
     fallback: str | None = None
 
 
+@dataclass
+class _BatchDecoder:
+    """What both stagings need to decode a batch: the frame geometry, the shared decoder
+    state, the per-batch launch, how to name a frame in an error, the thread count."""
+
+    frame_bytes: int
+    elem: int
+    state: dict
+    decode_batch: Callable
+    describe: Callable
+    first: int
+    threads: int | None
+
+    def set_block_bytes(self, header: np.ndarray) -> None:
+        """The first chunk's block size, which the kernels are compiled for."""
+        try:
+            self.state["block_bytes"] = lz4.parse_chunk_header(header, self.frame_bytes, self.elem)
+        except ValueError as exc:
+            path, fields = self.describe(self.first)
+            raise ChunkDecodeError(
+                path, f"corrupt chunk: {exc}", frame=self.first, **fields
+            ) from None
+
+
 def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
     """Split frames into consecutive ``(start, stop)`` runs of at most ``batch_bytes``.
 
@@ -194,21 +218,18 @@ def decode_source_to_device(
                 with stream:
                     consume(a, b, scratch_out[: b - a])
 
+        decoder = _BatchDecoder(frame_bytes, elem, state, decode_batch, describe, first, threads)
         staged = None
         if mapped is not None:
             try:
-                staged = _run_mapped(
-                    files, mapped, offset, nbytes, frame_bytes, elem, state, decode_batch,
-                    describe, first, threads,
-                )  # fmt: skip
+                staged = _run_mapped(files, mapped, offset, nbytes, decoder)
                 stats.staging = "mapped"
                 stats.batches = len(mapped[0])
             except mapped_staging.MappedStagingUnavailable as exc:
                 stats.fallback = str(exc)
                 errors.fill(0)
         if staged is None:
-            staged = _run_pread(files, batches, shard, offset, nbytes, frame_bytes, elem,
-                                state, decode_batch, describe, first, threads)  # fmt: skip
+            staged = _run_pread(files, batches, shard, offset, nbytes, decoder)
             stats.staging = "pread"
             stats.batches = len(batches)
     stats.read_seconds = staged.read_seconds
@@ -224,13 +245,7 @@ def _run_pread(
     shard: np.ndarray,
     offset: np.ndarray,
     nbytes: np.ndarray,
-    frame_bytes: int,
-    elem: int,
-    state: dict,
-    decode_batch: Callable,
-    describe: Callable,
-    first: int,
-    threads: int | None,
+    decoder: _BatchDecoder,
 ) -> Any:
     """Pread staging: each batch's chunks packed in a pinned buffer, their offsets after them."""
     import cupy
@@ -249,28 +264,17 @@ def _run_pread(
         offs[0] = 0
         np.cumsum(nbytes[a:b], out=offs[1:])
         if i == 0:
-            state["block_bytes"] = _block_bytes_of(
-                slot[: lz4.HEADER_BYTES], frame_bytes, elem, describe, first
-            )
+            decoder.set_block_bytes(slot[: lz4.HEADER_BYTES])
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
         at = plans[i].copy_bytes - 8 * (b - a + 1)
         offsets_dev = device_bytes[at:].view(cupy.int64)
-        decode_batch(a, b, device_bytes[:at], offsets_dev, None, stream)
+        decoder.decode_batch(a, b, device_bytes[:at], offsets_dev, None, stream)
 
-    return staging_module.run_staged(files, plans, launch, on_read=fill_offsets, threads=threads)
-
-
-def _block_bytes_of(
-    header: np.ndarray, frame_bytes: int, elem: int, describe: Callable, first: int
-) -> int:
-    """The first chunk's block size, which the kernels are compiled for."""
-    try:
-        return lz4.parse_chunk_header(header, frame_bytes, elem)
-    except ValueError as exc:
-        path, fields = describe(first)
-        raise ChunkDecodeError(path, f"corrupt chunk: {exc}", frame=first, **fields) from None
+    return staging_module.run_staged(
+        files, plans, launch, on_read=fill_offsets, threads=decoder.threads
+    )
 
 
 def plan_mapped_ranges(
@@ -346,13 +350,7 @@ def _run_mapped(
     mapped: tuple[list[tuple[int, int]], list[mapped_staging.FileRange]],
     offset: np.ndarray,
     nbytes: np.ndarray,
-    frame_bytes: int,
-    elem: int,
-    state: dict,
-    decode_batch: Callable,
-    describe: Callable,
-    first: int,
-    threads: int | None,
+    decoder: _BatchDecoder,
 ) -> Any:
     """Mapped staging of the planned batches, chunks addressed relative to each range."""
     import cupy
@@ -367,12 +365,10 @@ def _run_mapped(
     # The block size comes from the first chunk's header, read with pread: the CPU never
     # reads the mappings.
     header = os.pread(files.fds[ranges[0].file], lz4.HEADER_BYTES, int(offset[0]))
-    state["block_bytes"] = _block_bytes_of(
-        np.frombuffer(header, dtype=np.uint8), frame_bytes, elem, describe, first
-    )
+    decoder.set_block_bytes(np.frombuffer(header, dtype=np.uint8))
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
-        decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
+        decoder.decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
 
-    return mapped_staging.run_mapped(files.fds, ranges, launch, threads=threads)
+    return mapped_staging.run_mapped(files.fds, ranges, launch, threads=decoder.threads)

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from quantem.cuda.staging import CUDA_MEMCPY_HOST_TO_DEVICE, DEVICE_SLOTS, StageStats
+from quantem.cuda.staging import DeviceLanes, StageStats
 from quantem.io.page_cache import PAGE_SIZE, ReadOnlyMapping, page_ceil, page_floor
 
 #: ``cudaHostRegisterReadOnly``: the device only reads the pages (required for a
@@ -132,8 +132,6 @@ def run_mapped(
     every range is unregistered and unmapped. Raises :class:`MappedStagingUnavailable`
     when a range cannot be mapped or page-locked (nothing has been launched for it).
     """
-    import cupy
-
     stats = StageStats(batches=len(ranges))
     if not ranges:
         return stats
@@ -142,14 +140,8 @@ def run_mapped(
     slot_bytes = page_ceil(max(r.length for r in ranges))
     stats.copied_bytes = int(sum(r.length for r in ranges))
     threads = max(1, min(REGISTER_AHEAD, threads or os.cpu_count() or 1))
-    cupy.cuda.runtime.deviceSynchronize()  # work queued on other streams lands first
+    lanes = DeviceLanes(len(ranges), slot_bytes)
     wall0 = time.perf_counter()
-    copy_stream = cupy.cuda.Stream(non_blocking=True)
-    compute_stream = cupy.cuda.Stream(non_blocking=True)
-    h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in ranges]
-    work_done = [cupy.cuda.Event(disable_timing=True) for _ in ranges]
-    n_device = min(DEVICE_SLOTS, len(ranges))
-    device_slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
     register_seconds = [0.0] * len(ranges)
     live: dict[int, _Registered] = {}
 
@@ -160,7 +152,7 @@ def run_mapped(
         return entry
 
     def release(i: int, entry: _Registered) -> None:
-        h2d_done[i].synchronize()
+        lanes.h2d_done[i].synchronize()
         entry.release()
 
     with ThreadPoolExecutor(threads) as registrar, ThreadPoolExecutor(1) as releaser:
@@ -173,23 +165,12 @@ def run_mapped(
                 ahead = i + REGISTER_AHEAD
                 if ahead < len(ranges):
                     futures[ahead] = registrar.submit(register, ahead)
-                d = i % n_device
-                if i >= n_device:
-                    copy_stream.wait_event(work_done[i - n_device])
-                cupy.cuda.runtime.memcpyAsync(
-                    device_slots[d].data.ptr, live[i].address, r.length,
-                    CUDA_MEMCPY_HOST_TO_DEVICE, copy_stream.ptr,
-                )  # fmt: skip
-                h2d_done[i].record(copy_stream)
+                lanes.copy_and_launch(i, live[i].address, r.length, launch)
                 releases.append(releaser.submit(release, i, live.pop(i)))
-                compute_stream.wait_event(h2d_done[i])
-                launch(i, device_slots[d][: r.length], compute_stream)
-                work_done[i].record(compute_stream)
         finally:
             for future in futures.values():
                 future.cancel()
-            compute_stream.synchronize()
-            copy_stream.synchronize()
+            lanes.drain()
             for future in releases:
                 future.result()
             for future in futures.values():  # registered ahead but never copied

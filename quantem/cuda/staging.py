@@ -109,6 +109,49 @@ class OpenFiles:
         self.close()
 
 
+class DeviceLanes:
+    """The device side both stagings share: a copy stream, a compute stream, one pair of
+    events per batch and ``DEVICE_SLOTS`` rotating device buffers.
+
+    :meth:`copy_and_launch` enqueues batch ``i``: the copy into a slot once the kernels
+    that last used it are done, then ``launch`` on the compute stream after the copy.
+    """
+
+    def __init__(self, n_batches: int, slot_bytes: int) -> None:
+        import cupy
+
+        # Work the caller queued on other streams (zeroed outputs) must land before ours.
+        cupy.cuda.runtime.deviceSynchronize()
+        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
+        self.h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
+        self.work_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
+        n_device = min(DEVICE_SLOTS, n_batches)
+        self.slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
+
+    def copy_and_launch(
+        self, i: int, host_pointer: int, nbytes: int, launch: Callable[[int, Any, Any], None]
+    ) -> None:
+        import cupy
+
+        n_device = len(self.slots)
+        slot = self.slots[i % n_device]
+        if i >= n_device:
+            self.copy_stream.wait_event(self.work_done[i - n_device])
+        cupy.cuda.runtime.memcpyAsync(
+            slot.data.ptr, host_pointer, nbytes, CUDA_MEMCPY_HOST_TO_DEVICE, self.copy_stream.ptr
+        )
+        self.h2d_done[i].record(self.copy_stream)
+        self.compute_stream.wait_event(self.h2d_done[i])
+        launch(i, slot[:nbytes], self.compute_stream)
+        self.work_done[i].record(self.compute_stream)
+
+    def drain(self) -> None:
+        """Wait for everything enqueued on both streams."""
+        self.compute_stream.synchronize()
+        self.copy_stream.synchronize()
+
+
 def run_staged(
     files: OpenFiles,
     batches: Sequence[Batch],
@@ -121,7 +164,6 @@ def run_staged(
 
     Returns after the compute stream has finished all launched work.
     """
-    import cupy
 
     stats = StageStats(batches=len(batches))
     if not batches:
@@ -129,15 +171,8 @@ def run_staged(
     slot_bytes = max(b.copy_bytes for b in batches)
     stats.copied_bytes = int(sum(b.copy_bytes for b in batches))
     threads = threads or min(32, os.cpu_count() or 4)
-    # Work the caller queued on other streams (zeroed outputs) must land before ours.
-    cupy.cuda.runtime.deviceSynchronize()
+    lanes = DeviceLanes(len(batches), slot_bytes)
     wall0 = time.perf_counter()
-    copy_stream = cupy.cuda.Stream(non_blocking=True)
-    compute_stream = cupy.cuda.Stream(non_blocking=True)
-    h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in batches]
-    work_done = [cupy.cuda.Event(disable_timing=True) for _ in batches]
-    n_device = min(DEVICE_SLOTS, len(batches))
-    device_slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
     read_seconds = [0.0] * len(batches)
     n_pinned = min(PINNED_SLOTS, len(batches))
 
@@ -150,7 +185,7 @@ def run_staged(
         def read_batch(i: int) -> np.ndarray:
             slot = slots[i % n_pinned]
             if i >= n_pinned:
-                h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
+                lanes.h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
             t0 = time.perf_counter()
             view = memoryview(slot)
             list(
@@ -175,22 +210,11 @@ def run_staged(
                 ahead = i + n_pinned - 1
                 if n_pinned > 1 and ahead < len(batches) and ahead not in futures:
                     futures[ahead] = reader.submit(read_batch, ahead)
-                d = i % n_device
-                if i >= n_device:
-                    copy_stream.wait_event(work_done[i - n_device])
-                cupy.cuda.runtime.memcpyAsync(
-                    device_slots[d].data.ptr, slot.ctypes.data, batch.copy_bytes,
-                    CUDA_MEMCPY_HOST_TO_DEVICE, copy_stream.ptr,
-                )  # fmt: skip
-                h2d_done[i].record(copy_stream)
-                compute_stream.wait_event(h2d_done[i])
-                launch(i, device_slots[d][: batch.copy_bytes], compute_stream)
-                work_done[i].record(compute_stream)
+                lanes.copy_and_launch(i, slot.ctypes.data, batch.copy_bytes, launch)
         finally:
             for future in futures.values():
                 future.cancel()
-            compute_stream.synchronize()
-            copy_stream.synchronize()
+            lanes.drain()
     stats.read_seconds = float(sum(read_seconds))
     stats.wall_seconds = time.perf_counter() - wall0
     return stats
