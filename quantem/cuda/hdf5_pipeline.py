@@ -218,18 +218,20 @@ def decode_source_to_device(
                 with stream:
                     consume(a, b, scratch_out[: b - a])
 
-        decoder = _BatchDecoder(frame_bytes, elem, state, decode_batch, describe, first, threads)
+        batch_decoder = _BatchDecoder(
+            frame_bytes, elem, state, decode_batch, describe, first, threads
+        )
         staged = None
         if mapped is not None:
             try:
-                staged = _run_mapped(files, mapped, offset, nbytes, decoder)
+                staged = _run_mapped(files, mapped, offset, nbytes, batch_decoder)
                 stats.staging = "mapped"
                 stats.batches = len(mapped[0])
             except mapped_staging.MappedStagingUnavailable as exc:
                 stats.fallback = str(exc)
                 errors.fill(0)
         if staged is None:
-            staged = _run_pread(files, batches, shard, offset, nbytes, decoder)
+            staged = _run_pread(files, batches, shard, offset, nbytes, batch_decoder)
             stats.staging = "pread"
             stats.batches = len(batches)
     stats.read_seconds = staged.read_seconds
