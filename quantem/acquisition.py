@@ -68,6 +68,30 @@ class Acquisition:
         det = tuple(self.metadata["detector_shape"])
         return (*scan, *det)  # type: ignore[return-value]
 
+    def set_output(self, output: str) -> Acquisition:
+        """Hand out ``output``: ``"array"`` (numpy/CuPy ``data``) or ``"torch"``.
+
+        With ``"torch"`` a dense acquisition's ``data`` becomes a ``torch.Tensor``
+        sharing the array's memory (DLPack, no copy); :attr:`array` keeps the array for
+        the kernels, and detector sessions over the acquisition return tensors. An
+        encoded acquisition keeps ``data`` None; only its products become tensors.
+        Returns ``self``.
+        """
+        from quantem.interop import array_to_torch, check_output, require_torch
+
+        check_output(output)
+        if output == self.output:
+            return self
+        if output == "torch":
+            require_torch()
+            array = self.array
+            if array is not None:
+                self.data, self._array = array_to_torch(array), array
+        elif self._array is not None:
+            self.data, self._array = self._array, None
+        self.output = output
+        return self
+
     @property
     def dtype(self):
         import numpy as np

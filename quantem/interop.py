@@ -90,28 +90,8 @@ def to_torch(obj: Any) -> Any:
 
 
 def apply_output(acq: Any, output: str) -> Any:
-    """Make ``acq`` hand out ``output`` (``"array"`` or ``"torch"``); returns ``acq``.
-
-    With ``"torch"`` a dense acquisition's ``data`` becomes a tensor sharing the
-    array's memory (the array stays reachable as ``acq.array`` for the kernels), and
-    detector sessions over it return tensors. An encoded acquisition keeps ``data``
-    None; only its products become tensors.
-    """
-    check_output(output)
-    if output == acq.output:
-        return acq
-    if output == "torch":
-        require_torch()
-        if acq.array is not None:
-            tensor = array_to_torch(acq.array)
-            acq._array = acq.array
-            acq.data = tensor
-    else:
-        if acq._array is not None:
-            acq.data = acq._array
-            acq._array = None
-    acq.output = output
-    return acq
+    """``acq.set_output(output)``: see :meth:`quantem.acquisition.Acquisition.set_output`."""
+    return acq.set_output(output)
 
 
 __all__ = [
