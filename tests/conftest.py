@@ -18,3 +18,9 @@ def arina_small() -> Path:
     if not (ARINA_SMALL / "fixture_master.h5").exists():
         pytest.skip(f"shared ARINA fixtures not found at {ARINA_SMALL}")
     return ARINA_SMALL
+
+
+@pytest.fixture(autouse=True)
+def _index_dir(tmp_path, monkeypatch):
+    """Keep frame-index sidecars inside each test's folder, never in ~/.cache."""
+    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))

@@ -22,11 +22,6 @@ from quantem.io.arina import load_arina, open_arina
 from quantem.io.synthetic import write_synthetic_arina
 
 
-@pytest.fixture(autouse=True)
-def _index_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
-
-
 @pytest.fixture
 def acquisition(tmp_path):
     return write_synthetic_arina(

@@ -12,6 +12,7 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers the bitshuffle filter for h5py)
 import numpy as np
 import pytest
+from _arina_helpers import h5py_frames
 
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 from quantem.io import cpu_decode
@@ -20,18 +21,6 @@ from quantem.io.cpu_decode import BITSHUFFLE_C_AVAILABLE, decode_chunks
 from quantem.io.synthetic import SyntheticModel, encode_chunk, write_synthetic_arina
 
 ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
-
-
-@pytest.fixture(autouse=True)
-def _index_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
-
-
-def _h5py_frames(master):
-    with h5py.File(master, "r") as f:
-        group = f["/entry/data"]
-        names = sorted(k for k in group if k.startswith("data_"))
-        return np.concatenate([group[k][()] for k in names])
 
 
 def _shard(master, i):
@@ -51,7 +40,7 @@ def test_pieces_across_shards_match_h5py(tmp_path, monkeypatch, engine, threads,
     )
     monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", per_task)
     with load_arina(master, threads=threads, engine=engine) as acq:
-        np.testing.assert_array_equal(acq.data.reshape(15, 20, 13), _h5py_frames(master))
+        np.testing.assert_array_equal(acq.data.reshape(15, 20, 13), h5py_frames(master))
 
 
 @pytest.mark.parametrize("engine", ENGINES)

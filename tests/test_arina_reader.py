@@ -8,6 +8,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
+from _arina_helpers import h5py_frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,19 +16,6 @@ from quantem.errors import ScanShapeError
 from quantem.io import load
 from quantem.io.arina import iter_frame_batches, load_arina, open_arina, read_compressed
 from quantem.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
-
-
-@pytest.fixture(autouse=True)
-def _index_dir(tmp_path, monkeypatch):
-    """Keep frame-index sidecars inside the test's folder, never in ~/.cache."""
-    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
-
-
-def _h5py_frames(master):
-    with h5py.File(master, "r") as f:
-        group = f["/entry/data"]
-        return np.concatenate([group[k][()] for k in sorted(group)])
-
 
 CASES = [
     # scan, detector, dtype, frames per shard
@@ -58,7 +46,7 @@ def test_round_trip_equals_generator_and_h5py(tmp_path, scan, det, dtype, per_sh
         assert acq.data.shape == (*scan, *det)
         assert acq.data.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(acq.data.reshape(n, *det), expected)
-        np.testing.assert_array_equal(acq.data.reshape(n, *det), _h5py_frames(master))
+        np.testing.assert_array_equal(acq.data.reshape(n, *det), h5py_frames(master))
         model = SyntheticModel(scan, det, dtype, seed=7)
         np.testing.assert_array_equal(acq.metadata["pixel_mask"], model.pixel_mask)
         np.testing.assert_array_equal(acq.validity, model.pixel_mask == 0)
@@ -366,7 +354,7 @@ def test_arina_sized_acquisition_written_by_processes(tmp_path):
     expected = make_frames(0, 192, scan_shape=scan, detector_shape=det)
     with load_arina(master, batch_frames=37) as acq:
         np.testing.assert_array_equal(acq.data.reshape(192, *det), expected)
-        np.testing.assert_array_equal(acq.data.reshape(192, *det), _h5py_frames(master))
+        np.testing.assert_array_equal(acq.data.reshape(192, *det), h5py_frames(master))
     with load_arina(master, dtype="u8", apply_mask=True, det_bin=5) as acq:
         reference, clipped = _reference_options(
             expected, SyntheticModel(scan, det).pixel_mask, "u8", True, 5

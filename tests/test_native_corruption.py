@@ -21,20 +21,11 @@ from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from harness.native import NativeLoadError, run_native_load
 from quantem.acquisition import Acquisition
 from quantem.errors import QemFormatError, QemVersionError
+from quantem.io.qem.format import SECTION_NAMES
 from quantem.io.qem.reader import load_qem
 from quantem.io.qem.writer import save_qem
 
 pytestmark = pytest.mark.native
-
-SECTION_NAMES = (
-    "METADATA",
-    "PIXEL_MASK",
-    "MODEL",
-    "BLOCK_INDEX",
-    "BLOCK_CHECKSUMS",
-    "PAYLOAD",
-    "SPATIAL_INDEX",
-)
 
 
 @pytest.fixture(scope="module")
