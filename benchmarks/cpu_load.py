@@ -22,12 +22,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import git_revision
 
 
 def read_with_h5py(master: Path) -> np.ndarray:
@@ -123,9 +123,7 @@ def main() -> None:
         "runs": args.runs,
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
-        "revision": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "revision": git_revision(),
     }
     for name, values in times.items():
         summary[name] = {

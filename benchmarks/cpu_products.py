@@ -19,11 +19,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 
 import numpy as np
+from _common import git_revision
 
 from quantem.acquisition import Acquisition
 from quantem.detector import cpu_kernels, prepare
@@ -68,15 +68,6 @@ def numpy_moments(data: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def numpy_sum_frames(data: np.ndarray) -> np.ndarray:
     return data.reshape(-1, *data.shape[2:]).sum(axis=0, dtype=np.uint64)
-
-
-def git_revision() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from _common import gpu_times
 
 RESULTS: dict = {}
 
@@ -57,20 +58,7 @@ def make_chunks(args_tuple):
 
 
 def gpu_time(fn, reps=5, warmup=1):
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
-    return statistics.median(times)
+    return statistics.median(gpu_times(fn, reps, warmup))
 
 
 def main(argv=None):

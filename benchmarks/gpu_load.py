@@ -40,6 +40,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from _common import gpu_times
 
 RESULTS: dict = {}
 JSON_PATH: list[Path] = []
@@ -196,23 +197,6 @@ def pread_floor(source, pinned_buf, threads) -> float:
         return time.perf_counter() - t0
 
 
-def gpu_time(fn, reps: int, warmup: int = 1) -> list[float]:
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return times
-
-
 def wall_time(fn, reps: int) -> list[float]:
     import cupy
 
@@ -307,7 +291,7 @@ def main(argv=None) -> int:
             f"{compressed / statistics.median(floors) / 1e9:.2f} GB/s",
         )
         dev_buf = cupy.empty(compressed, dtype=cupy.uint8)
-        h2d = gpu_time(
+        h2d = gpu_times(
             lambda: cupy.cuda.runtime.memcpyAsync(
                 dev_buf.data.ptr, buf.ctypes.data, compressed, 1, 0
             ),
@@ -335,7 +319,7 @@ def main(argv=None) -> int:
     a = cupy.empty(decoded, dtype=cupy.uint8)
     b = cupy.empty(decoded, dtype=cupy.uint8)
     a.fill(1)
-    d2d = gpu_time(
+    d2d = gpu_times(
         lambda: cupy.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, decoded, 3, 0), args.reps
     )
     say(
@@ -389,7 +373,7 @@ def main(argv=None) -> int:
     bf = (rr - cy) ** 2 + (cc - cx) ** 2 <= model.bf_radius**2
     bf &= source.validity
     say("bf_mask_pixels", int(bf.sum()))
-    dense_bf = gpu_time(lambda: dk.masked_sum(first.data, bf), 20, 3)
+    dense_bf = gpu_times(lambda: dk.masked_sum(first.data, bf), 20, 3)
     say("bf_masked_sum_dense_s", statistics.median(dense_bf), "s")
     ref_bf = dk.masked_sum(first.data, bf).get()
     first.close()
@@ -480,7 +464,7 @@ def main(argv=None) -> int:
         )
         peak_load = pool_.total_bytes()
         ids = np.arange(enc.encoded.n_blocks)
-        enc_bf = gpu_time(lambda: enc.encoded.masked_sum(bf), 10, 2)
+        enc_bf = gpu_times(lambda: enc.encoded.masked_sum(bf), 10, 2)
         say("bf_masked_sum_encoded_s", statistics.median(enc_bf), "s", f"{q_frames} frames")
         same_bf = bool(np.array_equal(enc.encoded.masked_sum(bf).get(), ref_bf))
         say("bf_encoded_equals_dense", same_bf)
@@ -509,7 +493,7 @@ def main(argv=None) -> int:
             * int(np.prod(source.detector_shape))
             * 2
         )
-        dec = gpu_time(lambda: enc.encoded.decode_blocks(sub), args.reps)
+        dec = gpu_times(lambda: enc.encoded.decode_blocks(sub), args.reps)
         say(
             "qem_decode_kernel_s",
             statistics.median(dec),

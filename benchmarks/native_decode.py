@@ -26,13 +26,13 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import git_revision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,12 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scan, det = tuple(args.scan), tuple(args.det)
     binary = find_native_binary(args.binary) if args.binary else ensure_native_binary()
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    revision = git_revision()
     load_before = os.getloadavg()
 
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import git_revision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -74,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doses", type=float, nargs="+", default=(400.0, 2000.0, 40000.0))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    revision = git_revision()
     print(f"shape {tuple(args.scan) + tuple(args.det)} uint16, seed {args.seed}, rev {revision}")
     print()
     print(

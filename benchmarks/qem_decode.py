@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import git_revision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -69,12 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     scan, det = tuple(args.scan), tuple(args.det)
     import numba
 
-    revision = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    revision = git_revision()
     load_hdf5, hdf5_label = hdf5_loader()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         tmp = Path(tmp)
