@@ -362,48 +362,41 @@ def _load_bitshuffle_block_functions() -> tuple[object, int, int] | None:
 _I8_POINTER = ir.IntType(8).as_pointer()
 
 
-@intrinsic
-def _call_lz4_decompress_safe(typingctx, function, src, dst, src_size, dst_capacity):
-    """Call ``int LZ4_decompress_safe(const char*, char*, int, int)`` at address ``function``."""
-    signature = types.int32(types.int64, types.int64, types.int64, types.int64, types.int64)
+def _c_pointer_call(result_bits: int, size_bits: int):
+    """A numba intrinsic calling ``int<result_bits> f(const void*, void*, int<size_bits>,
+    int<size_bits>)`` at a function address; every argument is passed as an int64
+    (addresses, and sizes that are truncated to ``size_bits``)."""
 
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        function_type = ir.FunctionType(i32, [_I8_POINTER, _I8_POINTER, i32, i32])
-        pointer = builder.inttoptr(args[0], function_type.as_pointer())
-        return builder.call(
-            pointer,
-            [
-                builder.inttoptr(args[1], _I8_POINTER),
-                builder.inttoptr(args[2], _I8_POINTER),
-                builder.trunc(args[3], i32),
-                builder.trunc(args[4], i32),
-            ],
+    @intrinsic
+    def call(typingctx, function, src, dst, first, second):
+        signature = getattr(types, f"int{result_bits}")(
+            types.int64, types.int64, types.int64, types.int64, types.int64
         )
 
-    return signature, codegen
+        def codegen(context, builder, sig, args):
+            result = ir.IntType(result_bits)
+            size = ir.IntType(size_bits)
+            function_type = ir.FunctionType(result, [_I8_POINTER, _I8_POINTER, size, size])
+            pointer = builder.inttoptr(args[0], function_type.as_pointer())
+            sizes = [a if size_bits == 64 else builder.trunc(a, size) for a in args[3:5]]
+            return builder.call(
+                pointer,
+                [
+                    builder.inttoptr(args[1], _I8_POINTER),
+                    builder.inttoptr(args[2], _I8_POINTER),
+                    *sizes,
+                ],
+            )
+
+        return signature, codegen
+
+    return call
 
 
-@intrinsic
-def _call_bshuf_untrans_bit_elem(typingctx, function, src, dst, size, elem_size):
-    """Call ``int64_t bshuf_untrans_bit_elem(const void*, void*, size_t, size_t)``."""
-    signature = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
-
-    def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        function_type = ir.FunctionType(i64, [_I8_POINTER, _I8_POINTER, i64, i64])
-        pointer = builder.inttoptr(args[0], function_type.as_pointer())
-        return builder.call(
-            pointer,
-            [
-                builder.inttoptr(args[1], _I8_POINTER),
-                builder.inttoptr(args[2], _I8_POINTER),
-                args[3],
-                args[4],
-            ],
-        )
-
-    return signature, codegen
+#: ``int LZ4_decompress_safe(const char* src, char* dst, int src_size, int dst_capacity)``
+_call_lz4_decompress_safe = _c_pointer_call(32, 32)
+#: ``int64_t bshuf_untrans_bit_elem(const void* in, void* out, size_t size, size_t elem_size)``
+_call_bshuf_untrans_bit_elem = _c_pointer_call(64, 64)
 
 
 _BLOCK_FUNCTIONS = _load_bitshuffle_block_functions()
