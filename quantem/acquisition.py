@@ -14,7 +14,7 @@ class Acquisition:
     data
         The 4D array (``numpy.ndarray`` for the cpu backend, ``cupy.ndarray`` for cuda),
         or ``None`` for representations that keep the data encoded (see ``encoded``).
-        After ``output="torch"`` (:func:`quantem.interop.apply_output`) it is a
+        After ``output="torch"`` (:meth:`set_output`) it is a
         ``torch.Tensor`` sharing that array's memory; :attr:`array` keeps the array.
     metadata
         Plain dict: ``scan_shape``, ``detector_shape``, ``dtype``, ``n_frames``,

@@ -1,8 +1,8 @@
 """Handing arrays to other frameworks without copying them (PyTorch through DLPack).
 
-``io.load(..., output="torch")`` and ``detector.prepare(..., output="torch")`` use
-this module; :func:`to_torch` is also public for arrays and acquisitions loaded
-with the default ``output="array"``. PyTorch is imported only when a tensor is
+``io.load(..., output="torch")`` (through ``Acquisition.set_output``) and
+``detector.prepare(..., output="torch")`` use this module; :func:`to_torch` is also
+public, for arrays and acquisitions loaded with the default ``output="array"``. PyTorch is imported only when a tensor is
 asked for, and never by ``import quantem``.
 
 A tensor made here shares memory with the array it came from (a CuPy array on the
@@ -89,14 +89,8 @@ def to_torch(obj: Any) -> Any:
     return array_to_torch(obj)
 
 
-def apply_output(acq: Any, output: str) -> Any:
-    """``acq.set_output(output)``: see :meth:`quantem.acquisition.Acquisition.set_output`."""
-    return acq.set_output(output)
-
-
 __all__ = [
     "OUTPUTS",
-    "apply_output",
     "array_to_torch",
     "check_output",
     "is_torch_tensor",

@@ -17,7 +17,7 @@ import pytest
 import quantem.io
 from quantem.detector import prepare
 from quantem.errors import BackendUnavailableError
-from quantem.interop import apply_output, is_torch_tensor, to_torch
+from quantem.interop import is_torch_tensor, to_torch
 from quantem.io.synthetic import write_synthetic_arina
 
 
@@ -138,12 +138,12 @@ def test_prepare_output_overrides_the_acquisition(master, fake_torch) -> None:
     assert all(is_torch_tensor(s.bf()) for s in tensors)
 
 
-def test_apply_output_round_trip_and_to_torch(master, fake_torch) -> None:
+def test_set_output_round_trip_and_to_torch(master, fake_torch) -> None:
     acq = quantem.io.load(master)
     array = acq.array
-    apply_output(acq, "torch")
+    acq.set_output("torch")
     assert is_torch_tensor(acq.data) and acq.array is array
-    apply_output(acq, "array")
+    acq.set_output("array")
     assert acq.data is array and acq.output == "array"
     assert is_torch_tensor(to_torch(acq))
     acq.close()

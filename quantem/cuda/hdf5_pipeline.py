@@ -326,8 +326,9 @@ def _plan_mapped(
     batch_bytes: int,
     describe: Callable,
     first: int,
-) -> tuple[list[tuple[int, int]], list[mapped_staging.FileRange]] | None:
-    """Batches and ranges for mapped staging, or None when it does not apply.
+) -> tuple[list[tuple[int, int]], list[mapped_staging.FileRange]]:
+    """Batches and ranges for mapped staging (a range too large for it is refused by
+    :func:`~quantem.cuda.mapped_staging.run_mapped`, which makes the load fall back).
 
     Every range is checked against its file's size first: a frame index pointing past
     the end raises :class:`ArinaFormatError` naming the shard, as a short read would.
@@ -342,8 +343,6 @@ def _plan_mapped(
                 f"file ends before the expected data ({r.offset + r.length - sizes[r.file]} "
                 f"bytes missing at offset {sizes[r.file]})",
             )
-        if r.length > mapped_staging.MAX_RANGE_BYTES:
-            return None
     return [(a, b) for a, b, _ in planned], [r for _, _, r in planned]
 
 

@@ -43,7 +43,7 @@ def load(
         cuda) and detector sessions over the acquisition return tensors. Checked, with
         PyTorch's presence, before anything is read.
     """
-    from quantem.interop import apply_output, check_output, require_torch
+    from quantem.interop import check_output, require_torch
 
     require_backend(backend)
     check_output(output)
@@ -51,7 +51,7 @@ def load(
         require_torch()
     acq = _load(path, backend, options)
     try:
-        return apply_output(acq, output)
+        return acq.set_output(output)
     except BaseException:
         acq.close()
         raise
