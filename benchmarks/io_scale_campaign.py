@@ -39,8 +39,7 @@ def prepare(
     processes: int | None,
 ) -> Path:
     """Write (or reuse) the acquisitions and the manifest; return the manifest path."""
-    from harness.run.manifest import dump_manifest
-    from harness.run.provenance import sha256_file
+    from harness.run.manifest import dump_manifest, manifest_entry
     from quantem.io.synthetic import write_synthetic_arina
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -72,15 +71,7 @@ def prepare(
             )
             stamp.write_text(json.dumps(parameters, sort_keys=True) + "\n")
             print(f"wrote {master} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        entries.append(
-            {
-                "id": name,
-                "filename": str(Path(master).relative_to(data_dir)),
-                "source_master_sha256": sha256_file(master),
-                "shape": [*scan, *det],
-                "dtype": dtype,
-            }
-        )
+        entries.append(manifest_entry(name, master, data_dir, scan, det, dtype))
     manifest = data_dir / "manifest.json"
     manifest.write_bytes(dump_manifest(entries, description="io-scale campaign (synthetic ARINA)"))
     return manifest

@@ -42,8 +42,7 @@ def write_demo_suite(
     frames_per_shard: int = DEMO_FRAMES_PER_SHARD,
 ) -> DemoSuite:
     """Write the demo acquisitions under ``folder/data`` and ``folder/manifest.json``."""
-    from harness.run.manifest import dump_manifest
-    from harness.run.provenance import sha256_file
+    from harness.run.manifest import dump_manifest, manifest_entry
     from quantem.io.synthetic import write_synthetic_arina
 
     root = folder / "data"
@@ -59,15 +58,7 @@ def write_demo_suite(
             dose=dose,
             seed=seed + i,
         )
-        entries.append(
-            {
-                "id": name,
-                "filename": str(Path(master).relative_to(root)),
-                "source_master_sha256": sha256_file(master),
-                "shape": [*scan, *det],
-                "dtype": dtype,
-            }
-        )
+        entries.append(manifest_entry(name, master, root, scan, det, dtype))
     manifest = folder / "manifest.json"
     manifest.write_bytes(dump_manifest(entries, description="harness run io-scale --demo suite"))
     return DemoSuite(root=root, manifest=manifest)

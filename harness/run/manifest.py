@@ -180,6 +180,26 @@ def check_master_hashes(manifest: SelectionManifest) -> None:
         raise ManifestError(f"{manifest.path}: " + "; ".join(problems))
 
 
+def manifest_entry(
+    acquisition_id: str,
+    master: str | os.PathLike,
+    root: str | os.PathLike,
+    scan_shape: tuple[int, int],
+    detector_shape: tuple[int, int],
+    dtype: str,
+) -> dict:
+    """One ``selected_acquisitions`` entry for a master under ``root`` (hashes the master)."""
+    from harness.run.provenance import sha256_file
+
+    return {
+        "id": acquisition_id,
+        "filename": str(Path(master).relative_to(root)),
+        "source_master_sha256": sha256_file(master),
+        "shape": [*scan_shape, *detector_shape],
+        "dtype": dtype,
+    }
+
+
 def dump_manifest(entries: list[dict], *, description: str | None = None) -> bytes:
     """Serialise a manifest deterministically (used by the demo and by tests)."""
     doc: dict = {
