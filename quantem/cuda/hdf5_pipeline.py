@@ -21,6 +21,7 @@ import numpy as np
 from quantem.cuda import lz4_bitshuffle as lz4
 from quantem.cuda import mapped_staging
 from quantem.cuda import staging as staging_module
+from quantem.cuda.staging import plan_batches
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 
 DEFAULT_BATCH_BYTES = 64 << 20
@@ -66,27 +67,6 @@ class _BatchDecoder:
             raise ChunkDecodeError(
                 path, f"corrupt chunk: {exc}", frame=self.first, **fields
             ) from None
-
-
-def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
-    """Split frames into consecutive ``(start, stop)`` runs of at most ``batch_bytes``.
-
-    A single frame larger than ``batch_bytes`` gets a batch of its own.
-    """
-    n = int(nbytes.size)
-    if n == 0:
-        return []
-    ends = np.cumsum(nbytes, dtype=np.int64)
-    batches = []
-    start = 0
-    base = 0
-    while start < n:
-        stop = int(np.searchsorted(ends, base + batch_bytes, side="right"))
-        stop = max(stop, start + 1)
-        batches.append((start, stop))
-        base = int(ends[stop - 1])
-        start = stop
-    return batches
 
 
 def plan_reads(

@@ -35,18 +35,7 @@ def plan_block_batches(
     block_ids: np.ndarray, extents: np.ndarray, batch_bytes: int
 ) -> list[tuple[int, int]]:
     """Split positions of ``block_ids`` into ``(a, b)`` runs of about ``batch_bytes``."""
-    sizes = extents[block_ids]
-    ends = np.cumsum(sizes)
-    batches = []
-    a = 0
-    base = 0
-    while a < block_ids.size:
-        b = int(np.searchsorted(ends, base + batch_bytes, side="right"))
-        b = max(b, a + 1)
-        batches.append((a, b))
-        base = int(ends[b - 1])
-        a = b
-    return batches
+    return staging.plan_batches(extents[block_ids], batch_bytes)
 
 
 def stage_blocks(

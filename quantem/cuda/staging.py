@@ -55,6 +55,26 @@ class StageStats:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
+    """Split items of ``nbytes`` bytes (frames, blocks) into consecutive ``(start, stop)``
+    runs of at most ``batch_bytes``; a single item larger than that gets a run of its own.
+    """
+    n = int(nbytes.size)
+    if n == 0:
+        return []
+    ends = np.cumsum(nbytes, dtype=np.int64)
+    batches = []
+    start = 0
+    base = 0
+    while start < n:
+        stop = int(np.searchsorted(ends, base + batch_bytes, side="right"))
+        stop = max(stop, start + 1)
+        batches.append((start, stop))
+        base = int(ends[stop - 1])
+        start = stop
+    return batches
+
+
 def split_reads(
     file: int,
     file_offset: int,
