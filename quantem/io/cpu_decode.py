@@ -167,17 +167,6 @@ def lz4_decode_block(src, ip, iend, dst, op_start, op_end) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def lz4_check_block(src, ip, iend, out_bytes) -> int:
-    """Walk one LZ4 block's sequences with the checks of :func:`lz4_decode_block`, no copies.
-
-    Used before handing a block to the C decoder, which (in the LZ4 version bundled with
-    bitshuffle) accepts a zero match offset and would then copy uninitialised bytes.
-    """
-    no_output = np.empty(0, dtype=np.uint8)  # never written: ``write`` is False
-    return _lz4_walk(src, ip, iend, no_output, 0, out_bytes, False)
-
-
-@numba.njit(cache=True, nogil=True)
 def bitunshuffle_block(src, src_start, dst, dst_start, n_elements, elem_size) -> None:
     """Undo bitshuffle of ``n_elements`` (a multiple of 8) from ``src`` into ``dst``.
 
@@ -205,11 +194,13 @@ def bitunshuffle_block(src, src_start, dst, dst_start, n_elements, elem_size) ->
 
 
 @numba.njit(cache=True, nogil=True)
-def decode_chunk(src, start, end, dst, dst_start, frame_bytes, elem_size, scratch) -> int:
-    """Decode the chunk ``src[start:end]`` into ``dst[dst_start:dst_start+frame_bytes]``.
+def _chunk_walk(src, start, end, frame_bytes, elem_size, dst, dst_start, scratch, write) -> int:
+    """Walk one bitshuffle-LZ4 chunk ``src[start:end]``: header, every block, the raw tail.
 
-    ``scratch`` holds one decompressed (still shuffled) block: at least ``frame_bytes``.
-    Returns ``DECODE_OK`` or the first failed check's error code.
+    With ``write``, each block is decoded into ``scratch`` and un-shuffled into ``dst``
+    from ``dst_start``; without, only checked (``dst`` and ``scratch`` are not touched).
+    Decoding and the C path's pre-check share this walk, so they accept and reject
+    exactly the same chunks with the same error codes.
     """
     if end - start < 12:
         return ERR_CHUNK_TOO_SHORT
@@ -236,20 +227,32 @@ def decode_chunk(src, start, end, dst, dst_start, frame_bytes, elem_size, scratc
         if length > end - pos:
             return ERR_BLOCK_LENGTH
         nbytes = elements * elem_size
-        err = lz4_decode_block(src, pos, pos + length, scratch, 0, nbytes)
+        err = _lz4_walk(src, pos, pos + length, scratch, 0, nbytes, write)
         if err != DECODE_OK:
             return err
-        bitunshuffle_block(scratch, 0, dst, out, elements, elem_size)
+        if write:
+            bitunshuffle_block(scratch, 0, dst, out, elements, elem_size)
         pos += length
         out += nbytes
     tail = (leftover % 8) * elem_size
     if end - pos < tail:
         return ERR_TAIL_TRUNCATED
-    dst[out : out + tail] = src[pos : pos + tail]
+    if write:
+        dst[out : out + tail] = src[pos : pos + tail]
     pos += tail
     if pos != end:
         return ERR_TRAILING_BYTES
     return DECODE_OK
+
+
+@numba.njit(cache=True, nogil=True)
+def decode_chunk(src, start, end, dst, dst_start, frame_bytes, elem_size, scratch) -> int:
+    """Decode the chunk ``src[start:end]`` into ``dst[dst_start:dst_start+frame_bytes]``.
+
+    ``scratch`` holds one decompressed (still shuffled) block: at least ``frame_bytes``.
+    Returns ``DECODE_OK`` or the first failed check's error code.
+    """
+    return _chunk_walk(src, start, end, frame_bytes, elem_size, dst, dst_start, scratch, True)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -259,39 +262,8 @@ def scan_chunk(src, start, end, frame_bytes, elem_size) -> int:
     Returns ``DECODE_OK`` exactly when :func:`decode_chunk` would decode the chunk, else
     the same error code: both engines accept and reject the same chunks.
     """
-    if end - start < 12:
-        return ERR_CHUNK_TOO_SHORT
-    if _read_be(src, start, 8) != frame_bytes:
-        return ERR_UNCOMPRESSED_SIZE
-    block_bytes = _read_be(src, start + 8, 4)
-    if block_bytes <= 0 or block_bytes % (8 * elem_size) != 0:
-        return ERR_BLOCK_SIZE
-    block_elements = block_bytes // elem_size
-    n_elements = frame_bytes // elem_size
-    n_full = n_elements // block_elements
-    leftover = n_elements - n_full * block_elements
-    last_elements = leftover - leftover % 8
-    pos = start + 12
-    for block in range(n_full + 1):
-        elements = block_elements if block < n_full else last_elements
-        if elements == 0:
-            continue
-        if end - pos < 4:
-            return ERR_BLOCK_HEADER_TRUNCATED
-        length = _read_be(src, pos, 4)
-        pos += 4
-        if length > end - pos:
-            return ERR_BLOCK_LENGTH
-        err = lz4_check_block(src, pos, pos + length, elements * elem_size)
-        if err != DECODE_OK:
-            return err
-        pos += length
-    tail = (leftover % 8) * elem_size
-    if end - pos < tail:
-        return ERR_TAIL_TRUNCATED
-    if pos + tail != end:
-        return ERR_TRAILING_BYTES
-    return DECODE_OK
+    no_output = np.empty(0, dtype=np.uint8)  # never written: ``write`` is False
+    return _chunk_walk(src, start, end, frame_bytes, elem_size, no_output, 0, no_output, False)
 
 
 def default_threads() -> int:
