@@ -25,7 +25,6 @@ from quantem.cuda.staging import plan_batches
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 
 DEFAULT_BATCH_BYTES = 64 << 20
-READ_PIECE_BYTES = staging_module.READ_PIECE_BYTES
 #: How compressed bytes reach the device (see :func:`decode_source_to_device`).
 STAGINGS = ("pread", "mapped")
 
@@ -216,6 +215,7 @@ def decode_source_to_device(
             stats.batches = len(batches)
     stats.read_seconds = staged.read_seconds
     stats.wall_seconds = staged.wall_seconds
+    stats.stages = dict(staged.extra)
     if int(errors.max()) != 0:
         lz4.raise_first_error(cupy.asnumpy(errors), first, describe)
     return out, stats
@@ -236,7 +236,7 @@ def _run_pread(
     for a, b in batches:
         data = int(nbytes[a:b].sum())
         offsets_at = -(-data // 8) * 8
-        reads = plan_reads(shard[a:b], offset[a:b], nbytes[a:b], READ_PIECE_BYTES)
+        reads = plan_reads(shard[a:b], offset[a:b], nbytes[a:b], staging_module.READ_PIECE_BYTES)
         plans.append(staging_module.Batch(reads, offsets_at + 8 * (b - a + 1)))
 
     def fill_offsets(i: int, slot: np.ndarray) -> None:

@@ -141,6 +141,8 @@ def load_hdf5(
     }
     if stats.fallback is not None:
         metadata["load_stats"]["staging_fallback"] = stats.fallback
+    if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
+        metadata["load_stats"]["stages"] = dict(stats.stages)
     validity = _finished_validity(source.validity, options)
     return Acquisition(data, metadata, validity, backend="cuda")
 

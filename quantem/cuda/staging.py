@@ -30,6 +30,9 @@ DEVICE_SLOTS = 2
 READERS = 2
 READ_PIECE_BYTES = 2 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
+#: Record a per-batch timeline (host clocks and timing CUDA events) in ``StageStats.extra``;
+#: benchmarks switch it on, loads leave it off (timing events cost a little).
+PROFILE = False
 
 
 @dataclass
@@ -80,9 +83,11 @@ def split_reads(
     file_offset: int,
     buffer_offset: int,
     length: int,
-    piece_bytes: int = READ_PIECE_BYTES,
+    piece_bytes: int | None = None,
 ) -> list[tuple[int, int, int, int]]:
-    """One contiguous file range as reads of at most ``piece_bytes``."""
+    """One contiguous file range as reads of at most ``piece_bytes`` (default
+    :data:`READ_PIECE_BYTES`)."""
+    piece_bytes = piece_bytes or READ_PIECE_BYTES
     return [
         (file, file_offset + done, buffer_offset + done, min(piece_bytes, length - done))
         for done in range(0, length, piece_bytes)
@@ -137,15 +142,23 @@ class DeviceLanes:
     that last used it are done, then ``launch`` on the compute stream after the copy.
     """
 
-    def __init__(self, n_batches: int, slot_bytes: int) -> None:
+    def __init__(self, n_batches: int, slot_bytes: int, profile: bool = False) -> None:
         import cupy
 
         # Work the caller queued on other streams (zeroed outputs) must land before ours.
         cupy.cuda.runtime.deviceSynchronize()
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
         self.compute_stream = cupy.cuda.Stream(non_blocking=True)
-        self.h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
-        self.work_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
+        untimed = not profile
+        self.h2d_done = [cupy.cuda.Event(disable_timing=untimed) for _ in range(n_batches)]
+        self.work_done = [cupy.cuda.Event(disable_timing=untimed) for _ in range(n_batches)]
+        self.profile = profile
+        # With profiling: when each copy and each launch started on the GPU.
+        self.h2d_start = [cupy.cuda.Event() for _ in range(n_batches)] if profile else []
+        self.work_start = [cupy.cuda.Event() for _ in range(n_batches)] if profile else []
+        self.origin = cupy.cuda.Event() if profile else None
+        if profile:
+            self.origin.record(self.copy_stream)
         n_device = min(DEVICE_SLOTS, n_batches)
         self.slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
 
@@ -158,11 +171,15 @@ class DeviceLanes:
         slot = self.slots[i % n_device]
         if i >= n_device:
             self.copy_stream.wait_event(self.work_done[i - n_device])
+        if self.profile:
+            self.h2d_start[i].record(self.copy_stream)
         cupy.cuda.runtime.memcpyAsync(
             slot.data.ptr, host_pointer, nbytes, CUDA_MEMCPY_HOST_TO_DEVICE, self.copy_stream.ptr
         )
         self.h2d_done[i].record(self.copy_stream)
         self.compute_stream.wait_event(self.h2d_done[i])
+        if self.profile:
+            self.work_start[i].record(self.compute_stream)
         launch(i, slot[:nbytes], self.compute_stream)
         self.work_done[i].record(self.compute_stream)
 
@@ -170,6 +187,28 @@ class DeviceLanes:
         """Wait for everything enqueued on both streams."""
         self.compute_stream.synchronize()
         self.copy_stream.synchronize()
+
+    def timeline(self, n: int) -> dict[str, float]:
+        """GPU-side totals of a profiled run (after :meth:`drain`), in seconds: copy-engine
+        busy time, compute busy time, compute idle between the first launch and the last
+        completion, and the span from the first copy to the last completion."""
+        import cupy
+
+        def at(event: Any) -> float:
+            return cupy.cuda.get_elapsed_time(self.origin, event) / 1e3
+
+        if not self.profile or n == 0:
+            return {}
+        h2d = [(at(self.h2d_start[i]), at(self.h2d_done[i])) for i in range(n)]
+        work = [(at(self.work_start[i]), at(self.work_done[i])) for i in range(n)]
+        busy_work = sum(b - a for a, b in work)
+        return {
+            "gpu_h2d_busy_s": sum(b - a for a, b in h2d),
+            "gpu_compute_busy_s": busy_work,
+            "gpu_compute_idle_s": (work[-1][1] - work[0][0]) - busy_work,
+            "gpu_first_copy_s": h2d[0][0],
+            "gpu_span_s": work[-1][1] - h2d[0][0],
+        }
 
 
 def run_staged(
@@ -179,21 +218,29 @@ def run_staged(
     *,
     on_read: Callable[[int, np.ndarray], None] | None = None,
     threads: int | None = None,
+    profile: bool | None = None,
 ) -> StageStats:
     """Move every batch to the device and ``launch(i, device_bytes, compute_stream)`` it.
 
-    Returns after the compute stream has finished all launched work.
+    Returns after the compute stream has finished all launched work. With ``profile``
+    (default :data:`PROFILE`), ``stats.extra`` holds the timeline totals (host: seconds
+    the main thread waited for reads, readers waited for a free pinned slot, main-thread
+    seconds spent enqueueing; GPU: :meth:`DeviceLanes.timeline`).
     """
 
     stats = StageStats(batches=len(batches))
     if not batches:
         return stats
+    profile = PROFILE if profile is None else profile
     slot_bytes = max(b.copy_bytes for b in batches)
     stats.copied_bytes = int(sum(b.copy_bytes for b in batches))
     threads = threads or min(32, os.cpu_count() or 4)
-    lanes = DeviceLanes(len(batches), slot_bytes)
+    lanes = DeviceLanes(len(batches), slot_bytes, profile=profile)
     wall0 = time.perf_counter()
     read_seconds = [0.0] * len(batches)
+    slot_wait = [0.0] * len(batches)
+    main_wait = 0.0
+    enqueue = 0.0
     n_pinned = min(PINNED_SLOTS, len(batches))
 
     with (
@@ -204,8 +251,10 @@ def run_staged(
 
         def read_batch(i: int) -> np.ndarray:
             slot = slots[i % n_pinned]
+            t0 = time.perf_counter()
             if i >= n_pinned:
                 lanes.h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
+            slot_wait[i] = time.perf_counter() - t0
             t0 = time.perf_counter()
             view = memoryview(slot)
             list(
@@ -226,15 +275,28 @@ def run_staged(
             for i, batch in enumerate(batches):
                 if i not in futures:
                     futures[i] = reader.submit(read_batch, i)
+                t0 = time.perf_counter()
                 slot = futures.pop(i).result()
+                t1 = time.perf_counter()
+                main_wait += t1 - t0
                 ahead = i + n_pinned - 1
                 if n_pinned > 1 and ahead < len(batches) and ahead not in futures:
                     futures[ahead] = reader.submit(read_batch, ahead)
                 lanes.copy_and_launch(i, slot.ctypes.data, batch.copy_bytes, launch)
+                enqueue += time.perf_counter() - t1
         finally:
             for future in futures.values():
                 future.cancel()
             lanes.drain()
     stats.read_seconds = float(sum(read_seconds))
     stats.wall_seconds = time.perf_counter() - wall0
+    if profile:
+        stats.extra.update(
+            {
+                "host_main_wait_read_s": main_wait,
+                "host_enqueue_s": enqueue,
+                "host_slot_wait_s": float(sum(slot_wait)),
+                **lanes.timeline(len(batches)),
+            }
+        )
     return stats
