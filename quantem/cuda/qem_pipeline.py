@@ -19,7 +19,7 @@ import numpy as np
 from quantem.cuda import staging, xxh3
 from quantem.errors import QemFormatError
 
-DEFAULT_BATCH_BYTES = 64 << 20
+DEFAULT_BATCH_BYTES = 128 << 20
 EXTENT_ALIGN = 16
 
 

@@ -23,12 +23,15 @@ import numpy as np
 
 from quantem.cuda import pinned
 
-PINNED_SLOTS = 4
+PINNED_SLOTS = 3
 DEVICE_SLOTS = 2
 #: Batches read at the same time (each spread over the pread thread pool). Two keep the
 #: pool busy across the end of one batch's reads and the start of the next.
 READERS = 2
-READ_PIECE_BYTES = 2 << 20
+#: Reads are at most this long. Every read is a trip through the GIL, so many small
+#: reads serialise the threads (``docs/performance/results.md``, 2026-12-01: per-run reads
+#: of ~0.7 MB reached 10-14 GB/s on the H200, 64 MiB pieces of one file 42 GB/s).
+READ_PIECE_BYTES = 8 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
 #: Record a per-batch timeline (host clocks and timing CUDA events) in ``StageStats.extra``;
 #: benchmarks switch it on, loads leave it off (timing events cost a little).
