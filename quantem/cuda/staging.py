@@ -23,7 +23,7 @@ import numpy as np
 
 from quantem.cuda import pinned
 
-PINNED_SLOTS = 3
+PINNED_SLOTS = 4
 DEVICE_SLOTS = 2
 #: Batches read at the same time (each spread over the pread thread pool). Two keep the
 #: pool busy across the end of one batch's reads and the start of the next.
@@ -246,14 +246,16 @@ def run_staged(
     enqueue = 0.0
     n_pinned = min(PINNED_SLOTS, len(batches))
 
+    import cupy
+
     with (
-        pinned.borrow(n_pinned, slot_bytes) as slots,
+        pinned.LazySlots(n_pinned, slot_bytes, cupy.cuda.Device().id) as slots,
         ThreadPoolExecutor(threads) as pool,
         ThreadPoolExecutor(READERS) as reader,
     ):
 
         def read_batch(i: int) -> np.ndarray:
-            slot = slots[i % n_pinned]
+            slot = slots.get(i % n_pinned)  # page-locked on first use (a first load)
             t0 = time.perf_counter()
             if i >= n_pinned:
                 lanes.h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
