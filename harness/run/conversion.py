@@ -90,7 +90,7 @@ def timed_conversion(
     return record
 
 
-def reopened_equals_source(qem_path: Path, source, batch_frames: int = VERIFY_BATCH_FRAMES) -> bool:
+def reopened_equals_source(qem_path: Path, source, batch_frames: int | None = None) -> bool:
     """Reopen ``qem_path`` with checksum verification; compare every frame with ``source``.
 
     Both sides are read one batch at a time (the QEM decodes only the blocks of the
@@ -104,7 +104,8 @@ def reopened_equals_source(qem_path: Path, source, batch_frames: int = VERIFY_BA
             or qem.n_frames > source.n_frames
         ):
             return False
-        for first, frames in iter_frame_batches(source, batch_frames, stop=qem.n_frames):
+        batch = batch_frames or VERIFY_BATCH_FRAMES
+        for first, frames in iter_frame_batches(source, batch, stop=qem.n_frames):
             if not np.array_equal(qem.read_frames(first, first + len(frames)), frames):
                 return False
     return True
