@@ -256,21 +256,30 @@ def load():
     acq = io.load(sys.argv[1], backend="cuda")
     cupy.cuda.Device().synchronize()
     return acq
+prof = None
+if len(sys.argv) > 3:
+    import cProfile
+    prof = cProfile.Profile(); prof.enable()
 t2 = time.perf_counter(); a = load(); t3 = time.perf_counter(); a.close()
+if prof is not None:
+    import pstats
+    prof.disable()
+    with open(sys.argv[3], "w") as f:
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
 t4 = time.perf_counter(); b = load(); t5 = time.perf_counter(); b.close()
 paths = sorted({r["path"] for r in kernel_provenance()})
 print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": t5 - t4, "paths": paths}))
 """
 
 
-def fresh_process(path: Path, kind: str, cache_dir: Path, aot: bool) -> dict:
+def fresh_process(path: Path, kind: str, cache_dir: Path, aot: bool, profile: str = "") -> dict:
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache_dir))
     if not aot:
         env["QUANTEM_CUDA_NO_AOT"] = "1"
     else:
         env.pop("QUANTEM_CUDA_NO_AOT", None)
     proc = subprocess.run(
-        [sys.executable, "-c", FRESH_CODE, str(path), kind],
+        [sys.executable, "-c", FRESH_CODE, str(path), kind, *([profile] if profile else [])],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -422,16 +431,10 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     staging.PROFILE = True
     variants = [(None, None, None, None)]
     if full:
-        variants += [
-            (64, 8, 2, 4),
-            (128, 8, 2, 4),
-            (256, 8, 2, 4),
-            (256, 16, 3, 4),
-            (512, 16, 2, 3),
-            (128, 4, 3, 6),
-        ]
+        # the earlier 2 MiB pieces, larger batches, a third reader
+        variants += [(64, 2, 2, 4), (128, 8, 2, 4), (256, 16, 3, 4)]
     else:
-        variants += [(256, 8, 2, 4)]
+        variants += [(128, 8, 2, 4)]
     results = {}
     for batch, piece, readers, slots in variants:
         times, ls = wall_time(lambda: load(batch, piece, readers, slots), args.reps)  # noqa: B023
@@ -509,9 +512,19 @@ def bench_fresh(master: Path, tag: str, out_dir: Path) -> None:
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
         aot = fresh_process(master, "hdf5", tmp / "aot", True)
+        if os.environ.get("OUT"):  # the device run's output folder: a profile of one
+            fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
         cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
         warm = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-    for name, r in (("aot", aot), ("nvrtc_empty_cache", cold), ("nvrtc_warm_cache", warm)):
+    runs = [("aot", aot), ("nvrtc_empty_cache", cold), ("nvrtc_warm_cache", warm)]
+    qem = master.parent / "full.qem"
+    if qem.exists():
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            runs.append(("qem_aot", fresh_process(qem, "qem", Path(tmp) / "a", True)))
+            runs.append(
+                ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
+            )
+    for name, r in runs:
         say(f"{tag}.fresh_{name}_first_minus_second_s", r["first"] - r["second"], "s",
             f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']}")  # fmt: skip
 
@@ -656,10 +669,10 @@ def main(argv=None) -> int:
             )
     for k, (master, tag) in enumerate(masters):
         hd = bench_hdf5(master, tag, args, full=k == 0)
-        if k == 0 and args.fresh:
-            bench_fresh(master, tag, master.parent)
         if k == 0 and args.qem:
             bench_qem(master, tag, hd, args)
+        if k == 0 and args.fresh:
+            bench_fresh(master, tag, master.parent)
         cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
