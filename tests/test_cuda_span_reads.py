@@ -55,3 +55,13 @@ def test_adjacent_chunks_make_one_span_split_in_pieces():
     reads, starts, data = plan_span_reads(shard, offset, nbytes, piece_bytes=64, gap_bytes=4)
     assert data == 40 and starts.tolist() == [0, 10, 20, 30]
     assert reads == [(0, 100, 0, 20), (0, 125, 20, 20)]
+
+
+def test_plan_stage_starts_every_batch_buffer_at_zero():
+    from quantem.cuda.qem_pipeline import plan_stage
+
+    extents = np.array([16, 32, 48, 16, 64, 16], np.int64)
+    ids = np.array([5, 0, 1, 2, 4], np.int64)
+    batches, starts = plan_stage(ids, extents, batch_bytes=64)
+    assert batches == [(0, 3), (3, 4), (4, 5)]
+    assert starts.tolist() == [0, 16, 32, 0, 0]

@@ -310,7 +310,7 @@ def _decode_qem_dense(
     """Decode the blocks a dense load needs on the current device and finish the frames."""
     import cupy
 
-    from quantem.cuda.qem_pipeline import stage_blocks
+    from quantem.cuda.qem_pipeline import block_extents, plan_stage, stage_blocks
     from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
     from quantem.io.qem.reader import parse_scan_region
     from quantem.io.transforms import finish_frames
@@ -337,12 +337,15 @@ def _decode_qem_dense(
         dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
         region = (rows, cols, frames)
     status = cupy.zeros(block_ids.size, dtype=cupy.int32)
+    # The block table of every batch, uploaded once before the transfer (sliced per batch:
+    # no host-to-device uploads between the batches' launches).
+    _, extents = block_extents(index)
+    _, buffer_starts = plan_stage(block_ids, extents, batch_bytes)
+    table = DeviceBlockTable.from_index(index[block_ids], buffer_starts, out_frames)
     cupy.cuda.Stream.null.synchronize()
 
     def launch(i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any) -> None:
-        with stream:
-            table = DeviceBlockTable.from_index(index[block_ids[a:b]], starts, out_frames[a:b])
-        decoder.decode_dense(device_bytes, table, dense, status[a:b], stream=stream)
+        decoder.decode_dense(device_bytes, table.slice(a, b), dense, status[a:b], stream=stream)
 
     stats = stage_blocks(
         qem, block_ids, launch, verify=verify, threads=threads, batch_bytes=batch_bytes
