@@ -24,7 +24,7 @@ from quantem.cuda import staging as staging_module
 from quantem.cuda.staging import plan_batches
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 
-DEFAULT_BATCH_BYTES = 64 << 20
+DEFAULT_BATCH_BYTES = 128 << 20
 #: Chunks of one shard whose file gap is at most this many bytes are read as one span
 #: (the gap read and ignored): HDF5 puts a B-tree node of a few KiB between runs of
 #: chunks, and reading past it is far cheaper than another read call (measured on the

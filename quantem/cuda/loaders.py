@@ -21,6 +21,7 @@ import numpy as np
 from quantem.acquisition import Acquisition
 from quantem.backends import require_backend
 from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
+from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
 
 IDENTITY_OPTIONS = {"dtype": "native", "apply_mask": False, "det_bin": 1}
 
@@ -108,6 +109,9 @@ def load_hdf5(
     require_backend("cuda")
     import cupy
 
+    from quantem.cuda import staging
+
+    staging.prestart_threads(threads)
     from quantem.io.arina import open_arina
     from quantem.io.transforms import parse_load_options
 
@@ -197,7 +201,7 @@ def load_qem(
     det_bin: int = 1,
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_bytes: int = QEM_BATCH_BYTES,
 ) -> Acquisition:
     """Load a ``.qem`` file onto GPU ``device``.
 
@@ -220,6 +224,9 @@ def load_qem(
     require_backend("cuda")
     import cupy
 
+    from quantem.cuda import staging
+
+    staging.prestart_threads(threads)
     from quantem.cuda.encoded import EncodedPayload
     from quantem.cuda.qem_pipeline import block_extents
     from quantem.errors import QemFormatError

@@ -19,7 +19,9 @@ import numpy as np
 from quantem.cuda import staging, xxh3
 from quantem.errors import QemFormatError
 
-DEFAULT_BATCH_BYTES = 128 << 20
+#: 256 MiB: one warp decodes one block, so a batch needs many blocks to fill the GPU
+#: (on the H200, full-size uint16: 64 MiB batches 0.120 s, 256 MiB 0.089 s warm).
+DEFAULT_BATCH_BYTES = 256 << 20
 EXTENT_ALIGN = 16
 
 
