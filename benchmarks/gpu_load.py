@@ -432,9 +432,9 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     variants = [(None, None, None, None)]
     if full:
         # the earlier 2 MiB pieces, larger batches, a third reader
-        variants += [(64, 2, 2, 4), (128, 8, 2, 4), (256, 16, 3, 4)]
+        variants += [(64, 2, 2, 4), (64, 8, 2, 4), (256, 16, 3, 4)]
     else:
-        variants += [(128, 8, 2, 4)]
+        variants += [(64, 8, 2, 4)]
     results = {}
     for batch, piece, readers, slots in variants:
         times, ls = wall_time(lambda: load(batch, piece, readers, slots), args.reps)  # noqa: B023
@@ -594,8 +594,8 @@ def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
     first.close()
     times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
     say(f"{tag}.qem_warm_load_s", median(times), "s", f"x{median(times) / floor:.2f} floor; {ls}")
-    times, _ = wall_time(lambda: loaders.load_qem(qem_path, batch_bytes=256 * MiB), args.reps)
-    say(f"{tag}.qem_warm_load_b256_s", median(times), "s", f"x{median(times) / floor:.2f} floor")
+    times, _ = wall_time(lambda: loaders.load_qem(qem_path, batch_bytes=64 * MiB), args.reps)
+    say(f"{tag}.qem_warm_load_b64_s", median(times), "s", f"x{median(times) / floor:.2f} floor")
     times, _ = wall_time(lambda: io.load(qem_path, backend="cuda", verify=False), args.reps)
     say(f"{tag}.qem_warm_load_noverify_s", median(times), "s")
     enc = io.load(qem_path, backend="cuda", representation="encoded")
