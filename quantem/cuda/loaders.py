@@ -109,9 +109,9 @@ def load_hdf5(
     require_backend("cuda")
     import cupy
 
-    from quantem.cuda import staging
+    from quantem.cuda.staging import prestart_threads
 
-    staging.prestart_threads(threads)
+    prestart_threads(threads)
     from quantem.io.arina import open_arina
     from quantem.io.transforms import parse_load_options
 
@@ -224,9 +224,9 @@ def load_qem(
     require_backend("cuda")
     import cupy
 
-    from quantem.cuda import staging
+    from quantem.cuda.staging import prestart_threads
 
-    staging.prestart_threads(threads)
+    prestart_threads(threads)
     from quantem.cuda.encoded import EncodedPayload
     from quantem.cuda.qem_pipeline import block_extents
     from quantem.errors import QemFormatError

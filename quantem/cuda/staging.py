@@ -66,7 +66,10 @@ def prestart_threads(threads: int | None = None) -> None:
             pool = thread_pool(kind, n)
             # Busy tasks make the pool start a thread for each (idle ones are reused).
             for _ in range(n):
-                pool.submit(time.sleep, 0.002)
+                try:
+                    pool.submit(time.sleep, 0.002)
+                except RuntimeError:  # the interpreter is shutting down
+                    return
 
     threading.Thread(target=start, name="quantem-prestart", daemon=True).start()
 
