@@ -111,7 +111,7 @@ def load_hdf5(
 
     from quantem.cuda.staging import prestart_threads
 
-    prestart_threads(threads)
+    prestart_threads(threads, devices=(device,))
     from quantem.io.arina import open_arina
     from quantem.io.transforms import parse_load_options
 
@@ -122,21 +122,35 @@ def load_hdf5(
     with cupy.cuda.Device(device), releasing_on_error():
         frames, stats, totals = _decode_hdf5(source, parsed, options, threads, batch_bytes, staging)
         data = frames.reshape(*scan, *frames.shape[1:])
-    # The same metadata keys and values as quantem.io.arina.load_arina.
+    metadata = hdf5_metadata(source, options, data.dtype, data.shape[-2:], totals)
+    metadata["load_stats"] = hdf5_load_stats(stats)
+    validity = finished_validity(source.validity, options)
+    return Acquisition(data, metadata, validity, backend="cuda")
+
+
+def hdf5_metadata(
+    source: Any, options: dict, dtype: Any, detector_shape: Any, totals: dict
+) -> dict[str, Any]:
+    """The same metadata keys and values as :func:`quantem.io.arina.load_arina`."""
     metadata = dict(source.metadata)
     metadata.update(
         {
             "stored_dtype": np.dtype(source.dtype).name,
-            "dtype": np.dtype(data.dtype).name,
+            "dtype": np.dtype(dtype).name,
             "stored_detector_shape": source.detector_shape,
-            "detector_shape": tuple(int(v) for v in data.shape[-2:]),
+            "detector_shape": tuple(int(v) for v in detector_shape),
             "load_options": dict(options),
             "clipped_pixels": int(totals["clipped_pixels"]),
             "bin_saturated_pixels": int(totals["bin_saturated_pixels"]),
             "det_bin_dropped": list(totals["det_bin_dropped"]),
         }
     )
-    metadata["load_stats"] = {
+    return metadata
+
+
+def hdf5_load_stats(stats: Any) -> dict[str, Any]:
+    """``metadata["load_stats"]`` of one HDF5 pipeline run."""
+    load_stats = {
         "compressed_bytes": stats.compressed_bytes,
         "batches": stats.batches,
         "read_seconds": stats.read_seconds,
@@ -144,17 +158,23 @@ def load_hdf5(
         "staging": stats.staging,
     }
     if stats.fallback is not None:
-        metadata["load_stats"]["staging_fallback"] = stats.fallback
+        load_stats["staging_fallback"] = stats.fallback
     if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
-        metadata["load_stats"]["stages"] = dict(stats.stages)
-    validity = _finished_validity(source.validity, options)
-    return Acquisition(data, metadata, validity, backend="cuda")
+        load_stats["stages"] = dict(stats.stages)
+    return load_stats
 
 
 def _decode_hdf5(
-    source: Any, parsed: Any, options: dict, threads: Any, batch_bytes: int, staging: str
+    source: Any,
+    parsed: Any,
+    options: dict,
+    threads: Any,
+    batch_bytes: int,
+    staging: str,
+    frame_range: tuple[int, int] | None = None,
 ) -> tuple:
-    """Decode every frame on the current device, finishing them per batch when needed."""
+    """Decode the frames of ``frame_range`` (default: every frame) on the current device,
+    finishing them per batch when needed."""
     import cupy
 
     totals: dict[str, Any] = {
@@ -164,21 +184,31 @@ def _decode_hdf5(
     }
     if parsed.is_identity:
         frames, stats = decode_source_to_device(
-            source, threads=threads, batch_bytes=batch_bytes, staging=staging
+            source,
+            threads=threads,
+            batch_bytes=batch_bytes,
+            staging=staging,
+            frame_range=frame_range,
         )
         return frames, stats, totals
     validity = cupy.asarray(source.validity)
     det = tuple(int(v) for v in source.detector_shape)
     sample = cupy.zeros((1, *det), dtype=np.dtype(source.dtype))
-    finisher = FrameFinisher(int(source.n_frames), sample, validity, options)
+    first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
+    finisher = FrameFinisher(last - first, sample, validity, options)
     _, stats = decode_source_to_device(
-        source, consume=finisher, threads=threads, batch_bytes=batch_bytes, staging=staging
+        source,
+        consume=finisher,
+        threads=threads,
+        batch_bytes=batch_bytes,
+        staging=staging,
+        frame_range=frame_range,
     )
     totals.update(finisher.info)
     return finisher.out, stats, totals
 
 
-def _finished_validity(validity: np.ndarray, options: dict[str, Any]) -> np.ndarray:
+def finished_validity(validity: np.ndarray, options: dict[str, Any]) -> np.ndarray:
     """The validity mask for the loaded detector shape: a binned pixel is valid iff every
     source pixel in it is (the cpu loaders' rule)."""
     det_bin = int(options["det_bin"])
@@ -226,7 +256,7 @@ def load_qem(
 
     from quantem.cuda.staging import prestart_threads
 
-    prestart_threads(threads)
+    prestart_threads(threads, devices=(device,))
     from quantem.cuda.encoded import EncodedPayload
     from quantem.cuda.qem_pipeline import block_extents
     from quantem.errors import QemFormatError
@@ -299,7 +329,7 @@ def load_qem(
             "read_seconds": stats.read_seconds,
             "pipeline_seconds": stats.wall_seconds,
         }
-        validity = _finished_validity(qem.validity, options)
+        validity = finished_validity(qem.validity, options)
         return Acquisition(data, metadata, validity, backend="cuda")
     finally:
         qem.close()
@@ -366,7 +396,11 @@ def _decode_qem_dense(
         position = np.full(qem.n_blocks, -1, dtype=np.int64)
         position[block_ids] = np.arange(block_ids.size) * bf
         gather = position[frames // bf] + frames % bf
-        frames_out = dense[cupy.asarray(gather)]
+        if gather.size and np.array_equal(gather, np.arange(gather[0], gather[0] + gather.size)):
+            # Whole scan rows (one GPU's share of a sharded load): a view, no copy.
+            frames_out = dense[int(gather[0]) : int(gather[0]) + gather.size]
+        else:
+            frames_out = dense[cupy.asarray(gather)]
         del dense
     info = {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
     if not parsed.is_identity:
