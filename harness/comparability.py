@@ -38,7 +38,12 @@ COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...]
     ("conditions.backend", lambda d: d["conditions"]["backend"]),
     ("conditions.representation", lambda d: d["conditions"]["representation"]),
     ("conditions.cache_states", lambda d: sorted(d["conditions"]["cache_states"])),
+    # Sharded runs (``--devices``) only: absent from one-GPU reports, so their keys are
+    # unchanged; a sharded and a one-GPU report differ on it.
+    ("conditions.devices", lambda d: d["conditions"].get("devices")),
 )
+#: Fields left out of the key while absent (added after reports without them existed).
+OPTIONAL_FIELDS = frozenset({"conditions.devices"})
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,8 @@ class FieldDifference:
 
 def comparison_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The comparability fields of a (current-version) report, by name."""
-    return {name: read(doc) for name, read in COMPARABILITY_FIELDS}
+    fields = {name: read(doc) for name, read in COMPARABILITY_FIELDS}
+    return {k: v for k, v in fields.items() if not (k in OPTIONAL_FIELDS and v is None)}
 
 
 def canonical_json(value: Any) -> str:
