@@ -305,6 +305,7 @@ def _check_blocks(acq, expected, devices, fake):
         assert host.dtype == part.dtype and host.shape == part.shape
         assert host.tobytes() == part.tobytes()
     assert data.gather().tobytes() == expected.tobytes()
+    assert data.nbytes == expected.nbytes
     on_home = data.gather(device=devices[-1])
     assert on_home.device_id == devices[-1]
     assert np.asarray(on_home).tobytes() == expected.tobytes()

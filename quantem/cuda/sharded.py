@@ -187,6 +187,13 @@ class ShardedData(Sequence[ScanBlock]):
         return 4
 
     @property
+    def nbytes(self) -> int:
+        """Bytes resident over all GPUs (dense blocks, or encoded payloads)."""
+        return sum(
+            int(b.encoded.nbytes if b.encoded is not None else b.data.nbytes) for b in self.blocks
+        )
+
+    @property
     def encoded(self) -> bool:
         return any(b.encoded is not None for b in self.blocks)
 
