@@ -1,7 +1,7 @@
 """Comparing a candidate report with an explicitly named baseline.
 
 The verdict is computed here, as a :class:`Verdict`; templates only display it.
-Rules (issue 6, "Comparison"):
+Rules (issue 6, "Comparison"; issue 11 and docs/verdicts.md for the cells):
 
 1. A candidate whose execution, correctness or source stability failed is
    ``FAILED`` (exit 1), whatever its timings.
@@ -9,12 +9,13 @@ Rules (issue 6, "Comparison"):
    :data:`harness.comparability.COMPARABILITY_FIELDS` equal, the same measured
    cells (cells with kept trials), and a baseline that is itself valid evidence.
    If not: ``INCOMPARABLE`` (exit 2) with the differences field by field.
-3. Otherwise each cell (acquisition, format, cache state) compares the medians of
-   kept trials; a cell slower by more than ``regression_percent`` is flagged and
-   the verdict is ``REVIEW`` (exit 2), else ``PASS`` (exit 0). The threshold is a
-   review trigger, not a statistical test: each cell also carries the Mann-Whitney
-   U p-value, both spreads (IQR over median) and warnings when the trials are too
-   few or too noisy for a difference to mean anything.
+3. Otherwise each cell (acquisition, format, cache state) gets a
+   :class:`~harness.verdict.cells.CellVerdict`: a cell whose median is slower by more
+   than ``regression_percent`` (the documented review trigger) is ``slower`` when the
+   slowdown is significant after Holm correction over the cells (against this host's
+   calibrated A/A noise when a calibration matches, else Mann-Whitney U), else
+   ``possibly_slower``; either makes the verdict ``REVIEW`` (exit 2), else ``PASS``
+   (exit 0). ``faster`` and ``unchanged`` are stated too.
 """
 
 from __future__ import annotations
@@ -26,12 +27,24 @@ from typing import Any
 
 from harness.comparability import FieldDifference, collect_differences
 from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW
-from harness.report import quantile
-from harness.stats import mann_whitney_u, relative_spread, smallest_possible_p
+from harness.verdict.calibration import CalibratedNull
+from harness.verdict.cells import DEFAULT_ALPHA, CellComparison, CellVerdict, decide_cells
 
 DEFAULT_REGRESSION_PERCENT = 20.0
-#: Significance level used only to word warnings; verdicts never depend on it.
-SIGNIFICANCE_LEVEL = 0.05
+#: Family-wise significance level of the cell verdicts (Holm over the cells).
+SIGNIFICANCE_LEVEL = DEFAULT_ALPHA
+
+__all__ = [
+    "DEFAULT_REGRESSION_PERCENT",
+    "SIGNIFICANCE_LEVEL",
+    "CalibrationUse",
+    "CellComparison",
+    "CellVerdict",
+    "Comparison",
+    "Verdict",
+    "collect_cells",
+    "compare_reports",
+]
 
 CellKey = tuple[str, str, str]
 
@@ -55,23 +68,24 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True)
-class CellComparison:
-    """Medians, change and context for one (acquisition, format, cache state) cell."""
+class CalibrationUse:
+    """Which calibration a comparison used (or why none): shown with every verdict."""
 
-    acquisition: str
-    format: str
-    cache_state: str
-    n_baseline: int
-    n_candidate: int
-    baseline_median: float
-    candidate_median: float
-    change_percent: float
-    flagged: bool
-    p_value: float
-    p_method: str
-    baseline_spread: float | None
-    candidate_spread: float | None
-    warnings: tuple[str, ...] = ()
+    sha256: str | None
+    runs: int = 0
+    reps: int = 0
+    created_utc: str | None = None
+    note: str = ""
+    null: CalibratedNull | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "runs": self.runs,
+            "reps": self.reps,
+            "created_utc": self.created_utc,
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -88,6 +102,8 @@ class Comparison:
     cells: list[CellComparison] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    alpha: float = DEFAULT_ALPHA
+    calibration: CalibrationUse | None = None
 
     @property
     def exit_code(self) -> int:
@@ -106,12 +122,52 @@ class Comparison:
             return "review" if self.flagged_cells else "pass"
         return self.verdict.value
 
+    @property
+    def faster_cells(self) -> list[CellComparison]:
+        return [cell for cell in self.cells if cell.verdict is CellVerdict.FASTER]
+
     def to_dict(self) -> dict[str, Any]:
-        result = asdict(self)
-        result["verdict"] = self.verdict.value
-        result["exit_code"] = self.exit_code
-        result["cells"] = [dict(asdict(cell), warnings=list(cell.warnings)) for cell in self.cells]
-        return result
+        """The JSON form (``harness compare --format json``; docs/verdicts.md)."""
+        return {
+            "verdict": self.verdict.value,
+            "exit_code": self.exit_code,
+            "regression_percent": self.regression_percent,
+            "alpha": self.alpha,
+            "baseline_sha256": self.baseline_sha256,
+            "baseline_path": self.baseline_path,
+            "candidate_sha256": self.candidate_sha256,
+            "candidate_path": self.candidate_path,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+            "differences": [asdict(d) for d in self.differences],
+            "failures": list(self.failures),
+            "warnings": list(self.warnings),
+            "cells": [cell_to_dict(cell) for cell in self.cells],
+        }
+
+
+def cell_to_dict(cell: CellComparison) -> dict[str, Any]:
+    """One cell as JSON: the issue's fields first, then the context."""
+    return {
+        "acquisition": cell.acquisition,
+        "format": cell.format,
+        "cache_state": cell.cache_state,
+        "verdict": cell.verdict.value,
+        "change_percent": cell.change_percent,
+        "ci_percent": list(cell.ci_percent),
+        "p_value": cell.p_value,
+        "p_adjusted": cell.p_adjusted,
+        "p_method": cell.p_method,
+        "n_baseline": cell.n_baseline,
+        "n_candidate": cell.n_candidate,
+        "baseline_median": cell.baseline_median,
+        "candidate_median": cell.candidate_median,
+        "baseline_spread": cell.baseline_spread,
+        "candidate_spread": cell.candidate_spread,
+        "noise_floor_percent": cell.noise_floor_percent,
+        "mdc_percent": cell.mdc_percent,
+        "notes": list(cell.notes),
+        "recheck": dict(cell.recheck) if cell.recheck else None,
+    }
 
 
 def collect_cells(doc: Mapping[str, Any]) -> dict[CellKey, list[float]]:
@@ -136,49 +192,6 @@ def _candidate_failures(doc: Mapping[str, Any]) -> list[str]:
     return failures + [f for f in status["failures"] if f not in failures]
 
 
-def compare_cell(
-    key: CellKey, baseline: list[float], candidate: list[float], regression_percent: float
-) -> CellComparison:
-    """Compare one cell's kept trials; see the module docstring for the rules."""
-    base_median = quantile(sorted(baseline), 0.5)
-    cand_median = quantile(sorted(candidate), 0.5)
-    change = (cand_median / base_median - 1.0) * 100.0 if base_median > 0 else float("inf")
-    test = mann_whitney_u(baseline, candidate)
-    base_spread = relative_spread(baseline)
-    cand_spread = relative_spread(candidate)
-    warnings = []
-    if smallest_possible_p(len(baseline), len(candidate)) > SIGNIFICANCE_LEVEL:
-        warnings.append(
-            f"too few trials ({len(baseline)} vs {len(candidate)}): no difference can reach "
-            f"p < {SIGNIFICANCE_LEVEL:g}"
-        )
-    for side, spread in (("baseline", base_spread), ("candidate", cand_spread)):
-        if spread is not None and spread * 100 > regression_percent:
-            warnings.append(
-                f"{side} too noisy: spread {spread * 100:.1f}% (IQR/median) exceeds the "
-                f"{regression_percent:g}% threshold"
-            )
-    flagged = change > regression_percent
-    if flagged and test.p_value >= SIGNIFICANCE_LEVEL:
-        warnings.append(f"slowdown not significant (p = {test.p_value:.3g})")
-    return CellComparison(
-        acquisition=key[0],
-        format=key[1],
-        cache_state=key[2],
-        n_baseline=len(baseline),
-        n_candidate=len(candidate),
-        baseline_median=base_median,
-        candidate_median=cand_median,
-        change_percent=change,
-        flagged=flagged,
-        p_value=test.p_value,
-        p_method=test.method,
-        baseline_spread=base_spread,
-        candidate_spread=cand_spread,
-        warnings=tuple(warnings),
-    )
-
-
 def compare_reports(
     baseline_doc: Mapping[str, Any],
     candidate_doc: Mapping[str, Any],
@@ -188,8 +201,15 @@ def compare_reports(
     baseline_path: str | None = None,
     candidate_sha256: str | None = None,
     candidate_path: str | None = None,
+    calibration: CalibrationUse | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    recheck: Mapping[CellKey, list[float]] | None = None,
 ) -> Comparison:
     """Compare two parsed (current-version) reports; the verdict follows the module rules.
+
+    ``calibration`` is the host's calibrated null to judge significance against (its
+    ``null`` may be None: then the note says why none is used). ``recheck`` holds the
+    recheck trials of flagged cells (kept apart from the candidate's trials).
 
     Raises
     ------
@@ -207,6 +227,8 @@ def compare_reports(
         baseline_path=baseline_path,
         candidate_sha256=candidate_sha256,
         candidate_path=candidate_path,
+        alpha=alpha,
+        calibration=calibration,
     )
     declared = candidate_doc.get("baseline") or {}
     if baseline_sha256 and declared.get("sha256") and declared["sha256"] != baseline_sha256:
@@ -235,10 +257,14 @@ def compare_reports(
         )
     comparison.differences = differences
     if not differences:
-        comparison.cells = [
-            compare_cell(key, base_cells[key], cand_cells[key], regression_percent)
-            for key in sorted(base_cells)
-        ]
+        comparison.cells = decide_cells(
+            base_cells,
+            cand_cells,
+            threshold_percent=regression_percent,
+            alpha=alpha,
+            calibration=calibration.null if calibration else None,
+            recheck=recheck,
+        )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
     elif differences:
