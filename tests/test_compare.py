@@ -223,7 +223,7 @@ def test_compare_command_exit_codes(reports, capsys, candidate: str, code: int) 
     out = capsys.readouterr().out
     assert f"(exit {code})" in out
     if candidate == "slow":
-        assert "SLOWER" in out and "Mann-Whitney p" in out
+        assert "**SLOWER**" in out and "p (Holm)" in out and "mann-whitney-exact" in out
     if candidate == "other":
         assert "storage\\_id" in out and "<img" not in out and "&lt;img" in out
 
