@@ -13,9 +13,11 @@ under ``calibrations/records/sha256/ab/<sha256>.json`` (docs/history-format.md,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,3 +318,25 @@ def resolve_calibration(
         note=note,
         null=stored.null(),
     )
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Write a new file (temporary name, fsync, link into place); never overwrite one."""
+    import os
+
+    from harness.history.records import fsync_dir
+
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError as exc:
+            raise HistoryError(f"{path} exists; a calibration is never overwritten") from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    fsync_dir(path.parent)
