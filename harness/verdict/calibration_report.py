@@ -252,7 +252,7 @@ def iter_calibrations(history_dir: str | Path) -> list[StoredCalibration]:
     """Every stored calibration that reads back intact, oldest first (by created_utc)."""
     layout = _calibration_layout(history_dir)
     found = []
-    for path in sorted(layout.records.glob("sha256/*/*.json")):
+    for path in layout.iter_record_files():
         try:
             found.append(_read_stored(path))
         except (HistoryError, ReportValidationError):
