@@ -37,7 +37,7 @@ import numpy as np
 
 from harness.stats import median
 
-DEFAULT_PERMUTATIONS = 199
+DEFAULT_PERMUTATIONS = 499
 DEFAULT_P_THRESHOLD = 0.01
 #: Smallest segment on either side of a change point.
 MIN_SEGMENT = 3
