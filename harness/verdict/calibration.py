@@ -15,9 +15,10 @@ seconds of N independent runs of the same code on the same inputs. From them:
 - **noise floor**: the change an A/A pair exceeds 5% of the time (95th percentile
   of the null ratios, minus one).
 - **minimum detectable change** (MDC): the smallest slowdown s that the verdict
-  confirms (ratio above the threshold and p <= alpha / m, Holm's first step over m
-  cells) with probability ``power`` (0.9): ``s = c / q_(1-power) - 1`` with c the
-  larger of 1 + threshold and the null's (1 - alpha / m) quantile.
+  confirms (ratio R above 1 + threshold and the p-value of R / (1 + threshold) at most
+  alpha / m, Holm's first step over m cells) with probability ``power`` (0.9):
+  ``s = (1 + threshold) * max(1, c) / q_(1-power) - 1`` with c the null's
+  (1 - alpha / m) quantile.
 - **false-positive rates** by resampling the N runs: the fraction of A/A draws in
   which the threshold rule alone, and the full verdict, flag a cell, per cell and
   per comparison (any cell; the cells of one draw come from the same pair of runs,
@@ -148,7 +149,7 @@ class CalibratedNull:
         """Minimum detectable change (percent) of the full verdict; see the module docstring."""
         null = self.null_ratios(key, n_base, n_cand)
         critical = float(np.quantile(null, 1 - alpha / max(cells, 1)))
-        needed = max(1 + threshold_percent / 100, critical)
+        needed = (1 + threshold_percent / 100) * max(1.0, critical)
         return float((needed / np.quantile(null, 1 - power) - 1) * 100)
 
     def false_positive_rates(
@@ -176,7 +177,8 @@ class CalibratedNull:
         for key in keys:
             null = nulls[key]
             ordered = np.sort(null)
-            p = (1 + null.size - np.searchsorted(ordered, null, side="left")) / (1 + null.size)
+            shifted = null / limit  # the verdict tests R / (1 + threshold) against the null
+            p = (1 + null.size - np.searchsorted(ordered, shifted, side="left")) / (1 + null.size)
             flagged_rule = null > limit
             per_cell[key] = (float(flagged_rule.mean()), 0.0)
             if null.size == length:
