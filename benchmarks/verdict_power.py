@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import git_revision
 
-from harness.compare import collect_cells
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.cells import decide_cells
+from harness.verdict.comparison import collect_cells
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20, 0.30, 0.50)
 REPS = (3, 5, 9)

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from harness.comparability import comparison_fields, comparison_key
-from harness.compare import CalibrationUse, collect_cells
 from harness.errors import HistoryError, ReportValidationError, UsageError
 from harness.resources import data_folder
 from harness.verdict.calibration import DEFAULT_DRAWS_PER_PAIR, MIN_RUNS, CalibratedNull
+from harness.verdict.comparison import CalibrationUse, collect_cells
 from harness.verdict.resampling import DEFAULT_SEED
 
 SCHEMA_NAME = "quantem-harness/calibration-report"

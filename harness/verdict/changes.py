@@ -230,7 +230,7 @@ def collect_series(
 ) -> dict[str, dict[CellKey, list[SeriesPoint]]]:
     """Per comparison key and cell, one point per passing record: its median of kept trials."""
     from harness.comparability import comparison_key
-    from harness.compare import collect_cells
+    from harness.verdict.comparison import collect_cells
 
     series: dict[str, dict[CellKey, list[SeriesPoint]]] = {}
     for sha, doc in records:

@@ -1,6 +1,6 @@
 """How a comparison is shown: a rich table on a terminal, Markdown, or JSON.
 
-The verdicts were decided in :mod:`harness.compare` and :mod:`harness.verdict.cells`;
+The verdicts were decided in :mod:`harness.verdict.comparison` and :mod:`harness.verdict.cells`;
 this module only displays them. Every piece of text taken from a report (ids, paths,
 field values) goes into rich as a :class:`rich.text.Text`, never parsed as markup, and
 into Markdown through the ``md`` escaping filter.
@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from harness.compare import CellVerdict, Comparison
+from harness.verdict.comparison import CellVerdict, Comparison
 
 FORMATS = ("text", "markdown", "json")
 
