@@ -5,6 +5,7 @@ owns the rules); this module re-exports it so that ``harness.compare`` stays the
 import for commands, the runner and users' scripts.
 """
 
+from harness.verdict.calibration_report import resolve_calibration
 from harness.verdict.comparison import (
     DEFAULT_REGRESSION_PERCENT,
     SIGNIFICANCE_LEVEL,
@@ -16,6 +17,7 @@ from harness.verdict.comparison import (
     cell_to_dict,
     collect_cells,
     compare_reports,
+    flagged_for_recheck,
 )
 
 __all__ = [
@@ -29,4 +31,6 @@ __all__ = [
     "cell_to_dict",
     "collect_cells",
     "compare_reports",
+    "flagged_for_recheck",
+    "resolve_calibration",
 ]

@@ -37,7 +37,13 @@ class LockBusyError(HarnessError):
     """Another run holds a GPU or storage lock past the timeout (exit 1)."""
 
 
+#: Overrides the default lock folder (tests point it at a private folder).
+LOCK_DIR_ENV = "HARNESS_LOCK_DIR"
+
+
 def default_lock_dir() -> Path:
+    if os.environ.get(LOCK_DIR_ENV):
+        return Path(os.environ[LOCK_DIR_ENV])
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and Path(runtime).is_dir():
         return Path(runtime) / LOCK_DIR_NAME

@@ -21,6 +21,7 @@ Rules (issue 6, "Comparison"; issue 11 and docs/verdicts.md for the cells):
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "cell_to_dict",
     "collect_cells",
     "compare_reports",
+    "flagged_for_recheck",
 ]
 
 CellKey = tuple[str, str, str]
@@ -146,9 +148,15 @@ class Comparison:
         }
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON (and the report schema) has no NaN or infinity
+    return value
+
+
 def cell_to_dict(cell: CellComparison) -> dict[str, Any]:
     """One cell as JSON: the issue's fields first, then the context."""
-    return {
+    raw = {
         "acquisition": cell.acquisition,
         "format": cell.format,
         "cache_state": cell.cache_state,
@@ -169,6 +177,8 @@ def cell_to_dict(cell: CellComparison) -> dict[str, Any]:
         "notes": list(cell.notes),
         "recheck": dict(cell.recheck) if cell.recheck else None,
     }
+    raw["ci_percent"] = [_finite(v) for v in raw["ci_percent"]]
+    return {key: _finite(value) for key, value in raw.items()}
 
 
 def collect_cells(doc: Mapping[str, Any]) -> dict[CellKey, list[float]]:
@@ -273,3 +283,29 @@ def compare_reports(
     elif comparison.flagged_cells:
         comparison.verdict = Verdict.REVIEW
     return comparison
+
+
+def flagged_for_recheck(
+    baseline_doc: Mapping[str, Any],
+    trials: list[Mapping[str, Any]],
+    regression_percent: float,
+    *,
+    calibration: CalibrationUse | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> list[CellKey]:
+    """The cells a recheck measures again: flagged by the verdict on the trials so far.
+
+    Only cells both runs measured are judged (an incomparable pair is never rechecked).
+    """
+    base = collect_cells(baseline_doc)
+    cand = collect_cells({"trials": trials})
+    if set(base) != set(cand):
+        return []
+    cells = decide_cells(
+        base,
+        cand,
+        threshold_percent=regression_percent,
+        alpha=alpha,
+        calibration=calibration.null if calibration else None,
+    )
+    return [cell.key for cell in cells if cell.flagged]
