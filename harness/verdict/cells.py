@@ -215,6 +215,11 @@ def decide_cells(
                         ev, adjusted_slower[key], alpha, len(base), len(cand), len(keys), limit
                     )
                 )
+                if recheck_info is not None:
+                    notes[-1] = notes[-1].replace(
+                        "recheck (--recheck K) to confirm or clear",
+                        f"still past the threshold after a recheck of {recheck_info['n']} trials",
+                    )
         elif change < faster_limit and adjusted_faster[key] <= alpha:
             verdict = CellVerdict.FASTER
         else:
