@@ -186,3 +186,26 @@ def test_text_output_never_reads_report_text_as_markup(tmp_path: Path, capsys) -
     )
     out = capsys.readouterr().out
     assert "unchanged" in out and "calibration: none" in out
+
+
+def test_compare_takes_the_candidates_own_recheck_block() -> None:
+    base = make_example_report(1, reps=5)
+    candidate = make_example_report(2, reps=5)
+    slow = ("scan-a", "qem", "cold")
+    for trial in candidate["trials"]:
+        if (trial["acquisition"], trial["format"], trial["cache_state"]) == slow:
+            trial["seconds"] *= 1.4
+    candidate["summaries"] = summarise_trials(candidate["trials"])
+    flagged = compare_reports(base, candidate)
+    assert [c.key for c in flagged.cells if c.flagged] == [slow]
+    recheck_trials = [
+        dict(t, trial_index=t["trial_index"] + 5, seconds=t["seconds"] / 1.4)
+        for t in candidate["trials"]
+        if (t["acquisition"], t["format"], t["cache_state"]) == slow
+    ]
+    candidate["recheck"] = {"rounds": 5, "cells": [list(slow)], "trials": recheck_trials}
+    dump_report(candidate)  # the recheck block is valid report content
+    cleared = compare_reports(base, candidate)
+    assert cleared.verdict is Verdict.PASS
+    (cell,) = [c for c in cleared.cells if c.key == slow]
+    assert cell.recheck["n"] == 5 and "cleared by the recheck" in cell.notes[0]

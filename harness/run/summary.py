@@ -111,8 +111,7 @@ def status_lines(doc: dict) -> list[str]:
             lines.append(
                 f"  - {c['verdict']}: {c['acquisition']} {c['format']} {c['cache_state']}: median "
                 f"{c['baseline_median']:.4g} s -> {c['candidate_median']:.4g} s "
-                f"({c['change_percent']:+.1f}%)"
-                + (f"; {c['notes'][0]}" if c.get("notes") else "")
+                f"({c['change_percent']:+.1f}%)" + (f"; {c['notes'][0]}" if c.get("notes") else "")
             )
         lines += [f"  - warning: {w}" for w in comparison.get("warnings", [])]
     return lines

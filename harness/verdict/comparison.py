@@ -268,6 +268,8 @@ def compare_reports(
         )
     comparison.differences = differences
     if not differences:
+        if recheck is None and candidate_doc.get("recheck"):
+            recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
         comparison.cells = decide_cells(
             base_cells,
             cand_cells,
