@@ -106,7 +106,7 @@ def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
                     k: [v * (1 + slowdown) for v in runs[c][k][reps : reps + RECHECK]] for k in keys
                 }
                 rule = [np.median(cand[k]) / np.median(base[k]) - 1 > THRESHOLD / 100 for k in keys]
-                mwu = decide_cells(base, cand, threshold_percent=THRESHOLD)
+                mwu = decide_cells(base, cand, threshold_percent=THRESHOLD, bootstrap_resamples=100)
                 cal = decide_cells(base, cand, threshold_percent=THRESHOLD, calibration=nulls[s])
                 flagged = {
                     cell.key: extra[cell.key] for cell in cal if cell.flagged and extra[cell.key]

@@ -76,6 +76,7 @@ class CalibratedNull:
         self.draws_per_pair = draws_per_pair
         self.seed = seed
         self._null = cache(self._compute_null)
+        self._sorted = cache(lambda key, n_base, n_cand: np.sort(self._null(key, n_base, n_cand)))
 
     @property
     def cells(self) -> list[CellKey]:
@@ -110,7 +111,7 @@ class CalibratedNull:
         return self._null(tuple(key), int(n_base), int(n_cand))
 
     def _sorted_null(self, key: CellKey, n_base: int, n_cand: int) -> np.ndarray:
-        return np.sort(self.null_ratios(key, n_base, n_cand))
+        return self._sorted(tuple(key), int(n_base), int(n_cand))
 
     def p_slower(self, key: CellKey, ratio: float, n_base: int, n_cand: int) -> float:
         null = self._sorted_null(key, n_base, n_cand)

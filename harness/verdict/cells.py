@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from harness.stats import mann_whitney_u, median, relative_spread, smallest_possible_p
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.holm import holm_adjust
-from harness.verdict.resampling import ratio_of_medians_interval
+from harness.verdict.resampling import DEFAULT_RESAMPLES, ratio_of_medians_interval
 
 CellKey = tuple[str, str, str]
 DEFAULT_ALPHA = 0.05
@@ -106,6 +106,7 @@ def _evidence(
     threshold_percent: float,
     alpha: float,
     cells: int,
+    resamples: int,
 ) -> _Evidence:
     base_median, cand_median = median(baseline), median(candidate)
     ratio = cand_median / base_median if base_median > 0 else float("inf")
@@ -128,7 +129,9 @@ def _evidence(
     slower = mann_whitney_u([v / factor for v in candidate], baseline, alternative="greater")
     faster = mann_whitney_u([v * factor for v in candidate], baseline, alternative="less")
     try:
-        interval = ratio_of_medians_interval(baseline, candidate, confidence=CONFIDENCE)
+        interval = ratio_of_medians_interval(
+            baseline, candidate, confidence=CONFIDENCE, resamples=resamples
+        )
     except ValueError:
         interval = (float("nan"), float("nan"))
     return _Evidence(
@@ -152,6 +155,7 @@ def decide_cells(
     alpha: float = DEFAULT_ALPHA,
     calibration: CalibratedNull | None = None,
     recheck: Mapping[CellKey, Sequence[float]] | None = None,
+    bootstrap_resamples: int = DEFAULT_RESAMPLES,
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
@@ -172,6 +176,7 @@ def decide_cells(
             threshold_percent=threshold_percent,
             alpha=alpha,
             cells=len(keys),
+            resamples=bootstrap_resamples,
         )
         for k in keys
     }
