@@ -209,3 +209,32 @@ def test_compare_takes_the_candidates_own_recheck_block() -> None:
     assert cleared.verdict is Verdict.PASS
     (cell,) = [c for c in cleared.cells if c.key == slow]
     assert cell.recheck["n"] == 5 and "cleared by the recheck" in cell.notes[0]
+
+
+def test_calibrate_usage_and_passed_options(tmp_path: Path) -> None:
+    import argparse
+
+    from harness.commands.calibrate import run_arguments
+
+    for argv in (
+        ["calibrate", "io-scale", "--demo", "--runs", "4"],
+        ["calibrate", "io-scale", "--demo", "--baseline", "abcd"],
+        ["calibrate", "io-scale", "--runs", "5"],  # no --output-dir without --demo
+    ):
+        assert main(argv) == 64
+    namespace = argparse.Namespace(
+        root="ROOT",
+        demo=False,
+        backend="cpu",
+        reps=3,
+        load_only=True,
+        storage_id="disk",
+        output_dir=tmp_path,
+        history_dir=tmp_path,
+        regression_percent=10.0,
+        runs=5,
+    )
+    passed = run_arguments(namespace)
+    assert "ROOT" in passed and passed[passed.index("--backend") + 1] == "cpu"
+    assert "--load-only" in passed and passed[passed.index("--reps") + 1] == "3"
+    assert "--output-dir" not in passed and "--regression-percent" not in passed

@@ -91,8 +91,11 @@ def _check_usage(args: argparse.Namespace) -> None:
 
     if args.runs < MIN_RUNS:
         raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
-    if args.baseline:
-        raise UsageError("calibrate runs without --baseline: its runs are the A/A baseline")
+    if args.baseline or args.recheck or args.calibration:
+        raise UsageError(
+            "calibrate runs without --baseline, --recheck or --calibration: its runs are the "
+            "A/A baseline"
+        )
     if not args.demo and not args.output_dir:
         raise UsageError("calibrate io-scale needs --output-dir (or --demo)")
     if args.output_dir and (Path(args.output_dir) / CALIBRATION_NAME).exists():
