@@ -24,7 +24,10 @@ DETECTOR = (48, 40)
 
 
 def _gpu_count() -> int:
-    return int(cupy.cuda.runtime.getDeviceCount())
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except cupy.cuda.runtime.CUDARuntimeError:  # CuPy without a driver: conftest skips all
+        return 0
 
 
 needs_two = pytest.mark.skipif(
