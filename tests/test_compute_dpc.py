@@ -38,7 +38,7 @@ def test_rotation_by_minimum_curl(angle, transpose):
         fit.angle_deg - angle
     ) % 180.0 == pytest.approx(180.0, abs=1e-6)
     assert fit.residual < 1e-6 < fit.residual_other
-    back_r, back_c = rotate_field(d_r, d_c, fit.angle_deg, fit.transpose)
+    back_r, _back_c = rotate_field(d_r, d_c, fit.angle_deg, fit.transpose)
     sign = 1 if math.isclose((fit.angle_deg - angle) % 360.0, 0.0, abs_tol=1e-6) else -1
     np.testing.assert_allclose(sign * back_r, g_r, atol=1e-9)
 
@@ -94,7 +94,7 @@ def synthetic_acquisition(seed=4):
 def test_dpc_end_to_end_on_synthetic_data_and_determinism():
     acq, model = synthetic_acquisition()
     result = dpc(acq)
-    potential, shift_r, shift_c = model._sample
+    potential, _shift_r, _shift_c = model._sample
     # The synthetic disk moves along the potential's gradient: no rotation, phase ~ potential.
     assert min(abs(result.rotation_deg), abs(result.rotation_deg - 360)) < 2.0
     r = np.corrcoef(result.phase.ravel(), potential.ravel())[0, 1]

@@ -35,7 +35,7 @@ def model_shifts(angles, c10, c12, phi12_deg, rotation_deg, transpose, step):
 
 
 def grid_angles(n=7, mrad=3.0):
-    rows, cols = np.mgrid[-n:n + 1, -n:n + 1]
+    rows, cols = np.mgrid[-n : n + 1, -n : n + 1]
     keep = rows**2 + cols**2 <= n * n
     return np.column_stack([rows[keep], cols[keep]]).astype(float) * mrad * 1e-3
 
@@ -46,7 +46,7 @@ def grid_angles(n=7, mrad=3.0):
 )
 def test_fit_recovers_aberrations_from_exact_shifts(c10, c12, phi12, rotation, transpose):
     angles = grid_angles()
-    shifts = model_shifts(angles, c10, c12, phi12, rotation, transpose, 0.5) + [0.3, -0.2]
+    shifts = model_shifts(angles, c10, c12, phi12, rotation, transpose, 0.5) + np.array([0.3, -0.2])
     fit = fit_aberrations(shifts, angles, (0.5, 0.5))
     assert fit.c10_angstrom == pytest.approx(c10, abs=1e-9)
     assert fit.c12_angstrom == pytest.approx(c12, abs=1e-9)

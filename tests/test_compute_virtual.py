@@ -44,7 +44,7 @@ def test_df_annulus_and_mask_are_exact():
 
 
 def test_mrad_geometry_converts_with_the_calibration():
-    acq, model = make_acquisition()
+    acq, _model = make_acquisition()
     px = virtual_images(acq, {"bf": Disk(3.0), "adf": Annulus(3.0, 9.0)})
     # 2 mrad per pixel: 6 mrad is 3 pixels.
     calibration = Calibration(mrad_per_pixel=2.0)
@@ -88,7 +88,14 @@ def test_scan_region_of_a_dense_acquisition():
 def test_streamed_products_equal_dense_bit_for_bit(tmp_path, batch_frames):
     acq, _ = make_acquisition(seed=5)
     master = synthetic.write_synthetic_arina(
-        tmp_path, "s", SCAN, DETECTOR, "uint16", frames_per_shard=17, dose=20000.0, seed=5,
+        tmp_path,
+        "s",
+        SCAN,
+        DETECTOR,
+        "uint16",
+        frames_per_shard=17,
+        dose=20000.0,
+        seed=5,
         processes=1,
     )
     dense = open_frames(acq)
