@@ -9,6 +9,9 @@ Rules (issue 6, "Comparison"):
    :data:`harness.comparability.COMPARABILITY_FIELDS` equal, the same measured
    cells (cells with kept trials), and a baseline that is itself valid evidence.
    If not: ``INCOMPARABLE`` (exit 2) with the differences field by field.
+   Compute reports: outputs whose SHA-256 differ from a baseline of the same backend
+   and device make the candidate fail with ``outputs_changed`` (exit 1) unless the
+   change is accepted (``--accept-output-change``, or recorded in the candidate).
 3. Otherwise each cell (acquisition, format, cache state) compares the medians of
    kept trials; a cell slower by more than ``regression_percent`` is flagged and
    the verdict is ``REVIEW`` (exit 2), else ``PASS`` (exit 0). The threshold is a
@@ -179,6 +182,37 @@ def compare_cell(
     )
 
 
+def output_changes(baseline_doc: Mapping[str, Any], candidate_doc: Mapping[str, Any]) -> list[str]:
+    """Compute reports only: outputs whose SHA-256 differs from a same-backend, same-device baseline.
+
+    Compute outputs are deterministic per backend and device (docs/compute.md), so a
+    different hash there means the candidate computes something else. Across backends
+    or devices hashes are not expected to match (tolerance checks, reported apart), and
+    nothing is listed.
+    """
+    if "compute" not in (baseline_doc.get("schema") or "") or "compute" not in (
+        candidate_doc.get("schema") or ""
+    ):
+        return []
+    same = (
+        baseline_doc["conditions"]["backend"] == candidate_doc["conditions"]["backend"]
+        and baseline_doc["environment"]["device"]["name"]
+        == candidate_doc["environment"]["device"]["name"]
+        and baseline_doc["environment"]["device"]["uuid"]
+        == candidate_doc["environment"]["device"]["uuid"]
+    )
+    if not same:
+        return []
+    before = {a["id"]: a["outputs"] for a in baseline_doc["acquisitions"]}
+    changed = []
+    for acquisition in candidate_doc["acquisitions"]:
+        old = before.get(acquisition["id"], {})
+        for name, digest in sorted(acquisition["outputs"].items()):
+            if name in old and old[name] != digest:
+                changed.append(f"{acquisition['id']}/{name}")
+    return changed
+
+
 def compare_reports(
     baseline_doc: Mapping[str, Any],
     candidate_doc: Mapping[str, Any],
@@ -188,6 +222,7 @@ def compare_reports(
     baseline_path: str | None = None,
     candidate_sha256: str | None = None,
     candidate_path: str | None = None,
+    accept_output_change: bool = False,
 ) -> Comparison:
     """Compare two parsed (current-version) reports; the verdict follows the module rules.
 
@@ -214,6 +249,15 @@ def compare_reports(
             f"the candidate was run against baseline {declared['sha256']}, not {baseline_sha256}"
         )
     comparison.failures = _candidate_failures(candidate_doc)
+    changed = output_changes(baseline_doc, candidate_doc)
+    if changed:
+        recorded = (candidate_doc.get("output_change") or {}).get("accepted", False)
+        listing = ", ".join(changed)
+        if accept_output_change or recorded:
+            how = "recorded in the candidate" if recorded else "--accept-output-change"
+            comparison.warnings.append(f"outputs changed, accepted ({how}): {listing}")
+        elif "outputs_changed" not in " ".join(comparison.failures):
+            comparison.failures.append(f"outputs_changed: {listing}")
     differences = collect_differences(baseline_doc, candidate_doc)
     baseline_failures = _candidate_failures(baseline_doc)
     if baseline_failures:

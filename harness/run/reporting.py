@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def compare_with_baseline(doc: dict, baseline: LoadedReport, regression_percent:
 def exit_code_of(status: dict, performance: str) -> int:
     if (
         status["execution"] == "failed"
-        or status["correctness"] == "failed"
+        or status["correctness"] != "passed"  # "failed", or compute's "outputs_changed"
         or status["source_stability"] == "changed"
     ):
         return EXIT_FAILURE
@@ -87,10 +88,21 @@ def exit_code_of(status: dict, performance: str) -> int:
     return EXIT_OK
 
 
-def judge(doc: dict, baseline: LoadedReport | None, regression_percent: float) -> int:
-    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline)."""
+def judge(
+    doc: dict,
+    baseline: LoadedReport | None,
+    regression_percent: float,
+    hook: Callable[[dict, LoadedReport], None] | None = None,
+) -> int:
+    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline).
+
+    ``hook`` (a kind's extra baseline rule, e.g. compute's output hashes) runs first and
+    may mark ``status.correctness``.
+    """
     performance = "no_baseline"
     if baseline is not None:
+        if hook is not None:
+            hook(doc, baseline)
         performance = compare_with_baseline(doc, baseline, regression_percent)
     exit_code = exit_code_of(doc["status"], performance)
     doc["status"]["performance"] = performance
@@ -98,8 +110,8 @@ def judge(doc: dict, baseline: LoadedReport | None, regression_percent: float) -
     return exit_code
 
 
-def write_report(doc: dict, output_dir: Path) -> Path:
-    """Validate and write ``doc`` as ``output_dir/loading.json``; never overwrite."""
+def write_report(doc: dict, output_dir: Path, name: str = REPORT_NAME) -> Path:
+    """Validate and write ``doc`` as ``output_dir/name`` (``loading.json``); never overwrite."""
     try:
         data = dump_report(doc)
     except ReportValidationError:
@@ -107,7 +119,7 @@ def write_report(doc: dict, output_dir: Path) -> Path:
         rejected = output_dir / REJECTED_REPORT_NAME
         write_new_file(rejected, (json.dumps(doc, sort_keys=True, default=str) + "\n").encode())
         raise
-    report_path = output_dir / REPORT_NAME
+    report_path = output_dir / name
     write_new_file(report_path, data)
     return report_path
 

@@ -92,7 +92,8 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     tracker = SourceTracker().start()
     manifest = parse_manifest(cfg.manifest, cfg.root)
     check_master_hashes(manifest)
-    with claim_output_dir(cfg.output_dir, REPORT_NAME):
+    report_name = getattr(kind, "report_name", REPORT_NAME)
+    with claim_output_dir(cfg.output_dir, report_name):
         baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
         environment = collect_environment(cfg.backend, cfg.root, cfg.storage_id)
         created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -133,8 +134,10 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
             "provenance": provenance,
             "environment": environment,
         }
+        # A kind with its own report schema names it (compute); io-scale uses the default.
+        head.update(getattr(kind, "report_head", {}))
         doc = kind.build_report(head)
-        exit_code = judge(doc, baseline, cfg.regression_percent)
-        report_path = write_report(doc, cfg.output_dir)
+        exit_code = judge(doc, baseline, cfg.regression_percent, getattr(kind, "judge_hook", None))
+        report_path = write_report(doc, cfg.output_dir, report_name)
     registered = register_reports(cfg.history_dir, [report_path]) if cfg.history_dir else []
     return RunOutcome(doc, report_path, exit_code, registered)

@@ -92,7 +92,7 @@ class ParallaxResult:
         return fitted
 
 
-def _aberration_sign(
+def aberration_sign(
     shape: tuple[int, int], step: tuple[float, float], fit: AberrationFit, wavelength: float, xp
 ) -> Any:
     q_r = xp.fft.fftfreq(shape[0], d=step[0])[:, None] * xp.ones((1, shape[1]))
@@ -232,7 +232,7 @@ def parallax(
             raise ComputeError("correct_aberrations needs the aberration fit (fit=True)")
         step = calibration.scan_step
         fine = (image.shape[0], image.shape[1])
-        sign = _aberration_sign(
+        sign = aberration_sign(
             fine,
             (step[0] / upsample, step[1] / upsample),
             result_fit,
