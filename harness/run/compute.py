@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.compare import output_changes
+from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.errors import UsageError
 from harness.report import quantile
 from harness.run.backends import BackendProfile, profile_for
@@ -89,8 +91,6 @@ class ComputeRun:
     # -- the report's identity (read by the runner) ------------------------------------
     @property
     def report_head(self) -> dict:
-        from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
-
         return {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,
@@ -230,8 +230,6 @@ class ComputeRun:
 
     def judge_hook(self, doc: dict, baseline) -> None:
         """Output hashes against a same-backend, same-device baseline (module docstring)."""
-        from harness.compare import output_changes
-
         changed = output_changes(baseline.doc, doc)
         if not changed:
             return

@@ -66,14 +66,24 @@ def contrast(images: Any) -> Any:
     return xp.where(means > 0, images / safe - 1.0, 0.0)
 
 
+def separable_ramp(shape: tuple[int, int], shifts: Any, xp: Any, spacing: float = 1.0) -> Any:
+    """``exp(2 pi i (q_r s_r + q_c s_c))`` per shift ``(n, 2)`` on an FFT grid ``shape``.
+
+    Built as the outer product of a row and a column factor: ``n * (rows + cols)``
+    complex exponentials instead of ``n * rows * cols``. ``spacing`` is the grid step in
+    units of the shifts (``1 / upsample`` for a fine grid).
+    """
+    q_r = xp.fft.fftfreq(shape[0], d=spacing)
+    q_c = xp.fft.fftfreq(shape[1], d=spacing)
+    row = xp.exp(2j * xp.pi * shifts[:, 0, None] * q_r[None, :])
+    col = xp.exp(2j * xp.pi * shifts[:, 1, None] * q_c[None, :])
+    return row[:, :, None] * col[:, None, :]
+
+
 def fourier_shift(spectra: Any, shifts: Any) -> Any:
     """Spectra of images moved by ``-shifts`` (so ``I(r) = ref(r - s)`` maps onto ``ref``)."""
     xp = array_module(spectra)
-    n_r, n_c = spectra.shape[-2:]
-    q_r = xp.fft.fftfreq(n_r)[None, :, None]
-    q_c = xp.fft.fftfreq(n_c)[None, None, :]
-    ramp = xp.exp(2j * xp.pi * (q_r * shifts[:, 0, None, None] + q_c * shifts[:, 1, None, None]))
-    return spectra * ramp
+    return spectra * separable_ramp(spectra.shape[-2:], shifts, xp)
 
 
 def _signed_peak(index: Any, n: int) -> Any:
@@ -113,16 +123,18 @@ def correlation_shifts(
         return xp.stack([peak_r, peak_c], axis=1)
     half = int(upsample)  # +-1 scan pixel around the coarse peak (which is within 0.5 px)
     offsets = (xp.arange(2 * half + 1, dtype=xp.float64) - half) / upsample
-    k_r = xp.fft.fftfreq(n_r) * 1.0
-    k_c = xp.fft.fftfreq(n_c) * 1.0
-    # Inverse DFT on the fine grid: C(y, x) = sum_k X(k) exp(2 pi i (k_r y + k_c x)).
-    y = peak_r[:, None] + offsets[None, :]  # (n, m)
-    x = peak_c[:, None] + offsets[None, :]
-    e_r = xp.exp(2j * xp.pi * y[:, :, None] * k_r[None, None, :])  # (n, m, n_r)
-    e_c = xp.exp(2j * xp.pi * k_c[None, :, None] * x[:, None, :])  # (n, n_c, m)
-    fine = xp.matmul(xp.matmul(e_r, cross), e_c).real  # (n, m, m)
     m = offsets.size
-    best = xp.argmax(fine.reshape(n, -1), axis=1)
+    # Inverse DFT on the fine grid: C(p + o) = sum_k X(k) exp(2 pi i k (p + o)). The coarse
+    # peak p enters as a phase ramp on X, so the fine offsets o share one pair of DFT
+    # matrices, applied as two plain matrix products over the whole batch.
+    centred = cross * separable_ramp((n_r, n_c), xp.stack([peak_r, peak_c], axis=1), xp)
+    e_r = xp.exp(2j * xp.pi * offsets[:, None] * xp.fft.fftfreq(n_r)[None, :])  # (m, n_r)
+    e_c = xp.exp(2j * xp.pi * xp.fft.fftfreq(n_c)[:, None] * offsets[None, :])  # (n_c, m)
+    rows = (e_r @ centred.transpose(1, 0, 2).reshape(n_r, n * n_c)).reshape(m, n, n_c)
+    fine = (rows.transpose(1, 0, 2).reshape(n * m, n_c) @ e_c).real.reshape(n, m * m)
+    best = xp.argmax(fine, axis=1)
+    y = peak_r[:, None] + offsets[None, :]
+    x = peak_c[:, None] + offsets[None, :]
     return xp.stack([y[xp.arange(n), best // m], x[xp.arange(n), best % m]], axis=1)
 
 

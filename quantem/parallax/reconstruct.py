@@ -43,6 +43,7 @@ from quantem.parallax.align import (
     Alignment,
     align,
     contrast,
+    separable_ramp,
 )
 from quantem.parallax.fit import AberrationFit, fit_aberrations
 from quantem.parallax.stack import DEFAULT_DISK_FRACTION, BrightFieldStack, build_stack
@@ -147,12 +148,7 @@ def shift_and_sum(
     numerator = xp.zeros((f_r, f_c), dtype=xp.complex128)
     ramps = xp.zeros((f_r, f_c), dtype=xp.complex128)
     for a in range(0, n, SUM_BATCH_IMAGES):
-        s = shifts[a : a + SUM_BATCH_IMAGES]
-        ramp = xp.exp(
-            2j
-            * xp.pi
-            * (q_r[None, :, None] * s[:, 0, None, None] + q_c[None, None, :] * s[:, 1, None, None])
-        )
+        ramp = separable_ramp((f_r, f_c), shifts[a : a + SUM_BATCH_IMAGES], xp, 1.0 / u)
         numerator += (xp.tile(spectra[a : a + SUM_BATCH_IMAGES], (1, u, u)) * ramp).sum(axis=0)
         ramps += ramp.sum(axis=0)
     # Density of the samples: the same sum for images of ones, whose spectrum is
