@@ -250,6 +250,13 @@ def compare_reports(
         )
     comparison.failures = _candidate_failures(candidate_doc)
     changed = output_changes(baseline_doc, candidate_doc)
+    if accept_output_change and candidate_doc["status"]["correctness"] == "outputs_changed":
+        # The run recorded the change as its failure; the user accepts it here, explicitly.
+        comparison.failures = [
+            f
+            for f in comparison.failures
+            if f != "correctness failed" and not f.startswith("outputs_changed")
+        ]
     if changed:
         recorded = (candidate_doc.get("output_change") or {}).get("accepted", False)
         listing = ", ".join(changed)

@@ -103,6 +103,8 @@ def test_outputs_changed_against_same_backend_baseline(tmp_path):
     assert record["accepted"] is True and "focus/phase" in record["changed"]
     # harness compare applies the same rule to the stored reports.
     base_doc, changed_doc = base.report, changed.report
+    assert compare_reports(base_doc, changed_doc, 1000.0).exit_code == 1
+    assert compare_reports(base_doc, changed_doc, 1000.0, accept_output_change=True).exit_code != 1
     changed_doc = json.loads(json.dumps(changed_doc))
     changed_doc["status"].update(correctness="passed", failures=[], exit_code=0)
     changed_doc["output_change"] = {"accepted": False, "changed": []}

@@ -40,6 +40,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="P",
         help="flag cells whose median is more than P%% slower (default 20)",
     )
+    parser.add_argument(
+        "--accept-output-change",
+        action="store_true",
+        help="compute reports: accept output hashes that differ from a same-backend baseline",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     parser.set_defaults(func=run)
 
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         baseline_path=str(baseline.path),
         candidate_sha256=candidate.sha256,
         candidate_path=str(candidate.path),
+        accept_output_change=args.accept_output_change,
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")
