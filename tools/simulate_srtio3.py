@@ -8,7 +8,11 @@ Writes, for each dataset and dose, ``<name>_master.h5`` + shard (quantem's ARINA
 bitshuffle-LZ4), and ``srtio3_truth.npz`` + ``srtio3_truth.json``: the projected
 potential sampled at the scan positions, the calibration, the known defocus and
 rotation, and the versions of every package used. Frames are Poisson draws from a fixed
-seed, so a rerun with the same versions writes the same counts.
+seed. The committed fixtures are the output of one full run of this script (2026-12-01,
+about 10 minutes on the shared 2-core VM); an earlier run with the same code gave the
+same projected potential bit for bit but different counts in about half the pixels, so
+treat a rerun as statistically equivalent, not byte-identical (the physics and py4DSTEM
+tests passed on both).
 
 Datasets (one crystal, ``CELLS`` x ``CELLS`` unit cells, ``THICKNESS_CELLS`` thick):
 
