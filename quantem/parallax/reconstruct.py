@@ -24,7 +24,7 @@ part was removed by the shifts; the probe is ``exp(-i chi)`` as in abTEM), so it
 reversals are undone by multiplying the spectrum by ``sign(sin chi(q))``, with
 ``chi(q) = pi lambda (C10 |q|^2 + C12 terms)`` and ``q`` taken into detector axes. On the
 SrTiO3 simulation (C10 = -60 A) this turns the image's correlation with the projected
-potential from -0.67 (contrast reversed) to +0.77 (``tests/test_compute_physics.py``). Only the sign changes (no division by small values), so
+potential from -0.67 (contrast reversed) to +0.78 (``tests/test_compute_physics.py``). Only the sign changes (no division by small values), so
 noise is not amplified.
 """
 
