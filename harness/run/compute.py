@@ -62,6 +62,12 @@ class ComputeConfig:
     history_dir: Path | None = None
     baseline: str | None = None
     regression_percent: float = 20.0
+    #: Read by the runner frame: calibration record for significance, recheck rounds of
+    #: flagged cells (compute reruns none: 0), host locks.
+    calibration: str | None = None
+    recheck: int = 0
+    lock_dir: Path | None = None
+    lock_timeout: float = 600.0
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
