@@ -421,3 +421,42 @@ def test_default_devices_none_keeps_the_one_gpu_loader(monkeypatch, arina):
     assert io._load(arina, "cuda", {"device": 1}) == "one"
     assert io._load(arina, "cuda", {"devices": None}) == "one"
     assert calls == [{"device": 1}, {}]
+
+
+def _compute_products(acq):
+    from quantem.dpc import dpc
+    from quantem.virtual import Annulus, Disk, open_frames, virtual_images
+
+    images = virtual_images(acq, {"bf": Disk(3.0), "adf": Annulus(3.0, 5.0)})
+    result = dpc(acq, rotation_deg=10.0)
+    stack = open_frames(acq).pixel_stack(np.array([6, 7, 2]), np.array([5, 4, 9]))
+    return {
+        "virtual_bf": np.asarray(images["bf"]),
+        "virtual_adf": np.asarray(images["adf"]),
+        "dpc_com_row": np.asarray(result.com_row),
+        "dpc_phase": np.asarray(result.phase),
+        "pixel_stack": np.asarray(stack),
+    }
+
+
+@pytest.mark.parametrize("path_fixture", ["arina", "qem_path"])
+def test_compute_products_equal_the_one_device_products_exactly(fake_gpus, request, path_fixture):
+    """Virtual detectors, DPC and the parallax pixel stack over a sharded acquisition."""
+    path = request.getfixturevalue(path_fixture)
+    fake_gpus(3)
+    one = _compute_products(sharded.load(path, devices=[0]))
+    dense = _compute_products(_cpu(path))
+    many = _compute_products(sharded.load(path, devices=[2, 0, 1]))
+    for name, value in one.items():
+        assert many[name].dtype == value.dtype, name
+        assert many[name].tobytes() == value.tobytes(), name
+        assert value.tobytes() == dense[name].tobytes(), name
+
+
+def test_compute_refuses_a_scan_region_of_a_sharded_acquisition(fake_gpus, arina):
+    from quantem.errors import ComputeError
+    from quantem.virtual import open_frames
+
+    fake_gpus(2)
+    with pytest.raises(ComputeError, match="scan region of a sharded acquisition"):
+        open_frames(sharded.load(arina, devices=[0, 1]), scan_region=(0, 2, 0, 2))

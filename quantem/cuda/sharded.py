@@ -275,6 +275,31 @@ class ShardedData(Sequence[ScanBlock]):
         with cupy.cuda.Device(self.home):
             return _copy_to(result, block.device, self.home)
 
+    def pixel_stack(self, rows: Any, cols: Any) -> Any:
+        """Images of single detector pixels ``(n_pixels, scan_r, scan_c)`` float64 on the
+        home device: every GPU gathers the pixels of its rows, the home device assembles
+        them and converts once (the same operations as a dense one-GPU stack)."""
+        import cupy
+
+        if self.encoded:
+            raise ValueError("pixel_stack needs dense blocks")
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+
+        def gather(block: ScanBlock) -> Any:
+            return cupy.ascontiguousarray(block.data[:, :, cupy.asarray(rows), cupy.asarray(cols)])
+
+        parts = self._on_each(gather)
+        blocks = [b for b in self.blocks if b.n_rows]
+        gathered = _place_rows(
+            [(b.rows, b.device, p) for b, p in zip(blocks, parts)],
+            self.home,
+            (*self.scan_shape, int(rows.size)),
+            self.dtype,
+        )
+        with cupy.cuda.Device(self.home):
+            return cupy.ascontiguousarray(cupy.moveaxis(gathered, -1, 0)).astype(cupy.float64)
+
     def _rows_on_home(self, parts: list[Any]) -> Any:
         blocks = [b for b in self.blocks if b.n_rows]
         dtype = np.dtype(parts[0].dtype) if parts else np.dtype(np.uint64)

@@ -157,3 +157,37 @@ def test_a_missing_device_is_named():
     n = _gpu_count()
     with pytest.raises(ValueError, match=f"GPU {n + 3} does not exist; this host has {n}"):
         io.load("unused_master.h5", backend="cuda", devices=[n + 3])
+
+
+def _compute_products(acq):
+    from quantem.dpc import dpc
+    from quantem.virtual import Annulus, Disk, open_frames, virtual_images
+
+    images = virtual_images(acq, {"bf": Disk(8.0), "adf": Annulus(8.0, 18.0)})
+    result = dpc(acq, rotation_deg=10.0)
+    stack = open_frames(acq).pixel_stack(np.array([24, 20, 30]), np.array([20, 25, 14]))
+    return {
+        "virtual_bf": cupy.asnumpy(images["bf"]),
+        "virtual_adf": cupy.asnumpy(images["adf"]),
+        "dpc_com_row": cupy.asnumpy(result.com_row),
+        "dpc_phase": cupy.asnumpy(result.phase),
+        "pixel_stack": cupy.asnumpy(stack),
+    }
+
+
+@pytest.mark.parametrize("which", ["arina", "qem_path"])
+def test_compute_products_of_blocks_equal_one_gpu(request, which):
+    """Virtual detectors, DPC and the parallax pixel stack: three blocks on one GPU (and
+    two GPUs when present) give the one-GPU products bit for bit."""
+    path = request.getfixturevalue(which)
+    with io.load(path, backend="cuda") as one:
+        reference = _compute_products(one)
+    loader = sharded._load_qem if which == "qem_path" else sharded._load_hdf5
+    acq = loader(path, [0, 0, 0])
+    try:
+        _assert_same(_compute_products(acq), reference)
+    finally:
+        acq.close()
+    if _gpu_count() >= 2:
+        with io.load(path, backend="cuda", devices=[1, 0]) as acq:
+            _assert_same(_compute_products(acq), reference)
