@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import resource
@@ -41,6 +40,7 @@ from harness.errors import (
     ReportValidationError,
     UsageError,
 )
+from harness.fsio import write_new
 from harness.run import cache, proc_io, trials
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
 from harness.run.timers import WallTimer, device_barrier
@@ -707,9 +707,12 @@ class IoScaleRun:
         _write_atomically(report_path, data)
         registered = []
         if cfg.history_dir is not None:
+            from harness.history.render import registration_renderer
             from harness.history.store import register_reports
 
-            registered = register_reports(cfg.history_dir, [report_path])
+            registered = register_reports(
+                cfg.history_dir, [report_path], render=registration_renderer()
+            )
         return RunOutcome(
             report=doc, report_path=report_path, exit_code=exit_code, registered=registered
         )
@@ -884,41 +887,11 @@ def _compiler_cache_dir(backend: str) -> str | None:
 
 
 def _load_baseline(cfg: IoScaleConfig) -> tuple[dict, str, str | None]:
-    """Resolve ``--baseline``: a report file, or a unique SHA-256 prefix of a history record.
+    """Resolve ``--baseline`` by the one lookup rule (:mod:`harness.history.lookup`)."""
+    from harness.history.lookup import load_report
 
-    The record's bytes are re-hashed; a record whose bytes do not match its name is
-    refused (evidence that was edited is no baseline).
-    """
-    from harness.report import parse_report
-
-    candidate = Path(cfg.baseline)
-    if candidate.is_file():
-        data = candidate.read_bytes()
-        doc = parse_report(data, name=str(candidate))
-        return doc, hashlib.sha256(data).hexdigest(), str(candidate.resolve())
-    prefix = cfg.baseline.lower()
-    if cfg.history_dir is None or not prefix or any(c not in "0123456789abcdef" for c in prefix):
-        raise UsageError(
-            f"--baseline {cfg.baseline!r} is not a report file, nor a SHA-256 prefix with --history-dir"
-        )
-    from harness.history.layout import HistoryLayout, sha256_of_record_name
-
-    layout = HistoryLayout.at(cfg.history_dir)
-    matches = [
-        path
-        for path in layout.iter_record_files()
-        if (sha256_of_record_name(path) or "").startswith(prefix)
-    ]
-    if len(matches) != 1:
-        found = "no record" if not matches else f"{len(matches)} records"
-        raise UsageError(
-            f"--baseline {cfg.baseline!r}: {found} in {cfg.history_dir} match that prefix"
-        )
-    data = matches[0].read_bytes()
-    sha = hashlib.sha256(data).hexdigest()
-    if sha != sha256_of_record_name(matches[0]):
-        raise HarnessError(f"baseline record {matches[0]} does not hash to its name (tampered)")
-    return parse_report(data, name=str(matches[0])), sha, str(matches[0])
+    loaded = load_report(cfg.baseline, history_dir=cfg.history_dir, what="--baseline")
+    return loaded.doc, loaded.sha256, str(loaded.path)
 
 
 def _exit_code(status: dict, performance: str) -> int:
@@ -934,23 +907,8 @@ def _exit_code(status: dict, performance: str) -> int:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write a new file via a temporary name, fsync, rename, fsync the folder; never overwrite."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # fails if the report appeared meanwhile: never overwrite evidence
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write a new file via a temporary name, fsync, link, fsync the folder; never overwrite."""
+    write_new(path, data, step="writing the report")
 
 
 @contextlib.contextmanager
