@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -177,3 +179,55 @@ def replace_file(
     """Replace ``path`` with ``data`` atomically (a reader sees the old or the new bytes)."""
     with replacing(path, step=step, mode=mode, fsync=fsync) as handle:
         handle.write(data)
+
+
+#: How a killed ``.qem`` writer's temporary file is named: ``.<name>.<pid>.partial``.
+_PARTIAL_NAME = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.partial")
+#: A partial file untouched for this long, whose process is gone, is stale.
+PARTIAL_STALE_SECONDS = 60.0
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def iter_stale_partials(folder: str | os.PathLike) -> Iterator[Path]:
+    """Temporary ``.<name>.<pid>.partial`` files of killed writers in ``folder``.
+
+    Stale means: its process no longer runs on this host *and* it was not written to
+    for :data:`PARTIAL_STALE_SECONDS` (so a writer on another host of a shared folder,
+    whose pid means nothing here, is left alone while it writes).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    now = time.time()
+    for path in sorted(folder.iterdir()):
+        match = _PARTIAL_NAME.fullmatch(path.name)
+        if match is None or not path.is_file() or path.is_symlink():
+            continue
+        if _process_alive(int(match["pid"])):
+            continue
+        if now - path.stat().st_mtime < PARTIAL_STALE_SECONDS:
+            continue
+        yield path
+
+
+def remove_stale_partials(folder: str | os.PathLike) -> list[Path]:
+    """Remove what :func:`iter_stale_partials` finds; return the removed paths."""
+    removed = []
+    for path in iter_stale_partials(folder):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise FileWriteError(path, "removing a killed writer's partial file", exc) from exc
+        removed.append(path)
+    return removed

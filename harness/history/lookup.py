@@ -78,6 +78,11 @@ def resolve_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Pat
         When the folder is not an existing history.
     """
     prefix = parse_sha_prefix(prefix, what=what)
+    label = f"{what} " if what else ""
+    if not layout.root.is_dir():
+        raise UsageError(
+            f"{label}{prefix}: {layout.root}: no such history folder to look the SHA-256 prefix up in"
+        )
     require_history(layout)
     check_history_marker(layout, create=False)
     shard = layout.records / prefix[:FANOUT_DIGITS]
@@ -90,7 +95,6 @@ def resolve_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Pat
         if shard.is_dir()
         else []
     )
-    label = f"{what} " if what else ""
     if not matches:
         raise UsageError(f"{label}{prefix}: no record in {layout.root} starts with {prefix}")
     if len(matches) > 1:

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
+from harness.errors import HistoryError
 from harness.fsio import replace_file, replacing
 from harness.history.entries import TIMINGS_COLUMNS
 from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
@@ -571,7 +572,10 @@ def check_rendered(layout: HistoryLayout, connection: Connection) -> list[Proble
     newest record is a pending plot (a warning).
     """
     targets = RenderTargets(layout.root)
-    head = journal_head(layout)
+    try:
+        head = journal_head(layout)
+    except HistoryError:
+        return []  # without a journal there is no head to render; verify reports it missing
     problems = []
     readme, html = build_readme_and_html(connection, targets, head)
     expected = {
