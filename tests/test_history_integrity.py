@@ -321,6 +321,7 @@ def test_a_legacy_journal_is_chained_in_memory_and_never_rewritten(history) -> N
         for line in layout.journal.read_bytes().splitlines()
     )
     layout.journal.write_bytes(legacy)
+    layout.marker.write_text('{"format": "quantem-harness/history", "version": 1}\n')
     assert main(["render", "index", "--history-dir", str(root)]) == 0  # the head is new
     assert _verify(root).ok
     legacy_head = journal_head(layout)
@@ -329,11 +330,14 @@ def test_a_legacy_journal_is_chained_in_memory_and_never_rewritten(history) -> N
     )
     data = layout.journal.read_bytes()
     assert data.startswith(legacy)  # the evidence is not rewritten
+    assert json.loads(layout.marker.read_text())["version"] == 2  # older harnesses refuse it now
     appended = json.loads(data[len(legacy) :])
     assert appended["v"] == 2 and appended["prev"] == legacy_head
     assert _verify(root, expect_head=legacy_head).ok
     layout.journal.write_bytes(data.replace(b'"registered_utc":"2', b'"registered_utc":"1', 1))
     assert not _verify(root, expect_head=legacy_head).ok
+    layout.journal.write_bytes(data + legacy.splitlines(keepends=True)[0])  # unchained append
+    assert "journal-broken" in _kinds(root)
 
 
 # --- 8. rendered garbage, symlinked records, leftovers -----------------------------------

@@ -107,6 +107,7 @@ def read_journal(layout: HistoryLayout) -> JournalContents:
     require_journal(layout)
     contents = JournalContents()
     head = GENESIS_HEAD
+    seen_chained = False
     with open(layout.journal, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             entry = _parse_line(raw)
@@ -123,6 +124,15 @@ def read_journal(layout: HistoryLayout) -> JournalContents:
                     )
                 )
                 continue
+            if version < 2 and seen_chained:
+                contents.breaks.append(
+                    ChainBreak(
+                        number,
+                        "an unchained (version-1) line after chained ones: appended by a harness "
+                        "older than the chain, or inserted by hand",
+                    )
+                )
+            seen_chained = seen_chained or version >= 2
             if version >= 2 and entry.get("prev") != head:
                 contents.breaks.append(
                     ChainBreak(

@@ -87,6 +87,8 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
                 f"{layout.root}: history layout version {version!r} is newer than this harness "
                 f"reads ({HISTORY_FORMAT_VERSION}); upgrade quantem-harness"
             )
+        if create and version < HISTORY_FORMAT_VERSION:
+            _write_marker(layout)  # a writer raises it: older harnesses then refuse it
         return
     if not create:
         raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
@@ -101,14 +103,7 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
             "choose an empty or new folder"
         )
     ensure_dir(layout.root, step="creating the history folder")
-    text = json.dumps({"format": HISTORY_FORMAT, "version": HISTORY_FORMAT_VERSION}, sort_keys=True)
-    temp = layout.marker_temp  # a fixed name: see refuse_foreign_folder
-    try:
-        temp.write_text(text + "\n", encoding="ascii")
-        temp.replace(layout.marker)
-        fsync_dir(layout.root)
-    except OSError as exc:
-        raise FileWriteError(temp, "writing the history marker", exc) from exc
+    _write_marker(layout)
     # the journal after the marker: whoever sees it also sees the marker
     try:
         with open(layout.journal, "xb"):
@@ -118,6 +113,17 @@ def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
         pass
     except OSError as exc:
         raise FileWriteError(layout.journal, "creating the journal", exc) from exc
+
+
+def _write_marker(layout: HistoryLayout) -> None:
+    text = json.dumps({"format": HISTORY_FORMAT, "version": HISTORY_FORMAT_VERSION}, sort_keys=True)
+    temp = layout.marker_temp  # a fixed name: see refuse_foreign_folder
+    try:
+        temp.write_text(text + "\n", encoding="ascii")
+        temp.replace(layout.marker)
+        fsync_dir(layout.root)
+    except OSError as exc:
+        raise FileWriteError(temp, "writing the history marker", exc) from exc
 
 
 def require_history(layout: HistoryLayout) -> None:

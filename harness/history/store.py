@@ -270,5 +270,4 @@ __all__ = [
     "open_history_index",
     "prepare_report",
     "register_reports",
-    "sha256_bytes",
 ]

@@ -120,7 +120,6 @@ class RecordScan:
 
     entries: dict[str, IndexEntry] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
-    bad_names: set[str] = field(default_factory=set)  # claimed SHA-256 of damaged records
 
 
 @dataclass
@@ -235,8 +234,6 @@ def scan_records(
             scan.problems.append(scanned.problem)
         if scanned.entry is not None:
             scan.entries[scanned.sha256] = scanned.entry
-        elif scanned.sha256 is not None:
-            scan.bad_names.add(scanned.sha256)
     return scan
 
 
@@ -372,9 +369,7 @@ def _check_index(
         detail = "; ".join(findings[:3]) + (
             f"; ... {len(findings) - 3} more" if len(findings) > 3 else ""
         )
-        return [
-            Problem(ProblemKind.INDEX_DAMAGED, name, damaged_index_message(detail))
-        ]
+        return [Problem(ProblemKind.INDEX_DAMAGED, name, damaged_index_message(detail))]
     engine = open_index_readonly(layout.index_db)
     try:
         with engine.connect() as connection:
