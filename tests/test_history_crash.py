@@ -46,7 +46,8 @@ for seed in range(first, first + count):
 # Kill the process at one named point inside a registration.
 INJECT = """
 import os, signal, sys
-from harness.history import index_db, records, render, store
+from harness import fsio
+from harness.history import index_db, render, store
 from harness.report import dump_report
 from harness.testing import make_example_report
 from harness.history.render import registration_renderer
@@ -56,7 +57,7 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "before-rename":
-    records.os.link = die
+    fsio.os.link = die
 elif point == "before-journal":
     store.append_journal = die
 elif point == "mid-journal":
