@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +13,6 @@ from harness.history.lookup import MIN_PREFIX_DIGITS, load_report
 from harness.history.render import registration_renderer
 from harness.history.store import register_reports
 from harness.report import dump_report
-from harness.run.io_scale import _load_baseline
 from harness.testing import make_example_report
 
 
@@ -30,8 +28,9 @@ def history(tmp_path: Path) -> tuple[Path, list]:
 
 
 def _run_baseline(reference: str, history_dir: Path | None) -> str:
+    """What `harness run --baseline` says (the runner calls exactly this)."""
     with pytest.raises(UsageError) as info:
-        _load_baseline(SimpleNamespace(baseline=reference, history_dir=history_dir))
+        load_report(reference, history_dir=history_dir)
     return str(info.value)
 
 
@@ -45,22 +44,21 @@ def test_run_and_compare_refuse_a_short_prefix_alike(history, capsys) -> None:
     root, results = history
     short = results[0].sha256[: MIN_PREFIX_DIGITS - 2]
     message = _run_baseline(short, root)
-    assert "not a report file nor a SHA-256 prefix (4 to 64 hex digits)" in message
-    assert "not a report file nor a SHA-256 prefix (4 to 64 hex digits)" in _compare_baseline(
-        short, root, capsys
+    assert "no such report file, and not a SHA-256 prefix (4 to 64 hex digits)" in message
+    assert (
+        "no such report file, and not a SHA-256 prefix (4 to 64 hex digits)"
+        in _compare_baseline(short, root, capsys)
     )
     full = load_report(results[0].sha256[:MIN_PREFIX_DIGITS], history_dir=root)
     assert full.sha256 == results[0].sha256
-    _doc, sha, path = _load_baseline(
-        SimpleNamespace(baseline=results[0].sha256[:8].upper(), history_dir=root)
-    )
-    assert sha == results[0].sha256 and path.endswith(f"{sha}.json")
+    upper = load_report(results[0].sha256[:8].upper(), history_dir=root, what="--baseline")
+    assert upper.sha256 == results[0].sha256 and upper.path.name == f"{upper.sha256}.json"
 
 
 def test_a_missing_file_says_the_file_is_missing(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nowhere" / "loading.json"
     message = _run_baseline(str(missing), None)
-    assert message == f"--baseline {missing}: no such report file"
+    assert message == f"{missing}: no such report file"
     argv = ["compare", "--baseline", str(missing), str(missing)]
     assert main(argv) == 64
     err = capsys.readouterr().err

@@ -113,6 +113,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 
 
 def _config_from_args(args: argparse.Namespace, **overrides):
+    from harness.history.render import registration_renderer
     from harness.run.io_scale import IoScaleConfig
 
     values = dict(
@@ -125,6 +126,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         load_only=args.load_only,
         representation=args.representation,
         history_dir=args.history_dir,
+        render=registration_renderer(),
         baseline=args.baseline,
         regression_percent=args.regression_percent,
         fresh_index=args.fresh_index,
@@ -212,5 +214,7 @@ def run(args: argparse.Namespace) -> int:
     for result in outcome.registered:
         console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
     if outcome.registered:
+        head = outcome.registered[-1].journal_head
+        console.print(f"history {history_dir}: journal head {head}", markup=False, highlight=False)
         console.print(f"index: {Path(history_dir) / 'README.md'}", markup=False, highlight=False)
     return outcome.exit_code

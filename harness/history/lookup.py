@@ -51,7 +51,7 @@ def parse_sha_prefix(prefix: str, *, what: str = "") -> str:
     if not _HEX_PREFIX.fullmatch(normalised):
         label = f"{what} " if what else ""
         raise UsageError(
-            f"{label}{prefix!r} is not a report file nor a SHA-256 prefix "
+            f"{label}{prefix!r}: no such report file, and not a SHA-256 prefix "
             f"({MIN_PREFIX_DIGITS} to 64 hex digits)"
         )
     return normalised
