@@ -20,6 +20,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import DatabaseError
 
 from harness.errors import HarnessError, HistoryError
+from harness.fsio import FileWriteError
 from harness.history.entries import IndexEntry, derive_entry
 from harness.history.index_db import (
     IndexNeedsRebuild,
@@ -130,7 +131,10 @@ def _require_journal_or_empty(layout: HistoryLayout) -> None:
         return
     if any(layout.iter_record_files()):
         read_journal(layout)  # raises: the journal is missing
-    layout.journal.touch()
+    try:
+        layout.journal.touch()
+    except OSError as exc:
+        raise FileWriteError(layout.journal, "creating the journal", exc) from exc
 
 
 def register_reports(
