@@ -7,6 +7,7 @@ A history is a folder::
     records/tmp/                 temporary files of registrations in progress
     journal.jsonl                append-only registration witness, one JSON line per new record
     index.sqlite                 derived SQLAlchemy/SQLite index (WAL mode)
+    index.sqlite.checked         the index state the last registration left (skips its check)
     .lock                        filelock serialising registration, rebuild and rendering
     index.json, timings.csv, README.md, index.html, plots/<key>.png   rendered, derived
 """

@@ -27,6 +27,7 @@ from harness.history.index_db import (
     RecordRow,
     index_write_error,
     insert_entry,
+    mark_index_checked,
     open_index,
     quick_check_records,
 )
@@ -185,6 +186,7 @@ def register_reports(
                     f"{detail} (while rendering; the reports are registered, journal head "
                     f"{results[0].journal_head if results else '-'}: run `harness render index`)"
                 ) from exc
+        mark_index_checked(layout.index_db)
         return results
 
 
