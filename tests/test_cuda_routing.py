@@ -23,6 +23,7 @@ import pytest
 from quantem.backends import cuda_available
 from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, module_loader, qem_pipeline
 from quantem.cuda.rans_decode import pack_mask_bits
+from quantem.errors import ChunkDecodeError
 
 
 def test_importing_quantem_does_not_import_cupy():
@@ -52,6 +53,17 @@ def test_kernel_sources_ship_as_package_data():
     assert module_loader.render_defines({"B": 2, "A": "unsigned char"}) == (
         "#define A unsigned char\n#define B 2\n"
     )
+
+
+def test_raise_first_error_names_file_and_frame():
+    errors = np.array([0, 0, 7, 3], dtype=np.int32)
+    with pytest.raises(ChunkDecodeError) as info:
+        lz4_bitshuffle.raise_first_error(
+            errors, 100, lambda f: ("/data/x_data_000001.h5", {"shard_frame": f - 100})
+        )
+    message = str(info.value)
+    assert "x_data_000001.h5" in message and "frame 102" in message and "shard_frame 2" in message
+    assert "1 more corrupt" in message
 
 
 def test_parse_chunk_header():

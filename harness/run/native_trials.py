@@ -39,7 +39,7 @@ def python_sample_hashes(run: IoScaleRun, state: AcquisitionState) -> None:
             f"{state.selected.id}: sample frame {max(frames)} is outside the {n} frames"
         )
         return
-    acquisition = quantem.io.load(state.qem_path, backend="cpu")
+    acquisition = quantem.io.load(state.qem_path, backend="cpu", apply_mask=False)
     try:
         run._check_product(state, acquisition, "python qem reference load", "qem")
         flat = acquisition.data.reshape(n, *acquisition.data.shape[2:])

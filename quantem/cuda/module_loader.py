@@ -44,8 +44,3 @@ def load_module(filename: str, defines: dict[str, int | str]) -> Any:
 
     device_id = cupy.cuda.Device().id
     return _compile(filename, tuple(sorted(defines.items())), device_id)
-
-
-def get_kernel(filename: str, name: str, defines: dict[str, int | str]) -> Any:
-    """One ``extern "C"`` kernel of a compiled module."""
-    return load_module(filename, defines).get_function(name)

@@ -33,7 +33,7 @@ from quantem.errors import (
 )
 from quantem.io import arina_layout as layout
 from quantem.io.frame_index import FrameIndex, cached_shard_layout, load_or_build_frame_index
-from quantem.io.transforms import finish_frames, parse_load_options
+from quantem.io.transforms import FrameFinisher, LoadOptions
 
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
 DEFAULT_BATCH_FRAMES = 1024
@@ -608,7 +608,7 @@ def load_arina(
     path: str | os.PathLike,
     *,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     scan_shape: tuple[int, int] | None = None,
     fresh_index: bool = False,
@@ -624,81 +624,53 @@ def load_arina(
     path
         The ``*_master.h5`` file.
     dtype, apply_mask, det_bin
-        Load options, applied by :func:`quantem.io.transforms.finish_frames`: mask
-        first, then dtype (``"u8"`` saturates, counted in ``metadata["clipped_pixels"]``),
-        then detector binning (uint32 block sums; trailing rows/columns that do not fill
-        a block are dropped).
+        Load options, applied by :meth:`quantem.io.transforms.LoadOptions.finish`: mask
+        first (default on: invalid pixels read 0), then dtype (``"u8"`` saturates,
+        counted in ``metadata["clipped_pixels"]``), then detector binning (uint32 block
+        sums; trailing rows/columns that do not fill a block are dropped).
     scan_shape
         Overrides the file's scan shape (must hold every frame).
     fresh_index, index_dir
         Rebuild the frame index instead of reusing its sidecar; where sidecars live
         (default ``$QUANTEM_INDEX_DIR`` or ``~/.cache/quantem/index``).
     threads
-        Cores for reading and decoding (default: all numba threads). Without load
-        options each thread reads and decodes its own pieces of frames straight into
-        the result (no separate reader thread).
+        Cores for reading and decoding (default: all numba threads). When the options
+        keep the stored dtype and shape, each thread reads and decodes its own pieces
+        of frames straight into the result (no separate reader thread) and the mask is
+        applied in place.
     engine
         Chunk decoder, see :func:`quantem.io.cpu_decode.decode_frames`.
     batch_frames
-        Frames per batch when load options transform the frames (decoded, finished,
-        then copied into the result).
+        Frames per batch when load options change the dtype or shape (decoded,
+        finished, then copied into the result).
     """
     if batch_frames < 1:
         raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
-    options = parse_load_options(dtype, apply_mask, det_bin)
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
-    out_dtype = options.output_dtype(source.dtype)
-    det_out = options.output_detector_shape(source.detector_shape)
-    if min(det_out) < 1:
-        raise ValueError(
-            f"det_bin {options.det_bin} is larger than the detector {source.detector_shape}"
+    options.check_detector(source.detector_shape)
+    if options.changes_layout(source.dtype):
+        finisher = FrameFinisher(
+            options, source.n_frames, source.dtype, source.detector_shape, source.validity
         )
-    data = np.empty((source.n_frames, *det_out), dtype=out_dtype)
-    totals = {"clipped_pixels": 0, "bin_saturated_pixels": 0}
-    dropped = [0, 0]
-    if options.is_identity:
-        # Decode straight into the result, each thread reading its own pieces.
-        _read_and_decode_into(source, data.reshape(-1).view(np.uint8), threads, engine)
-    else:
         for first, frames in iter_frame_batches(
             source, batch_frames, threads=threads, engine=engine
         ):
-            finished, info = finish_frames(
-                frames,
-                source.validity,
-                dtype=options.dtype,
-                apply_mask=options.apply_mask,
-                det_bin=options.det_bin,
-            )
-            data[first : first + len(frames)] = finished
-            totals["clipped_pixels"] += info["clipped_pixels"]
-            totals["bin_saturated_pixels"] += info["bin_saturated_pixels"]
-            dropped = info["det_bin_dropped"]
-    data = data.reshape(*source.scan_shape, *det_out)
+            finisher(first, first + len(frames), frames)
+        data, info = finisher.out, finisher.info
+    else:
+        # Decode straight into the result, each thread reading its own pieces.
+        data = np.empty((source.n_frames, *source.detector_shape), dtype=source.dtype)
+        _read_and_decode_into(source, data.reshape(-1).view(np.uint8), threads, engine)
+        data, info = options.finish(data, source.validity, overwrite=True)
+    data = data.reshape(*source.scan_shape, *data.shape[1:])
     metadata = dict(source.metadata)
     metadata.update(
-        {
-            "stored_dtype": source.dtype.name,
-            "dtype": out_dtype.name,
-            "stored_detector_shape": source.detector_shape,
-            "detector_shape": det_out,
-            "load_options": {
-                "dtype": options.dtype,
-                "apply_mask": options.apply_mask,
-                "det_bin": options.det_bin,
-            },
-            "clipped_pixels": totals["clipped_pixels"],
-            "bin_saturated_pixels": totals["bin_saturated_pixels"],
-            "det_bin_dropped": dropped,
-        }
+        options.metadata(
+            info, stored_dtype=source.dtype, stored_detector_shape=source.detector_shape
+        )
     )
-    validity = source.validity
-    if options.det_bin > 1:
-        # A binned pixel is valid when every detector pixel in its block is valid.
-        b = options.det_bin
-        r, c = det_out
-        validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
-    return Acquisition(data, metadata, validity, "cpu")
+    return Acquisition(data, metadata, options.finish_validity(source.validity), "cpu")
 
 
 __all__ = [

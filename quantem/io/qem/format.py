@@ -125,11 +125,6 @@ def rans_escapes_offset(n_words: int) -> int:
     return align_up(LANE_STATES_SIZE + 2 * n_words, 4)
 
 
-def rans_block_length(n_words: int, n_escapes: int, itemsize: int) -> int:
-    """Exact byte length of a RANS block (§10)."""
-    return rans_escapes_offset(n_words) + n_escapes * itemsize
-
-
 @dataclass(frozen=True)
 class Section:
     """One section-table entry (§4)."""

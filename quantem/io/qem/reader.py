@@ -23,7 +23,7 @@ from quantem.io.qem import format as fmt
 from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
-from quantem.io.transforms import finish_frames, parse_load_options
+from quantem.io.transforms import LoadOptions, empty_info
 
 #: Decoded sizes above which a full load shows progress (on a TTY), and its batch size.
 PROGRESS_MIN_BYTES = 1 << 30
@@ -561,13 +561,23 @@ def parse_scan_region(
     return (r0, r1), (c0, c1)
 
 
-def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dtype) -> dict:
+#: The options of a load that returns the stored counts unchanged.
+STORED_COUNTS = LoadOptions(apply_mask=False)
+
+
+def acquisition_metadata(
+    qem: QemFile,
+    scan_shape: tuple[int, int],
+    options: LoadOptions = STORED_COUNTS,
+    info: dict | None = None,
+) -> dict:
     """Acquisition.metadata for a .qem file, with the HDF5 reader's keys.
 
     The source's scalar fields (calibration, detector description) come back as
     top-level keys; file-specific keys describe the .qem file; ``qem_source`` keeps
     the original source's kind, file names, identity and SHA-256s. The load-option
-    keys describe an unmodified load; loaders that apply options override them.
+    keys (:meth:`LoadOptions.metadata`) describe ``options`` (default: the stored
+    counts, unmodified) with the counts of ``info``.
     """
     stored = qem.metadata
     metadata: dict[str, Any] = {}
@@ -576,11 +586,7 @@ def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dt
     payload = qem.header.sections[fmt.SECTION_PAYLOAD]
     metadata.update(
         {
-            "scan_shape": tuple(scan_shape),
-            "detector_shape": tuple(qem.detector_shape),
-            "stored_detector_shape": tuple(qem.detector_shape),
-            "dtype": np.dtype(dtype).name,
-            "stored_dtype": qem.dtype.name,
+            "scan_shape": tuple(int(n) for n in scan_shape),
             "source_dtype": qem.header.source_dtype.name,
             "n_frames": int(scan_shape[0] * scan_shape[1]),
             "pixel_mask": qem.pixel_mask.copy(),
@@ -589,10 +595,11 @@ def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dt
             "source_identity": _file_identity(qem.path),
             "source_format": "qem",
             "compressed_bytes": int(payload.length),
-            "load_options": {"dtype": "native", "apply_mask": False, "det_bin": 1},
-            "clipped_pixels": 0,
-            "bin_saturated_pixels": 0,
-            "det_bin_dropped": [0, 0],
+            **options.metadata(
+                info if info is not None else empty_info(),
+                stored_dtype=qem.dtype,
+                stored_detector_shape=qem.detector_shape,
+            ),
             "qem_source": stored.get("source", {}),
         }
     )
@@ -604,11 +611,53 @@ def _file_identity(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def resolve_load_options(
+    qem: QemFile, dtype: Any, apply_mask: Any, det_bin: Any, scan_shape: Any
+) -> LoadOptions:
+    """The parsed load options of a ``.qem`` load (every backend's).
+
+    ``scan_shape`` is accepted for routing symmetry with HDF5 and must equal the stored
+    one; ``dtype="source"`` means the dtype of the file's source.
+    """
+    if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
+        raise QemFormatError(
+            qem.path,
+            f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
+            section="header",
+        )
+    if isinstance(dtype, str) and dtype == "source":
+        dtype = qem.header.source_dtype.name
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options.check_detector(qem.detector_shape)
+    return options
+
+
+def dense_metadata(
+    qem: QemFile,
+    scan_shape: tuple[int, int],
+    options: LoadOptions,
+    info: dict,
+    blocks: np.ndarray,
+    region: Sequence[int] | None,
+) -> dict:
+    """Acquisition.metadata of a dense load (every backend's): the file's keys, the
+    load-option keys, the bytes of the blocks decoded and the scan region, if any."""
+    metadata = acquisition_metadata(qem, scan_shape, options, info)
+    index = qem.block_index[np.asarray(blocks, dtype=np.int64)]
+    offsets = index["offset"].astype(np.int64)
+    ends = offsets + index["length"].astype(np.int64)
+    extent_ends = -(-ends // fmt.BLOCK_ALIGN) * fmt.BLOCK_ALIGN  # block_extent_end, vectorised
+    metadata["compressed_bytes"] = int((extent_ends - offsets).sum())
+    if region is not None:
+        metadata["scan_region"] = [int(v) for v in region]
+    return metadata
+
+
 def load_qem(
     path: str | os.PathLike,
     *,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     verify: bool = True,
     scan_region: Any = None,
@@ -623,9 +672,9 @@ def load_qem(
     ----------
     dtype, apply_mask, det_bin
         Load options with exactly the HDF5 reader's semantics
-        (:func:`quantem.io.transforms.finish_frames`: mask, then dtype, then binning).
-        ``dtype="native"`` gives the stored dtype (the narrowest that holds every
-        count); ``"source"`` converts to the dtype of the file's source.
+        (:meth:`quantem.io.transforms.LoadOptions.finish`: mask (default on), then
+        dtype, then binning). ``dtype="native"`` gives the stored dtype (the narrowest
+        that holds every count); ``"source"`` converts to the dtype of the file's source.
     verify
         Verify the checksum of every decoded block (default). ``False`` skips only the
         payload checksums; structure and decode checks always run.
@@ -648,15 +697,7 @@ def load_qem(
         )
     qem = QemFile(path, verify=verify, threads=threads)
     try:
-        if scan_shape is not None and tuple(scan_shape) != qem.scan_shape:
-            raise QemFormatError(
-                qem.path,
-                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
-                section="header",
-            )
-        if dtype == "source":
-            dtype = qem.header.source_dtype.name
-        options = parse_load_options(dtype, apply_mask, det_bin)
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
         if scan_region is None:
             shape = qem.scan_shape
             frames = _decode_all(qem, progress)
@@ -669,42 +710,9 @@ def load_qem(
             region = [rows[0], rows[1], cols[0], cols[1]]
             frame_ids = np.arange(rows[0], rows[1])[:, None] * qem.scan_shape[1]
             blocks = qem.blocks_for_frames(frame_ids + np.arange(cols[0], cols[1]))
-        validity = qem.validity
-        frames, info = finish_frames(
-            frames,
-            validity,
-            dtype=options.dtype,
-            apply_mask=options.apply_mask,
-            det_bin=options.det_bin,
-        )
-        metadata = acquisition_metadata(qem, shape, frames.dtype)
-        extents = [
-            fmt.block_extent_end(int(offset), int(length)) - int(offset)
-            for offset, length in zip(
-                qem.block_index["offset"][blocks], qem.block_index["length"][blocks]
-            )
-        ]
-        metadata.update(
-            {
-                "detector_shape": tuple(frames.shape[1:]),
-                "load_options": {
-                    "dtype": options.dtype,
-                    "apply_mask": options.apply_mask,
-                    "det_bin": options.det_bin,
-                },
-                "clipped_pixels": info["clipped_pixels"],
-                "bin_saturated_pixels": info["bin_saturated_pixels"],
-                "det_bin_dropped": info["det_bin_dropped"],
-                "compressed_bytes": int(sum(extents)),
-            }
-        )
-        if region is not None:
-            metadata["scan_region"] = region
-        if options.det_bin > 1:
-            # a binned pixel is valid when every detector pixel in its block is valid
-            b = options.det_bin
-            r, c = frames.shape[1:]
-            validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
+        frames, info = options.finish(frames, qem.validity, overwrite=True)
+        metadata = dense_metadata(qem, shape, options, info, blocks, region)
+        validity = options.finish_validity(qem.validity)
         data = frames.reshape(*shape, *frames.shape[1:])
     finally:
         qem.close()
