@@ -65,3 +65,12 @@ class VerificationError(QuantemError, ValueError):
 class DetectorError(QuantemError, ValueError):
     """A detector product cannot be computed: a bad mask or geometry, a closed or
     inconsistent acquisition, or a mean pattern with no signal to find the disk in."""
+
+
+class SourceIntegrityError(SourceError, ValueError):
+    """A raw chunk's bytes differ from their checksum recorded in the frame index (the
+    chunk changed since the acquisition was first observed); ``fields`` name the frame."""
+
+
+class FrameIndexWarning(UserWarning):
+    """A frame-index sidecar failed its checksums and was discarded and rebuilt."""

@@ -53,6 +53,7 @@ def load_hdf5(
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     staging: str = "pread",
+    verify_source: bool = False,
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
@@ -66,6 +67,10 @@ def load_hdf5(
     saves does; see ``docs/performance/results.md``). ``metadata["load_stats"]``
     records which one ran (and why mapped staging fell back, if it did).
 
+    ``verify_source=True`` (checking each raw chunk against the frame index's XXH3-64,
+    :func:`quantem.io.arina.expected_chunk_hashes`) is refused with a ``ValueError``
+    until the GPU check is wired.
+
     Raises
     ------
     ChunkDecodeError
@@ -73,6 +78,12 @@ def load_hdf5(
     BackendUnavailableError
         CuPy or a CUDA device is missing.
     """
+    if verify_source:
+        # Not wired to the GPU XXH3 kernel yet: refuse rather than load unchecked.
+        raise ValueError(
+            "verify_source=True is not supported by backend='cuda' yet; "
+            "use backend='cpu' to check the chunks against the frame index"
+        )
     require_backend("cuda")
     import cupy
 

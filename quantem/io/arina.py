@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from quantem.acquisition import Acquisition
 from quantem.errors import (
     ArinaFormatError,
     ScanShapeError,
+    SourceIntegrityError,
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
@@ -64,6 +66,48 @@ class ArinaSource:
 
     def frame_files(self, start: int, stop: int) -> list[str]:
         return [self.shard_paths[s] for s in self.index.frame_shard[start:stop]]
+
+
+def expected_chunk_hashes(source: ArinaSource) -> np.ndarray:
+    """XXH3-64 (seed 0) of every frame's raw chunk as first observed, uint64 in frame order.
+
+    What ``verify_source=True`` compares the chunks read now against, on the CPU here and
+    on the GPU by the CUDA loader. Raises :class:`SourceIntegrityError` when the frame
+    index was read from a version-2 sidecar, which has no checksums.
+    """
+    hashes = source.index.chunk_xxh3
+    if hashes is None:
+        raise SourceIntegrityError(
+            source.master_path,
+            "the frame index has no chunk checksums (built by an older quantem); "
+            "load once with fresh_index=True to record them from the current files",
+        )
+    return hashes
+
+
+def chunk_mismatch_error(source: ArinaSource, frame: int) -> SourceIntegrityError:
+    """The error for a frame whose chunk differs from its recorded checksum."""
+    shard = int(source.index.frame_shard[frame])
+    shard_first = int(sum(source.shard_frames[:shard]))
+    return SourceIntegrityError(
+        source.shard_paths[shard],
+        "chunk changed since the frame index was built (its XXH3-64 differs from the one "
+        "recorded at the first observation)",
+        frame=int(frame),
+        shard_frame=int(frame) - shard_first,
+    )
+
+
+def verify_chunks(source: ArinaSource, first: int, buffer: Any, offsets: np.ndarray) -> None:
+    """Check chunks of frames ``[first, first + len(offsets) - 1)`` held in ``buffer``
+    (frame ``first + i`` at ``buffer[offsets[i]:offsets[i+1]]``) against the index."""
+    n = len(offsets) - 1
+    expected = expected_chunk_hashes(source)[first : first + n]
+    data = memoryview(buffer).cast("B")
+    for i in range(n):
+        got = xxhash.xxh3_64_intdigest(data[int(offsets[i]) : int(offsets[i + 1])])
+        if got != int(expected[i]):
+            raise chunk_mismatch_error(source, first + i)
 
 
 def _sha256_file(path: str) -> str:
@@ -464,10 +508,13 @@ def _decode_range(
     out: np.ndarray | None,
     threads: int | None,
     engine: str,
+    verify_source: bool = False,
 ) -> np.ndarray:
     from quantem.io.cpu_decode import decode_frames
 
     buffer, offsets = compressed
+    if verify_source:
+        verify_chunks(source, start, buffer, offsets)
     return decode_frames(
         buffer,
         offsets,
@@ -482,7 +529,11 @@ def _decode_range(
 
 
 def _read_and_decode_into(
-    source: ArinaSource, out: np.ndarray, threads: int | None, engine: str
+    source: ArinaSource,
+    out: np.ndarray,
+    threads: int | None,
+    engine: str,
+    verify_source: bool = False,
 ) -> None:
     """Read and decode every frame into ``out`` (flat uint8), each thread its own pieces.
 
@@ -502,6 +553,8 @@ def _read_and_decode_into(
     )
 
     engine = resolve_engine(engine)
+    if verify_source:
+        expected_chunk_hashes(source)  # refuses an index without checksums before reading
     n = source.n_frames
     frame_bytes = source.frame_bytes
     elem_size = source.dtype.itemsize
@@ -527,6 +580,8 @@ def _read_and_decode_into(
                 view = memoryview(staging)
                 for run in _read_runs(source, first, last):
                     _read_run(source, fds, view, run)
+                if verify_source:
+                    verify_chunks(source, first, staging, offsets)
                 decode_chunks(
                     staging,
                     offsets,
@@ -592,16 +647,23 @@ def iter_frame_batches(
     stop: int | None = None,
     threads: int | None = None,
     engine: str = "auto",
+    verify_source: bool = False,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(first frame, frames (n, det_r, det_c))`` decoded on the CPU, in order.
 
-    The next batch's chunks are read while the current one is decoded.
+    The next batch's chunks are read while the current one is decoded; with
+    ``verify_source`` each chunk is first checked against its recorded XXH3-64.
     """
     stop = source.n_frames if stop is None else stop
+    if verify_source:
+        expected_chunk_hashes(source)
     for first, last, compressed in _iter_compressed_batches(
         source, batch_frames, start, stop, threads
     ):
-        yield first, _decode_range(source, first, last, compressed, None, threads, engine)
+        yield (
+            first,
+            _decode_range(source, first, last, compressed, None, threads, engine, verify_source),
+        )
 
 
 def load_arina(
@@ -616,6 +678,7 @@ def load_arina(
     threads: int | None = None,
     engine: str = "auto",
     batch_frames: int = DEFAULT_BATCH_FRAMES,
+    verify_source: bool = False,
 ) -> Acquisition:
     """Load an ARINA acquisition into memory as a 4D numpy array (backend ``"cpu"``).
 
@@ -643,6 +706,12 @@ def load_arina(
     batch_frames
         Frames per batch when load options change the dtype or shape (decoded,
         finished, then copied into the result).
+    verify_source
+        Check every raw chunk against the XXH3-64 recorded in the frame index when the
+        acquisition was first observed; a chunk that changed since raises
+        :class:`~quantem.errors.SourceIntegrityError` naming the shard and frame (the
+        bitshuffle-LZ4 format has no checksum of its own, so a flipped bit otherwise
+        decodes as wrong data). Off by default.
     """
     if batch_frames < 1:
         raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
@@ -654,14 +723,16 @@ def load_arina(
             options, source.n_frames, source.dtype, source.detector_shape, source.validity
         )
         for first, frames in iter_frame_batches(
-            source, batch_frames, threads=threads, engine=engine
+            source, batch_frames, threads=threads, engine=engine, verify_source=verify_source
         ):
             finisher(first, first + len(frames), frames)
         data, info = finisher.out, finisher.info
     else:
         # Decode straight into the result, each thread reading its own pieces.
         data = np.empty((source.n_frames, *source.detector_shape), dtype=source.dtype)
-        _read_and_decode_into(source, data.reshape(-1).view(np.uint8), threads, engine)
+        _read_and_decode_into(
+            source, data.reshape(-1).view(np.uint8), threads, engine, verify_source
+        )
         data, info = options.finish(data, source.validity, overwrite=True)
     data = data.reshape(*source.scan_shape, *data.shape[1:])
     metadata = dict(source.metadata)
@@ -675,9 +746,12 @@ def load_arina(
 
 __all__ = [
     "ArinaSource",
+    "chunk_mismatch_error",
+    "expected_chunk_hashes",
     "iter_frame_batches",
     "load_arina",
     "open_arina",
     "read_compressed",
     "resolve_scan_shape",
+    "verify_chunks",
 ]
