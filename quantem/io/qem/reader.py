@@ -3,12 +3,15 @@
 :class:`QemFile` validates everything that ``docs/qem-format.md`` §14 lists before it
 touches block bytes, memory-maps the file and decodes only the blocks a request needs.
 Its parsed tables are public so another decoder (the CUDA backend, tests) can use them.
+
+The file is read with ``os.pread``, never memory-mapped: a file that shrinks while it
+is read (truncated by another process) then gives a clean :class:`QemFormatError`
+naming the file, where touching a mapped page past the new end of file would kill the
+process with SIGBUS.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +65,8 @@ class QemFile:
     decode_table : numpy.ndarray
         The CPU decoder's packed per-slot table (uint32 [C, 4096]).
     buffer : numpy.ndarray
-        The memory-mapped file as uint8 (invalid after :meth:`close`).
+        The whole file as uint8, read when first asked for (decoding does not use it:
+        it reads only the blocks it needs).
     """
 
     def __init__(
@@ -89,19 +93,15 @@ class QemFile:
             raise QemFormatError(
                 self.path, f"file too short to be .qem ({size} bytes)", section="header"
             )
-        self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
-        # 16-bit words of RANS blocks sit at even offsets (blocks are 16-byte aligned)
-        self.buffer16 = self.buffer[: size - size % 2].view("<u2")
-        data = self._mmap
-        header = fmt.parse_header(data[: fmt.HEADER_SIZE + fmt.FOOTER_SIZE], self.path)
+        self._size = size
+        header = fmt.parse_header(self._read(0, fmt.HEADER_SIZE + fmt.FOOTER_SIZE), self.path)
         if header.file_size != size:
             raise QemFormatError(
                 self.path,
                 f"file is {size} bytes but the header says {header.file_size} (truncated?)",
                 section="header",
             )
-        fmt.parse_footer(data[size - fmt.FOOTER_SIZE :], header, self.path)
+        fmt.parse_footer(self._read(size - fmt.FOOTER_SIZE, fmt.FOOTER_SIZE), header, self.path)
         self.header = header
         self._check_sections()
         sections = header.sections
@@ -181,7 +181,7 @@ class QemFile:
             if s.present or i == fmt.SECTION_PAYLOAD
         )
         for start, end, section_id in [*spans, (footer_offset, footer_offset, -1)]:
-            if self.buffer[position:start].any():
+            if start > position and any(self._read(position, start - position)):
                 # named after the section that follows the padding (spec §14 step 6)
                 where = fmt.SECTION_NAMES[section_id] if section_id >= 0 else "footer"
                 raise QemFormatError(self.path, f"nonzero padding before {where}", section=where)
@@ -190,7 +190,7 @@ class QemFile:
             if (
                 section.present
                 and section_id != fmt.SECTION_PAYLOAD
-                and xxh3(self._mmap[section.offset : section.end]) != section.xxh3
+                and xxh3(self._read(section.offset, section.length)) != section.xxh3
             ):
                 raise self._section_error(section_id, "checksum mismatch")
 
@@ -200,7 +200,81 @@ class QemFile:
 
     def _section_bytes(self, section_id: int) -> bytes:
         section = self.header.sections[section_id]
-        return self._mmap[section.offset : section.end]
+        return self._read(section.offset, section.length)
+
+    def _read(self, offset: int, length: int, into: Any = None) -> Any:
+        """``length`` bytes at ``offset`` (into the writable buffer ``into`` if given).
+
+        A short read means the file shrank since it was opened: a clean error naming the
+        file, never a crash or partial data.
+        """
+        if self._file is None:
+            raise ValueError(f"{self.path}: the .qem file is closed")
+        view = memoryview(into).cast("B") if into is not None else memoryview(bytearray(length))
+        done = 0
+        while done < length:
+            got = os.preadv(self._file.fileno(), [view[done:length]], offset + done)
+            if got == 0:
+                size = os.fstat(self._file.fileno()).st_size
+                raise QemFormatError(
+                    self.path,
+                    f"file shrank while being read: {length} bytes needed at offset {offset}, "
+                    f"the file now has {size} of the {self._size} it had when opened "
+                    "(truncated by another process?)",
+                    section="PAYLOAD" if offset >= fmt.HEADER_SIZE else "header",
+                )
+            done += got
+        return into if into is not None else bytes(view)
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole file as uint8 (read now)."""
+        return np.frombuffer(self._read(0, self._size), dtype=np.uint8)
+
+    def _read_blocks(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The extents of blocks ``ids`` packed into one buffer, and each one's offset in it.
+
+        Blocks adjacent in the file are read with one call. Extents are multiples of 16
+        bytes starting at 16-byte file offsets, so packed offsets keep the alignment the
+        decoder's 16-bit word view needs.
+        """
+        index = self.block_index[ids]
+        offsets = index["offset"].astype(np.int64)
+        extents = -(-(offsets + index["length"].astype(np.int64)) // fmt.BLOCK_ALIGN)
+        extents = extents * fmt.BLOCK_ALIGN - offsets
+        packed_offsets = np.zeros(ids.size, dtype=np.int64)
+        np.cumsum(extents[:-1], out=packed_offsets[1:])
+        total = int(extents.sum())
+        packed = np.zeros(max(total, 2), dtype=np.uint8)
+        run_start = 0
+        for k in range(1, ids.size + 1):
+            if k < ids.size and offsets[k] == offsets[k - 1] + extents[k - 1]:
+                continue
+            begin, end = int(packed_offsets[run_start]), int(packed_offsets[k - 1] + extents[k - 1])
+            if end > begin:
+                self._read(int(offsets[run_start]), end - begin, packed[begin:end])
+            run_start = k
+        return packed, packed_offsets
+
+    def _check_blocks(
+        self, ids: np.ndarray, packed: np.ndarray, packed_offsets: np.ndarray
+    ) -> None:
+        """Checksum and trailing padding of blocks held in a :meth:`_read_blocks` buffer."""
+        index = self.block_index
+        for k, block in enumerate(ids):
+            block = int(block)
+            start = int(packed_offsets[k])
+            offset, length = int(index["offset"][block]), int(index["length"][block])
+            extent = fmt.block_extent_end(offset, length) - offset
+            if xxh3(packed[start : start + extent]) != int(self.block_checksums[block]):
+                raise QemFormatError(
+                    self.path, "block checksum mismatch", section="PAYLOAD", block=block
+                )
+            if packed[start + length : start + extent].any():
+                raise QemFormatError(
+                    self.path, "nonzero block padding", section="PAYLOAD", block=block
+                )
+            self._verified[block] = True
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -250,28 +324,18 @@ class QemFile:
         for row, block in enumerate(ids):
             if int(self.block_index["mode"][block]) == fmt.MODE_RANS:
                 offset = int(self.block_index["offset"][block])
-                states[row] = np.frombuffer(self._mmap, dtype="<u4", count=fmt.LANES, offset=offset)
+                lanes = self._read(offset, 4 * fmt.LANES)
+                states[row] = np.frombuffer(lanes, dtype="<u4", count=fmt.LANES)
         return states
 
     # -- checksums ---------------------------------------------------------------------
     def verify_checksums(self, blocks: Iterable[int] | None = None) -> None:
         """Check the XXH3-64 and trailing padding of blocks (all by default)."""
-        ids = range(self.n_blocks) if blocks is None else blocks
-        index = self.block_index
-        for block in ids:
-            block = int(block)
-            offset = int(index["offset"][block])
-            end = offset + int(index["length"][block])
-            extent_end = fmt.block_extent_end(offset, int(index["length"][block]))
-            if xxh3(self._mmap[offset:extent_end]) != int(self.block_checksums[block]):
-                raise QemFormatError(
-                    self.path, "block checksum mismatch", section="PAYLOAD", block=block
-                )
-            if self.buffer[end:extent_end].any():
-                raise QemFormatError(
-                    self.path, "nonzero block padding", section="PAYLOAD", block=block
-                )
-            self._verified[block] = True
+        ids = np.arange(self.n_blocks) if blocks is None else np.asarray(list(blocks))
+        ids = ids.astype(np.int64).reshape(-1)
+        for first in range(0, ids.size, 4096):  # bounded memory for whole-file checks
+            part = ids[first : first + 4096]
+            self._check_blocks(part, *self._read_blocks(part))
 
     # -- decoding ------------------------------------------------------------------------
     def decode_blocks(
@@ -281,9 +345,10 @@ class QemFile:
         ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
             raise IndexError(f"block out of range [0, {self.n_blocks})")
+        packed, packed_offsets = self._read_blocks(ids)
         if self.verify:
-            pending = ids[~self._verified[ids]]
-            self.verify_checksums(pending)
+            pending = ~self._verified[ids]
+            self._check_blocks(ids[pending], packed, packed_offsets[pending])
         index = self.block_index[ids]
         counts = index["n_frames"].astype(np.int64)
         rows = np.zeros(ids.size, dtype=np.int64)
@@ -296,9 +361,9 @@ class QemFile:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
         status = np.zeros(ids.size, dtype=np.int64)
         arguments = (
-            self.buffer,
-            self.buffer16,
-            index["offset"].astype(np.int64),
+            packed,
+            packed[: packed.size - packed.size % 2].view("<u2"),
+            packed_offsets,
             index["mode"].astype(np.int64),
             counts,
             index["n_words"].astype(np.int64),
@@ -482,17 +547,7 @@ class QemFile:
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the memory map and the file (safe to call twice).
-
-        Arrays returned by decoding are independent copies; ``buffer`` becomes invalid.
-        """
-        self.buffer = None
-        self.buffer16 = None
-        mapped = getattr(self, "_mmap", None)
-        if mapped is not None:
-            self._mmap = None
-            with contextlib.suppress(BufferError):
-                mapped.close()
+        """Close the file (safe to call twice); decoded arrays are independent copies."""
         file = getattr(self, "_file", None)
         if file is not None:
             self._file = None
