@@ -120,7 +120,7 @@ class QemFile:
             self.pixel_mask = np.zeros(det, dtype=np.uint32)
         declared = self.metadata["pixel_mask"]
         n_masked = int(np.count_nonzero(self.pixel_mask))
-        if declared.get("dtype") != "uint32" or declared.get("n_masked") != n_masked:
+        if declared["n_masked"] != n_masked:
             raise QemFormatError(
                 self.path,
                 f"metadata pixel_mask {declared!r} disagrees with the mask ({n_masked} masked)",
