@@ -156,7 +156,7 @@ def test_sidecar_json_edits_and_shard_tables_are_checked(master, tmp_path):
         open_arina(master, index_dir=index_dir)
     # garbage instead of the arrays
     next(index_dir.glob("*.npz")).write_bytes(b"\0" * 100)
-    with pytest.warns(FrameIndexWarning, match="arrays cannot be read"):
+    with pytest.warns(FrameIndexWarning, match="arrays fail their checksum"):
         open_arina(master, index_dir=index_dir)
 
 

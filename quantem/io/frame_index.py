@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,19 @@ INDEX_FORMAT = "quantem-frame-index"
 INDEX_VERSION = 3
 READABLE_VERSIONS = (2, 3)
 INDEX_DIR_ENV = "QUANTEM_INDEX_DIR"
+#: What reading a damaged ``.npz`` raises. A version-3 sidecar's file is checked against
+#: its SHA-256 first (tests/test_source_fuzz.py found BadZipFile, SyntaxError and
+#: NotImplementedError from numpy's and zipfile's parsers of damaged bytes); the parser
+#: errors remain for version-2 sidecars, which have no such checksum.
+_UNREADABLE_ARRAYS = (
+    OSError,
+    ValueError,
+    KeyError,
+    EOFError,
+    SyntaxError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+)
 #: Chunks are read for hashing in runs of at most this many bytes.
 HASH_READ_BYTES = 16 << 20
 
@@ -327,7 +342,7 @@ def _first_observed_hashes(npz_path: Path, json_path: Path, expected: dict) -> n
     if any(stored.get(k) != expected[k] for k in ("source_identity", "shards", "frames_per_shard")):
         return None
     try:
-        with np.load(npz_path) as arrays:
+        with np.load(_checked_npz(npz_path, stored)) as arrays:
             index = FrameIndex(
                 arrays["frame_shard"].astype(np.int32),
                 arrays["frame_offset"].astype(np.int64),
@@ -336,7 +351,7 @@ def _first_observed_hashes(npz_path: Path, json_path: Path, expected: dict) -> n
                 expected["frame_elems"],
                 arrays["chunk_xxh3"].astype(np.uint64),
             )
-    except (OSError, ValueError, KeyError, EOFError):
+    except _UNREADABLE_ARRAYS:
         return None
     if stored.get("arrays_sha256") != _arrays_digest(index):
         return None
@@ -421,7 +436,7 @@ def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex
     if facts != {k: v for k, v in expected.items() if k != "version"}:
         return None  # another source or changed shards: stale, not damaged
     try:
-        with np.load(npz_path) as arrays:
+        with np.load(_checked_npz(npz_path, stored)) as arrays:
             index = FrameIndex(
                 arrays["frame_shard"].astype(np.int32),
                 arrays["frame_offset"].astype(np.int64),
@@ -430,8 +445,12 @@ def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex
                 expected["frame_elems"],
                 arrays["chunk_xxh3"].astype(np.uint64) if version >= 3 else None,
             )
-    except (OSError, ValueError, KeyError, EOFError) as exc:
-        _discard(json_path, f"its arrays cannot be read ({exc})")
+    except _UNREADABLE_ARRAYS as exc:
+        damaged = isinstance(exc, _DamagedArrays)
+        _discard(
+            json_path,
+            "its arrays fail their checksum" if damaged else f"its arrays cannot be read ({exc})",
+        )
         return None
     n = sum(expected["frames_per_shard"])
     shapes = {index.frame_shard.shape, index.frame_offset.shape, index.frame_nbytes.shape}
@@ -456,11 +475,35 @@ def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex
     return index
 
 
+class _DamagedArrays(ValueError):
+    """The ``.npz`` bytes differ from the SHA-256 its (checksummed) JSON records."""
+
+
+def _checked_npz(npz_path: Path, stored: dict) -> io.BytesIO:
+    """The ``.npz`` file's bytes, checked against ``npz_sha256`` before numpy parses them
+    (version 3), so a damaged file is refused before the zip reader sees it."""
+    data = npz_path.read_bytes()
+    if stored.get("version", 0) >= 3 and hashlib.sha256(data).hexdigest() != stored.get(
+        "npz_sha256"
+    ):
+        raise _DamagedArrays("the file fails its checksum")
+    return io.BytesIO(data)
+
+
 def _write_sidecar(npz_path: Path, json_path: Path, expected: dict, index: FrameIndex) -> None:
+    arrays = io.BytesIO()
+    np.savez(
+        arrays,
+        frame_shard=index.frame_shard,
+        frame_offset=index.frame_offset,
+        frame_nbytes=index.frame_nbytes,
+        chunk_xxh3=index.chunk_xxh3,
+    )
     document = {
         **expected,
         "shard_tables": shard_table_hashes(index, len(expected["shards"])),
         "arrays_sha256": _arrays_digest(index),
+        "npz_sha256": hashlib.sha256(arrays.getvalue()).hexdigest(),
     }
     document["checksum"] = _document_checksum(document)
     try:
@@ -468,14 +511,7 @@ def _write_sidecar(npz_path: Path, json_path: Path, expected: dict, index: Frame
         tag = f".tmp-{os.getpid()}"
         tmp_npz = npz_path.with_name(npz_path.name + tag)
         tmp_json = json_path.with_name(json_path.name + tag)
-        with open(tmp_npz, "wb") as f:
-            np.savez(
-                f,
-                frame_shard=index.frame_shard,
-                frame_offset=index.frame_offset,
-                frame_nbytes=index.frame_nbytes,
-                chunk_xxh3=index.chunk_xxh3,
-            )
+        tmp_npz.write_bytes(arrays.getvalue())
         tmp_json.write_text(_canonical(document).decode() + "\n")
         # Arrays first: a JSON present means its arrays are complete.
         os.replace(tmp_npz, npz_path)
