@@ -38,6 +38,7 @@ class LoadSettings:
     threads: int | None = None
     representation: str = "dense"
     fresh_index: bool = False
+    verify_source: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class BackendProfile:
         if fmt == "hdf5":
             options["index_dir"] = str(settings.index_dir)
             options["fresh_index"] = fresh_index
+            if settings.verify_source:
+                options["verify_source"] = True
         elif settings.representation != "dense":
             options["representation"] = settings.representation
         return quantem.io.load(path, backend=self.python_backend, **options)
