@@ -602,7 +602,6 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     """--verify-source: every HDF5 load of the run checks its chunks (cpu backend), and
     the report's conditions say so; other backends refuse it before measuring."""
     import quantem.io
-
     from harness.errors import UsageError
     from harness.run.io_scale import check_config
 
