@@ -38,12 +38,20 @@ COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...]
     ("conditions.backend", lambda d: d["conditions"]["backend"]),
     ("conditions.representation", lambda d: d["conditions"]["representation"]),
     ("conditions.cache_states", lambda d: sorted(d["conditions"]["cache_states"])),
-    # Sharded runs (``--devices``) only: absent from one-GPU reports, so their keys are
-    # unchanged; a sharded and a one-GPU report differ on it.
-    ("conditions.devices", lambda d: d["conditions"].get("devices")),
 )
-#: Fields left out of the key while absent (added after reports without them existed).
-OPTIONAL_FIELDS = frozenset({"conditions.devices"})
+
+#: Fields added after records existed: (name, reader, default). A field at its default
+#: stays out of the key, so every earlier record keeps the key it was stored under; any
+#: other value enters the key and a difference is always listed.
+OPTIONAL_COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any], Any], ...] = (
+    (
+        "conditions.verify_source",
+        lambda d: bool(d.get("conditions", {}).get("verify_source", False)),
+        False,
+    ),
+    # Sharded runs (``--devices``) only: the GPUs (id, name, UUID, in order).
+    ("conditions.devices", lambda d: d.get("conditions", {}).get("devices"), None),
+)
 
 
 @dataclass(frozen=True)
@@ -56,9 +64,14 @@ class FieldDifference:
 
 
 def comparison_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The comparability fields of a (current-version) report, by name."""
+    """The comparability fields of a (current-version) report, by name (optional fields
+    only where they differ from their default)."""
     fields = {name: read(doc) for name, read in COMPARABILITY_FIELDS}
-    return {k: v for k, v in fields.items() if not (k in OPTIONAL_FIELDS and v is None)}
+    for name, read, default in OPTIONAL_COMPARABILITY_FIELDS:
+        value = read(doc)
+        if value != default:
+            fields[name] = value
+    return fields
 
 
 def canonical_json(value: Any) -> str:
@@ -77,6 +90,10 @@ def collect_differences(
     """Every comparability field whose values differ, in :data:`COMPARABILITY_FIELDS` order."""
     differences = []
     for name, read in COMPARABILITY_FIELDS:
+        before, after = read(baseline), read(candidate)
+        if before != after:
+            differences.append(FieldDifference(name, before, after))
+    for name, read, _default in OPTIONAL_COMPARABILITY_FIELDS:
         before, after = read(baseline), read(candidate)
         if before != after:
             differences.append(FieldDifference(name, before, after))

@@ -76,6 +76,8 @@ class IoScaleConfig:
     lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
     lock_timeout: float = 600.0
     fresh_index: bool = False
+    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
+    verify_source: bool = False
     cold_reloads: int = 0
     verify: bool = True
     source_hashes: bool = True
@@ -113,6 +115,11 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError(f"unknown representation {cfg.representation!r}")
     if cfg.representation == "encoded" and not profile.device_pool:
         raise UsageError("--representation encoded needs --backend cuda")
+    if cfg.verify_source and cfg.backend != "cpu":
+        raise UsageError(
+            "--verify-source needs --backend cpu for now (the cuda loader refuses it until "
+            "the GPU check is wired; the native reader reads .qem, which has block checksums)"
+        )
     if not profile.in_process and cfg.native_binary is None:
         raise UsageError("--backend native needs --native-binary PATH")
     if cfg.native_binary is not None and not os.access(cfg.native_binary, os.X_OK):
@@ -165,6 +172,7 @@ class IoScaleRun:
             representation=cfg.representation,
             fresh_index=cfg.fresh_index,
             devices=self.profile.devices,
+            verify_source=cfg.verify_source,
         )
         return TrialContext(
             self.profile, settings, self.log, self.memory, workspace, cfg.native_binary
@@ -284,6 +292,7 @@ class IoScaleRun:
                 "load_only": cfg.load_only,
                 "cache_states": list(CACHE_STATES),
                 "fresh_index": cfg.fresh_index,
+                "verify_source": cfg.verify_source,
                 "threads": cfg.threads,
                 "label_rules": {"cold": cold_rule, "cached": cached_rule},
             },

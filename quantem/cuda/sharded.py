@@ -431,7 +431,7 @@ def _load_hdf5(
     devices: list[int],
     *,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     scan_shape: tuple[int, int] | None = None,
     fresh_index: bool = False,
@@ -439,32 +439,38 @@ def _load_hdf5(
     threads: int | None = None,
     batch_bytes: int | None = None,
     staging: str = "pread",
+    verify_source: bool = False,
 ) -> Acquisition:
     from quantem.cuda import loaders
     from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES
     from quantem.cuda.staging import prestart_threads
     from quantem.io.arina import open_arina
-    from quantem.io.transforms import parse_load_options
+    from quantem.io.transforms import LoadOptions
 
+    if verify_source:  # as the one-GPU loader: refused until the GPU check is wired
+        raise ValueError(
+            "verify_source=True is not supported by backend='cuda' yet; "
+            "use backend='cpu' to check the chunks against the frame index"
+        )
     prestart_threads(threads, devices=devices)
     batch_bytes = batch_bytes or DEFAULT_BATCH_BYTES
-    parsed = parse_load_options(dtype, apply_mask, det_bin)
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
-    options = {"dtype": parsed.dtype, "apply_mask": parsed.apply_mask, "det_bin": parsed.det_bin}
+    options.check_detector(source.detector_shape)
     scan_r, scan_c = (int(v) for v in source.scan_shape)
     rows = split_rows(scan_r, len(devices))
 
     def load_rows(block_rows: tuple[int, int]) -> tuple:
         r0, r1 = block_rows
         with loaders.releasing_on_error():
-            frames, stats, totals = loaders._decode_hdf5(
-                source, parsed, options, threads, batch_bytes, staging,
+            frames, stats, info = loaders._decode_hdf5(
+                source, options, threads, batch_bytes, staging,
                 frame_range=(r0 * scan_c, r1 * scan_c),
             )  # fmt: skip
-            return frames.reshape(r1 - r0, scan_c, *frames.shape[1:]), stats, totals
+            return frames.reshape(r1 - r0, scan_c, *frames.shape[1:]), stats, info
 
     results = run_per_device(list(zip(devices, rows)), load_rows)
-    totals = _sum_totals([r[2] for r in results])
+    info = _sum_totals([r[2] for r in results])
     first = results[0][0]
     blocks = []
     per_device = []
@@ -474,22 +480,30 @@ def _load_hdf5(
         per_device.append(_device_stats(block_rows, device, load_stats))
     det = tuple(int(v) for v in first.shape[-2:])
     sharded = ShardedData(blocks, (scan_r, scan_c), det, first.dtype)  # type: ignore[arg-type]
-    metadata = loaders.hdf5_metadata(source, options, first.dtype, det, totals)
+    metadata = dict(source.metadata)
+    metadata.update(
+        options.metadata(
+            info, stored_dtype=source.dtype, stored_detector_shape=source.detector_shape
+        )
+    )
     metadata["load_stats"] = _combined_stats(per_device, "compressed_bytes")
-    validity = loaders.finished_validity(source.validity, options)
+    validity = options.finish_validity(source.validity)
     return Acquisition(
         sharded, metadata, validity, "cuda", representation="sharded", on_close=[sharded.close]
     )
 
 
 def _sum_totals(parts: list[dict]) -> dict[str, Any]:
-    """The finishing counters of every GPU's rows: counts add, ``det_bin_dropped`` (the
-    same detector crop on every GPU) is taken once."""
-    return {
-        "clipped_pixels": sum(int(p["clipped_pixels"]) for p in parts),
-        "bin_saturated_pixels": sum(int(p["bin_saturated_pixels"]) for p in parts),
-        "det_bin_dropped": list(parts[0]["det_bin_dropped"]),
-    }
+    """The finishing counters of every GPU's rows: integer counts add, anything else (the
+    same detector crop on every GPU, ``det_bin_dropped``) is taken from the first."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                total[key] = int(total.get(key, 0)) + int(value)
+            else:
+                total.setdefault(key, value)
+    return total
 
 
 def _combined_stats(per_device: list[dict], bytes_key: str) -> dict[str, Any]:
@@ -514,18 +528,18 @@ def _load_qem(
     verify: bool = True,
     scan_region: Any = None,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
     batch_bytes: int | None = None,
 ) -> Acquisition:
+    import cupy
+
     from quantem.cuda import loaders
-    from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES, block_extents
+    from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES
     from quantem.cuda.staging import prestart_threads
-    from quantem.errors import QemFormatError
-    from quantem.io.qem.reader import QemFile, acquisition_metadata
-    from quantem.io.transforms import parse_load_options
+    from quantem.io.qem.reader import QemFile, dense_metadata, resolve_load_options
 
     prestart_threads(threads, devices=devices)
     batch_bytes = batch_bytes or DEFAULT_BATCH_BYTES
@@ -533,43 +547,33 @@ def _load_qem(
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
     qem = QemFile(path, verify=False)
     try:
-        if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
-            raise QemFormatError(
-                qem.path,
-                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
-                section="header",
-            )
-        requested = dtype
-        if dtype == "source":
-            dtype = qem.header.source_dtype.name
-        parsed = parse_load_options(dtype, apply_mask, det_bin)
-        options = {
-            "dtype": parsed.dtype,
-            "apply_mask": parsed.apply_mask,
-            "det_bin": parsed.det_bin,
-        }
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
         scan_r, scan_c = (int(v) for v in qem.scan_shape)
         rows = split_rows(scan_r, len(devices))
         if representation == "encoded":
-            if requested != "native" or apply_mask or int(det_bin) != 1:
+            if options.changes_layout(qem.dtype):
                 raise ValueError(
                     "representation='encoded' keeps the stored counts: it takes no "
-                    "scan_region, dtype, apply_mask or det_bin (load 'dense' for those)"
+                    "scan_region, dtype or det_bin (load 'dense' for those)"
                 )
             return _load_qem_encoded(qem, devices, rows, verify, threads, batch_bytes)
 
         def load_rows(block_rows: tuple[int, int]) -> tuple:
             r0, r1 = block_rows
             with loaders.releasing_on_error():
-                return loaders._decode_qem_dense(
-                    qem, (r0, r1, 0, scan_c), parsed, options, verify, threads, batch_bytes
+                frames, block_ids, _, stats = loaders._decode_qem_dense(
+                    qem, (r0, r1, 0, scan_c), verify, threads, batch_bytes
                 )
+                frames, info = options.finish(
+                    frames, cupy.asarray(qem.validity), cupy, overwrite=True
+                )
+                data = frames.reshape(r1 - r0, scan_c, *frames.shape[1:])
+                return data, info, block_ids, stats
 
         results = run_per_device(list(zip(devices, rows)), load_rows)
         first = results[0][0]
-        _, extents = block_extents(qem.block_index)
         blocks, per_device, read_blocks = [], [], set()
-        for device, block_rows, (data, _, block_ids, _, stats) in zip(devices, rows, results):
+        for device, block_rows, (data, _, block_ids, stats) in zip(devices, rows, results):
             # A block straddling two GPUs' rows is read and decoded by both.
             read_blocks.update(block_ids.tolist())
             load_stats = {
@@ -583,19 +587,10 @@ def _load_qem(
         info = _sum_totals([r[1] for r in results])
         det = tuple(int(v) for v in first.shape[-2:])
         sharded = ShardedData(blocks, (scan_r, scan_c), det, first.dtype)  # type: ignore[arg-type]
-        metadata = acquisition_metadata(qem, (scan_r, scan_c), first.dtype)
-        metadata.update(
-            {
-                "detector_shape": det,
-                "load_options": dict(options),
-                "clipped_pixels": int(info["clipped_pixels"]),
-                "bin_saturated_pixels": int(info["bin_saturated_pixels"]),
-                "det_bin_dropped": list(info["det_bin_dropped"]),
-                "compressed_bytes": int(extents[sorted(read_blocks)].sum()),
-            }
-        )
+        unique_blocks = np.array(sorted(read_blocks), dtype=np.int64)
+        metadata = dense_metadata(qem, (scan_r, scan_c), options, info, unique_blocks, None)
         metadata["load_stats"] = _combined_stats(per_device, "payload_bytes")
-        validity = loaders.finished_validity(qem.validity, options)
+        validity = options.finish_validity(qem.validity)
         return Acquisition(
             sharded, metadata, validity, "cuda", representation="sharded", on_close=[sharded.close]
         )
@@ -633,7 +628,7 @@ def _load_qem_encoded(
         blocks.append(ScanBlock(device, block_rows, encoded=payload, load_stats=load_stats))
         per_device.append(_device_stats(block_rows, device, load_stats))
     sharded = ShardedData(blocks, qem.scan_shape, qem.detector_shape, qem.dtype)
-    metadata = acquisition_metadata(qem, qem.scan_shape, qem.dtype)
+    metadata = acquisition_metadata(qem, qem.scan_shape)
     metadata["resident_bytes"] = sum(p.nbytes for p in payloads)
     metadata["load_stats"] = _combined_stats(per_device, "payload_bytes")
     return Acquisition(
