@@ -16,6 +16,7 @@ from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
 from harness.run.io_scale import IoScaleConfig, run_io_scale
+from harness.verdict.changes import collect_series, iter_history_records
 
 #: One small acquisition: a run of 2 reps is well under a second.
 SUITE = (("small-u8", (8, 8), (32, 32), "uint8", 500.0),)
@@ -120,6 +121,10 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     assert record["status"]["performance"] == "pass" and record["status"]["exit_code"] == 0
     new_sha = hashlib.sha256((out / "loading.json").read_bytes()).hexdigest()
     assert load_report(new_sha[:16], history_dir=history).doc == record  # registered
+    # its main trials are its candidate's: the history's series do not count them twice
+    series = collect_series(iter_history_records(history))
+    points = [p for cells in series.values() for ps in cells.values() for p in ps]
+    assert points and {p.sha256 for p in points} == {base_sha}
     # the rechecked record is not rechecked again: the candidate it links is
     assert main(["recheck", new_sha[:16], *common, "--output-dir", str(folder / "x")]) == 64
     assert "already holds a recheck" in capsys.readouterr().err
@@ -202,3 +207,55 @@ def test_recheck_refuses_another_host_device_or_storage(measured):
         with pytest.raises(IncomparableError, match=f"environment.{section}.{name}") as caught:
             check_same_place(moved, candidate)
         assert caught.value.exit_code == 2
+
+
+@pytest.mark.slow  # a demo run in a subprocess, then its recheck: tens of seconds
+def test_recheck_of_a_demo_report_writes_its_suite_again(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def harness(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(repo)),
+            check=False,
+            timeout=900,
+        )
+
+    history = tmp_path / "h"
+    first = harness("run", "io-scale", "--demo", "--history-dir", str(history),
+                    "--output-dir", str(tmp_path / "a"))  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = tmp_path / "a" / "loading.json"
+    sha = hashlib.sha256(report.read_bytes()).hexdigest()
+    doc = json.loads(report.read_bytes())
+    scaled = next(
+        (t["acquisition"], t["format"], t["cache_state"])
+        for t in doc["trials"]
+        if t["kept"] and t["cache_state"] == "cached"
+    )
+    for trial in doc["trials"]:
+        if (trial["acquisition"], trial["format"], trial["cache_state"]) == scaled:
+            trial["seconds"] *= 10.0
+    doc["summaries"] = summarise_trials(doc["trials"])
+    candidate = tmp_path / "candidate.json"
+    candidate.write_bytes(dump_report(doc))
+    done = harness("recheck", str(candidate), "--baseline", sha[:12], "--history-dir",
+                   str(history), "--regression-percent", "100", "--output-dir",
+                   str(tmp_path / "r"), "--format", "json")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = {
+        (c["acquisition"], c["format"], c["cache_state"]): c
+        for c in json.loads(done.stdout)["cells"]
+    }
+    assert "cleared by the recheck" in cells[scaled]["notes"][0]
+    record = parse_report(tmp_path / "r" / "loading.json")
+    assert (
+        record["recheck"]["candidate_sha256"] == hashlib.sha256(candidate.read_bytes()).hexdigest()
+    )
