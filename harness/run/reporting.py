@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def compare_with_baseline(
 def exit_code_of(status: dict, performance: str) -> int:
     if (
         status["execution"] == "failed"
-        or status["correctness"] == "failed"
+        or status["correctness"] != "passed"  # "failed", or compute's "outputs_changed"
         or status["source_stability"] == "changed"
     ):
         return EXIT_FAILURE
@@ -113,10 +114,17 @@ def judge(
     *,
     calibration: CalibrationUse | None = None,
     recheck: dict | None = None,
+    hook: Callable[[dict, LoadedReport], None] | None = None,
 ) -> int:
-    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline)."""
+    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline).
+
+    ``hook`` (a kind's extra baseline rule: compute's output hashes) runs first and may
+    mark ``status.correctness``.
+    """
     performance = "no_baseline"
     if baseline is not None:
+        if hook is not None:
+            hook(doc, baseline)
         performance = compare_with_baseline(
             doc, baseline, regression_percent, calibration=calibration, recheck=recheck
         )
@@ -126,8 +134,8 @@ def judge(
     return exit_code
 
 
-def write_report(doc: dict, output_dir: Path) -> Path:
-    """Validate and write ``doc`` as ``output_dir/loading.json``; never overwrite."""
+def write_report(doc: dict, output_dir: Path, name: str = REPORT_NAME) -> Path:
+    """Validate and write ``doc`` as ``output_dir/name`` (``loading.json``); never overwrite."""
     try:
         data = dump_report(doc)
     except ReportValidationError:
@@ -135,7 +143,7 @@ def write_report(doc: dict, output_dir: Path) -> Path:
         rejected = output_dir / REJECTED_REPORT_NAME
         write_new_file(rejected, (json.dumps(doc, sort_keys=True, default=str) + "\n").encode())
         raise
-    report_path = output_dir / REPORT_NAME
+    report_path = output_dir / name
     write_new_file(report_path, data)
     return report_path
 

@@ -106,7 +106,7 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     tracker = SourceTracker().start()
     manifest = parse_manifest(cfg.manifest, cfg.root)
     check_master_hashes(manifest)
-    with claim_output_dir(cfg.output_dir, REPORT_NAME):
+    with claim_output_dir(cfg.output_dir, getattr(kind, "report_name", REPORT_NAME)):
         baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
         calibration = (
             resolve_calibration(cfg.history_dir, cfg.calibration, baseline.doc)
@@ -193,15 +193,22 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
         "environment": environment,
         "contention": contention,
     }
+    # A kind with its own report schema names it (compute); io-scale keeps the default.
+    head.update(getattr(kind, "report_head", {}))
     doc = kind.build_report(head)
     recheck = None
     if flagged:
         doc["recheck"] = recheck_block(cfg.recheck, flagged, rechecked)
         recheck = collect_cells({"trials": rechecked})
     exit_code = judge(
-        doc, baseline, cfg.regression_percent, calibration=calibration, recheck=recheck
+        doc,
+        baseline,
+        cfg.regression_percent,
+        calibration=calibration,
+        recheck=recheck,
+        hook=getattr(kind, "judge_hook", None),
     )
-    report_path = write_report(doc, cfg.output_dir)
+    report_path = write_report(doc, cfg.output_dir, getattr(kind, "report_name", REPORT_NAME))
     return RunOutcome(doc, report_path, exit_code)
 
 
