@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir
     from harness.compare import Verdict, compare_reports
     from harness.history.lookup import load_report
+    from harness.report import BENCHMARK
     from harness.run.provenance import check_code_origin
     from harness.verdict.calibration_report import resolve_calibration
 
@@ -189,6 +190,11 @@ def run(args: argparse.Namespace) -> int:
     history_dir = Path(args.history_dir or default_history_dir())
     candidate = load_report(args.candidate, history_dir=history_dir)
     baseline = load_report(args.baseline, history_dir=history_dir)
+    if candidate.doc.get("benchmark") != BENCHMARK:
+        raise UsageError(
+            f"candidate {candidate.sha256[:12]} is a {candidate.doc.get('benchmark')!r} report; "
+            f"harness recheck measures {BENCHMARK} reports"
+        )
     if candidate.doc.get("recheck"):
         linked = candidate.doc["recheck"].get("candidate_sha256")
         raise UsageError(
