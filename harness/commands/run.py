@@ -141,6 +141,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 
 
 def _config_from_args(args: argparse.Namespace, **overrides):
+    from harness.history.render import registration_renderer
     from harness.run.io_scale import IoScaleConfig
 
     values = dict(
@@ -153,6 +154,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         load_only=args.load_only,
         representation=args.representation,
         history_dir=args.history_dir,
+        render=registration_renderer(),
         baseline=args.baseline,
         regression_percent=args.regression_percent,
         calibration=args.calibration,
@@ -244,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
     for result in outcome.registered:
         console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
     if outcome.registered:
+        head = outcome.registered[-1].journal_head
+        console.print(f"history {history_dir}: journal head {head}", markup=False, highlight=False)
         console.print(f"index: {Path(history_dir) / 'README.md'}", markup=False, highlight=False)
     return outcome.exit_code
 
@@ -320,6 +324,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from harness.errors import UsageError
+    from harness.history.render import registration_renderer
     from harness.run.compute import ComputeConfig, run_compute
     from harness.run.compute_workloads import ComputeParameters
     from harness.run.provenance import check_code_origin
@@ -362,6 +367,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
             save_outputs=args.save_outputs,
             accept_output_change=args.accept_output_change,
             history_dir=args.history_dir,
+            render=registration_renderer(),
             baseline=args.baseline,
             regression_percent=args.regression_percent,
             command=["harness", *sys.argv[1:]],

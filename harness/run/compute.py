@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.compare import output_changes
+from harness.compare import DEFAULT_REGRESSION_PERCENT, output_changes
 from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.errors import UsageError
+from harness.history.store import RegistrationRenderer
 from harness.report import quantile
 from harness.run.backends import BackendProfile, profile_for
 from harness.run.checks import FailureLog
@@ -60,8 +61,10 @@ class ComputeConfig:
     save_outputs: Path | None = None
     accept_output_change: bool = False
     history_dir: Path | None = None
+    #: Brings the history's rendered files up to date after registration (see IoScaleConfig).
+    render: RegistrationRenderer | None = None
     baseline: str | None = None
-    regression_percent: float = 20.0
+    regression_percent: float = DEFAULT_REGRESSION_PERCENT
     #: Read by the runner frame: calibration record for significance, recheck rounds of
     #: flagged cells (compute reruns none: 0), host locks.
     calibration: str | None = None

@@ -9,16 +9,14 @@ own schema is kept under :data:`REJECTED_REPORT_NAME` for diagnosis, never regis
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.compare import CalibrationUse, cell_to_dict, compare_reports
 from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW, ReportValidationError
+from harness.fsio import write_new
 from harness.history.lookup import LoadedReport
 from harness.report import dump_report
 from harness.run.checks import FailureLog
@@ -150,19 +148,4 @@ def write_report(doc: dict, output_dir: Path, name: str = REPORT_NAME) -> Path:
 
 def write_new_file(path: Path, data: bytes) -> None:
     """Write a new file via a temporary name, fsync, link, fsync the folder; never overwrite."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # fails if the file appeared meanwhile: never overwrite evidence
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_new(path, data, step=f"writing {path.name}")

@@ -32,7 +32,7 @@ from typing import Protocol
 from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
 from harness.errors import EXIT_FAILURE, HarnessError
 from harness.history.lookup import load_report
-from harness.history.store import register_reports
+from harness.history.store import RegistrationRenderer, register_reports
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
 from harness.run.checks import FailureLog
 from harness.run.contention import collect_contention_sample, contention_section
@@ -67,6 +67,7 @@ class RunSettings(Protocol):
     command: object
     progress: bool | None
     on_event: object
+    render: RegistrationRenderer | None
 
 
 class BenchmarkKind(Protocol):
@@ -125,7 +126,11 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
             outcome = _measure_and_report(
                 kind, manifest, tracker, baseline, calibration, environment
             )
-    registered = register_reports(cfg.history_dir, [outcome.report_path]) if cfg.history_dir else []
+    registered = (
+        register_reports(cfg.history_dir, [outcome.report_path], render=cfg.render)
+        if cfg.history_dir
+        else []
+    )
     outcome.registered = registered
     return outcome
 
