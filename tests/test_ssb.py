@@ -21,6 +21,7 @@ from quantem.ssb import (
     sideband_sums,
     split_regions,
 )
+from quantem.ssb.reconstruct import select_sums
 
 POLAR = {"C10": 50.0, "C12": 20.0, "phi12": math.radians(30.0)}
 TRUE = Aberrations.from_polar(**POLAR)
@@ -204,3 +205,36 @@ def test_bad_inputs_are_refused_with_a_reason():
         loss(prepared, TRUE, engine="gpu")
     with pytest.raises(ValueError, match="region grid"):
         split_regions((8, 8), (5, 1))
+
+
+def test_numba_engine_matches_the_array_reference():
+    polar = {
+        "C10": 40.0,
+        "C12": 15.0,
+        "phi12": 0.3,
+        "C21": 800.0,
+        "phi21": 1.1,
+        "C23": 500.0,
+        "phi23": 0.4,
+        "C30": 3.0e4,
+    }
+    data, calibration, _ = simulate(polar=polar, dose=5000, scan=24)
+    prepared = prepare(data, calibration)
+    aberrations = Aberrations.from_polar(**polar)
+    reference = sideband_sums(prepared, aberrations)
+    compiled = select_sums(prepared, "numba")(prepared, aberrations)
+    assert select_sums(prepared) is select_sums(prepared, "numba")
+    scale = np.abs(reference).max()
+    # float32 phases and sums in the reference, float64 in the loop: rounding only.
+    assert np.abs(compiled - reference).max() < 1e-4 * scale
+    assert (
+        abs(
+            loss(prepared, aberrations, engine="numba")
+            - loss(prepared, aberrations, engine="array")
+        )
+        < 1e-5
+    )
+    again = select_sums(prepared, "numba")(prepared, aberrations)
+    assert again.tobytes() == compiled.tobytes()
+    with pytest.raises(TypeError, match="CuPy"):
+        select_sums(prepared, "fused")(prepared, aberrations)

@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from quantem.ssb.aberrations import Aberrations, chi
+from quantem.ssb.cpu import numba_sideband_sums
 from quantem.ssb.cuda import fused_sideband_sums
 from quantem.ssb.prepare import DEFAULT_BLOCK_BYTES, Prepared
 
-ENGINES = ("auto", "array", "fused")
+ENGINES = ("auto", "array", "fused", "numba")
 
 
 @dataclass
@@ -92,15 +93,23 @@ def sideband_sums(
 
 
 def select_sums(prepared: Prepared, engine: str = "auto") -> Any:
-    """The sideband-sum implementation: ``"array"`` (array module, both backends),
-    ``"fused"`` (the CUDA kernel; CuPy and complex64 only) or ``"auto"`` (fused where it
-    applies, else array). Both are the same backend: nothing moves between devices."""
+    """The sideband-sum implementation: ``"array"`` (the array-module reference, both
+    backends), ``"numba"`` (compiled CPU loop, numpy data), ``"fused"`` (the CUDA kernel;
+    CuPy and complex64 only) or ``"auto"``: numba on numpy, fused on complex64 CuPy,
+    else array. All run on the data's own device: nothing moves between backends."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     on_cupy = prepared.xp.__name__ == "cupy"
-    if engine == "fused" or (engine == "auto" and on_cupy and prepared.G.dtype == np.complex64):
-        return fused_sideband_sums
-    return sideband_sums
+    if engine == "auto":
+        if not on_cupy:
+            engine = "numba"
+        elif prepared.G.dtype == np.complex64:
+            engine = "fused"
+        else:
+            engine = "array"
+    return {"array": sideband_sums, "numba": numba_sideband_sums, "fused": fused_sideband_sums}[
+        engine
+    ]
 
 
 def loss_from_sums(prepared: Prepared, sums: Any) -> float:
