@@ -58,10 +58,10 @@ def fused_sideband_sums(
 ) -> Any:
     """``S(Q)`` for complex64 CuPy-prepared data, in one kernel launch (``block_bytes``
     is accepted for the signature of the reference and unused: nothing is staged)."""
+    if prepared.xp.__name__ != "cupy":
+        raise TypeError("fused_sideband_sums needs data prepared on CuPy (backend cuda)")
     import cupy
 
-    if prepared.xp is not cupy:
-        raise TypeError("fused_sideband_sums needs data prepared on CuPy (backend cuda)")
     if prepared.G.dtype != np.complex64:
         raise TypeError(f"the fused kernel works on complex64, got {prepared.G.dtype}")
     G = cupy.ascontiguousarray(prepared.G)
