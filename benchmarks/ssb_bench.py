@@ -47,7 +47,8 @@ from quantem.ssb.reconstruct import object_from_sums, select_sums
 
 
 def make_data(xp, scan: int, det: int, radius: float, dose: float, seed: int):
-    rng = xp.random.default_rng(seed) if hasattr(xp.random, "default_rng") else xp.random
+    # numpy's Generator; CuPy's RandomState (its poisson draws on the device).
+    rng = np.random.default_rng(seed) if xp is np else xp.random.RandomState(seed)
     u = xp.arange(scan, dtype=xp.float32)[:, None] / scan
     v = xp.arange(scan, dtype=xp.float32)[None, :] / scan
     potential = xp.cos(2 * math.pi * 7 * u) * xp.cos(2 * math.pi * 5 * v)
