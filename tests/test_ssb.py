@@ -238,3 +238,16 @@ def test_numba_engine_matches_the_array_reference():
     assert again.tobytes() == compiled.tobytes()
     with pytest.raises(TypeError, match="CuPy"):
         select_sums(prepared, "fused")(prepared, aberrations)
+
+
+def test_importing_quantem_ssb_imports_no_gpu_or_search_library():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, quantem.ssb;"
+        "bad = [m for m in ('cupy', 'torch', 'optuna', 'harness') if m in sys.modules];"
+        "print(','.join(bad)); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
