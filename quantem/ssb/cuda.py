@@ -19,6 +19,8 @@ from quantem.ssb.prepare import Prepared
 
 BLOCK = 256
 KERNEL_FILE = "sideband.cu"
+#: The kernel's dynamic shared memory: one float per thread for each of re and im.
+SHARED_BYTES = 2 * BLOCK * 4
 
 
 @functools.cache
@@ -87,6 +89,7 @@ def fused_sideband_sums(
             np.int32(n_pix),
             sums,
         ),
+        shared_mem=SHARED_BYTES,
     )
     return sums
 

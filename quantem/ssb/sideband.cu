@@ -8,6 +8,7 @@
 // memory tree (no atomics), so a result repeats bit for bit on a device.
 //
 // Defines (from quantem.ssb.cuda): BLOCK (threads per block, a power of two).
+// Launch with 2 * BLOCK * sizeof(float) bytes of dynamic shared memory.
 
 #define REGION_SLACK 1.0001f
 
@@ -40,8 +41,11 @@ extern "C" __global__ void ssb_sideband_sums(
     const int n_pix,
     float2* __restrict__ sums)         // (n_freq,)
 {
-    __shared__ float shared_re[BLOCK];
-    __shared__ float shared_im[BLOCK];
+    // Dynamic shared memory (2 * BLOCK floats, given at launch), as the other quantem
+    // kernels declare it.
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* shared_re = reinterpret_cast<float*>(smem);
+    float* shared_im = shared_re + BLOCK;
     const Coefficients coef = {c10, c12a, c12b, c21a, c21b, c23a, c23b, c30, scale};
     const int q = blockIdx.x;
     const float qxv = qx[q];
