@@ -251,3 +251,17 @@ def test_importing_quantem_ssb_imports_no_gpu_or_search_library():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_extended_fit_recovers_coma_and_spherical_aberration():
+    polar = {"C10": 50.0, "C12": 20.0, "phi12": 0.5, "C21": 2000.0, "phi21": 1.0, "C30": 1.0e5}
+    data, calibration, _ = simulate(polar=polar, dose=20000, seed=2)
+    prepared = prepare(data, calibration)
+    names = ("C10", "C12a", "C12b", "C21a", "C21b", "C30")
+    result = fit_aberrations(prepared, parameters=names, n_trials=200, seed=0)
+    fitted = result.aberrations.to_polar()
+    assert abs(fitted["C10"] - 50.0) < 2.0 and abs(fitted["C12"] - 20.0) < 2.0
+    assert abs(fitted["C21"] - 2000.0) < 100.0 and abs(fitted["phi21"] - 1.0) < 0.05
+    assert abs(fitted["C30"] - 1.0e5) < 5.0e3
+    assert result.loss <= loss(prepared, Aberrations.from_polar(**polar)) + 1e-4
