@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 
 import numpy as np
@@ -131,8 +132,19 @@ def test_same_seed_same_trajectory_and_object(noisy):
     for _ in range(2):
         prepared = prepare(data, calibration)
         result = fit_aberrations(prepared, n_trials=12, seed=7, refine_max_evaluations=20)
-        runs.append((result.trajectory_sha256(), _object_hash(prepared, result.aberrations)))
+        runs.append(
+            (
+                result.trajectory_sha256(),
+                _object_hash(prepared, result.aberrations),
+                result.to_json(),
+            )
+        )
     assert runs[0] == runs[1]
+    record = json.loads(runs[0][2])
+    assert record["seed"] == 7 and record["n_trials"] == 12
+    assert record["n_evaluations"] == len(record["trajectory"]) > 12
+    assert record["trajectory_sha256"] == runs[0][0]
+    assert set(record["aberrations_polar"]) >= {"C10", "C12", "phi12", "C21", "phi21", "C30"}
     other = fit_aberrations(prepare(data, calibration), n_trials=12, seed=8, refine=False)
     assert other.trajectory_sha256() != runs[0][0]
 
