@@ -208,22 +208,28 @@ def prepare(
     wavelength = calibration.wavelength_a
     fx = np.fft.fftfreq(scan_r, d=step[0]) * wavelength
     fy = np.fft.fftfreq(scan_c, d=step[1]) * wavelength
-    # Geometry in the working precision, so the host's region counts and the device's
-    # region masks below are the same comparisons of the same numbers.
+    # Geometry in the working precision, so the region counts and the region masks below
+    # are the same comparisons of the same numbers.
     qx_all = np.repeat(fx, scan_c).astype(real_dtype)
     qy_all = np.tile(fy, scan_r).astype(real_dtype)
     kx = kx.astype(real_dtype)
     ky = ky.astype(real_dtype)
     freq_block = max(1, block_bytes // (n_pix * 32))
+    # Region sizes on the data's device (the same comparisons as the masks below).
+    qx_device, qy_device = xp.asarray(qx_all), xp.asarray(qy_all)
+    kx_device, ky_device = xp.asarray(kx), xp.asarray(ky)
+    alpha_real = real_dtype(alpha)
     counts = np.concatenate(
         [
-            _left_region(
-                qx_all[s : s + freq_block, None],
-                qy_all[s : s + freq_block, None],
-                kx[None, :],
-                ky[None, :],
-                real_dtype(alpha),
-            ).sum(axis=1)
+            _to_host(
+                _left_region(
+                    qx_device[s : s + freq_block, None],
+                    qy_device[s : s + freq_block, None],
+                    kx_device[None, :],
+                    ky_device[None, :],
+                    alpha_real,
+                ).sum(axis=1)
+            )
             for s in range(0, n_scan, freq_block)
         ]
     )
@@ -257,8 +263,6 @@ def prepare(
         G[:, start:stop] = spectrum[keep_device]
     qx_keep = xp.asarray(qx_all[keep])
     qy_keep = xp.asarray(qy_all[keep])
-    kx_device = xp.asarray(kx)
-    ky_device = xp.asarray(ky)
     for s in range(0, len(keep), freq_block):
         block = slice(s, s + freq_block)
         G[block] *= _left_region(
@@ -266,7 +270,7 @@ def prepare(
             qy_keep[block, None],
             kx_device[None, :],
             ky_device[None, :],
-            real_dtype(alpha),
+            alpha_real,
         )
     energy = (G.real**2 + G.imag**2).sum(axis=1)
     return Prepared(
@@ -289,9 +293,10 @@ def prepare(
 
 def _left_region(qx, qy, kx, ky, alpha: float):
     """``|k| < alpha`` is given; ``|k - Q| < alpha`` and ``|k + Q| >= alpha``."""
-    minus = (kx - qx) ** 2 + (ky - qy) ** 2 < alpha**2
-    plus = (kx + qx) ** 2 + (ky + qy) ** 2 >= alpha**2
-    return minus & plus
+    # Products written out (not ** 2), so numpy and CuPy round the same operations.
+    mx, my, px, py = kx - qx, ky - qy, kx + qx, ky + qy
+    limit = alpha * alpha
+    return (mx * mx + my * my < limit) & (px * px + py * py >= limit)
 
 
 def _to_host(array: Any) -> np.ndarray:
