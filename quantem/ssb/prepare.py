@@ -56,6 +56,7 @@ class Prepared:
     ky: Any
     region_pixels: Any  # (n_freq,) pixels in each left region
     energy: Any  # (n_freq,) sum of |G|^2 over each left region
+    energy_total: float  # energy.sum(), once (the loss's denominator)
     scan_shape: tuple[int, int]
     calibration: Calibration
     disk: BrightFieldDisk
@@ -282,6 +283,7 @@ def prepare(
         ky=ky_device,
         region_pixels=xp.asarray(counts[keep].astype(real_dtype)),
         energy=energy,
+        energy_total=float(energy.sum()),
         scan_shape=(scan_r, scan_c),
         calibration=calibration,
         disk=disk,

@@ -115,7 +115,7 @@ def select_sums(prepared: Prepared, engine: str = "auto") -> Any:
 def loss_from_sums(prepared: Prepared, sums: Any) -> float:
     """The normalised least-squares residual (see the module docstring)."""
     explained = (sums.real**2 + sums.imag**2) / prepared.region_pixels
-    total = float(prepared.energy.sum())
+    total = prepared.energy_total
     if not total > 0:
         raise ValueError("the sideband regions hold no signal (empty or constant data)")
     return 1.0 - float(explained.sum()) / total
