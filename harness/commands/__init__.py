@@ -12,5 +12,6 @@ COMMAND_MODULES = (
     "harness.commands.history",
     "harness.commands.render",
     "harness.commands.compare",
+    "harness.commands.calibrate",
     "harness.commands.native",
 )
