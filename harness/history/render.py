@@ -14,22 +14,27 @@ pending when plotting is deferred).
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import tempfile
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
+from harness.errors import HistoryError
+from harness.fsio import replace_file, replacing
 from harness.history.entries import TIMINGS_COLUMNS
 from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
+from harness.history.journal import GENESIS_HEAD, journal_head
 from harness.history.layout import HistoryLayout
+from harness.history.verify import Problem, ProblemKind
 
 INDEX_JSON_FORMAT = "quantem-harness/history-index"
-INDEX_JSON_VERSION = 1
+#: 2: the journal's head follows the records (``"journal_head"``).
+INDEX_JSON_VERSION = 2
 #: How many of the newest records README.md and index.html list.
 LATEST_RECORDS = 20
 META_TIMINGS = "render.timings_csv"
@@ -76,22 +81,19 @@ class RenderTargets:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` via a temporary file and rename (derived files: no fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, RENDERED_MODE)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    replace_file(path, data, step=f"rendering {path.name}", mode=RENDERED_MODE)
 
 
 # --- index.json -------------------------------------------------------------------
 
 
-_INDEX_JSON_TAIL = b"\n]}\n"
+def _index_json_tail(head: str) -> bytes:
+    """The closing of index.json, naming the journal head (always the same length)."""
+    return f'\n],"journal_head":"{head}"}}\n'.encode("ascii")
+
+
+_INDEX_JSON_TAIL_LENGTH = len(_index_json_tail(GENESIS_HEAD))
+_INDEX_JSON_TAIL_PATTERN = re.compile(rb'\n\],"journal_head":"[0-9a-f]{64}"\}\n')
 
 
 def _index_json_head() -> bytes:
@@ -103,50 +105,63 @@ def _index_json_head() -> bytes:
     return f'{header},"records":['.encode("ascii")
 
 
-def build_index_json(connection: Connection) -> bytes:
-    """index.json: a header, then one record entry per line in index order (valid JSON)."""
+def build_index_json(connection: Connection, head: str = GENESIS_HEAD) -> bytes:
+    """index.json: a header, one record entry per line in index order, the journal head."""
     entries = (
         connection.execute(select(RecordRow.index_entry).order_by(RecordRow.seq)).scalars().all()
     )
+    tail = _index_json_tail(head)
     if not entries:
-        return _index_json_head() + b"\n]}\n"
-    return _index_json_head() + b"\n" + ",\n".join(entries).encode("ascii") + _INDEX_JSON_TAIL
+        return _index_json_head() + tail
+    return _index_json_head() + b"\n" + ",\n".join(entries).encode("ascii") + tail
 
 
-def _update_index_json(connection: Connection, path: Path, new_seqs: list[int]) -> None:
+def _update_index_json(
+    connection: Connection, path: Path, new_seqs: list[int], head: str = GENESIS_HEAD
+) -> None:
     """Append new entries before the closing bracket when the file is as last rendered."""
     state = read_meta_json(connection, META_INDEX_JSON)
     size = path.stat().st_size if path.exists() else -1
     max_seq = _max_seq(connection)
-    if _appendable(state, size, new_seqs, max_seq) and size > len(_index_json_head()) + len(
-        _INDEX_JSON_TAIL
+    tail = _index_json_tail(head)
+    if (
+        _appendable(state, size, new_seqs, max_seq)
+        and size > len(_index_json_head()) + _INDEX_JSON_TAIL_LENGTH
     ):
         entries = connection.execute(
             select(RecordRow.index_entry)
             .where(RecordRow.seq >= min(new_seqs))
             .order_by(RecordRow.seq)
         ).scalars()
-        addition = b",\n" + ",\n".join(entries).encode("ascii") + _INDEX_JSON_TAIL
+        addition = b",\n" + ",\n".join(entries).encode("ascii") + tail
         with open(path, "r+b") as handle:
-            handle.seek(size - len(_INDEX_JSON_TAIL))
-            if handle.read() != _INDEX_JSON_TAIL:
+            handle.seek(size - _INDEX_JSON_TAIL_LENGTH)
+            if not _INDEX_JSON_TAIL_PATTERN.fullmatch(handle.read()):
                 addition = b""
             else:
-                handle.seek(size - len(_INDEX_JSON_TAIL))
+                handle.seek(size - _INDEX_JSON_TAIL_LENGTH)
                 handle.write(addition)
                 handle.truncate()
         if addition:
+            written = size - _INDEX_JSON_TAIL_LENGTH + len(addition)
             write_meta(
                 connection,
                 META_INDEX_JSON,
-                json.dumps({"bytes": size - len(_INDEX_JSON_TAIL) + len(addition), "seq": max_seq}),
+                json.dumps({"bytes": written, "head": head, "seq": max_seq}),
             )
             return
-    if state is not None and state.get("bytes") == size and state.get("seq") == max_seq:
+    if (
+        state is not None
+        and state.get("bytes") == size
+        and state.get("seq") == max_seq
+        and state.get("head") == head
+    ):
         return
-    data = build_index_json(connection)
+    data = build_index_json(connection, head)
     write_atomic(path, data)
-    write_meta(connection, META_INDEX_JSON, json.dumps({"bytes": len(data), "seq": max_seq}))
+    write_meta(
+        connection, META_INDEX_JSON, json.dumps({"bytes": len(data), "head": head, "seq": max_seq})
+    )
 
 
 def _appendable(state: Any, size: int, new_seqs: list[int], max_seq: int) -> bool:
@@ -291,10 +306,13 @@ def collect_index_context(connection: Connection, targets: RenderTargets) -> dic
     return {"keys": keys, "latest": [dict(r._mapping) for r in latest], "n_records": n_records}
 
 
-def build_readme_and_html(connection: Connection, targets: RenderTargets) -> tuple[bytes, bytes]:
+def build_readme_and_html(
+    connection: Connection, targets: RenderTargets, head: str = GENESIS_HEAD
+) -> tuple[bytes, bytes]:
     from harness.templating import render_template
 
     context = collect_index_context(connection, targets)
+    context["journal_head"] = head
     readme = render_template("history_readme.md.j2", **context).encode("utf-8")
     html = render_template("history_index.html.j2", **context).encode("utf-8")
     return readme, html
@@ -399,16 +417,8 @@ def render_plot(connection: Connection, key: str, path: Path) -> int:
         figure.suptitle(
             f"group {key}: {rows[-1].device_name} / {rows[-1].storage_id}", fontsize="medium"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        figure.savefig(temp, format="png", metadata={"Software": None})
-        os.chmod(temp, RENDERED_MODE)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with replacing(path, step=f"rendering plots/{path.name}", mode=RENDERED_MODE) as handle:
+        figure.savefig(handle, format="png", metadata={"Software": None})
     return int(newest or 0)
 
 
@@ -448,6 +458,20 @@ def check_plot_policy(plots: str) -> None:
         raise ValueError(f"plots must be one of {', '.join(PLOT_POLICIES)}, not {plots!r}")
 
 
+def registration_renderer(plots: str = "auto") -> Callable[..., None]:
+    """The ``render`` hook of :func:`harness.history.store.register_reports` for a plot policy.
+
+    The policy is checked here, before anything is registered.
+    """
+    check_plot_policy(plots)
+    return functools.partial(render_after_registration, plots=plots)
+
+
+def rebuild_renderer(*, plots: bool = True) -> Callable[[HistoryLayout, Engine], None]:
+    """The ``render`` hook of :func:`harness.history.rebuild.rebuild_history`: every view."""
+    return functools.partial(render_all, plots="all" if plots else "none")
+
+
 def _records_in_key(connection: Connection, key: str) -> int:
     return connection.execute(
         select(func.count()).select_from(RecordRow).where(RecordRow.comparison_key == key)
@@ -464,6 +488,7 @@ def render_after_registration(
     """
     check_plot_policy(plots)
     targets = RenderTargets(layout.root)
+    head = journal_head(layout)
     with engine.begin() as connection:
         if plots != "defer":
             keys = _keys_of(connection, new_seqs)
@@ -471,8 +496,8 @@ def render_after_registration(
                 keys = {k for k in keys if _records_in_key(connection, k) <= PLOT_INLINE_RECORDS}
             _render_plots(connection, targets, keys, record_state=True)
         _update_timings_csv(connection, targets.timings_csv, new_seqs)
-        _update_index_json(connection, targets.index_json, new_seqs)
-        readme, html = build_readme_and_html(connection, targets)
+        _update_index_json(connection, targets.index_json, new_seqs, head)
+        readme, html = build_readme_and_html(connection, targets, head)
         write_atomic(targets.readme, readme)
         write_atomic(targets.html, html)
 
@@ -494,6 +519,7 @@ def render_all(
     """
     targets = RenderTargets(out if out is not None else layout.root)
     in_history = out is None
+    head = journal_head(layout)
     with engine.begin() as connection:
         if plots != "none":
             keys = _all_keys(connection)
@@ -508,11 +534,11 @@ def render_all(
         if in_history and not full:
             # index.json and timings.csv only when their bookkeeping says they lag
             _update_timings_csv(connection, targets.timings_csv, [])
-            _update_index_json(connection, targets.index_json, [])
+            _update_index_json(connection, targets.index_json, [], head)
         else:
             timings = build_timings_csv(connection)
             write_atomic(targets.timings_csv, timings)
-            index_json = build_index_json(connection)
+            index_json = build_index_json(connection, head)
             write_atomic(targets.index_json, index_json)
             if in_history:
                 max_seq = _max_seq(connection)
@@ -522,9 +548,9 @@ def render_all(
                 write_meta(
                     connection,
                     META_INDEX_JSON,
-                    json.dumps({"bytes": len(index_json), "seq": max_seq}),
+                    json.dumps({"bytes": len(index_json), "head": head, "seq": max_seq}),
                 )
-        readme, html = build_readme_and_html(connection, targets)
+        readme, html = build_readme_and_html(connection, targets, head)
         write_atomic(targets.readme, readme)
         write_atomic(targets.html, html)
 
@@ -536,3 +562,57 @@ def _latest_seq_of(connection: Connection, key: str) -> int:
         ).scalar()
         or 0
     )
+
+
+def check_rendered(layout: HistoryLayout, connection: Connection) -> list[Problem]:
+    """The history's rendered files against what the index renders now (``verify``'s hook).
+
+    index.json, timings.csv, README.md and index.html must be byte for byte what the
+    index (and the journal head) render; a plot missing or older than its group's
+    newest record is a pending plot (a warning).
+    """
+    targets = RenderTargets(layout.root)
+    try:
+        head = journal_head(layout)
+    except HistoryError:
+        return []  # without a journal there is no head to render; verify reports it missing
+    problems = []
+    readme, html = build_readme_and_html(connection, targets, head)
+    expected = {
+        targets.index_json: build_index_json(connection, head),
+        targets.timings_csv: build_timings_csv(connection),
+        targets.readme: readme,
+        targets.html: html,
+    }
+    for path, data in expected.items():
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            problems.append(
+                Problem(
+                    ProblemKind.RENDER_DAMAGED,
+                    path.name,
+                    "not a regular file (run `harness render index --full`)",
+                )
+            )
+        elif not path.exists():
+            problems.append(
+                Problem(ProblemKind.STALE_RENDER, path.name, "missing (run `harness render index`)")
+            )
+        elif path.read_bytes() != data:
+            problems.append(
+                Problem(
+                    ProblemKind.STALE_RENDER,
+                    path.name,
+                    "differs from what the index renders (run `harness render index --full`)",
+                )
+            )
+    for key in _all_keys(connection):
+        state = _plot_state(connection, targets, key, _latest_seq_of(connection, key))
+        if state != "current":
+            problems.append(
+                Problem(
+                    ProblemKind.PLOT_PENDING,
+                    f"plots/{key}.png",
+                    f"{state} (run `harness render index`)",
+                )
+            )
+    return problems
