@@ -294,7 +294,7 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
             "2 review/incomparable, 64 usage error. See docs/compute.md."
         ),
     )
-    compute.add_argument("workload", choices=("dpc", "parallax", "virtual"))
+    compute.add_argument("workload", choices=("dpc", "parallax", "virtual", "ssb"))
     compute.add_argument(
         "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
     )
@@ -314,19 +314,37 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     )
     group = compute.add_argument_group("calibration and parameters")
     group.add_argument("--energy-ev", type=float)
-    group.add_argument("--convergence-mrad", type=float)
+    group.add_argument("--voltage-kv", type=float, help="the beam energy in kV (or --energy-ev)")
+    group.add_argument("--convergence-mrad", "--semiangle-mrad", type=float)
     group.add_argument("--mrad-per-pixel", type=float)
-    group.add_argument("--scan-step", type=float, metavar="ANGSTROM")
+    group.add_argument("--scan-step", "--scan-step-a", type=float, metavar="ANGSTROM")
     group.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-    group.add_argument("--rotation", type=float, metavar="DEG", help="dpc: fixed rotation")
+    group.add_argument(
+        "--rotation", "--rotation-deg", type=float, metavar="DEG", help="dpc, ssb: fixed rotation"
+    )
     group.add_argument("--transpose", choices=("auto", "yes", "no"), default="auto")
-    group.add_argument("--bin-factor", type=int, default=1, help="parallax: BF pixel groups")
+    group.add_argument(
+        "--bin-factor", type=int, default=1, help="parallax: BF pixel groups; ssb: detector bin"
+    )
     group.add_argument("--max-shift", type=float, help="parallax: peak search radius (px)")
     group.add_argument("--upsample", type=int, default=2, help="parallax: reconstruction")
     group.add_argument("--correct-aberrations", action="store_true")
     group.add_argument("--inner", type=float, help="virtual: DF annulus inner radius")
     group.add_argument("--outer", type=float, help="virtual: DF annulus outer radius")
     group.add_argument("--unit", choices=("px", "mrad"), default="px")
+    group.add_argument("--trials", type=int, default=200, help="ssb: TPE trials per fit")
+    group.add_argument("--seed", type=int, default=0, help="ssb: the search's seed")
+    group.add_argument(
+        "--refine-evaluations", type=int, help="ssb: most Nelder-Mead evaluations per fit"
+    )
+    group.add_argument(
+        "--regions",
+        type=int,
+        nargs=2,
+        default=(2, 2),
+        metavar=("ROWS", "COLS"),
+        help="ssb: tiles of the regional fits",
+    )
     compute.set_defaults(func=run_compute_command)
 
 
@@ -362,8 +380,12 @@ def run_compute_command(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
     check_code_origin()
+    if args.energy_ev is not None and args.voltage_kv is not None:
+        raise UsageError("give the beam energy once: --energy-ev or --voltage-kv")
+    if args.trials < 1 or args.seed < 0:
+        raise UsageError("--trials must be at least 1 and --seed at least 0")
     parameters = ComputeParameters(
-        energy_ev=args.energy_ev,
+        energy_ev=args.energy_ev if args.voltage_kv is None else args.voltage_kv * 1e3,
         convergence_mrad=args.convergence_mrad,
         mrad_per_pixel=args.mrad_per_pixel,
         scan_step_angstrom=args.scan_step,
@@ -377,6 +399,10 @@ def run_compute_command(args: argparse.Namespace) -> int:
         inner=args.inner,
         outer=args.outer,
         unit=args.unit,
+        trials=args.trials,
+        seed=args.seed,
+        regions=tuple(args.regions),
+        refine_evaluations=args.refine_evaluations,
     )
     console = Console()
     source = Path(args.source)

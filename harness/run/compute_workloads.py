@@ -40,6 +40,10 @@ class ComputeParameters:
     inner: float | None = None
     outer: float | None = None
     unit: str = "px"
+    trials: int = 200
+    seed: int = 0
+    regions: tuple[int, int] = (2, 2)
+    refine_evaluations: int | None = None
 
     def calibration(self):
         from quantem.virtual import Calibration
@@ -253,6 +257,119 @@ def _df(state):
     return Annulus(inner, outer, unit)
 
 
+# -- ssb --------------------------------------------------------------------------
+# Stages: the scan transform, one uncorrected reconstruction, the standard fit (C10, C12)
+# and the default fit (C10 to C30) with a seeded TPE search + Nelder-Mead, and the regional
+# fits (--regions tiles, standard parameters). quantem.ssb (docs/ssb.md) does the work.
+
+
+def _ssb_calibration(state: dict):
+    from quantem.ssb import Calibration
+
+    p = state["parameters"]
+    missing = [
+        flag
+        for flag, value in (
+            ("--energy-ev/--voltage-kv", p.energy_ev),
+            ("--convergence-mrad/--semiangle-mrad", p.convergence_mrad),
+            ("--scan-step/--scan-step-a", p.scan_step_angstrom),
+        )
+        if value is None
+    ]
+    if missing:
+        raise UsageError(f"ssb needs {', '.join(missing)}")
+    return Calibration(
+        energy_ev=p.energy_ev,
+        semiangle_mrad=p.convergence_mrad,
+        scan_step_a=p.scan_step_angstrom,
+        rotation_deg=p.rotation_deg or 0.0,
+        detector_sampling_mrad=p.mrad_per_pixel,
+    )
+
+
+def _ssb_prepare(state: dict) -> None:
+    from quantem.ssb import prepare
+
+    p = state["parameters"]
+    state["ssb_calibration"] = _ssb_calibration(state)
+    state["ssb"] = prepare(state["acq"].array, state["ssb_calibration"], detector_bin=p.bin_factor)
+
+
+def _ssb_reconstruct(state: dict) -> None:
+    from quantem.ssb import reconstruct
+
+    state["ssb_uncorrected"] = reconstruct(state["ssb"])
+
+
+def _ssb_fit(name: str, parameters_attr: str) -> Stage:
+    def stage(state: dict) -> None:
+        import quantem.ssb as ssb
+        from quantem.ssb import fit_aberrations, reconstruct
+
+        p = state["parameters"]
+        fit = fit_aberrations(
+            state["ssb"],
+            parameters=getattr(ssb, parameters_attr),
+            n_trials=p.trials,
+            seed=p.seed,
+            refine_max_evaluations=p.refine_evaluations,
+        )
+        state[f"ssb_{name}"] = fit
+        state[f"ssb_{name}_result"] = reconstruct(state["ssb"], fit.aberrations)
+
+    return (f"{name}_fit", stage)
+
+
+def _ssb_regions(state: dict) -> None:
+    from quantem.ssb import STANDARD_PARAMETERS, fit_regions
+
+    p = state["parameters"]
+    state["ssb_regions"] = fit_regions(
+        state["acq"].array,
+        state["ssb_calibration"],
+        tuple(p.regions),
+        prepare_options={"disk": state["ssb"].disk, "detector_bin": p.bin_factor},
+        parameters=STANDARD_PARAMETERS,
+        n_trials=p.trials,
+        seed=p.seed,
+        refine_max_evaluations=p.refine_evaluations,
+    )
+
+
+def _ssb_outputs(state: dict) -> dict[str, Any]:
+    return {
+        "object": state["ssb_default_result"].object,
+        "phase": state["ssb_default_result"].phase,
+        "standard_phase": state["ssb_standard_result"].phase,
+        "uncorrected_phase": state["ssb_uncorrected"].phase,
+    }
+
+
+def _ssb_fitted(state: dict) -> dict:
+    def record(fit) -> dict:
+        return {
+            "aberrations": fit.aberrations.to_dict(),
+            "aberrations_polar": fit.aberrations.to_polar(),
+            "loss": fit.loss,
+            "n_trials": fit.n_trials,
+            "n_evaluations": fit.n_evaluations,
+            "seed": fit.seed,
+            "refine": fit.refine,
+            "trajectory_sha256": fit.trajectory_sha256(),
+        }
+
+    return {
+        "calibration": state["ssb_calibration"].to_dict(),
+        "bf_disk": {"center": list(state["ssb"].disk.center), "radius": state["ssb"].disk.radius},
+        "uncorrected_loss": state["ssb_uncorrected"].loss,
+        "standard_fit": record(state["ssb_standard"]),
+        "default_fit": record(state["ssb_default"]),
+        "regional_fits": [
+            {"region": list(r.region), **record(r.result)} for r in state["ssb_regions"]
+        ],
+    }
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -287,6 +404,19 @@ WORKLOADS = {
         ),
         _parallax_outputs,
         _parallax_fitted,
+    ),
+    "ssb": Workload(
+        "ssb",
+        (
+            ("load", _load),
+            ("prepare", _ssb_prepare),
+            ("reconstruct", _ssb_reconstruct),
+            _ssb_fit("standard", "STANDARD_PARAMETERS"),
+            _ssb_fit("default", "EXTENDED_PARAMETERS"),
+            ("regional_fits", _ssb_regions),
+        ),
+        _ssb_outputs,
+        _ssb_fitted,
     ),
     "virtual": Workload(
         "virtual",

@@ -1,0 +1,52 @@
+"""Single-sideband (SSB) ptychography with aberration fitting, on numpy or CuPy arrays.
+
+``prepare`` takes the scan Fourier transform of the bright-field disk and keeps the
+double-overlap ("trotter") regions; ``reconstruct`` integrates the sidebands with the
+aberration phase removed and returns the complex object and its phase; ``fit_aberrations``
+finds the aberrations by minimising the sideband residual (seeded TPE search, then
+Nelder-Mead). See docs/ssb.md.
+"""
+
+from quantem.ssb.aberrations import CARTESIAN_NAMES, Aberrations, chi
+from quantem.ssb.calibration import Calibration, electron_wavelength_a
+from quantem.ssb.fit import (
+    EXTENDED_PARAMETERS,
+    STANDARD_PARAMETERS,
+    FitResult,
+    RegionFit,
+    fit_aberrations,
+    fit_regions,
+    split_regions,
+)
+from quantem.ssb.prepare import (
+    BrightFieldDisk,
+    Prepared,
+    find_bright_field_disk,
+    measure_bright_field_disk,
+    prepare,
+)
+from quantem.ssb.reconstruct import Reconstruction, loss, reconstruct, sideband_sums
+
+__all__ = [
+    "CARTESIAN_NAMES",
+    "EXTENDED_PARAMETERS",
+    "STANDARD_PARAMETERS",
+    "Aberrations",
+    "BrightFieldDisk",
+    "Calibration",
+    "FitResult",
+    "Prepared",
+    "Reconstruction",
+    "RegionFit",
+    "chi",
+    "electron_wavelength_a",
+    "find_bright_field_disk",
+    "fit_aberrations",
+    "fit_regions",
+    "loss",
+    "measure_bright_field_disk",
+    "prepare",
+    "reconstruct",
+    "sideband_sums",
+    "split_regions",
+]
