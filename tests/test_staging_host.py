@@ -355,7 +355,7 @@ def host_verify_on_device(data, starts, extents, lengths, expected, flags, strea
     data = np.asarray(data)
     for k, (start, size) in enumerate(zip(np.asarray(starts), np.asarray(extents))):
         start, size = int(start), int(size)
-        assert 0 <= start and start + size <= data.size, "a chunk outside the staged bytes"
+        assert start >= 0 and start + size <= data.size, "a chunk outside the staged bytes"
         if size <= xxh3.MIDSIZE_MAX:
             flags[k] = xxh3.FLAG_HOST
             continue

@@ -391,7 +391,9 @@ def _run_pread(
                 a, batches[i][1], lambda k: slot[int(starts[k - a]) : int(ends[k - a])]
             )
         if i == 0:
-            decoder.set_block_bytes(slot[: lz4.HEADER_BYTES], lambda: slot[int(starts[0]) : int(ends[0])])
+            decoder.set_block_bytes(
+                slot[: lz4.HEADER_BYTES], lambda: slot[int(starts[0]) : int(ends[0])]
+            )
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]

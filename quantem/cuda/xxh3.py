@@ -47,6 +47,7 @@ def verify_on_device(
     n = int(starts.size)
     if n == 0:
         return
+
     def device(values: Any, dtype: Any) -> Any:
         if isinstance(values, cupy.ndarray):
             return values  # already uploaded (int64 / uint64, contiguous) by the caller
