@@ -166,24 +166,39 @@ class IoScaleRun:
 
     def measure(self, selected: SelectedAcquisition, workspace: Workspace) -> None:
         cfg, ctx = self.config, self.context(workspace)
+        state = self.prepare(selected, workspace)
+        if state is None:
+            return
+        self.measure_cells(ctx, self.cells_of(state), cfg.reps)
+        if self.profile.in_process:
+            self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
+            if cfg.profile_reload:
+                self.profiled = io_steps.profiled_reload(ctx, state)
+
+    def prepare(
+        self, selected: SelectedAcquisition, workspace: Workspace
+    ) -> AcquisitionState | None:
+        """Everything before the trials of one acquisition; None when its QEM is wrong.
+
+        Sources resolved, the first HDF5 observation (it builds the frame index), the
+        disposable QEM written and checked, the first QEM observation. ``harness recheck``
+        prepares an earlier report's acquisitions with this before its rounds.
+        """
+        ctx = self.context(workspace)
         state = AcquisitionState(selected, Expected(selected))
         self.states.append(state)
         io_steps.resolve_sources(ctx, state)
         io_steps.first_observation(ctx, state)
         workspace.event("first-observation", acquisition=selected.id)
         if not self.prepare_qem(ctx, state):
-            return
+            return None
         if self.profile.in_process:
             io_steps.qem_first_observation(ctx, state)
         else:
             state.python_sample_hashes = reference_sample_hashes(
                 self.log, state.expected, state.qem_path
             )
-        self.measure_cells(ctx, self.cells_of(state), cfg.reps)
-        if self.profile.in_process:
-            self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
-            if cfg.profile_reload:
-                self.profiled = io_steps.profiled_reload(ctx, state)
+        return state
 
     def cells_of(self, state: AcquisitionState) -> list[Cell]:
         """The acquisition's cells in trial order (formats of the backend x cache states)."""
