@@ -162,22 +162,31 @@ def fake_gpus(monkeypatch):
     _FAKE.fake = None
 
 
-def _cpu_decode_source(source, *, out=None, consume=None, frame_range=None, **_):
+def _cpu_decode_source(
+    source, *, out=None, consume=None, frame_range=None, verify_source=False, **_
+):
     """``decode_source_to_device`` on the CPU: the chunks of ``frame_range`` only, read
-    through the frame index and decoded by the CPU codec, batches of 3 frames."""
+    through the frame index and decoded by the CPU codec, batches of 3 frames; with
+    ``verify_source`` each chunk is checked against the index's XXH3-64 (the pipeline's own
+    check is tested in test_staging_host.py; here what reaches it)."""
     import cupy
+    import xxhash
 
     from quantem.cuda.hdf5_pipeline import PipelineStats
+    from quantem.io.arina import chunk_mismatch_error, expected_chunk_hashes
     from quantem.io.cpu_decode import decode_chunk_bytes
 
     first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
     index = source.index
+    expected = expected_chunk_hashes(source) if verify_source else None
     frames = []
     nbytes = 0
     for f in range(first, last):
         shard = int(index.frame_shard[f])
         with open(source.shard_paths[shard], "rb") as fh:
             chunk = os.pread(fh.fileno(), int(index.frame_nbytes[f]), int(index.frame_offset[f]))
+        if expected is not None and xxhash.xxh3_64_intdigest(chunk) != int(expected[f]):
+            raise chunk_mismatch_error(source, f)
         nbytes += len(chunk)
         frames.append(decode_chunk_bytes(chunk, source.detector_shape, source.dtype))
     decoded = cupy.asarray(np.stack(frames))
@@ -460,3 +469,32 @@ def test_compute_refuses_a_scan_region_of_a_sharded_acquisition(fake_gpus, arina
     fake_gpus(2)
     with pytest.raises(ComputeError, match="scan region of a sharded acquisition"):
         open_frames(sharded.load(arina, devices=[0, 1]), scan_region=(0, 2, 0, 2))
+
+
+def test_verify_source_reaches_every_gpu_and_names_the_changed_frame(fake_gpus, tmp_path):
+    """``verify_source`` is passed to every GPU's block: a chunk changed after the index
+    was built fails the load (on the GPU holding it), naming shard and frame; unchanged
+    chunks load as the CPU does."""
+    from quantem import io
+    from quantem.errors import SourceIntegrityError
+    from quantem.io.arina import open_arina
+
+    master = synthetic.write_synthetic_arina(
+        tmp_path / "acq", scan_shape=SCAN, detector_shape=DETECTOR, dtype="uint16", seed=5,
+        dose=3000.0, frames_per_shard=4, processes=1, progress=False,
+    )  # fmt: skip
+    fake_gpus(2)
+    source = open_arina(master)  # first observation: the checksums are recorded
+    expected = io.load(master, apply_mask=False)
+    acq = sharded.load(master, devices=[0, 1], verify_source=True, apply_mask=False)
+    np.testing.assert_array_equal(acq.data.gather(), expected.data)
+    frame = int(source.n_frames) - 2  # in the last GPU's rows
+    shard = int(source.index.frame_shard[frame])
+    offset = int(source.index.frame_offset[frame]) + int(source.index.frame_nbytes[frame]) // 2
+    with open(source.shard_paths[shard], "r+b") as fh:
+        byte = os.pread(fh.fileno(), 1, offset)
+        os.pwrite(fh.fileno(), bytes([byte[0] ^ 0x10]), offset)
+    with pytest.raises(SourceIntegrityError) as info:
+        sharded.load(master, devices=[0, 1], verify_source=True, apply_mask=False)
+    assert info.value.fields["frame"] == frame
+    assert str(source.shard_paths[shard]) in str(info.value)

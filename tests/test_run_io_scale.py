@@ -604,7 +604,8 @@ def test_trial_loop_interleaves_rounds_and_rechecks_a_subset(tmp_path):
 
 def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeypatch):
     """--verify-source: every HDF5 load of the run checks its chunks (cpu backend), and
-    the report's conditions say so; other backends refuse it before measuring."""
+    the report's conditions say so; the native backend (.qem only) refuses it before
+    measuring (cuda accepts it: tests/hardware/test_cuda_verify_source.py)."""
     import quantem.io
     from harness.errors import UsageError
     from harness.run.io_scale import check_config
@@ -622,5 +623,5 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     assert outcome.exit_code == 0, outcome.report["status"]["failures"]
     assert outcome.report["conditions"]["verify_source"] is True
     assert {flag for suffix, flag in seen if suffix == ".h5"} == {True}
-    with pytest.raises(UsageError, match="--verify-source needs --backend cpu"):
-        check_config(_config(folder, suite, backend="cuda", verify_source=True))
+    with pytest.raises(UsageError, match="--verify-source needs --backend cpu or cuda"):
+        check_config(_config(folder, suite, backend="native", verify_source=True))

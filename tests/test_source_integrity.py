@@ -188,13 +188,6 @@ def test_version_2_sidecars_are_read_but_cannot_verify(master, tmp_path):
     assert json.loads(json_path.read_text())["version"] == 3
 
 
-def test_cuda_backend_refuses_verify_source_instead_of_ignoring_it(master):
-    from quantem.cuda import loaders
-
-    with pytest.raises(ValueError, match="verify_source=True is not supported by backend='cuda'"):
-        loaders.load_hdf5(master, verify_source=True)
-
-
 def test_truncated_shard_during_hashing_is_named(master, tmp_path):
     source = open_arina(master, index_dir=tmp_path / "first")
     shard = source.shard_paths[2]

@@ -343,3 +343,135 @@ def test_lazy_pinned_slots_allocate_on_first_use_and_return_to_the_cache(fake_cu
     with pinned.LazySlots(2, 10) as slots:
         assert slots.get(0) is first  # reused, not allocated again
     assert pinned.cached_bytes() == pinned.SIZE_STEP
+
+
+def host_verify_on_device(data, starts, extents, lengths, expected, flags, stream=None):
+    """Stands in for ``xxh3.verify_on_device``: xxhash of the same device byte ranges,
+    with the kernel's flags (long ranges only; short ones left to the host)."""
+    import xxhash
+
+    from quantem.cuda import xxh3
+
+    data = np.asarray(data)
+    for k, (start, size) in enumerate(zip(np.asarray(starts), np.asarray(extents))):
+        start, size = int(start), int(size)
+        assert start >= 0 and start + size <= data.size, "a chunk outside the staged bytes"
+        if size <= xxh3.MIDSIZE_MAX:
+            flags[k] = xxh3.FLAG_HOST
+            continue
+        got = xxhash.xxh3_64_intdigest(data[start : start + size].tobytes())
+        flags[k] = xxh3.FLAG_MISMATCH if got != int(np.asarray(expected)[k]) else xxh3.FLAG_OK
+
+
+def _flip_chunk_byte(source, frame: int, at: int = 0) -> None:
+    """Flip one bit of frame ``frame``'s raw chunk in its shard, after indexing."""
+    path = source.shard_paths[int(source.index.frame_shard[frame])]
+    nbytes = int(source.index.frame_nbytes[frame])
+    where = int(source.index.frame_offset[frame]) + (at % nbytes)
+    with open(path, "r+b") as f:
+        f.seek(where)
+        byte = f.read(1)[0]
+        f.seek(where)
+        f.write(bytes([byte ^ 0x04]))
+
+
+@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 20])
+def test_verify_source_names_the_first_changed_chunk(
+    tmp_path, fake_cuda, monkeypatch, staging_name, batch_bytes
+):
+    """verify_source on the HDF5 pipeline (stand-ins for CuPy, the decoder and the XXH3
+    kernel): an unchanged acquisition loads as the cpu backend does; a bit flipped in
+    one chunk after indexing raises SourceIntegrityError naming its shard and frame,
+    also where a later chunk changed too; a short chunk (hashed on the host) as well."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
+    from quantem.errors import SourceIntegrityError
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake_cuda()
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    hashed = []
+
+    def spy(data, starts, extents, lengths, expected, flags, stream=None):
+        hashed.append(len(np.asarray(starts)))
+        host_verify_on_device(data, starts, extents, lengths, expected, flags, stream)
+
+    monkeypatch.setattr(xxh3, "verify_on_device", spy)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(5, 7), detector_shape=(24, 20),
+        frames_per_shard=8, processes=1, dose=3000.0,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(35, 24, 20)
+    source = open_arina(master, index_dir=index_dir)
+    nbytes = np.asarray(source.index.frame_nbytes)
+    assert (nbytes > xxh3.MIDSIZE_MAX).all()  # every chunk goes through the "kernel"
+
+    def load(**kwargs):
+        return hdf5_pipeline.decode_source_to_device(
+            open_arina(master, index_dir=index_dir), staging=staging_name,
+            batch_bytes=batch_bytes, threads=2, verify_source=True, **kwargs,
+        )  # fmt: skip
+
+    out, stats = load()
+    assert stats.staging == staging_name
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert sum(hashed) == 35  # one hash per chunk, batched per staging batch
+    assert len(hashed) == stats.batches
+    hashed.clear()
+    hdf5_pipeline.decode_source_to_device(source, staging=staging_name, batch_bytes=batch_bytes)
+    assert not hashed  # off: no hashing at all
+
+    _flip_chunk_byte(source, 29, at=300)  # shard 3 (8 frames a shard), its frame 5
+    _flip_chunk_byte(source, 33, at=100)  # a later change is not the one named
+    with pytest.raises(SourceIntegrityError) as info:
+        load()
+    err = info.value
+    assert err.fields == {"frame": 29, "shard_frame": 5}
+    assert err.path == source.shard_paths[3]
+    with pytest.raises(SourceIntegrityError) as info:  # the consume path checks too
+        load(consume=lambda a, b, frames: None)
+    assert info.value.fields["frame"] == 29
+
+    # A chunk's header changed, in the first frame: reported as changed, not as corrupt.
+    _flip_chunk_byte(source, 0, at=0)
+    with pytest.raises(SourceIntegrityError) as info:
+        load()
+    assert info.value.fields == {"frame": 0, "shard_frame": 0}
+
+
+@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monkeypatch,
+                                                       staging_name):  # fmt: skip
+    """Chunks of 240 bytes or fewer (empty frames), which the kernel leaves to the host,
+    are hashed from the staged bytes; a flip in one is named like any other."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
+    from quantem.errors import SourceIntegrityError
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake_cuda()
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    monkeypatch.setattr(xxh3, "verify_on_device", host_verify_on_device)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1, dose=0.5,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(24, 16, 16)
+    source = open_arina(master, index_dir=index_dir)
+    small = np.flatnonzero(np.asarray(source.index.frame_nbytes) <= xxh3.MIDSIZE_MAX)
+    assert small.size and small[-1] > 0
+    out, _ = hdf5_pipeline.decode_source_to_device(
+        source, staging=staging_name, batch_bytes=700, threads=2, verify_source=True
+    )
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    frame = int(small[-1])
+    _flip_chunk_byte(source, frame, at=int(source.index.frame_nbytes[frame]) - 1)
+    with pytest.raises(SourceIntegrityError) as info:
+        hdf5_pipeline.decode_source_to_device(
+            open_arina(master, index_dir=index_dir), staging=staging_name, batch_bytes=700,
+            threads=2, verify_source=True,
+        )  # fmt: skip
+    assert info.value.fields["frame"] == frame

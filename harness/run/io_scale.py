@@ -115,10 +115,10 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError(f"unknown representation {cfg.representation!r}")
     if cfg.representation == "encoded" and not profile.device_pool:
         raise UsageError("--representation encoded needs --backend cuda")
-    if cfg.verify_source and cfg.backend != "cpu":
+    if cfg.verify_source and not profile.in_process:
         raise UsageError(
-            "--verify-source needs --backend cpu for now (the cuda loader refuses it until "
-            "the GPU check is wired; the native reader reads .qem, which has block checksums)"
+            "--verify-source needs --backend cpu or cuda (the native reader reads .qem, "
+            "which has block checksums)"
         )
     if not profile.in_process and cfg.native_binary is None:
         raise UsageError("--backend native needs --native-binary PATH")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from quantem.cuda import lz4_bitshuffle as lz4
-from quantem.cuda import mapped_staging
+from quantem.cuda import mapped_staging, xxh3
 from quantem.cuda import staging as staging_module
 from quantem.cuda.staging import plan_batches
 from quantem.errors import ArinaFormatError, ChunkDecodeError
@@ -61,16 +61,90 @@ class _BatchDecoder:
     describe: Callable
     first: int
     threads: int | None
+    #: The ``verify_source`` check, or ``None`` when it is off.
+    verify: _SourceCheck | None = None
 
-    def set_block_bytes(self, header: np.ndarray) -> None:
-        """The first chunk's block size, which the kernels are compiled for."""
+    def set_block_bytes(self, header: np.ndarray, first_chunk: Callable | None = None) -> None:
+        """The first chunk's block size, which the kernels are compiled for.
+
+        ``first_chunk()`` returns the first chunk's bytes: when verifying, a header that
+        does not parse is first checked against the index (a changed chunk is reported as
+        changed, not as corrupt)."""
         try:
             self.state["block_bytes"] = lz4.parse_chunk_header(header, self.frame_bytes, self.elem)
         except ValueError as exc:
+            if self.verify is not None and first_chunk is not None:
+                self.verify.check_host(0, first_chunk())
+                if self.verify.host_bad[0]:
+                    raise self.verify.error(0) from None
             path, fields = self.describe(self.first)
             raise ChunkDecodeError(
                 path, f"corrupt chunk: {exc}", frame=self.first, **fields
             ) from None
+
+
+class _SourceCheck:
+    """``verify_source``: every staged raw chunk's XXH3-64 against the frame index's.
+
+    Chunks longer than :data:`~quantem.cuda.xxh3.MIDSIZE_MAX` are hashed on the device by
+    ``xxh3.cu`` on the decode's stream, just before the decode reads them (no host copy);
+    shorter ones (the kernel leaves them to the host) are hashed from the bytes that are
+    staged: the pinned buffer (pread) or a pread of the chunk (mapped staging, whose bytes
+    the CPU otherwise never touches). ``raise_first`` raises for the first mismatching
+    frame after the batches ran.
+    """
+
+    def __init__(self, source: Any, first: int, nbytes: np.ndarray) -> None:
+        import cupy
+
+        from quantem.io.arina import expected_chunk_hashes
+
+        n = int(nbytes.size)
+        self.source = source
+        self.first = first
+        self.expected = np.ascontiguousarray(
+            expected_chunk_hashes(source)[first : first + n], dtype=np.uint64
+        )
+        self.small = xxh3.needs_host(nbytes)
+        self.host_bad = np.zeros(n, dtype=bool)
+        # Per-chunk kernel inputs uploaded once, sliced per batch.
+        self.nbytes_dev = cupy.asarray(np.ascontiguousarray(nbytes, dtype=np.int64))
+        self.expected_dev = cupy.asarray(self.expected)
+        self.flags = cupy.zeros(n, dtype=cupy.int32)
+
+    def check_host(self, k: int, chunk: Any) -> None:
+        """Hash chunk ``k`` (position in the loaded range) on the host; a mismatch is
+        noted and reported by :meth:`raise_first`."""
+        import xxhash
+
+        if xxhash.xxh3_64_intdigest(memoryview(chunk).cast("B")) != int(self.expected[k]):
+            self.host_bad[k] = True
+
+    def check_small(self, a: int, b: int, chunk_of: Callable[[int], Any]) -> None:
+        """Hash the host-side chunks of frames ``[a, b)``; ``chunk_of(k)`` gives bytes."""
+        for k in (a + np.flatnonzero(self.small[a:b])).tolist():
+            self.check_host(k, chunk_of(k))
+
+    def launch(self, a: int, b: int, device_bytes: Any, starts: Any, stream: Any) -> None:
+        """Enqueue the device hashes of frames ``[a, b)`` (chunks at ``starts``)."""
+        lengths = self.nbytes_dev[a:b]
+        xxh3.verify_on_device(
+            device_bytes, starts, lengths, lengths, self.expected_dev[a:b], self.flags[a:b],
+            stream,
+        )  # fmt: skip
+
+    def error(self, k: int) -> Exception:
+        from quantem.io.arina import chunk_mismatch_error
+
+        return chunk_mismatch_error(self.source, self.first + k)
+
+    def raise_first(self) -> None:
+        import cupy
+
+        bad = (cupy.asnumpy(self.flags) == xxh3.FLAG_MISMATCH) | self.host_bad
+        hits = np.flatnonzero(bad)
+        if hits.size:
+            raise self.error(int(hits[0]))
 
 
 def plan_reads(
@@ -151,6 +225,7 @@ def decode_source_to_device(
     frame_range: tuple[int, int] | None = None,
     stage_compressed: bool = False,
     staging: str = "pread",
+    verify_source: bool = False,
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 
@@ -167,6 +242,13 @@ def decode_source_to_device(
     ``consume(start, stop, frames)`` on the compute stream for each batch (frames are valid
     only during the call). Raises :class:`ChunkDecodeError` naming the shard and frame of
     the first corrupt chunk.
+
+    ``verify_source=True`` hashes every raw chunk on the device as it is staged (XXH3-64,
+    ``xxh3.cu``, on the decode's stream) and compares it with the frame index's
+    (:func:`quantem.io.arina.expected_chunk_hashes`); a chunk that differs raises
+    :class:`~quantem.errors.SourceIntegrityError` naming the shard and the first such
+    frame, before any decode error (a changed chunk explains a failed decode). Off, it
+    costs nothing.
     """
     import cupy
 
@@ -205,6 +287,7 @@ def decode_source_to_device(
         raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, not {staging!r}")
     if out is None and consume is None:
         out = cupy.empty((n, det_r, det_c), dtype=dtype)
+    verify = _SourceCheck(source, first, nbytes) if verify_source and n else None
     if n == 0:
         return out, stats
     batches = plan_batches(nbytes, batch_bytes)
@@ -235,6 +318,8 @@ def decode_source_to_device(
                     cupy.empty(max_frames * per_frame, dtype=cupy.int64),
                     cupy.empty(max_frames * per_frame, dtype=cupy.uint32),
                 )
+            if verify is not None:
+                verify.launch(a, b, device_bytes, starts, stream)
             target = out[a:b] if consume is None else scratch_out
             state["decoder"].decode(
                 device_bytes, starts, b - a, target, errors[a:b], state["scratch"],
@@ -245,7 +330,7 @@ def decode_source_to_device(
                     consume(a, b, scratch_out[: b - a])
 
         batch_decoder = _BatchDecoder(
-            frame_bytes, elem, state, decode_batch, describe, first, threads
+            frame_bytes, elem, state, decode_batch, describe, first, threads, verify
         )
         staged = None
         if mapped is not None:
@@ -256,6 +341,9 @@ def decode_source_to_device(
             except mapped_staging.MappedStagingUnavailable as exc:
                 stats.fallback = str(exc)
                 errors.fill(0)
+                if verify is not None:
+                    verify.flags.fill(0)
+                    verify.host_bad[:] = False
         if staged is None:
             staged = _run_pread(files, batches, shard, offset, nbytes, batch_decoder)
             stats.staging = "pread"
@@ -263,6 +351,8 @@ def decode_source_to_device(
     stats.read_seconds = staged.read_seconds
     stats.wall_seconds = staged.wall_seconds
     stats.stages = dict(staged.extra)
+    if verify is not None:
+        verify.raise_first()
     if int(errors.max()) != 0:
         lz4.raise_first_error(cupy.asnumpy(errors), first, describe)
     return out, stats
@@ -295,8 +385,15 @@ def _run_pread(
         n = starts.size
         slot[at : at + 8 * n].view(np.int64)[:] = starts
         slot[at + 8 * n : at + 16 * n].view(np.int64)[:] = ends
+        if decoder.verify is not None:
+            a = batches[i][0]
+            decoder.verify.check_small(
+                a, batches[i][1], lambda k: slot[int(starts[k - a]) : int(ends[k - a])]
+            )
         if i == 0:
-            decoder.set_block_bytes(slot[: lz4.HEADER_BYTES])
+            decoder.set_block_bytes(
+                slot[: lz4.HEADER_BYTES], lambda: slot[int(starts[0]) : int(ends[0])]
+            )
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
@@ -397,8 +494,18 @@ def _run_mapped(
     ends_dev = cupy.asarray(starts + nbytes)
     # The block size comes from the first chunk's header, read with pread: the CPU never
     # reads the mappings.
+    fd_of = np.concatenate(
+        [np.full(b - a, files.fds[r.file], dtype=np.int64) for (a, b), r in zip(batches, ranges)]
+    )
+
+    def chunk_of(k: int) -> bytes:
+        return os.pread(int(fd_of[k]), int(nbytes[k]), int(offset[k]))
+
+    if decoder.verify is not None:
+        # The chunks too short for the kernel are hashed here, from the file.
+        decoder.verify.check_small(0, int(offset.size), chunk_of)
     header = os.pread(files.fds[ranges[0].file], lz4.HEADER_BYTES, int(offset[0]))
-    decoder.set_block_bytes(np.frombuffer(header, dtype=np.uint8))
+    decoder.set_block_bytes(np.frombuffer(header, dtype=np.uint8), lambda: chunk_of(0))
 
     def launch(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]

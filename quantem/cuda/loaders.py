@@ -68,23 +68,22 @@ def load_hdf5(
     saves does; see ``docs/performance/results.md``). ``metadata["load_stats"]``
     records which one ran (and why mapped staging fell back, if it did).
 
-    ``verify_source=True`` (checking each raw chunk against the frame index's XXH3-64,
-    :func:`quantem.io.arina.expected_chunk_hashes`) is refused with a ``ValueError``
-    until the GPU check is wired.
+    ``verify_source=True`` checks each raw chunk against the frame index's XXH3-64
+    (:func:`quantem.io.arina.expected_chunk_hashes`) on the GPU as it is staged, with
+    ``xxh3.cu`` on the decode's stream; a chunk that changed raises
+    :class:`~quantem.errors.SourceIntegrityError` naming the shard and the first such
+    frame, and no data is returned. Off by default (no hashing at all).
 
     Raises
     ------
     ChunkDecodeError
         A chunk is corrupt; the error names the shard file and the frame.
+    SourceIntegrityError
+        ``verify_source=True`` and a chunk differs from the index (or the index has no
+        checksums).
     BackendUnavailableError
         CuPy or a CUDA device is missing.
     """
-    if verify_source:
-        # Not wired to the GPU XXH3 kernel yet: refuse rather than load unchecked.
-        raise ValueError(
-            "verify_source=True is not supported by backend='cuda' yet; "
-            "use backend='cpu' to check the chunks against the frame index"
-        )
     require_backend("cuda")
     import cupy
 
@@ -96,9 +95,15 @@ def load_hdf5(
     options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     options.check_detector(source.detector_shape)
+    if verify_source:
+        from quantem.io.arina import expected_chunk_hashes
+
+        expected_chunk_hashes(source)  # refuses an index without checksums before reading
     scan = tuple(int(v) for v in source.scan_shape)
     with cupy.cuda.Device(device), releasing_on_error():
-        frames, stats, info = _decode_hdf5(source, options, threads, batch_bytes, staging)
+        frames, stats, info = _decode_hdf5(
+            source, options, threads, batch_bytes, staging, verify_source=verify_source
+        )
         data = frames.reshape(*scan, *frames.shape[1:])
     metadata = dict(source.metadata)
     metadata.update(
@@ -132,7 +137,9 @@ def _decode_hdf5(
     threads: Any,
     batch_bytes: int,
     staging: str,
+    *,
     frame_range: tuple[int, int] | None = None,
+    verify_source: bool = False,
 ) -> tuple:
     """Decode the frames of ``frame_range`` (default: every frame) on the current device,
     finished per batch where the options change the dtype or shape, else masked in place."""
@@ -146,6 +153,7 @@ def _decode_hdf5(
             batch_bytes=batch_bytes,
             staging=staging,
             frame_range=frame_range,
+            verify_source=verify_source,
         )
         frames, info = options.finish(frames, validity, cupy, overwrite=True)
         return frames, stats, info
@@ -160,6 +168,7 @@ def _decode_hdf5(
         batch_bytes=batch_bytes,
         staging=staging,
         frame_range=frame_range,
+        verify_source=verify_source,
     )
     return finisher.out, stats, finisher.info
 

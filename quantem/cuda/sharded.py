@@ -444,19 +444,16 @@ def _load_hdf5(
     from quantem.cuda import loaders
     from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES
     from quantem.cuda.staging import prestart_threads
-    from quantem.io.arina import open_arina
+    from quantem.io.arina import expected_chunk_hashes, open_arina
     from quantem.io.transforms import LoadOptions
 
-    if verify_source:  # as the one-GPU loader: refused until the GPU check is wired
-        raise ValueError(
-            "verify_source=True is not supported by backend='cuda' yet; "
-            "use backend='cpu' to check the chunks against the frame index"
-        )
     prestart_threads(threads, devices=devices)
     batch_bytes = batch_bytes or DEFAULT_BATCH_BYTES
     options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     options.check_detector(source.detector_shape)
+    if verify_source:
+        expected_chunk_hashes(source)  # refuses an index without checksums before reading
     scan_r, scan_c = (int(v) for v in source.scan_shape)
     rows = split_rows(scan_r, len(devices))
 
@@ -465,7 +462,7 @@ def _load_hdf5(
         with loaders.releasing_on_error():
             frames, stats, info = loaders._decode_hdf5(
                 source, options, threads, batch_bytes, staging,
-                frame_range=(r0 * scan_c, r1 * scan_c),
+                frame_range=(r0 * scan_c, r1 * scan_c), verify_source=verify_source,
             )  # fmt: skip
             return frames.reshape(r1 - r0, scan_c, *frames.shape[1:]), stats, info
 

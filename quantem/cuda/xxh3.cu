@@ -1,9 +1,11 @@
 // XXH3-64 (seed 0, default secret) of many byte ranges on the GPU, one warp per range, to
-// verify .qem block checksums (docs/qem-format.md §9) where the payload already is.
+// verify .qem block checksums (docs/qem-format.md §9) and ARINA raw chunks against the
+// frame index (verify_source) where the bytes already are.
 //
 // Only the long-input path (length > 240 bytes) is implemented here; shorter ranges are
 // flagged for the host (FLAG_HOST), which hashes them with the xxhash library. Long path:
-// 8 accumulators; every 1024-byte block adds, for each of its 16 stripes of 8 words w,
+// Inputs may start at any byte (ARINA chunks in a staged span, for verify_source; see
+// load_word). 8 accumulators; every 1024-byte block adds, for each of its 16 stripes of 8 words w,
 // w to acc[i ^ 1] and lo32(w ^ key) * hi32(w ^ key) to acc[i] (i = word index in the
 // stripe, key = secret word at 8 * (stripe + i)), then scrambles; the additions commute,
 // so the 128 words of a block are spread over the 32 lanes (lane l owns i = l % 8) and
@@ -56,6 +58,14 @@ __device__ __forceinline__ u64 read64(const u8* p) {
     return v;
 }
 
+// Word k (8 bytes at 8 * k) of an input that starts `shift` bits past the aligned `base`:
+// two aligned loads funnel-shifted (the second is the aligned word holding the last byte,
+// so nothing past the input's last aligned word is read). shift is uniform over a warp.
+__device__ __forceinline__ u64 load_word(const u64* base, int shift, i64 k) {
+    if (shift == 0) return base[k];
+    return (base[k] >> shift) | (base[k + 1] << (64 - shift));
+}
+
 __device__ __forceinline__ u64 secret64(int offset) {
     u64 v = 0;
 #pragma unroll
@@ -97,13 +107,15 @@ extern "C" __global__ void xxh3_verify(const u8* __restrict__ data, const i64* _
     u64 acc = i == 0 ? PRIME32_3 : i == 1 ? PRIME64_1 : i == 2 ? PRIME64_2 : i == 3 ? PRIME64_3
             : i == 4 ? PRIME64_4 : i == 5 ? PRIME32_2 : i == 6 ? PRIME64_5 : PRIME32_1;
     const i64 n_blocks = (len - 1) / 1024;
-    const u64* words = reinterpret_cast<const u64*>(input);  // 8-byte aligned (extents are)
+    // Any start: .qem extents are 8-byte aligned, ARINA chunks in a staged span are not.
+    const u64* words = reinterpret_cast<const u64*>((u64)input & ~7ULL);
+    const int shift = 8 * (int)((u64)input & 7ULL);
     for (i64 b = 0; b < n_blocks; ++b) {
         u64 prod = 0, val = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const int w = lane + 32 * k;  // word of the block; stripe w / 8, index w % 8 == i
-            const u64 v = words[b * 128 + w];
+            const u64 v = load_word(words, shift, b * 128 + w);
             const u64 keyed = v ^ secret64(8 * (w >> 3) + 8 * i);
             prod += mul_lo_hi(keyed);
             val += v;
@@ -117,7 +129,7 @@ extern "C" __global__ void xxh3_verify(const u8* __restrict__ data, const i64* _
     {
         u64 prod = 0, val = 0;
         for (int w = lane; w < 8 * n_stripes; w += 32) {
-            const u64 v = words[n_blocks * 128 + w];
+            const u64 v = load_word(words, shift, n_blocks * 128 + w);
             const u64 keyed = v ^ secret64(8 * (w >> 3) + 8 * i);
             prod += mul_lo_hi(keyed);
             val += v;

@@ -1,4 +1,5 @@
-"""Block checksum verification on the GPU (XXH3-64 of each block extent, ``xxh3.cu``).
+"""Checksum verification on the GPU (XXH3-64 of byte ranges, ``xxh3.cu``): ``.qem`` block
+extents, and ARINA raw chunks for ``verify_source`` (:mod:`quantem.cuda.hdf5_pipeline`).
 
 Ranges longer than 240 bytes are hashed by the kernel (one warp each); shorter ones, and
 empty extents, are flagged for the host, which hashes them with the xxhash library (the
@@ -36,7 +37,8 @@ def verify_on_device(
 
     ``flags`` (device int32, len(starts)) receives 0, ``FLAG_MISMATCH``, ``FLAG_PADDING``
     (bytes after ``lengths[k]`` not zero) or ``FLAG_HOST`` (too short for the kernel).
-    Starts must be 8-byte aligned (block extents are 16-byte aligned).
+    Starts may be at any byte (the kernel funnel-shifts aligned loads); ``data`` must be
+    a device allocation covering the aligned 8-byte words that hold each range.
     """
     import cupy
 
@@ -45,9 +47,6 @@ def verify_on_device(
     n = int(starts.size)
     if n == 0:
         return
-    on_device = isinstance(starts, cupy.ndarray)
-    if not on_device and np.any(np.asarray(starts) % 8):
-        raise ValueError("block extents must start 8-byte aligned in the device buffer")
 
     def device(values: Any, dtype: Any) -> Any:
         if isinstance(values, cupy.ndarray):
