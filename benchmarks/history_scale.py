@@ -74,8 +74,8 @@ def build_history(history: Path, records: int, batch: int = 200) -> float:
 
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
-    from harness.history.render import render_all
     from harness.history.store import register_reports
+    from harness.render import render_all
 
     start = time.perf_counter()
     register_reports(history, [_report_bytes(0)], render=False)

@@ -102,6 +102,7 @@ def test_render_index_to_another_folder(tmp_path: Path) -> None:
         "README.md",
         "index.html",
         "plots",
+        "dashboard",
     }
     assert len(list((out / "plots").glob("*.png"))) == 1
     assert not (history / "plots").exists()  # the history's own views are untouched

@@ -44,7 +44,8 @@ for seed in range(first, first + count):
 # Kill the process at one named point inside a registration.
 INJECT = """
 import os, signal, sys
-from harness.history import index_db, records, render, store
+from harness.history import index_db, records, store
+from harness.render import index_json, pages, targets, timings, update
 from harness.report import dump_report
 from harness.testing import make_example_report
 history, point, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -71,15 +72,16 @@ elif point == "mid-index":
         die()
     store.insert_entry = half_insert
 elif point == "mid-render":
-    render.write_atomic = die
+    for module in (index_json, pages, targets, timings, update):
+        module.write_atomic = die
 elif point == "mid-csv-append":
-    real = render.timings_csv_text
+    real = timings.timings_csv_text
     def partial(rows, header):
         data = real(rows, header=header)
         with open(os.path.join(history, "timings.csv"), "ab") as handle:
             handle.write(data[: len(data) // 2])
         die()
-    render.timings_csv_text = partial
+    timings.timings_csv_text = partial
 store.register_reports(history, [dump_report(make_example_report(seed, reps=2))], plots="defer")
 print("survived")
 """

@@ -234,7 +234,7 @@ def test_deferred_plots_are_pending_until_rendered(tmp_path: Path) -> None:
 def test_auto_plots_are_drawn_for_small_groups_and_deferred_for_large_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness.history import render
+    from harness.render import update as render
 
     monkeypatch.setattr(render, "PLOT_INLINE_RECORDS", 2)
     history = tmp_path / "h"

@@ -109,7 +109,7 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
 
 def add_plot_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """``--plots {auto,now,defer}`` and its shorthand ``--defer-plots``."""
-    from harness.history.render import PLOT_INLINE_RECORDS, PLOT_POLICIES
+    from harness.render import PLOT_INLINE_RECORDS, PLOT_POLICIES
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument(

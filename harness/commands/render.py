@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
-    from harness.history.render import render_all
     from harness.history.store import check_history_marker, history_lock, require_history
+    from harness.render import render_all
 
     if args.all_plots and args.no_plots:
         raise UsageError("--all-plots and --no-plots exclude each other")

@@ -76,8 +76,8 @@ def rebuild_history(
     progress: Callable[[int], None] | None = None,
 ) -> RebuildResult:
     """Rebuild the index, recover the journal, remove temporaries and re-render everything."""
-    from harness.history.render import render_all
     from harness.history.store import check_history_marker, history_lock, require_history
+    from harness.render import render_all
 
     layout = HistoryLayout.at(history_dir)
     require_history(layout)

@@ -38,7 +38,7 @@ from harness.history.layout import (
     HistoryLayout,
 )
 from harness.history.records import ensure_dir, fsync_dir, sha256_bytes, write_record
-from harness.history.render import check_plot_policy
+from harness.render import check_plot_policy
 from harness.report import (
     migrate_report,
     parse_report_json,
@@ -288,7 +288,7 @@ def _register_locked(
             ):  # also indexes a stored record whose indexing a crash cut short
                 new_seqs.append(insert_entry(connection, entry))
     if render:
-        from harness.history.render import render_after_registration
+        from harness.render import render_after_registration
 
         render_after_registration(layout, engine, new_seqs=new_seqs, plots=plots)
     return [RegisterResult(r.sha256, r.path, r.source, r.created, keys[r.sha256]) for r in results]

@@ -342,15 +342,13 @@ def _rows_by_seq(connection: Any, model: Any, fields: tuple[str, ...]) -> dict[i
 
 
 def _check_rendered(layout: HistoryLayout, connection: Any) -> list[Problem]:
-    from harness.history.render import (
-        RenderTargets,
-        _all_keys,
-        _latest_seq_of,
-        _plot_state,
-        build_index_json,
-        build_readme_and_html,
-        build_timings_csv,
-    )
+    from harness.render.index_json import build_index_json
+    from harness.render.pages import build_readme_and_html
+    from harness.render.pages import plot_state as _plot_state
+    from harness.render.targets import RenderTargets
+    from harness.render.targets import all_keys as _all_keys
+    from harness.render.targets import latest_seq_of as _latest_seq_of
+    from harness.render.timings import build_timings_csv
 
     targets = RenderTargets(layout.root)
     problems = []
