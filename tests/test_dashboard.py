@@ -1,0 +1,157 @@
+"""The static dashboard's HTML (the browser tests are in test_dashboard_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.history.layout import HistoryLayout
+from harness.render import keys as render_keys
+from harness.render.pages import script_json
+from tests._dashboard_helpers import (
+    CRAFTED_ACQUISITION,
+    CRAFTED_DEVICE,
+    RECORDS_PER_KEY,
+    REPS,
+    build_history,
+    render_history,
+)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
+    root = tmp_path_factory.mktemp("dash")
+    return root / "h", build_history(root)
+
+
+def _key_data(page: Path) -> dict:
+    match = re.search(
+        r'<script type="application/json" id="key-data">(.*?)</script>', page.read_text(), re.S
+    )
+    assert match, page
+    return json.loads(match.group(1))
+
+
+def test_every_record_and_key_has_a_page(history) -> None:
+    root, shas = history
+    for sha in shas["nvme-a"] + shas["crafted"]:
+        page = root / "dashboard" / "records" / f"{sha}.html"
+        assert page.is_file()
+        text = page.read_text()
+        # the link to the JSON evidence resolves to the stored record
+        (href,) = re.findall(r'<a href="([^"]+\.json)">the record', text)
+        assert (page.parent / href).resolve() == HistoryLayout.at(root).record_path(sha)
+    assert len(list((root / "dashboard" / "keys").glob("*.html"))) == 2
+    assert (root / "dashboard" / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+
+
+def test_overview_tiles_show_verdict_and_sparkline(history) -> None:
+    root, _ = history
+    html = (root / "index.html").read_text()
+    tiles = re.findall(r'<a class="tile verdict-([^"]+)" href="dashboard/keys/(\w+)\.html"', html)
+    assert len(tiles) == 2
+    # each tile shows the verdict its newest record states (the example baseline run says pass)
+    assert {verdict for verdict, _ in tiles} == {"pass", "no_baseline"}
+    points = re.findall(r'<polyline points="([^"]+)"', html)
+    assert sorted(len(p.split()) for p in points) == [2, RECORDS_PER_KEY]
+
+
+def test_key_page_data_matches_the_index(history) -> None:
+    root, shas = history
+    (page,) = [
+        p
+        for p in (root / "dashboard" / "keys").glob("*.html")
+        if shas["nvme-a"][0] in p.read_text()
+    ]
+    data = _key_data(page)
+    assert data["records"]["sha"] == shas["nvme-a"]
+    assert [p["id"] for p in data["panels"]] == ["cold-hdf5", "cold-qem", "cached-hdf5", "cached-qem"]
+    for panel in data["panels"]:
+        assert [s["acquisition"] for s in panel["series"]] == ["scan-a", "scan-b"]
+        for series in panel["series"]:
+            assert series["x"] == list(range(RECORDS_PER_KEY))
+            assert len(series["trials"]["x"]) == RECORDS_PER_KEY * REPS
+            for low, mid, high in zip(series["p5"], series["median"], series["p95"]):
+                assert low <= mid <= high
+    # cold loads of 1.5-4.5 s print in s, cached ones of about 0.5 s in ms
+    assert {p["id"]: p["unit"] for p in data["panels"]}["cached-hdf5"] == "ms"
+    assert {p["id"]: p["unit"] for p in data["panels"]}["cold-hdf5"] == "s"
+
+
+def test_record_page_shows_the_comparison_with_flagged_cells_first(history) -> None:
+    root, shas = history
+    text = (root / "dashboard" / "records" / f"{shas['nvme-a'][-1]}.html").read_text()
+    assert 'id="comparison"' in text and "verdict <strong" in text
+    rows = re.findall(r'<tr class="(flagged|)"><td>', text.split('id="comparison"')[1])
+    assert rows and rows == sorted(rows, key=lambda r: r != "flagged")
+    assert "flagged" in rows
+    # the trials carry their cache-state evidence and product hashes
+    assert "residency before" in text and "bytes read / file" in text
+    assert text.count('<code class="sha">') >= 2 * 2 * 2 * REPS
+
+
+def test_crafted_strings_are_escaped_everywhere(history) -> None:
+    root, shas = history
+    pages = [root / "index.html", *(root / "dashboard").rglob("*.html")]
+    for page in pages:
+        text = page.read_text()
+        assert "<script>alert" not in text, page
+        assert "<img src=x" not in text, page
+        assert "onerror=\"alert" not in text, page
+    record = (root / "dashboard" / "records" / f"{shas['crafted'][0]}.html").read_text()
+    assert "scan&lt;script&gt;alert(&#39;acq&#39;)&lt;/script&gt;" in record
+    assert "GPU&lt;/script&gt;" in record
+
+
+def test_script_json_cannot_end_its_block() -> None:
+    text = script_json({"id": CRAFTED_DEVICE, "other": CRAFTED_ACQUISITION + "&"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"id": CRAFTED_DEVICE, "other": CRAFTED_ACQUISITION + "&"}
+
+
+def test_change_points_from_the_verdict_hook_are_drawn(tmp_path: Path, monkeypatch) -> None:
+    shas = build_history(tmp_path, render=False)
+    point = render_keys.ChangePoint(shas["nvme-a"][2], "scan-a", "hdf5", "cold", "step up")
+    monkeypatch.setattr(
+        render_keys,
+        "change_points_for",
+        lambda connection, key: [point] if key == _key_of(tmp_path / "h", shas) else [],
+    )
+    render_history(tmp_path / "h")
+    pages = {p: _key_data(p) for p in (tmp_path / "h" / "dashboard" / "keys").glob("*.html")}
+    points = [d["change_points"] for d in pages.values() if d["change_points"]]
+    assert points == [
+        [{"acquisition": "scan-a", "cache_state": "cold", "format": "hdf5", "label": "step up", "x": 2}]
+    ]
+
+
+def _key_of(history: Path, shas: dict[str, list[str]]) -> str:
+    import sqlite3
+
+    with sqlite3.connect(history / "index.sqlite") as connection:
+        (key,) = connection.execute(
+            "SELECT comparison_key FROM records WHERE sha256 = ?", (shas["nvme-a"][0],)
+        ).fetchone()
+    return key
+
+
+def test_git_order_places_records_by_commit(tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
+    commits = []
+    for n in range(3):
+        subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", str(n)],
+                       check=True, env=env)
+        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
+                                      capture_output=True, text=True, check=True).stdout.strip())
+    positions = render_keys.git_positions(repo)
+    assert [positions[c] for c in commits] == [0, 1, 2]
+    assert render_keys.git_positions(tmp_path / "not-a-repo") == {}
