@@ -48,7 +48,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "import", help="import earlier reports (files or folders of loading.json)"
     )
     importer.add_argument("paths", nargs="+", metavar="OLD", help="report files or folders")
-    importer.add_argument("--out", required=True, metavar="H", help="history folder to import into")
+    importer.add_argument(
+        "--history-dir",
+        "--out",
+        dest="history_dir",
+        default=None,
+        metavar="H",
+        help=(
+            f"history folder to import into (default ${HISTORY_DIR_ENV} or "
+            f"./{DEFAULT_HISTORY_DIR}; --out is an older spelling)"
+        ),
+    )
     importer.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -148,7 +158,7 @@ def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import import_reports
 
     results, refused = import_reports(
-        args.out, args.paths, skip_invalid=args.skip_invalid, plots=args.plots
+        _history_dir(args), args.paths, skip_invalid=args.skip_invalid, plots=args.plots
     )
     for result in results:
         print(result.message)
@@ -184,17 +194,32 @@ def run_list(args: argparse.Namespace) -> int:
             rows = list(reversed(connection.execute(statement).all()))
     finally:
         engine.dispose()
-    print(
-        "record        created_utc           revision    device / storage / backend         correctness performance group"
-    )
-    for row in rows:
-        revision = (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else "")
-        where = f"{row.device_name} / {row.storage_id} / {row.backend}"
-        print(
-            f"{row.sha256[:12]}  {row.created_utc:<20}  {revision:<11} {where:<34} "
-            f"{row.correctness:<11} {row.performance:<11} {row.comparison_key}"
+    header = ("record", "created_utc", "revision", "device", "storage", "backend")
+    header += ("correctness", "performance", "group")
+    table = [header] + [
+        (
+            row.sha256[:12],
+            row.created_utc,
+            (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
+            _one_line(row.device_name),
+            _one_line(row.storage_id),
+            row.backend,
+            row.correctness,
+            row.performance,
+            row.comparison_key,
         )
+        for row in rows
+    ]
+    # every column as wide as its widest value: nothing is cut, columns stay aligned
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip())
     return EXIT_OK
+
+
+def _one_line(text: str) -> str:
+    """Report text on one line (a newline in a device name would break the columns)."""
+    return " ".join(str(text).split())
 
 
 def run_show(args: argparse.Namespace) -> int:
