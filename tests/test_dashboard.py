@@ -68,7 +68,12 @@ def test_key_page_data_matches_the_index(history) -> None:
     ]
     data = _key_data(page)
     assert data["records"]["sha"] == shas["nvme-a"]
-    assert [p["id"] for p in data["panels"]] == ["cold-hdf5", "cold-qem", "cached-hdf5", "cached-qem"]
+    assert [p["id"] for p in data["panels"]] == [
+        "cold-hdf5",
+        "cold-qem",
+        "cached-hdf5",
+        "cached-qem",
+    ]
     for panel in data["panels"]:
         assert [s["acquisition"] for s in panel["series"]] == ["scan-a", "scan-b"]
         for series in panel["series"]:
@@ -100,7 +105,7 @@ def test_crafted_strings_are_escaped_everywhere(history) -> None:
         text = page.read_text()
         assert "<script>alert" not in text, page
         assert "<img src=x" not in text, page
-        assert "onerror=\"alert" not in text, page
+        assert 'onerror="alert' not in text, page
     record = (root / "dashboard" / "records" / f"{shas['crafted'][0]}.html").read_text()
     assert "scan&lt;script&gt;alert(&#39;acq&#39;)&lt;/script&gt;" in record
     assert "GPU&lt;/script&gt;" in record
@@ -124,7 +129,15 @@ def test_change_points_from_the_verdict_hook_are_drawn(tmp_path: Path, monkeypat
     pages = {p: _key_data(p) for p in (tmp_path / "h" / "dashboard" / "keys").glob("*.html")}
     points = [d["change_points"] for d in pages.values() if d["change_points"]]
     assert points == [
-        [{"acquisition": "scan-a", "cache_state": "cold", "format": "hdf5", "label": "step up", "x": 2}]
+        [
+            {
+                "acquisition": "scan-a",
+                "cache_state": "cold",
+                "format": "hdf5",
+                "label": "step up",
+                "x": 2,
+            }
+        ]
     ]
 
 
@@ -143,15 +156,29 @@ def test_git_order_places_records_by_commit(tmp_path: Path) -> None:
 
     repo = tmp_path / "repo"
     repo.mkdir()
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "PATH": "/usr/bin:/bin",
+    }
     subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
     commits = []
     for n in range(3):
-        subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", str(n)],
-                       check=True, env=env)
-        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
-                                      capture_output=True, text=True, check=True).stdout.strip())
+        subprocess.run(
+            ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", str(n)],
+            check=True,
+            env=env,
+        )
+        commits.append(
+            subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
     positions = render_keys.git_positions(repo)
     assert [positions[c] for c in commits] == [0, 1, 2]
     assert render_keys.git_positions(tmp_path / "not-a-repo") == {}

@@ -28,7 +28,9 @@ def browser() -> Iterator[object]:
     executable = chromium_path()
     if executable is None:
         if os.environ.get("HARNESS_REQUIRE_BROWSER") == "1":
-            pytest.fail("no chromium on PATH (apt-get install -y chromium) and HARNESS_REQUIRE_BROWSER=1")
+            pytest.fail(
+                "no chromium on PATH (apt-get install -y chromium) and HARNESS_REQUIRE_BROWSER=1"
+            )
         pytest.skip("no system chromium on PATH (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
@@ -45,9 +47,7 @@ class Watched:
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         self.errors: list[str] = []
         self.dialogs: list[str] = []
-        self.page.on(
-            "console", lambda m: self.errors.append(m.text) if m.type == "error" else None
-        )
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("dialog", self._dialog)
 

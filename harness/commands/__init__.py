@@ -13,4 +13,5 @@ COMMAND_MODULES = (
     "harness.commands.render",
     "harness.commands.compare",
     "harness.commands.native",
+    "harness.commands.manifest",
 )

@@ -158,7 +158,16 @@ def collect_key_data(
             .join(RecordRow, RecordRow.seq == TrialRow.record_seq)
             .where(RecordRow.comparison_key == key)
         ).all(),
-        columns=["seq", "acquisition", "format", "cache_state", "seconds", "kept", "label", "trial"],
+        columns=[
+            "seq",
+            "acquisition",
+            "format",
+            "cache_state",
+            "seconds",
+            "kept",
+            "label",
+            "trial",
+        ],
     )
     cell = ["seq", "acquisition", "format", "cache_state"]
     kept = trials[trials["kept"].astype(bool)]

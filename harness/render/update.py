@@ -136,8 +136,7 @@ def render_all(
                 drawn = [
                     k
                     for k in keys
-                    if plot_state(connection, targets, k, latest_seq_of(connection, k))
-                    != "current"
+                    if plot_state(connection, targets, k, latest_seq_of(connection, k)) != "current"
                     or not targets.key_page(k).exists()
                 ]
             positions = git_positions(repository or default_repository())
