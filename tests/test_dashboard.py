@@ -182,3 +182,44 @@ def test_git_order_places_records_by_commit(tmp_path: Path) -> None:
     positions = render_keys.git_positions(repo)
     assert [positions[c] for c in commits] == [0, 1, 2]
     assert render_keys.git_positions(tmp_path / "not-a-repo") == {}
+
+
+@pytest.mark.slow
+def test_render_index_serves_on_localhost(history, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    root, _ = history
+    repo = Path(__file__).resolve().parents[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "render",
+            "index",
+            "--history-dir",
+            str(root),
+            "--out",
+            str(tmp_path / "site"),
+            "--serve",
+            "--port",
+            "0",
+            "--no-plots",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    try:
+        assert server.stdout is not None
+        lines = [server.stdout.readline(), server.stdout.readline()]
+        (url,) = [line.split()[1] for line in lines if line.startswith("serving ")]
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "index.html", timeout=30) as response:
+            assert b"Comparison keys" in response.read()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
