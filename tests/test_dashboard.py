@@ -107,7 +107,7 @@ def test_crafted_strings_are_escaped_everywhere(history) -> None:
         assert "<img src=x" not in text, page
         assert 'onerror="alert' not in text, page
     record = (root / "dashboard" / "records" / f"{shas['crafted'][0]}.html").read_text()
-    assert "scan&lt;script&gt;alert(&#39;acq&#39;)&lt;/script&gt;" in record
+    assert "scan&lt;script&gt;alert(&#x27;acq&#x27;)&lt;/script&gt;" in record
     assert "GPU&lt;/script&gt;" in record
 
 

@@ -254,11 +254,16 @@ def _scaled(values: Any, scale: float) -> list[float | None]:
 
 
 def build_key_page(
-    connection: Connection, key: str, *, positions: dict[str, int] | None = None
+    connection: Connection,
+    key: str,
+    *,
+    positions: dict[str, int] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> bytes:
     from harness.templating import render_template
 
-    data = collect_key_data(connection, key, positions=positions)
+    if data is None:
+        data = collect_key_data(connection, key, positions=positions)
     record = connection.execute(
         select(RecordRow).where(RecordRow.comparison_key == key).order_by(RecordRow.seq.desc())
     ).first()
@@ -282,5 +287,7 @@ def write_key_page(
     key: str,
     *,
     positions: dict[str, int] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> None:
-    write_atomic(targets.key_page(key), build_key_page(connection, key, positions=positions))
+    page = build_key_page(connection, key, positions=positions, data=data)
+    write_atomic(targets.key_page(key), page)

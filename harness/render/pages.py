@@ -263,6 +263,9 @@ def _comparison_of(
 def build_record_page(
     layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
 ) -> bytes:
+    from markupsafe import Markup
+
+    from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
     from harness.templating import render_template
 
     path = layout.record_path(sha256)
@@ -277,10 +280,12 @@ def build_record_page(
         sha256=sha256,
         key=comparison_key,
         doc=doc,
-        trials=trials,
         comparison=_comparison_of(layout, doc, sha256, path),
         json_href=Path(os.path.relpath(path, page.parent)).as_posix(),
         seconds=format_seconds,
+        value=lambda item: Markup(value_html(item)),
+        trial_rows=Markup(trial_rows_html(trials, format_seconds)),
+        summary_rows=Markup(summary_rows_html(doc["summaries"], format_seconds)),
         handled={
             "trials",
             "summaries",

@@ -29,6 +29,11 @@ PANEL_HEIGHT_IN = 2.8
 PANEL_COLUMNS = 2
 
 
+def _plain(label: str) -> str:
+    """Report text as a matplotlib label: ``$`` would start mathtext."""
+    return str(label).replace("$", r"\$")
+
+
 def _panels(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Split panels so that none holds more than SERIES_PER_PANEL series."""
     split = []
@@ -44,20 +49,32 @@ def _panels(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_plot(
-    connection: Connection, key: str, path: Path, *, positions: dict[str, int] | None = None
+    connection: Connection,
+    key: str,
+    path: Path,
+    *,
+    positions: dict[str, int] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> int:
-    """Draw the PNG of one comparison key into ``path``; return the key's newest seq."""
+    """Draw the PNG of one comparison key into ``path``; return the key's newest seq.
+
+    ``data`` is the key's :func:`~harness.render.keys.collect_key_data` when the caller
+    has it already (the key page draws the same).
+    """
     import numpy as np
     from matplotlib.figure import Figure
 
-    data = collect_key_data(connection, key, positions=positions)
+    if data is None:
+        data = collect_key_data(connection, key, positions=positions)
     panels = _panels(data) or [{"title": "no measurements", "series": [], "unit": "s"}]
     columns = min(PANEL_COLUMNS, len(panels))
     rows = math.ceil(len(panels) / columns)
-    figure = Figure(
-        figsize=(PANEL_WIDTH_IN * columns + 1.6, PANEL_HEIGHT_IN * rows + 0.8),
-        dpi=PLOT_DPI,
-        layout="constrained",
+    height = PANEL_HEIGHT_IN * rows + 1.2
+    figure = Figure(figsize=(PANEL_WIDTH_IN * columns, height), dpi=PLOT_DPI)
+    # fixed margins (constrained layout costs about a second per figure); the legend
+    # sits in the bottom margin, outside every panel's data
+    figure.subplots_adjust(
+        left=0.08, right=0.98, top=1 - 0.6 / height, bottom=0.95 / height, hspace=0.55, wspace=0.22
     )
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     acquisitions = sorted({s["acquisition"] for p in panels for s in p["series"]})
@@ -87,17 +104,25 @@ def render_plot(
             ticks = list(range(0, len(revisions), max(1, math.ceil(len(revisions) / 6))))
             axis.set_xticks(ticks, [revisions[t][:7] for t in ticks], fontsize="small")
             axis.set_xlim(-0.5, len(revisions) - 0.5)
-        if axis.lines:
-            axis.legend(
-                title="median, p5-p95 band",
-                fontsize="small",
-                title_fontsize="small",
-                loc="upper left",
-                bbox_to_anchor=(1.01, 1.0),
-                borderaxespad=0.0,
-            )
     for axis in axes[len(panels) :]:
         axis.set_visible(False)
+    if acquisitions:
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        handles = [
+            Line2D([], [], color=colors[a], marker=".", label=_plain(a)) for a in acquisitions
+        ]
+        handles.append(Patch(color="0.6", alpha=0.3, label="p5-p95 of kept trials"))
+        figure.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=min(len(handles), 5),
+            fontsize="small",
+            title="median per record",
+            title_fontsize="small",
+            frameon=False,
+        )
     records = data["records"]
     if records["sha"]:
         figure.suptitle(f"comparison key {key} · {len(records['sha'])} records", fontsize="medium")

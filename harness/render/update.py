@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, select
 from harness.history.index_db import RecordRow, write_meta
 from harness.history.layout import HistoryLayout
 from harness.render.index_json import update_index_json, write_index_json
-from harness.render.keys import git_positions, write_key_page
+from harness.render.keys import collect_key_data, git_positions, write_key_page
 from harness.render.pages import (
     META_PLOT_PREFIX,
     build_readme_and_html,
@@ -67,8 +67,9 @@ def _render_keys(
 ) -> None:
     """Redraw each key's PNG and dashboard page (one unit: both show the same data)."""
     for key in sorted(keys):
-        newest = render_plot(connection, key, targets.plot(key), positions=positions)
-        write_key_page(connection, targets, key, positions=positions)
+        data = collect_key_data(connection, key, positions=positions)
+        newest = render_plot(connection, key, targets.plot(key), data=data)
+        write_key_page(connection, targets, key, data=data)
         if record_state:
             write_meta(connection, META_PLOT_PREFIX + key, json.dumps(newest))
 
