@@ -542,3 +542,63 @@ def test_loader_reported_stages_are_folded_into_trials():
 
     assert loader_stages(Loaded()) == {"loader_read": 0.25, "loader_pipeline": 1.5}
     assert loader_stages(object()) == {}
+
+
+# --- the output directory, the baseline rule, the trial loop ----------------------------
+
+
+def test_second_run_into_a_busy_output_dir_refuses_before_measuring(disk_suite):
+    """A run holding DIR: the second refuses at once (exit 1), measuring nothing."""
+    from filelock import FileLock
+
+    from harness.errors import EXIT_FAILURE, HarnessError
+    from harness.run.workspace import CLAIM_NAME
+
+    folder, suite = disk_suite
+    out = folder / "out"
+    out.mkdir()
+    events = []
+    with FileLock(out / CLAIM_NAME, timeout=0):  # what the first run holds while it measures
+        with pytest.raises(HarnessError, match="in use by another run") as caught:
+            run_io_scale(_config(folder, suite, on_event=lambda e, d: events.append(e)))
+        done = _cli(*_cli_args(suite, out))
+    assert caught.value.exit_code == EXIT_FAILURE
+    assert events == []  # nothing was measured
+    assert done.returncode == 1 and "in use by another run" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not _leftover_temp(out) and not (out / "loading.json").exists()
+    # once the first run is gone, the folder is free again
+    assert run_io_scale(_config(folder, suite, reps=1)).exit_code == 0
+    assert not (out / CLAIM_NAME).exists()
+
+
+@pytest.mark.parametrize("reference", ["ab", "xyz1"])
+def test_run_baseline_follows_the_compare_rule(disk_suite, reference):
+    """``run --baseline`` accepts what ``compare --baseline`` accepts: 4-64 hex digits."""
+    from harness.errors import UsageError
+    from harness.history.lookup import load_report
+
+    folder, suite = disk_suite
+    with pytest.raises(UsageError, match="not a SHA-256 prefix") as compare_error:
+        load_report(reference, history_dir=folder / "h")
+    with pytest.raises(UsageError, match="not a SHA-256 prefix") as run_error:
+        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline=reference))
+    assert str(run_error.value) == str(compare_error.value)
+    assert not (folder / "out" / "loading.json").exists()
+
+
+def test_trial_loop_interleaves_rounds_and_rechecks_a_subset(tmp_path):
+    from harness.run.loop import Cell, TrialLoop
+    from harness.run.workspace import Workspace
+
+    cells = [Cell("a", f, c) for f in ("hdf5", "qem") for c in ("cold", "cached")]
+    seen, events = [], []
+    workspace = Workspace(tmp_path, on_event=lambda e, d: events.append((e, d["index"])))
+    loop = TrialLoop(workspace, lambda cell, index: seen.append((index, cell)))
+    assert loop.run(cells, 2) == 8
+    assert seen == [(i, c) for i in range(2) for c in cells]  # round by round
+    seen.clear()
+    recheck = [cells[1], cells[3]]
+    assert loop.run(recheck, 3, first_index=2) == 6  # K more rounds of a subset, same process
+    assert seen == [(i, c) for i in (2, 3, 4) for c in recheck]
+    assert [i for e, i in events] == [0] * 4 + [1] * 4 + [2, 2, 3, 3, 4, 4]

@@ -1,9 +1,17 @@
-"""The io-scale runner: cold and cached load trials with verified cache state.
+"""The benchmark runner: the frame every kind runs in, and the io-scale kind.
 
-Modules, one concept each: :mod:`~harness.run.cache` (eviction and residency),
-:mod:`~harness.run.proc_io` (physical IO counters), :mod:`~harness.run.timers`
-(wall timers with a GPU barrier), :mod:`~harness.run.provenance` (what code ran),
-:mod:`~harness.run.environment` (where it ran), :mod:`~harness.run.manifest` (what data),
-:mod:`~harness.run.trials` (one timed load and its label), :mod:`~harness.run.summary`
-(statistics), :mod:`~harness.run.io_scale` (orchestration), :mod:`~harness.run.demo`.
+One module, one job (docs/architecture.md has the map):
+:mod:`~harness.run.runner` (the frame: provenance, manifest, output-dir claim,
+baseline, workspace, report), :mod:`~harness.run.io_scale` (the io-scale kind) and
+:mod:`~harness.run.io_steps` (its per-acquisition steps), :mod:`~harness.run.loop`
+(interleaved rounds of cells), :mod:`~harness.run.backends` (what a backend means),
+:mod:`~harness.run.checks` (failure log, product checks), :mod:`~harness.run.conversion`
+(the disposable QEM, the timed conversion, reference headers),
+:mod:`~harness.run.reporting` (judging and writing the report),
+:mod:`~harness.run.workspace` (temporary area, interrupt latch, progress),
+:mod:`~harness.run.memory`; below them :mod:`~harness.run.trials` (one timed load and
+its label), :mod:`~harness.run.cache`, :mod:`~harness.run.proc_io`,
+:mod:`~harness.run.timers`, :mod:`~harness.run.provenance`,
+:mod:`~harness.run.environment`, :mod:`~harness.run.manifest`, and
+:mod:`~harness.run.summary`, :mod:`~harness.run.demo`.
 """

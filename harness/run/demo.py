@@ -15,6 +15,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.run.environment import filesystem_type
+from harness.run.manifest import dump_manifest, manifest_entry
+from quantem.io.synthetic import write_synthetic_arina
+
 #: (id, scan shape, detector shape, dtype, dose) of the demo acquisitions.
 DEMO_ACQUISITIONS = (
     ("demo-u8", (24, 24), (96, 96), "uint8", 2000.0),
@@ -42,9 +46,6 @@ def write_demo_suite(
     frames_per_shard: int = DEMO_FRAMES_PER_SHARD,
 ) -> DemoSuite:
     """Write the demo acquisitions under ``folder/data`` and ``folder/manifest.json``."""
-    from harness.run.manifest import dump_manifest, manifest_entry
-    from quantem.io.synthetic import write_synthetic_arina
-
     root = folder / "data"
     root.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -67,8 +68,6 @@ def write_demo_suite(
 def demo_parent() -> Path | None:
     """Where the demo's temporary folder goes: the system default unless that is tmpfs
     (eviction cannot work there), in which case /var/tmp when it is block-backed."""
-    from harness.run.environment import filesystem_type
-
     default = Path(tempfile.gettempdir())
     if filesystem_type(default) not in ("tmpfs", "ramfs"):
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.errors import ManifestError
 from harness.resources import data_folder
+from harness.run.provenance import sha256_file
 
 SCHEMA_NAME = "quantem-harness/selection-manifest"
 SCHEMA_VERSION = 1
@@ -163,8 +164,6 @@ def parse_manifest(path: str | os.PathLike, root: str | os.PathLike) -> Selectio
 
 def check_master_hashes(manifest: SelectionManifest) -> None:
     """Raise ManifestError unless every master file exists with the SHA-256 the manifest names."""
-    from harness.run.provenance import sha256_file
-
     problems = []
     for acq in manifest.acquisitions:
         if not acq.master_path.is_file():
@@ -189,8 +188,6 @@ def manifest_entry(
     dtype: str,
 ) -> dict:
     """One ``selected_acquisitions`` entry for a master under ``root`` (hashes the master)."""
-    from harness.run.provenance import sha256_file
-
     return {
         "id": acquisition_id,
         "filename": str(Path(master).relative_to(root)),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.run.manifest import dump_manifest, manifest_entry
+from harness.run.trials import indexed_product
 
 MASTER_GLOB = "*_master.h5"
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -68,7 +69,6 @@ def build_manifest(
 
 def trusted_product(master: Path) -> str:
     """The indexed product of a CPU load of ``master`` (the reference decoder)."""
-    from harness.run.trials import indexed_product
     from quantem import io
 
     acquisition = io.load(master, "cpu")

@@ -137,15 +137,6 @@ def sha256_array(array: Any) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
-def frame_hash_u32_le(frame: Any) -> str:
-    """SHA-256 of one frame as little-endian uint32 values (the native reader's convention)."""
-    import numpy as np
-
-    if hasattr(frame, "get") and not isinstance(frame, np.ndarray):
-        frame = frame.get()
-    return hashlib.sha256(np.ascontiguousarray(frame, dtype="<u4").tobytes()).hexdigest()
-
-
 def indexed_product(acquisition: Any) -> tuple[str, list[int], str]:
     """SHA-256 of ``detector.prepare(acq).masked_sum(mask)`` with ``mask[::2, ::2] = True``.
 

@@ -1,0 +1,140 @@
+"""The frame every benchmark kind runs in.
+
+A run, whatever it measures (:mod:`harness.run.io_scale` today, ``compute`` next):
+
+1. the kind checks its configuration (the backend is required here, once);
+2. provenance first: the source fingerprint starts;
+3. the manifest is parsed and every master's SHA-256 checked before any measurement;
+4. the output directory is claimed (a second run into it refuses now, not after
+   measuring), and the baseline is looked up by :func:`harness.history.lookup.load_report`,
+   the same rule as ``harness compare``;
+5. inside the workspace (temporary area, interrupt latch, progress) the kind measures
+   each selected acquisition; an execution failure ends the trials and is recorded;
+6. the fingerprint is taken again; the kind finishes (e.g. archives reference headers
+   when nothing failed) and builds its report; the report is judged against the
+   baseline, written as a new file and registered into the history.
+
+A kind is an object with the methods of :class:`BenchmarkKind`; docs/architecture.md
+says how to add one.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import EXIT_FAILURE, HarnessError
+from harness.history.lookup import load_report
+from harness.history.store import register_reports
+from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
+from harness.run.checks import FailureLog
+from harness.run.environment import collect_environment
+from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
+from harness.run.provenance import SourceTracker
+from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
+from harness.run.workspace import Workspace, claim_output_dir, open_workspace
+from quantem.errors import QuantemError
+
+#: Errors that end the trials as an execution failure (recorded in the report) rather
+#: than ending the run: bad data (QuantemError), IO, value and runtime errors.
+EXECUTION_ERRORS = (HarnessError, OSError, ValueError, RuntimeError, QuantemError)
+
+
+class RunSettings(Protocol):
+    """The configuration fields the frame reads (every kind's config has them)."""
+
+    root: Path
+    manifest: Path
+    backend: str
+    storage_id: str
+    output_dir: Path
+    history_dir: Path | None
+    baseline: str | None
+    regression_percent: float
+    command: object
+    progress: bool | None
+    on_event: object
+
+
+class BenchmarkKind(Protocol):
+    """What a benchmark kind supplies to :func:`run_benchmark`."""
+
+    config: RunSettings
+    log: FailureLog
+    #: Shown beside the progress bar.
+    title: str
+
+    def check_config(self) -> None:
+        """Raise UsageError for a bad configuration; require the backend (once)."""
+
+    def total_trials(self, n_acquisitions: int) -> int:
+        """How many trials the progress bar counts."""
+
+    def measure(self, selected: SelectedAcquisition, workspace: Workspace) -> None:
+        """Measure one acquisition (its files live in ``workspace.folder``)."""
+
+    def after_trials(self, workspace: Workspace) -> None:
+        """Work that needs the temporary files, after every acquisition was measured."""
+
+    def finish(self, trustworthy: bool) -> None:
+        """After the workspace is gone; ``trustworthy``: stable source, nothing failed."""
+
+    def build_report(self, head: dict) -> dict:
+        """The report: ``head`` (schema fields, status, provenance, environment) plus results."""
+
+
+def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
+    """Run ``kind`` in the frame described in the module docstring."""
+    cfg = kind.config
+    log = kind.log
+    kind.check_config()
+    tracker = SourceTracker().start()
+    manifest = parse_manifest(cfg.manifest, cfg.root)
+    check_master_hashes(manifest)
+    with claim_output_dir(cfg.output_dir, REPORT_NAME):
+        baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
+        environment = collect_environment(cfg.backend, cfg.root, cfg.storage_id)
+        created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with open_workspace(
+            cfg.output_dir,
+            title=kind.title,
+            total=kind.total_trials(len(manifest.acquisitions)),
+            show_progress=cfg.progress,
+            on_event=cfg.on_event,
+        ) as workspace:
+            for selected in manifest.acquisitions:
+                try:
+                    kind.measure(selected, workspace)
+                except EXECUTION_ERRORS as exc:
+                    if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
+                        raise
+                    log.execution(f"{selected.id}: {type(exc).__name__}: {exc}")
+                    break
+            kind.after_trials(workspace)
+        provenance, stable = tracker.finish()
+        if not stable:
+            changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
+            log.other(
+                "source-stability: the measured source changed during the run "
+                f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
+                f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
+            )
+        kind.finish(stable and not log.failed)
+        head = {
+            "schema": SCHEMA_NAME,
+            "schema_version": SCHEMA_VERSION,
+            "protocol_version": PROTOCOL_VERSION,
+            "benchmark": BENCHMARK,
+            "created_utc": created,
+            "command": [str(a) for a in cfg.command],
+            "status": status_section(log, stable),
+            "baseline": None,
+            "provenance": provenance,
+            "environment": environment,
+        }
+        doc = kind.build_report(head)
+        exit_code = judge(doc, baseline, cfg.regression_percent)
+        report_path = write_report(doc, cfg.output_dir)
+    registered = register_reports(cfg.history_dir, [report_path]) if cfg.history_dir else []
+    return RunOutcome(doc, report_path, exit_code, registered)
