@@ -223,3 +223,21 @@ def test_render_index_serves_on_localhost(history, tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_png_plots_read_at_150_dpi_with_at_most_four_series_a_panel(history) -> None:
+    from PIL import Image
+
+    from harness.render.plots import SERIES_PER_PANEL, _panels
+
+    root, _ = history
+    for png in (root / "plots").glob("*.png"):
+        with Image.open(png) as image:
+            assert round(image.info["dpi"][0]) == 150
+            assert image.size[0] >= 1200  # reads on GitHub without zooming
+    series = [{"acquisition": f"a{i}"} for i in range(6)]
+    data = {"panels": [{"cache_state": "cold", "format": "hdf5", "unit": "ms", "series": series}]}
+    split = _panels(data)
+    assert [len(p["series"]) for p in split] == [4, 2]
+    assert all(len(p["series"]) <= SERIES_PER_PANEL for p in split)
+    assert split[0]["title"] == "cold · hdf5 (1/2)"
