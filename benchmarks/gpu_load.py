@@ -1,29 +1,36 @@
-"""Benchmark of the CUDA backend: floors, the naive path, and ours, in one run.
+"""Benchmark of the CUDA backend's loads: floors at their best, ours, naive paths, in one run.
 
-Measures on the current GPU (docs/performance/results.md records the runs):
+For one ARINA acquisition (``--data DIR``: any acquisition, its ``*_master.h5`` found in
+DIR; or ``--dir DIR``: synthetic layouts written there, see below) it measures, on the
+current GPU:
 
-* floors: parallel pread of the compressed chunk bytes into pinned memory (warm page cache,
-  and cold after per-file eviction), the host-to-device copy of those bytes, and a
-  device-to-device copy of the decoded size;
-* the naive path: h5py + hdf5plugin decode of one shard on the CPU, then ``cupy.asarray``,
-  extrapolated to the whole acquisition;
-* ours: HDF5 warm load (page cache and process warm), HDF5 cold load (after
-  ``posix_fadvise(DONTNEED)`` per file, confirmed by a ``mincore`` residency probe), QEM
-  warm load, QEM decode-kernel throughput on the resident payload, BF ``masked_sum`` on the
-  dense and on the encoded representation, peak GPU memory of the encoded load.
+* floors, each at the best method found in a sweep (the method is printed): parallel
+  ``pread`` of all compressed chunk bytes into one pinned buffer (piece size x thread
+  count), warm and cold; the host-to-device copy of those bytes; read and copy overlapped
+  with no decode (our staging engine with an empty launch);
+* ours: HDF5 warm load (process and page cache warm) for a sweep of batch size, read
+  piece size and reader count, with the pipeline's timeline (GPU idle, waits); cold load
+  after ``posix_fadvise(DONTNEED)`` per file (``mincore`` residency printed);
+* the naive path: h5py + hdf5plugin decode of frames of one shard on the CPU, then
+  ``cupy.asarray``, extrapolated linearly to the whole acquisition;
+* correctness in the same run: every decoded frame of the GPU load equals the cpu
+  backend's load (``--check-cpu``, on by default for the first layout);
+* first load in a fresh process: ahead-of-time fatbins, NVRTC with an empty kernel cache
+  (a machine that never ran the package), NVRTC with a warm cache;
+* ``.qem`` (``--qem``): conversion, warm load and its floors, the rANS kernel's decoded
+  throughput on the resident payload, BF ``masked_sum`` dense and encoded.
 
-Data: the synthetic ARINA generator (``quantem.io.synthetic``) writes the first
-``--generate-shards`` shards of the full acquisition model in parallel processes; when the
-acquisition has more shards than that, the remaining shards are byte copies of the
-generated ones (cycled, with their frame-number attributes rewritten), so the full-size
-file set has the generator's chunk statistics without generating every frame. The
-``.qem`` file is converted from the full acquisition (loaded on the GPU, copied to the
-host, written with ``save_qem``).
+Synthetic layouts (``--dir``): ``--layout FRAMES_PER_SHARD:DOSE[:SCAN_ROWS]`` (repeatable)
+writes the 512 x 512 x 192 x 192 uint16 model's first ``--distinct`` frames once per dose
+(``quantem.io.synthetic``, in parallel processes) and lays them out cyclically over the
+whole scan, ``FRAMES_PER_SHARD`` frames per shard, with h5py's direct chunk writes, so a
+layout of 3 GB of chunks is written at disk speed.
 
 Usage::
 
-    python benchmarks/gpu_load.py --dir /tmp/bench --scan 512 512 --det 192 192 \
-        --frames-per-shard 2048 --generate-shards 16 --json out.json
+    python benchmarks/gpu_load.py --data /data/acq --json out.json
+    python benchmarks/gpu_load.py --dir /var/tmp/bench --layout 10000:40000 \
+        --layout 1000:40000 --layout 2048:1000 --json out.json
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -40,154 +46,150 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import gpu_times
+from _common import git_revision, gpu_times
 
 RESULTS: dict = {}
 JSON_PATH: list[Path] = []
+MiB = 1 << 20
 
 
 def say(key: str, value, unit: str = "", note: str = "") -> None:
     """Print one figure and keep it (rewritten to --json at once, so a cut run keeps it)."""
     RESULTS[key] = value
     shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-    print(f"{key:<44} {shown:>14} {unit:<6} {note}", flush=True)
+    print(f"{key:<52} {shown:>14} {unit:<4} {note}", flush=True)
     if JSON_PATH:
         JSON_PATH[0].write_text(json.dumps(RESULTS, sort_keys=True, indent=1, default=str) + "\n")
 
 
-# -- data ---------------------------------------------------------------------------------
-def generate(args) -> tuple[Path, int]:
-    """Write the full acquisition: generated shards, then copies of them (see the module doc)."""
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+# -- synthetic layouts ----------------------------------------------------------------
+def _encode_range(model, start: int, stop: int) -> list[bytes]:
+    from quantem.io.synthetic import encode_chunk
+
+    return [encode_chunk(frame) for frame in model.make_frames(start, stop)]
+
+
+_CHUNKS: list[bytes] = []
+
+
+def _set_chunks(chunks: list[bytes]) -> None:
+    _CHUNKS[:] = chunks
+
+
+def _write_layout_shard(path: str, model, start: int, stop: int) -> None:
+    import h5py
+    import hdf5plugin
+
+    from quantem.io import arina_layout as layout
+
+    det_r, det_c = model.detector_shape
+    with h5py.File(path, "w") as f:
+        dset = f.create_dataset(
+            layout.SHARD_DATASET, shape=(stop - start, det_r, det_c), dtype=model.dtype,
+            chunks=(1, det_r, det_c), **hdf5plugin.Bitshuffle(nelems=0, cname="lz4"),
+        )  # fmt: skip
+        dset.attrs["image_nr_low"] = np.uint64(start + 1)
+        dset.attrs["image_nr_high"] = np.uint64(stop)
+        for frame in range(start, stop):
+            dset.id.write_direct_chunk((frame - start, 0, 0), _CHUNKS[frame % len(_CHUNKS)])
+
+
+def write_layout(root: Path, per_shard: int, dose: float, rows: int, args) -> Path:
+    """A synthetic acquisition: ``--distinct`` generated frames laid out cyclically."""
     from quantem.io import arina_layout as layout
     from quantem.io import synthetic
 
-    out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
-    full_model = synthetic.SyntheticModel(
-        tuple(args.scan), tuple(args.det), args.dtype, args.dose, 0
-    )
-    n = full_model.n_frames
-    per = args.frames_per_shard
-    n_shards = -(-n // per)
-    made = min(args.generate_shards, n_shards)
-    names = [layout.shard_file_name("full", i + layout.SHARD_FIRST_INDEX) for i in range(n_shards)]
+    out = root / f"fps{per_shard}_dose{int(dose)}_rows{rows}"
     master = out / f"full{layout.MASTER_SUFFIX}"
-    if not master.exists():
-        # bitshuffle compresses with OpenMP; one thread per worker process, or the 16
-        # workers' spinning thread teams make compression ~100x slower.
-        os.environ["OMP_NUM_THREADS"] = "1"
-        t0 = time.perf_counter()
-        ranges = [(i * per, min((i + 1) * per, n)) for i in range(made)]
-        with ProcessPoolExecutor(args.processes) as pool:
-            futures = [
-                pool.submit(synthetic._write_shard, full_model, str(out / names[i]), a, b)
-                for i, (a, b) in enumerate(ranges)
-            ]
-            for f in futures:
-                f.result()
-        say(
-            "generate_seconds",
-            time.perf_counter() - t0,
-            "s",
-            f"{made} shards x {per} frames, {args.processes} processes",
-        )
-        import h5py
-
-        for i in range(made, n_shards):
-            src = out / names[i % made]
-            dst = out / names[i]
-            a, b = i * per, min((i + 1) * per, n)
-            if b - a != per:  # a short last shard cannot be a copy: generate it
-                synthetic._write_shard(full_model, str(dst), a, b)
-                continue
-            shutil.copyfile(src, dst)
-            with h5py.File(dst, "r+") as f:
-                dset = f[layout.SHARD_DATASET]
-                dset.attrs["image_nr_low"] = np.uint64(a + 1)
-                dset.attrs["image_nr_high"] = np.uint64(b)
-        synthetic._write_master(full_model, master, names, per, True)
-        os.sync()
-    return master, made
+    if master.exists():
+        return master
+    out.mkdir(parents=True, exist_ok=True)
+    model = synthetic.SyntheticModel((rows, args.scan[1]), tuple(args.det), args.dtype, dose, 0)
+    n = model.n_frames
+    distinct = min(args.distinct, n)
+    os.environ["OMP_NUM_THREADS"] = "1"  # bitshuffle's OpenMP teams, one per process
+    t0 = time.perf_counter()
+    step = -(-distinct // args.processes)
+    with ProcessPoolExecutor(args.processes) as pool:
+        parts = pool.map(
+            _encode_range, [model] * args.processes,
+            range(0, distinct, step), [min(a + step, distinct) for a in range(0, distinct, step)],
+        )  # fmt: skip
+        chunks = [c for part in parts for c in part]
+    n_shards = -(-n // per_shard)
+    names = [layout.shard_file_name("full", i + layout.SHARD_FIRST_INDEX) for i in range(n_shards)]
+    with ProcessPoolExecutor(args.processes, initializer=_set_chunks, initargs=(chunks,)) as pool:
+        futures = [
+            pool.submit(
+                _write_layout_shard, str(out / names[i]), model,
+                i * per_shard, min((i + 1) * per_shard, n),
+            )
+            for i in range(n_shards)
+        ]  # fmt: skip
+        for future in futures:
+            future.result()
+    synthetic._write_master(model, master, names, per_shard, True)
+    os.sync()
+    say(
+        "generate_seconds", time.perf_counter() - t0, "s",
+        f"{n_shards} shards x {per_shard} frames, dose {dose:g}, {distinct} distinct frames",
+    )  # fmt: skip
+    return master
 
 
-def open_source(master: Path):
-    """``quantem.io.arina.open_arina``, or (while it is missing) a minimal stand-in.
-
-    The stand-in reads the chunk offsets with h5py's ``chunk_iter`` and returns an object
-    with the attributes ``hdf5_pipeline`` uses; loads then go straight through the pipeline
-    (printed as such) instead of ``quantem.io.load``.
-    """
-    try:
-        from quantem.io.arina import open_arina
-    except ImportError:
-        open_arina = None
-    if open_arina is not None:
-        return open_arina(master), True
-    from types import SimpleNamespace
-
-    import h5py
-
+def find_master(directory: Path) -> Path:
     from quantem.io import arina_layout as layout
 
-    with h5py.File(master, "r") as f:
-        group = f[layout.DATA_GROUP]
-        names = sorted(k for k in group if layout.SHARD_LINK_PATTERN.match(k))
-        shard_paths = [str(master.parent / group.get(k, getlink=True).filename) for k in names]
-        mask = f[layout.DETECTOR_GROUP + "/detectorSpecific/" + layout.PIXEL_MASK][()]
-        scan = tuple(int(v) for v in group.attrs[layout.SCAN_SHAPE_ATTR])
-    shard, offset, nbytes = [], [], []
-    dtype = det = None
-    for i, path in enumerate(shard_paths):
-        with h5py.File(path, "r") as f:
-            dset = f[layout.SHARD_DATASET]
-            dtype, det = dset.dtype, dset.shape[1:]
-            rows = []
-            dset.id.chunk_iter(
-                lambda info, rows=rows: rows.append(
-                    (info.chunk_offset[0], info.byte_offset, info.size)
-                )
-            )
-            rows.sort()
-            shard += [i] * len(rows)
-            offset += [r[1] for r in rows]
-            nbytes += [r[2] for r in rows]
-    index = SimpleNamespace(
-        frame_shard=np.array(shard, np.int32), frame_offset=np.array(offset, np.int64),
-        frame_nbytes=np.array(nbytes, np.int64),
-    )  # fmt: skip
-    source = SimpleNamespace(
-        index=index, shard_paths=shard_paths, detector_shape=tuple(det), dtype=np.dtype(dtype),
-        n_frames=len(shard), scan_shape=scan, pixel_mask=mask, validity=mask == 0,
-    )  # fmt: skip
-    return source, False
+    masters = sorted(directory.glob(f"*{layout.MASTER_SUFFIX}"))
+    if len(masters) != 1:
+        raise SystemExit(
+            f"error: {directory}: expected one *{layout.MASTER_SUFFIX}, found {len(masters)}"
+        )
+    return masters[0]
 
 
-# -- page cache ---------------------------------------------------------------------------
+# -- page cache -----------------------------------------------------------------------
 def resident_fraction(paths) -> float:
-    """Fraction of the files' pages in the page cache (the io-scale runner's probe)."""
     from harness.run.cache import probe_residency
 
     return probe_residency(paths).fraction
 
 
 def evict(paths) -> None:
-    """Per-file eviction exactly as the io-scale runner does it (fdatasync, then DONTNEED)."""
     from harness.run.cache import evict_files
 
     evict_files(paths)
 
 
-# -- floors -------------------------------------------------------------------------------
-def pread_floor(source, pinned_buf, threads) -> float:
+def warm_cache(paths, threads: int) -> None:
+    def touch(path):
+        with open(path, "rb") as f:
+            while f.read(64 * MiB):
+                pass
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(touch, paths))
+
+
+# -- floors ---------------------------------------------------------------------------
+def pread_all(source, buf, threads: int, piece: int, spans: bool = True) -> float:
+    """Seconds to pread every chunk byte into ``buf``: the chunk spans the staging reads
+    (``spans``: gaps of up to ``hdf5_pipeline.SPAN_GAP_BYTES`` read through), or each run
+    of adjacent chunks on its own (the earlier floor), in reads of at most ``piece``."""
     from quantem.cuda import hdf5_pipeline, staging
     from quantem.errors import ArinaFormatError
 
     index = source.index
-    reads = hdf5_pipeline.plan_reads(
+    args = (
         np.asarray(index.frame_shard), np.asarray(index.frame_offset, dtype=np.int64),
-        np.asarray(index.frame_nbytes, dtype=np.int64), staging.READ_PIECE_BYTES,
+        np.asarray(index.frame_nbytes, dtype=np.int64), piece,
     )  # fmt: skip
-    view = memoryview(pinned_buf)
+    reads = hdf5_pipeline.plan_span_reads(*args)[0] if spans else hdf5_pipeline.plan_reads(*args)
+    view = memoryview(buf)
     with (
         staging.OpenFiles(source.shard_paths, ArinaFormatError) as files,
         ThreadPoolExecutor(threads) as pool,
@@ -197,315 +199,481 @@ def pread_floor(source, pinned_buf, threads) -> float:
         return time.perf_counter() - t0
 
 
-def wall_time(fn, reps: int) -> list[float]:
+def staging_only(source, threads: int, batch_bytes: int) -> float:
+    """Our staging engine with a launch that does nothing: read + copy, overlapped."""
+    from quantem.cuda import hdf5_pipeline, staging
+    from quantem.cuda.staging import plan_batches
+    from quantem.errors import ArinaFormatError
+
+    index = source.index
+    shard = np.asarray(index.frame_shard)
+    offset = np.asarray(index.frame_offset, dtype=np.int64)
+    nbytes = np.asarray(index.frame_nbytes, dtype=np.int64)
+    plans = [
+        staging.Batch(
+            hdf5_pipeline.plan_reads(
+                shard[a:b], offset[a:b], nbytes[a:b], staging.READ_PIECE_BYTES
+            ),
+            int(nbytes[a:b].sum()),
+        )
+        for a, b in plan_batches(nbytes, batch_bytes)
+    ]
+    with staging.OpenFiles(source.shard_paths, ArinaFormatError) as files:
+        t0 = time.perf_counter()
+        staging.run_staged(files, plans, lambda i, d, s: None, threads=threads)
+        return time.perf_counter() - t0
+
+
+def wall_time(fn, reps: int) -> tuple[list[float], object]:
+    """Wall seconds of ``reps`` calls (device synchronised); the last result's stats."""
     import cupy
 
     times = []
+    last = None
     for _ in range(reps):
         cupy.cuda.Device().synchronize()
         t0 = time.perf_counter()
         result = fn()
         cupy.cuda.Device().synchronize()
         times.append(time.perf_counter() - t0)
+        last = dict(getattr(result, "metadata", {}).get("load_stats", {}))
         if hasattr(result, "close"):
             result.close()
         del result
-    return times
+    return times, last
+
+
+FRESH_CODE = """
+import json, sys, time
+t0 = time.perf_counter()
+import cupy
+cupy.zeros(1); cupy.cuda.Device().synchronize()
+t1 = time.perf_counter()
+from quantem import io
+from quantem.cuda.module_loader import kernel_provenance
+kind = sys.argv[2]
+def load():
+    acq = io.load(sys.argv[1], backend="cuda")
+    cupy.cuda.Device().synchronize()
+    return acq
+prof = None
+if len(sys.argv) > 3:
+    import cProfile
+    prof = cProfile.Profile(); prof.enable()
+t2 = time.perf_counter(); a = load(); t3 = time.perf_counter(); a.close()
+if prof is not None:
+    import pstats
+    prof.disable()
+    with open(sys.argv[3], "w") as f:
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
+t4 = time.perf_counter(); b = load(); t5 = time.perf_counter(); b.close()
+paths = sorted({r["path"] for r in kernel_provenance()})
+print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": t5 - t4, "paths": paths}))
+"""
+
+
+def fresh_process(path: Path, kind: str, cache_dir: Path, aot: bool, profile: str = "") -> dict:
+    env = dict(os.environ, CUPY_CACHE_DIR=str(cache_dir))
+    if not aot:
+        env["QUANTEM_CUDA_NO_AOT"] = "1"
+    else:
+        env.pop("QUANTEM_CUDA_NO_AOT", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_CODE, str(path), kind, *([profile] if profile else [])],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- one acquisition ------------------------------------------------------------------
+def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
+    import cupy
+
+    from quantem.cuda import detector_kernels as dk
+    from quantem.cuda import loaders, pinned, staging
+    from quantem.io.arina import open_arina
+
+    threads = args.threads or min(32, os.cpu_count() or 4)
+    t0 = time.perf_counter()
+    source = open_arina(master)
+    say(f"{tag}.open_arina_s", time.perf_counter() - t0, "s", "frame index (first open builds it)")
+    files = [*source.shard_paths, str(master)]
+    nbytes = np.asarray(source.index.frame_nbytes)
+    compressed = int(nbytes.sum())
+    say(
+        f"{tag}.shape",
+        [*source.scan_shape, *source.detector_shape],
+        "",
+        np.dtype(source.dtype).name,
+    )
+    say(f"{tag}.n_shards", len(source.shard_paths))
+    say(
+        f"{tag}.chunk_bytes_mean",
+        float(nbytes.mean()),
+        "B",
+        f"min {int(nbytes.min())} max {int(nbytes.max())}",
+    )
+    say(f"{tag}.compressed_bytes", compressed, "B")
+    warm_cache(files, threads)
+    say(f"{tag}.residency_warm", resident_fraction(source.shard_paths))
+
+    # Floors: pread sweep, H2D, overlapped read + copy.
+    sweep_pieces = [2, 8, 16, 64] if full else [8, 64]
+    sweep_threads = [8, 16] if full else [16]
+    best = (np.inf, 0, 0)
+    from quantem.cuda.hdf5_pipeline import plan_span_reads
+
+    index = source.index
+    span_bytes = plan_span_reads(
+        np.asarray(index.frame_shard), np.asarray(index.frame_offset, dtype=np.int64),
+        nbytes.astype(np.int64), 64 * MiB,
+    )[2]  # fmt: skip
+    say(
+        f"{tag}.span_bytes",
+        span_bytes,
+        "B",
+        f"chunk spans read (x{span_bytes / compressed:.4f} the chunk bytes)",
+    )
+    with pinned.borrow(1, span_bytes) as (buf,):
+        pread_all(source, buf, threads, 64 * MiB)  # touch the pinned pages once
+        runs = median([pread_all(source, buf, 16, 2 * MiB, spans=False) for _ in range(3)])
+        say(
+            f"{tag}.pread_chunk_runs_2MiB_16t_s",
+            runs,
+            "s",
+            f"{compressed / runs / 1e9:.1f} GB/s (the earlier floor's method)",
+        )
+        for piece in sweep_pieces:
+            for n_threads in sweep_threads:
+                t = median([pread_all(source, buf, n_threads, piece * MiB) for _ in range(3)])
+                say(
+                    f"{tag}.pread_spans_{piece}MiB_{n_threads}t_s",
+                    t,
+                    "s",
+                    f"{compressed / t / 1e9:.1f} GB/s",
+                )
+                best = min(best, (t, piece, n_threads))
+        pread_floor, best_piece, best_threads = best
+        say(f"{tag}.floor_pread_warm_s", pread_floor, "s",
+            f"{compressed / pread_floor / 1e9:.1f} GB/s of chunk bytes ({best_piece} MiB pieces of the spans, {best_threads} threads)")  # fmt: skip
+        dev_buf = cupy.empty(compressed, dtype=cupy.uint8)
+        h2d = median(gpu_times(
+            lambda: cupy.cuda.runtime.memcpyAsync(dev_buf.data.ptr, buf.ctypes.data, compressed, 1, 0),
+            5,
+        ))  # fmt: skip
+        say(
+            f"{tag}.floor_h2d_s",
+            h2d,
+            "s",
+            f"{compressed / h2d / 1e9:.1f} GB/s, one copy from pinned",
+        )
+        dev_buf = None
+        cold_floor = None
+        if args.cold_reps:
+            colds = []
+            for _ in range(args.cold_reps):
+                evict(files)
+                res = resident_fraction(source.shard_paths)
+                colds.append(pread_all(source, buf, best_threads, best_piece * MiB))
+            cold_floor = median(colds)
+            say(f"{tag}.floor_pread_cold_s", cold_floor, "s",
+                f"{compressed / cold_floor / 1e9:.2f} GB/s, residency before {res:.4f}")  # fmt: skip
+            warm_cache(files, threads)
+    floor = max(pread_floor, h2d)
+    say(f"{tag}.floor_max_pread_h2d_s", floor, "s")
+
+    # Ours: default, then the sweep.
+    def load(batch=None, piece=None, readers=None, slots=None):
+        saved = (staging.READ_PIECE_BYTES, staging.READERS, staging.PINNED_SLOTS)
+        staging.READ_PIECE_BYTES = (piece * MiB) if piece else saved[0]
+        staging.READERS = readers or saved[1]
+        staging.PINNED_SLOTS = slots or saved[2]
+        try:
+            kwargs = {"batch_bytes": batch * MiB} if batch else {}
+            return loaders.load_hdf5(master, **kwargs)
+        finally:
+            staging.READ_PIECE_BYTES, staging.READERS, staging.PINNED_SLOTS = saved
+
+    first = load()
+    say(f"{tag}.default_settings", f"batch {loaders.DEFAULT_BATCH_BYTES // MiB} MiB, "
+        f"piece {staging.READ_PIECE_BYTES // MiB} MiB, readers {staging.READERS}, slots {staging.PINNED_SLOTS}")  # fmt: skip
+    model_mask = None
+    det = tuple(int(v) for v in source.detector_shape)
+    rr, cc = np.mgrid[: det[0], : det[1]]
+    model_mask = (
+        (rr - det[0] / 2) ** 2 + (cc - det[1] / 2) ** 2 <= (det[0] / 8) ** 2
+    ) & source.validity
+    ref_bf = dk.masked_sum(first.data, model_mask).get()
+    if full:
+        say(
+            f"{tag}.bf_masked_sum_dense_s",
+            median(gpu_times(lambda: dk.masked_sum(first.data, model_mask), 20, 3)),
+            "s",
+        )
+    if full and args.check_cpu:
+        from quantem import io
+
+        t0 = time.perf_counter()
+        cpu = io.load(master, backend="cpu")
+        say(f"{tag}.cpu_load_s", time.perf_counter() - t0, "s", "cpu backend, for the check")
+        gpu = first.data
+        equal = True
+        rows = gpu.shape[0]
+        for r in range(0, rows, 16):
+            if not np.array_equal(gpu[r : r + 16].get(), np.asarray(cpu.data[r : r + 16])):
+                equal = False
+                break
+        say(f"{tag}.gpu_frames_equal_cpu_backend", equal, "", "every decoded frame")
+        cpu.close() if hasattr(cpu, "close") else None
+        del cpu
+    first.close()
+
+    staging.PROFILE = True
+    variants = [(None, None, None, None)]
+    if full:
+        # the earlier 2 MiB pieces, larger batches, a third reader
+        variants += [(64, 2, 2, 4), (64, 8, 2, 4), (256, 16, 3, 4)]
+    else:
+        variants += [(64, 8, 2, 4)]
+    results = {}
+    for batch, piece, readers, slots in variants:
+        times, ls = wall_time(lambda: load(batch, piece, readers, slots), args.reps)  # noqa: B023
+        name = "default" if batch is None else f"b{batch}_p{piece}_r{readers}_s{slots}"
+        st = ls.get("stages", {})
+        say(f"{tag}.warm_{name}_s", median(times), "s",
+            f"x{median(times) / floor:.2f} floor; pipeline {ls.get('pipeline_seconds', 0):.4f}; "
+            f"batches {ls.get('batches')}; gpu idle {st.get('gpu_compute_idle_s', 0):.4f} "
+            f"h2d busy {st.get('gpu_h2d_busy_s', 0):.4f} compute busy {st.get('gpu_compute_busy_s', 0):.4f} "
+            f"main wait {st.get('host_main_wait_read_s', 0):.4f} slot wait {st.get('host_slot_wait_s', 0):.4f} "
+            f"enqueue {st.get('host_enqueue_s', 0):.4f}")  # fmt: skip
+        results[name] = median(times)
+    staging.PROFILE = False
+    for batch in [64, 256] if full else []:
+        t = median([staging_only(source, threads, batch * MiB) for _ in range(3)])
+        say(f"{tag}.floor_overlapped_read_copy_b{batch}_s", t, "s", "staging engine, no decode")
+    best_name = min(results, key=results.get)
+    say(
+        f"{tag}.warm_best",
+        best_name,
+        "",
+        f"{results[best_name]:.4f} s = x{results[best_name] / floor:.2f} floor",
+    )
+    say(f"{tag}.warm_default_over_floor", results["default"] / floor, "x")
+    with load() as probe:
+        same = bool(np.array_equal(dk.masked_sum(probe.data, model_mask).get(), ref_bf))
+    say(f"{tag}.repeat_load_bf_equal", same)
+
+    if args.cold_reps and cold_floor is not None:
+        colds = []
+        for _ in range(args.cold_reps):
+            evict(files)
+            res = resident_fraction(source.shard_paths)
+            colds.extend(wall_time(lambda: load(), 1)[0])
+        c = median(colds)
+        say(
+            f"{tag}.cold_load_s",
+            c,
+            "s",
+            f"x{c / cold_floor:.2f} the cold pread; residency before {res:.4f}",
+        )
+        warm_cache(files, threads)
+
+    if full:
+        # Naive: h5py + hdf5plugin on the CPU then cupy.asarray, one shard, fresh process.
+        code = (
+            "import time,sys,h5py,hdf5plugin,cupy\n"
+            "cupy.zeros(1); t=time.perf_counter()\n"
+            "f=h5py.File(sys.argv[1],'r'); h=f['/entry/data/data'][:int(sys.argv[2])]; g=cupy.asarray(h)\n"
+            "cupy.cuda.Device().synchronize(); print(time.perf_counter()-t, h.shape[0])\n"
+        )
+        runs = []
+        for omp in (None, "1"):
+            env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+            if omp:
+                env["OMP_NUM_THREADS"] = omp
+            out = subprocess.run([sys.executable, "-c", code, source.shard_paths[0], str(args.naive_frames)],
+                                 env=env, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+            runs.append((float(out[0]), int(out[1])))
+        naive = min(r[0] / r[1] for r in runs) * source.n_frames
+        say(f"{tag}.naive_h5py_cupy_extrapolated_s", naive, "s", f"{runs}")
+        say(f"{tag}.ours_over_naive", results["default"] / naive, "x")
+    return {
+        "floor": floor,
+        "warm": results["default"],
+        "ref_bf": ref_bf,
+        "source": source,
+        "mask": model_mask,
+    }
+
+
+def bench_fresh(master: Path, tag: str, out_dir: Path) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        tmp = Path(tmp)
+        aot = fresh_process(master, "hdf5", tmp / "aot", True)
+        if os.environ.get("OUT"):  # the device run's output folder: a profile of one
+            fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
+        cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
+        warm = fresh_process(master, "hdf5", tmp / "nvrtc", False)
+    runs = [("aot", aot), ("nvrtc_empty_cache", cold), ("nvrtc_warm_cache", warm)]
+    qem = master.parent / "full.qem"
+    if qem.exists():
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            runs.append(("qem_aot", fresh_process(qem, "qem", Path(tmp) / "a", True)))
+            runs.append(
+                ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
+            )
+    for name, r in runs:
+        say(f"{tag}.fresh_{name}_first_minus_second_s", r["first"] - r["second"], "s",
+            f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']}")  # fmt: skip
+
+
+def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
+    import cupy
+
+    from quantem import io
+    from quantem.acquisition import Acquisition
+    from quantem.cuda import loaders, pinned
+    from quantem.io.qem.writer import save_qem
+
+    source = hd["source"]
+    qem_path = master.parent / "full.qem"
+    if not qem_path.exists():
+        t0 = time.perf_counter()
+        with loaders.load_hdf5(master) as acq:
+            host = acq.data.get()
+        save_qem(
+            Acquisition(
+                host, {"pixel_mask": np.asarray(source.pixel_mask)}, source.validity, "cpu"
+            ),
+            qem_path,
+        )
+        del host
+        say(f"{tag}.qem_convert_s", time.perf_counter() - t0, "s", "GPU load + D2H + save_qem")
+    size = qem_path.stat().st_size
+    qem_path.read_bytes()
+    buf_floor = []
+    with pinned.borrow(1, size) as (buf,):
+        fd = os.open(qem_path, os.O_RDONLY)
+        view = memoryview(buf)
+        try:
+            best = (np.inf, 0)
+            for piece in (8, 64):
+                pieces = [(o, min(piece * MiB, size - o)) for o in range(0, size, piece * MiB)]
+                for _ in range(3):
+                    with ThreadPoolExecutor(16) as pool:
+                        t0 = time.perf_counter()
+                        list(
+                            pool.map(
+                                lambda p: os.preadv(fd, [view[p[0] : p[0] + p[1]]], p[0]), pieces
+                            )
+                        )
+                        buf_floor.append((time.perf_counter() - t0, piece))
+            best = min(buf_floor)
+        finally:
+            os.close(fd)
+        dev = cupy.empty(size, dtype=cupy.uint8)
+        h2d = median(
+            gpu_times(
+                lambda: cupy.cuda.runtime.memcpyAsync(dev.data.ptr, buf.ctypes.data, size, 1, 0), 5
+            )
+        )
+        dev = None
+    floor = max(best[0], h2d)
+    say(
+        f"{tag}.qem_floor_pread_s",
+        best[0],
+        "s",
+        f"{size / best[0] / 1e9:.1f} GB/s, {best[1]} MiB pieces, 16 threads",
+    )
+    say(f"{tag}.qem_floor_h2d_s", h2d, "s")
+    first = io.load(qem_path, backend="cuda")
+    with loaders.load_hdf5(master) as h:
+        say(f"{tag}.qem_equals_hdf5_on_gpu", bool(cupy.array_equal(h.data, first.data)))
+    first.close()
+    times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
+    say(f"{tag}.qem_warm_load_s", median(times), "s", f"x{median(times) / floor:.2f} floor; {ls}")
+    times, _ = wall_time(lambda: loaders.load_qem(qem_path, batch_bytes=64 * MiB), args.reps)
+    say(f"{tag}.qem_warm_load_b64_s", median(times), "s", f"x{median(times) / floor:.2f} floor")
+    times, _ = wall_time(lambda: io.load(qem_path, backend="cuda", verify=False), args.reps)
+    say(f"{tag}.qem_warm_load_noverify_s", median(times), "s")
+    enc = io.load(qem_path, backend="cuda", representation="encoded")
+    bf = hd["mask"]
+    t = median(gpu_times(lambda: enc.encoded.masked_sum(bf), 10, 2))
+    say(f"{tag}.bf_masked_sum_encoded_s", t, "s")
+    say(
+        f"{tag}.bf_encoded_equals_hdf5",
+        bool(np.array_equal(enc.encoded.masked_sum(bf).get(), hd["ref_bf"])),
+    )
+    ids = np.arange(enc.encoded.n_blocks)
+    det_px = int(np.prod(source.detector_shape))
+    batch = max(1, (4 << 30) // (enc.encoded.block_frames * det_px * 2))
+    sub = ids[:batch]
+    out_bytes = min(len(sub) * enc.encoded.block_frames, int(source.n_frames)) * det_px * 2
+    dec = median(gpu_times(lambda: enc.encoded.decode_blocks(sub), args.reps))
+    say(
+        f"{tag}.qem_decode_kernel_s",
+        dec,
+        "s",
+        f"{len(sub)} blocks, {out_bytes / dec / 1e12:.3f} TB/s decoded",
+    )
+    enc.close()
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", required=True)
+    parser.add_argument("--data", type=Path, help="an ARINA acquisition's folder")
+    parser.add_argument("--dir", type=Path, help="where synthetic layouts are written")
+    parser.add_argument("--layout", action="append", default=[],
+                        help="FRAMES_PER_SHARD:DOSE[:SCAN_ROWS] (repeatable; with --dir)")  # fmt: skip
     parser.add_argument("--scan", type=int, nargs=2, default=[512, 512])
     parser.add_argument("--det", type=int, nargs=2, default=[192, 192])
     parser.add_argument("--dtype", default="uint16")
-    parser.add_argument("--dose", type=float, default=40000.0)
-    parser.add_argument("--frames-per-shard", type=int, default=2048)
-    parser.add_argument("--generate-shards", type=int, default=16)
+    parser.add_argument("--distinct", type=int, default=2048)
     parser.add_argument("--processes", type=int, default=os.cpu_count())
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--cold-reps", type=int, default=2)
-    parser.add_argument("--skip-qem", action="store_true")
+    parser.add_argument("--cold-reps", type=int, default=1)
+    parser.add_argument("--no-check-cpu", dest="check_cpu", action="store_false")
     parser.add_argument(
-        "--naive-frames", type=int, default=512, help="frames of one shard for the naive path"
+        "--qem", action="store_true", help="also convert and time .qem (first acquisition)"
     )
+    parser.add_argument(
+        "--fresh", action="store_true", help="first loads in fresh processes (first acquisition)"
+    )
+    parser.add_argument("--naive-frames", type=int, default=512)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.json:
         JSON_PATH.append(Path(args.json))
+    if (args.data is None) == (args.dir is None):
+        parser.error("give exactly one of --data DIR and --dir DIR")
 
     import cupy
 
-    from quantem import io
-    from quantem.cuda import detector_kernels as dk
-    from quantem.cuda import pinned
-    from quantem.io.synthetic import SyntheticModel
-
-    dev = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     say("device", props["name"].decode())
-    threads = args.threads or min(32, os.cpu_count() or 4)
     say("host_cores", os.cpu_count())
-
-    master, made = generate(args)
-    t0 = time.perf_counter()
-    source, have_arina = open_source(master)
-    say("open_arina_seconds", time.perf_counter() - t0, "s", "frame index (first open builds it)")
-    if not have_arina:
-        say("note", "quantem.io.arina missing: HDF5 loads timed through hdf5_pipeline directly")
-
-    def load_hdf5(staging="pread"):
-        if have_arina:
-            return io.load(master, backend="cuda", staging=staging)
-        from quantem.acquisition import Acquisition
-        from quantem.cuda.hdf5_pipeline import decode_source_to_device
-
-        frames, stats = decode_source_to_device(source)
-        data = frames.reshape(*source.scan_shape, *frames.shape[1:])
-        meta = {"load_stats": {"read_seconds": stats.read_seconds}}
-        return Acquisition(data, meta, source.validity, "cuda")
-
-    files = [*source.shard_paths, str(master)]
-    compressed = int(np.asarray(source.index.frame_nbytes).sum())
-    decoded = (
-        int(source.n_frames) * int(np.prod(source.detector_shape)) * np.dtype(source.dtype).itemsize
-    )
-    say("shape", [*source.scan_shape, *source.detector_shape])
-    say("n_shards", len(source.shard_paths), "", f"{made} generated, the rest copies")
-    say("compressed_bytes", compressed, "B")
-    say("decoded_bytes", decoded, "B")
-
-    # Warm the page cache.
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda p: Path(p).read_bytes() and None, source.shard_paths))
-    say("residency_warm", resident_fraction(source.shard_paths))
-
-    # Floors.
-    with pinned.borrow(1, compressed) as (buf,):
-        floors = sorted(pread_floor(source, buf, threads) for _ in range(args.reps))
-        say(
-            "floor_pread_pinned_warm_s",
-            statistics.median(floors),
-            "s",
-            f"{compressed / statistics.median(floors) / 1e9:.2f} GB/s",
-        )
-        dev_buf = cupy.empty(compressed, dtype=cupy.uint8)
-        h2d = gpu_times(
-            lambda: cupy.cuda.runtime.memcpyAsync(
-                dev_buf.data.ptr, buf.ctypes.data, compressed, 1, 0
-            ),
-            args.reps,
-        )
-        say(
-            "floor_h2d_s",
-            statistics.median(h2d),
-            "s",
-            f"{compressed / statistics.median(h2d) / 1e9:.2f} GB/s",
-        )
-        dev_buf = None
-        cold_floors = []
-        for _ in range(args.cold_reps):
-            evict(files)
-            res = resident_fraction(source.shard_paths)
-            cold_floors.append(pread_floor(source, buf, threads))
-        say("residency_after_evict", res)
-        say(
-            "floor_pread_pinned_cold_s",
-            statistics.median(cold_floors),
-            "s",
-            f"{compressed / statistics.median(cold_floors) / 1e9:.2f} GB/s",
-        )
-    a = cupy.empty(decoded, dtype=cupy.uint8)
-    b = cupy.empty(decoded, dtype=cupy.uint8)
-    a.fill(1)
-    d2d = gpu_times(
-        lambda: cupy.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, decoded, 3, 0), args.reps
-    )
-    say(
-        "floor_d2d_decoded_size_s",
-        statistics.median(d2d),
-        "s",
-        f"{2 * decoded / statistics.median(d2d) / 1e12:.2f} TB/s (read+write)",
-    )
-    a = b = None
-    cupy.get_default_memory_pool().free_all_blocks()
-
-    # Naive path: h5py + hdf5plugin on the CPU, then cupy.asarray, one shard, in a fresh
-    # process as a user would run it (default environment, and with OMP_NUM_THREADS=1).
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda p: Path(p).read_bytes() and None, source.shard_paths))
-    naive_code = (
-        "import time,sys,h5py,hdf5plugin,cupy\n"
-        "cupy.zeros(1); t=time.perf_counter()\n"
-        "f=h5py.File(sys.argv[1],'r'); h=f['/entry/data/data'][:int(sys.argv[2])]; g=cupy.asarray(h)\n"
-        "cupy.cuda.Device().synchronize(); print(time.perf_counter()-t, h.shape[0])\n"
-    )
-    naive_runs = {}
-    for label, omp in (("default_env", None), ("omp1", "1")):
-        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-        if omp:
-            env["OMP_NUM_THREADS"] = omp
-        proc = subprocess.run(
-            [sys.executable, "-c", naive_code, source.shard_paths[0], str(args.naive_frames)],
-            env=env, capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        seconds, frames_in_shard = proc.stdout.split()
-        naive_runs[label] = (float(seconds), int(frames_in_shard))
-        say(f"naive_one_shard_{label}_s", float(seconds), "s", f"{frames_in_shard} frames")
-    naive, per_shard_frames = min(naive_runs.values())
-    naive_full = naive * source.n_frames / per_shard_frames
-    say("naive_extrapolated_full_s", naive_full, "s", "best of the two, linear in frames")
-
-    # Ours: HDF5 warm.
-    warm0 = time.perf_counter()
-    first = load_hdf5("pread")  # the reference products come from the pread staging
-    say(
-        "hdf5_first_load_s",
-        time.perf_counter() - warm0,
-        "s",
-        "includes kernel compile / pinned alloc",
-    )
-    stats = first.metadata["load_stats"]
-    model = SyntheticModel(tuple(args.scan), tuple(args.det), args.dtype, args.dose, 0)
-    rr, cc = np.mgrid[: args.det[0], : args.det[1]]
-    cy, cx = model.bf_center
-    bf = (rr - cy) ** 2 + (cc - cx) ** 2 <= model.bf_radius**2
-    bf &= source.validity
-    say("bf_mask_pixels", int(bf.sum()))
-    dense_bf = gpu_times(lambda: dk.masked_sum(first.data, bf), 20, 3)
-    say("bf_masked_sum_dense_s", statistics.median(dense_bf), "s")
-    ref_bf = dk.masked_sum(first.data, bf).get()
-    first.close()
-    # Back to back: the pread staging (the default), then the mapped staging (DMA from
-    # page-cache pages), each checked against the reference BF image.
-    for variant_name in ("pread", "mapped"):
-        variant = wall_time(lambda: load_hdf5(variant_name), args.reps)  # noqa: B023
-        say(
-            f"hdf5_warm_load_{variant_name}_staging_s",
-            statistics.median(variant),
-            "s",
-            f"min {min(variant):.4f}",
-        )
-    with load_hdf5("mapped") as probe:
-        say("hdf5_mapped_staging_ran", probe.metadata["load_stats"].get("staging", "?"))
-        mapped_ok = bool(cupy.array_equal(dk.masked_sum(probe.data, bf), cupy.asarray(ref_bf)))
-    say("hdf5_mapped_bf_equals_reference", mapped_ok)
-    warm = wall_time(lambda: load_hdf5(), args.reps)
-    w = statistics.median(warm)
-    say("hdf5_warm_load_s", w, "s", f"min {min(warm):.4f}; {decoded / w / 1e9:.1f} GB/s decoded")
-    say("hdf5_warm_over_pread_floor", w / statistics.median(floors), "x")
-    say(
-        "hdf5_pipeline_read_s_per_load",
-        stats["read_seconds"],
-        "s",
-        "summed over batches, first load",
-    )
-    say("speedup_over_naive", naive_full / w, "x")
-
-    colds = []
-    for _ in range(args.cold_reps):
-        evict(files)
-        res = resident_fraction(source.shard_paths)
-        colds.extend(wall_time(lambda: load_hdf5(), 1))
-    say("residency_before_cold_load", res)
-    c = statistics.median(colds)
-    say("hdf5_cold_load_s", c, "s")
-    say("hdf5_cold_over_cold_pread_floor", c / statistics.median(cold_floors), "x")
-
-    if not args.skip_qem:
-        from quantem.acquisition import Acquisition
-        from quantem.io.qem.writer import save_qem
-
-        qem_path = Path(args.dir) / "full.qem"
-        if not qem_path.exists():
-            t0 = time.perf_counter()
-            with load_hdf5() as acq:
-                host = acq.data.get()
-            meta = {"pixel_mask": np.asarray(source.pixel_mask)}
-            save_qem(Acquisition(host, meta, source.validity, "cpu"), qem_path)
-            del host
-            say("qem_convert_s", time.perf_counter() - t0, "s", "GPU load + D2H + save_qem")
-        q_frames = int(source.n_frames)
-        q_decoded = decoded
-        say(
-            "qem_file_bytes",
-            qem_path.stat().st_size,
-            "B",
-            f"{compressed / qem_path.stat().st_size:.2f}x smaller than the HDF5 chunks",
-        )
-        qem_path.read_bytes()
-        q_first = io.load(qem_path, backend="cuda")
-        with load_hdf5() as h:
-            same = bool(cupy.array_equal(h.data, q_first.data))
-        say("qem_equals_hdf5_on_gpu", same)
-        q_first.close()
-        qwarm = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
-        q = statistics.median(qwarm)
-        say(
-            "qem_warm_load_s",
-            q,
-            "s",
-            f"min {min(qwarm):.4f}; {q_decoded / q / 1e9:.1f} GB/s decoded",
-        )
-        qv = wall_time(lambda: io.load(qem_path, backend="cuda", verify=False), args.reps)
-        say("qem_warm_load_noverify_s", statistics.median(qv), "s")
-
-        pool_ = cupy.get_default_memory_pool()
-        pool_.free_all_blocks()
-        base_free = cupy.cuda.runtime.memGetInfo()[0]
-        enc = io.load(qem_path, backend="cuda", representation="encoded")
-        payload = enc.encoded.nbytes
-        say(
-            "qem_resident_payload_bytes",
-            payload,
-            "B",
-            f"{q_decoded / payload:.2f}x smaller than decoded",
-        )
-        peak_load = pool_.total_bytes()
-        ids = np.arange(enc.encoded.n_blocks)
-        enc_bf = gpu_times(lambda: enc.encoded.masked_sum(bf), 10, 2)
-        say("bf_masked_sum_encoded_s", statistics.median(enc_bf), "s", f"{q_frames} frames")
-        same_bf = bool(np.array_equal(enc.encoded.masked_sum(bf).get(), ref_bf))
-        say("bf_encoded_equals_dense", same_bf)
-        peak_query = pool_.total_bytes()
-        used_now = base_free - cupy.cuda.runtime.memGetInfo()[0]
-        say(
-            "encoded_peak_pool_bytes_load",
-            peak_load,
-            "B",
-            f"payload + {(peak_load - payload) / 2**30:.3f} GiB",
-        )
-        say(
-            "encoded_peak_pool_bytes_bf_query",
-            peak_query,
-            "B",
-            f"payload + {(peak_query - payload) / 2**30:.3f} GiB",
-        )
-        say("encoded_card_used_delta_bytes", used_now, "B", "cudaMemGetInfo difference")
-        # Decode throughput on the resident payload, in batches of blocks that fit a buffer.
-        batch = max(
-            1, (4 << 30) // (enc.encoded.block_frames * int(np.prod(source.detector_shape)) * 2)
-        )
-        sub = ids[:batch]
-        sub_bytes = (
-            min(len(sub) * enc.encoded.block_frames, q_frames)
-            * int(np.prod(source.detector_shape))
-            * 2
-        )
-        dec = gpu_times(lambda: enc.encoded.decode_blocks(sub), args.reps)
-        say(
-            "qem_decode_kernel_s",
-            statistics.median(dec),
-            "s",
-            f"{len(sub)} blocks, {sub_bytes / statistics.median(dec) / 1e12:.3f} TB/s decoded",
-        )
-        enc.close()
-    say("bf_reference_checksum", int(ref_bf.sum()))
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(RESULTS, sort_keys=True, indent=1, default=str) + "\n"
-        )
+    say("revision", git_revision())
+    if args.data is not None:
+        masters = [(find_master(args.data), "data")]
+    else:
+        masters = []
+        for spec in args.layout or ["10000:40000"]:
+            parts = spec.split(":")
+            per, dose = int(parts[0]), float(parts[1])
+            rows = int(parts[2]) if len(parts) > 2 else args.scan[0]
+            masters.append(
+                (write_layout(args.dir, per, dose, rows, args), f"fps{per}_d{int(dose)}_r{rows}")
+            )
+    for k, (master, tag) in enumerate(masters):
+        hd = bench_hdf5(master, tag, args, full=k == 0)
+        if k == 0 and args.qem:
+            bench_qem(master, tag, hd, args)
+        if k == 0 and args.fresh:
+            bench_fresh(master, tag, master.parent)
+        cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
 

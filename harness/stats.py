@@ -1,13 +1,16 @@
 """Small statistics for comparing trial timings: Mann-Whitney U and relative spread.
 
-Written here rather than pulled from scipy to keep the harness's dependency set
-small; the tests check the values against published tables and, where scipy is
-installed, against ``scipy.stats.mannwhitneyu``.
+Written here rather than pulled from scipy to keep the harness's runtime dependency
+set small (the device images carry no scipy); the tests check the values against
+published tables, brute-force enumeration and ``scipy.stats.mannwhitneyu`` (scipy is
+in the ``dev`` extra).
 
-The two-sided p-value is exact (the permutation distribution of U, counted by
-dynamic programming) when there are no ties and both samples have at most
-:data:`EXACT_MAX_N` values, as scipy's ``method="auto"`` does; otherwise it uses
-the normal approximation with tie correction and continuity correction.
+The p-value (two-sided, or one-sided with ``alternative="less"``/``"greater"``, the
+alternative being that the *first* sample tends to be smaller/larger) is exact (the
+permutation distribution of U, counted by dynamic programming) when there are no ties
+and both samples have at most :data:`EXACT_MAX_N` values, as scipy's
+``method="auto"`` does; otherwise it uses the normal approximation with tie correction
+and continuity correction. ``method="exact"`` forces the exact distribution (no ties).
 """
 
 from __future__ import annotations
@@ -71,14 +74,31 @@ def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
     return tuple(table[n1, n2])
 
 
-def mann_whitney_u(first: Sequence[float], second: Sequence[float]) -> MannWhitneyResult:
-    """Two-sided Mann-Whitney U test of ``first`` against ``second``.
+ALTERNATIVES = ("two-sided", "less", "greater")
+
+
+def mann_whitney_u(
+    first: Sequence[float],
+    second: Sequence[float],
+    *,
+    alternative: str = "two-sided",
+    method: str = "auto",
+) -> MannWhitneyResult:
+    """Mann-Whitney U test of ``first`` against ``second``.
+
+    ``alternative="greater"`` tests whether ``first`` tends to be larger than
+    ``second`` (a slowdown, when ``first`` holds the candidate's seconds).
 
     Raises
     ------
     ValueError
-        When either sample is empty.
+        When either sample is empty, ``alternative`` or ``method`` is unknown, or
+        ``method="exact"`` is asked for tied values.
     """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    if method not in ("auto", "exact", "normal"):
+        raise ValueError(f"method must be auto, exact or normal, not {method!r}")
     n1, n2 = len(first), len(second)
     if n1 == 0 or n2 == 0:
         raise ValueError("Mann-Whitney U needs at least one value in each sample")
@@ -86,12 +106,10 @@ def mann_whitney_u(first: Sequence[float], second: Sequence[float]) -> MannWhitn
     ranks = rank_with_ties(combined)
     u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
     has_ties = len(set(combined)) < len(combined)
-    if not has_ties and max(n1, n2) <= EXACT_MAX_N:
-        counts = _u_counts(n1, n2)
-        total = math.comb(n1 + n2, n1)
-        u_small = min(u1, n1 * n2 - u1)
-        tail = sum(counts[: int(u_small) + 1])
-        return MannWhitneyResult(u=u1, p_value=min(1.0, 2 * tail / total), method="exact")
+    if method == "exact" and has_ties:
+        raise ValueError("the exact Mann-Whitney distribution assumes no tied values")
+    if method == "exact" or (method == "auto" and not has_ties and max(n1, n2) <= EXACT_MAX_N):
+        return MannWhitneyResult(u=u1, p_value=_exact_p(u1, n1, n2, alternative), method="exact")
     mean = n1 * n2 / 2
     n = n1 + n2
     tie_term = 0.0
@@ -101,14 +119,40 @@ def mann_whitney_u(first: Sequence[float], second: Sequence[float]) -> MannWhitn
     variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
     if variance <= 0:
         return MannWhitneyResult(u=u1, p_value=1.0, method="normal")
-    z = (abs(u1 - mean) - 0.5) / math.sqrt(variance)
-    p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
+    sd = math.sqrt(variance)
+    if alternative == "two-sided":
+        z = (abs(u1 - mean) - 0.5) / sd
+        p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
+    else:
+        # continuity correction towards the mean, as scipy does for one-sided tests
+        z = (u1 - mean - 0.5) / sd if alternative == "greater" else (mean - u1 - 0.5) / sd
+        p_value = 0.5 * math.erfc(z / math.sqrt(2))
     return MannWhitneyResult(u=u1, p_value=min(1.0, p_value), method="normal")
 
 
-def smallest_possible_p(n1: int, n2: int) -> float:
-    """The smallest two-sided exact p-value samples of these sizes can give (no ties)."""
-    return min(1.0, 2 / math.comb(n1 + n2, n1))
+def _exact_p(u1: float, n1: int, n2: int, alternative: str) -> float:
+    counts = _u_counts(n1, n2)
+    total = math.comb(n1 + n2, n1)
+    u = round(u1)
+    if alternative == "greater":  # P(U >= u1)
+        return sum(counts[u:]) / total
+    if alternative == "less":  # P(U <= u1)
+        return sum(counts[: u + 1]) / total
+    u_small = min(u, n1 * n2 - u)
+    return min(1.0, 2 * sum(counts[: u_small + 1]) / total)
+
+
+def smallest_possible_p(n1: int, n2: int, *, alternative: str = "two-sided") -> float:
+    """The smallest exact p-value samples of these sizes can give (no ties)."""
+    sides = 2 if alternative == "two-sided" else 1
+    return min(1.0, sides / math.comb(n1 + n2, n1))
+
+
+def median(values: Sequence[float]) -> float:
+    """Median with linear interpolation (the harness's one quantile rule)."""
+    if not values:
+        raise ValueError("the median of no values is undefined")
+    return quantile(sorted(float(v) for v in values), 0.5)
 
 
 def relative_spread(values: Sequence[float]) -> float | None:

@@ -24,3 +24,10 @@ def arina_small() -> Path:
 def _index_dir(tmp_path, monkeypatch):
     """Keep frame-index sidecars inside each test's folder, never in ~/.cache."""
     monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
+
+
+@pytest.fixture(autouse=True)
+def _lock_dir(tmp_path, monkeypatch):
+    """Host locks of runs started by a test go to its own folder (tests in parallel
+    sessions on one machine must not wait for each other's demo storage lock)."""
+    monkeypatch.setenv("HARNESS_LOCK_DIR", str(tmp_path / "host-locks"))

@@ -119,7 +119,11 @@ def test_slowdown_past_threshold_is_review_with_flagged_cells() -> None:
     (flagged,) = result.flagged_cells
     assert (flagged.acquisition, flagged.format, flagged.cache_state) == ("scan-b", "qem", "cold")
     assert flagged.change_percent == pytest.approx(50, abs=8)
-    assert flagged.p_value == pytest.approx(2 / 252)  # 5 vs 5 fully separated
+    # 5 vs 5 fully separated: the one-sided (slower) exact p is 1 / C(10, 5); Holm over the
+    # 8 cells multiplies the smallest p by 8, still below 0.05: a confirmed slowdown.
+    assert flagged.p_value == pytest.approx(1 / 252)
+    assert flagged.p_adjusted == pytest.approx(8 / 252)
+    assert flagged.verdict.value == "slower"
     assert result.performance_status == "review"
 
 
@@ -219,7 +223,7 @@ def test_compare_command_exit_codes(reports, capsys, candidate: str, code: int) 
     out = capsys.readouterr().out
     assert f"(exit {code})" in out
     if candidate == "slow":
-        assert "SLOWER" in out and "Mann-Whitney p" in out
+        assert "**SLOWER**" in out and "p (Holm)" in out and "mann-whitney-exact" in out
     if candidate == "other":
         assert "storage\\_id" in out and "<img" not in out and "&lt;img" in out
 

@@ -94,10 +94,22 @@ class FakeCuda:
             hostRegister=host_register,
             hostUnregister=host_unregister,
         )
+
+        class Device:
+            def __init__(self, id=0):
+                self.id = id
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return None
+
         cuda = types.SimpleNamespace(
             runtime=runtime,
             Stream=Stream,
             Event=Event,
+            Device=Device,
             alloc_pinned_memory=lambda n: bytearray(n),
         )
         module = types.ModuleType("cupy")
@@ -319,3 +331,15 @@ def test_mapped_staging_falls_back_to_pread_when_registration_is_refused(
     assert stats.staging == "pread" and "stand-in" in stats.fallback
     np.testing.assert_array_equal(np.asarray(out), expected)
     assert not fake.registered and mapped_staging.live_registrations() == 0
+
+
+def test_lazy_pinned_slots_allocate_on_first_use_and_return_to_the_cache(fake_cuda):
+    fake_cuda()
+    with pinned.LazySlots(3, 10, device=0) as slots:
+        first = slots.get(1)
+        assert slots.get(1) is first
+        assert pinned.cached_bytes() == 0
+    assert pinned.cached_bytes() == pinned.SIZE_STEP  # only the slot that was used
+    with pinned.LazySlots(2, 10) as slots:
+        assert slots.get(0) is first  # reused, not allocated again
+    assert pinned.cached_bytes() == pinned.SIZE_STEP

@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "harness.commands.history",
     "harness.commands.render",
     "harness.commands.compare",
+    "harness.commands.calibrate",
     "harness.commands.native",
     "harness.commands.manifest",
 )

@@ -1,14 +1,15 @@
 """``harness compare``: compare a candidate report with an explicitly named baseline.
 
 Exit 0: comparable and no cell slower than the threshold; 1: the candidate failed
-(execution, correctness, source stability); 2: slowdown to review, or not
-comparable (with the differing fields); 64: usage error.
+(execution, correctness, source stability); 2: a cell ``slower`` or
+``possibly_slower`` (past the threshold), or not comparable (with the differing
+fields); 64: usage error. Significance is judged against the named or most recent
+matching calibration (docs/verdicts.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from harness.errors import UsageError
@@ -40,7 +41,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="P",
         help="flag cells whose median is more than P%% slower (default 20)",
     )
-    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--calibration",
+        metavar="SHA_PREFIX",
+        help="calibration to judge significance against (default: the most recent one in the "
+        "history whose comparison key matches)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default=None,
+        help="output: text (a table; the default on a terminal), markdown (the default "
+        "otherwise) or json",
+    )
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
     parser.set_defaults(func=run)
 
 
@@ -70,10 +84,13 @@ def _newest_record(history_dir: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from harness.commands.history import default_history_dir
     from harness.compare import compare_reports
     from harness.history.lookup import load_report
-    from harness.templating import render_template
+    from harness.verdict.calibration_report import resolve_calibration
+    from harness.verdict.present import print_text, render_json, render_markdown
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -82,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = load_report(args.baseline, history_dir=history_dir)
     candidate_reference = args.candidate or _newest_record(history_dir)
     candidate = load_report(candidate_reference, history_dir=history_dir)
+    calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
     comparison = compare_reports(
         baseline.doc,
         candidate.doc,
@@ -90,16 +108,19 @@ def run(args: argparse.Namespace) -> int:
         baseline_path=str(baseline.path),
         candidate_sha256=candidate.sha256,
         candidate_path=str(candidate.path),
+        calibration=calibration,
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")
-    if args.json:
-        print(json.dumps(comparison.to_dict(), sort_keys=True, indent=1, default=str))
+    output = "json" if args.json else args.format
+    if output is None:
+        output = "text" if sys.stdout.isatty() else "markdown"
+    if output == "json":
+        print(render_json(comparison))
+    elif output == "markdown":
+        print(render_markdown(comparison), end="")
     else:
-        text = render_template(
-            "compare.md.j2",
-            c=comparison,
-            percent=lambda v: "-" if v is None else f"{v * 100:.1f}%",
-        )
-        print(text, end="")
+        from rich.console import Console
+
+        print_text(comparison, Console())
     return comparison.exit_code

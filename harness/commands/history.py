@@ -8,6 +8,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from harness.commands.history_changes import (
+    CHANGES_DESCRIPTION,
+    CHANGES_HELP,
+    add_changes_arguments,
+    run_changes,
+)
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 #: Where a history lives when ``--history-dir`` is not given.
@@ -93,6 +99,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots")
     rebuild.set_defaults(func=run_rebuild)
 
+    changes = commands.add_parser(  # arguments and work in harness/commands/history_changes.py
+        "changes", help=CHANGES_HELP, description=CHANGES_DESCRIPTION
+    )
+    add_history_dir_argument(changes)
+    add_changes_arguments(changes)
+    changes.set_defaults(func=lambda args: run_changes(args, _history_dir(args)))
     parser.set_defaults(func=_missing_subcommand)
 
 

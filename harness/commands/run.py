@@ -72,6 +72,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="median slowdown that triggers review",
     )
     io.add_argument(
+        "--calibration",
+        metavar="SHA_PREFIX",
+        help="calibration to judge the baseline comparison against (default: the most recent "
+        "matching one in --history-dir)",
+    )
+    io.add_argument(
+        "--recheck",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --baseline: measure every flagged cell K more times right away",
+    )
+    io.add_argument(
+        "--lock-dir",
+        type=Path,
+        metavar="DIR",
+        help="host lock folder (default $XDG_RUNTIME_DIR/quantem-harness or "
+        "/tmp/quantem-harness-locks; $HARNESS_LOCK_DIR overrides)",
+    )
+    io.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for another run on the same GPU or storage (default 600)",
+    )
+    io.add_argument(
         "--fresh-index",
         action="store_true",
         help="rebuild the HDF5 frame index in every timed load",
@@ -130,6 +157,10 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         history_dir=args.history_dir,
         baseline=args.baseline,
         regression_percent=args.regression_percent,
+        calibration=args.calibration,
+        recheck=args.recheck,
+        lock_dir=args.lock_dir,
+        lock_timeout=args.lock_timeout,
         fresh_index=args.fresh_index,
         cold_reloads=args.cold_reloads,
         verify=not args.no_verify,
@@ -151,9 +182,7 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise UsageError("--threads must be at least 1")
     if args.demo:
         given = [
-            name
-            for name in ("root", "selection_manifest", "storage_id", "baseline")
-            if getattr(args, name)
+            name for name in ("root", "selection_manifest", "storage_id") if getattr(args, name)
         ]
         if given:
             raise UsageError(f"--demo makes its own data; do not pass {', '.join(given)}")
@@ -173,6 +202,8 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise UsageError(f"io-scale needs {', '.join(missing)} (or --demo)")
     if args.baseline is None and args.regression_percent != 20.0:
         raise UsageError("--regression-percent needs --baseline")
+    if args.baseline is None and (args.recheck or args.calibration):
+        raise UsageError("--recheck and --calibration need --baseline")
 
 
 def _demo_report_dir() -> Path:

@@ -66,6 +66,12 @@ class IoScaleConfig:
     history_dir: Path | None = None
     baseline: str | None = None
     regression_percent: float = 20.0
+    #: calibration SHA-256 prefix (None: the newest matching one in the history)
+    calibration: str | None = None
+    #: with a baseline: measure each flagged cell this many more rounds, right away
+    recheck: int = 0
+    lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
+    lock_timeout: float = 600.0
     fresh_index: bool = False
     cold_reloads: int = 0
     verify: bool = True
@@ -89,6 +95,12 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--cold-reloads and --reloads must not be negative")
     if cfg.regression_percent <= 0:
         raise UsageError("--regression-percent must be positive")
+    if cfg.recheck < 0:
+        raise UsageError("--recheck must not be negative")
+    if cfg.recheck and not cfg.baseline:
+        raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
+    if cfg.lock_timeout < 0:
+        raise UsageError("--lock-timeout must not be negative")
     if cfg.representation not in ("dense", "encoded"):
         raise UsageError(f"unknown representation {cfg.representation!r}")
     if cfg.representation == "encoded" and not profile.device_pool:
@@ -182,6 +194,15 @@ class IoScaleRun:
             self.trials.append(record)
 
         return TrialLoop(ctx.workspace, one).run(cells, rounds, first_index)
+
+    def recheck_cells(self, workspace: Workspace, cells: Sequence, rounds: int) -> list[dict]:
+        """Measure ``cells`` ``rounds`` more rounds (indices after the main ones); kept apart."""
+        ctx = self.context(workspace)
+        first = len(self.trials)
+        self.measure_cells(ctx, [Cell(*key) for key in cells], rounds, first_index=self.config.reps)
+        rechecked = self.trials[first:]
+        del self.trials[first:]  # the recheck is its own block, never mixed into the trials
+        return rechecked
 
     def prepare_qem(self, ctx: TrialContext, state: AcquisitionState) -> bool:
         """Write the disposable QEM (timed as the conversion workflow unless --load-only).

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.compare import compare_reports
+from harness.compare import CalibrationUse, cell_to_dict, compare_reports
 from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW, ReportValidationError
 from harness.history.lookup import LoadedReport
 from harness.report import dump_report
@@ -49,15 +49,34 @@ def status_section(log: FailureLog, stable: bool) -> dict:
     }
 
 
-def compare_with_baseline(doc: dict, baseline: LoadedReport, regression_percent: float) -> str:
-    """Compare ``doc`` with the baseline; record both in ``doc``; return ``status.performance``."""
+def compare_with_baseline(
+    doc: dict,
+    baseline: LoadedReport,
+    regression_percent: float,
+    *,
+    calibration: CalibrationUse | None = None,
+    recheck: dict | None = None,
+) -> str:
+    """Compare ``doc`` with the baseline; record both in ``doc``; return ``status.performance``.
+
+    ``calibration`` is the host's calibrated null (docs/verdicts.md); ``recheck`` holds the
+    recheck trial seconds of flagged cells, by (acquisition, format, cache state).
+    """
     sha, path = baseline.sha256, str(baseline.path)
     doc["baseline"] = {"sha256": sha, "path": path, "regression_percent": regression_percent}
     comparison = compare_reports(
-        baseline.doc, doc, regression_percent, baseline_sha256=sha, baseline_path=path
+        baseline.doc,
+        doc,
+        regression_percent,
+        baseline_sha256=sha,
+        baseline_path=path,
+        calibration=calibration,
+        recheck=recheck,
     )
     doc["comparison"] = {
         "verdict": comparison.verdict.value,
+        "calibration": comparison.calibration.to_dict() if comparison.calibration else None,
+        "cells": [cell_to_dict(c) for c in comparison.cells],
         "differences": [str(d) for d in comparison.differences],
         "flagged_cells": [
             {
@@ -87,11 +106,20 @@ def exit_code_of(status: dict, performance: str) -> int:
     return EXIT_OK
 
 
-def judge(doc: dict, baseline: LoadedReport | None, regression_percent: float) -> int:
+def judge(
+    doc: dict,
+    baseline: LoadedReport | None,
+    regression_percent: float,
+    *,
+    calibration: CalibrationUse | None = None,
+    recheck: dict | None = None,
+) -> int:
     """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline)."""
     performance = "no_baseline"
     if baseline is not None:
-        performance = compare_with_baseline(doc, baseline, regression_percent)
+        performance = compare_with_baseline(
+            doc, baseline, regression_percent, calibration=calibration, recheck=recheck
+        )
     exit_code = exit_code_of(doc["status"], performance)
     doc["status"]["performance"] = performance
     doc["status"]["exit_code"] = exit_code

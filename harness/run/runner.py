@@ -7,9 +7,13 @@ A run, whatever it measures (:mod:`harness.run.io_scale` today, ``compute`` next
 3. the manifest is parsed and every master's SHA-256 checked before any measurement;
 4. the output directory is claimed (a second run into it refuses now, not after
    measuring), and the baseline is looked up by :func:`harness.history.lookup.load_report`,
-   the same rule as ``harness compare``;
-5. inside the workspace (temporary area, interrupt latch, progress) the kind measures
-   each selected acquisition; an execution failure ends the trials and is recorded;
+   the same rule as ``harness compare``, with the calibration to judge it against;
+5. the host locks of the GPU and the storage are taken (:mod:`harness.run.host_lock`;
+   held until the report is written); inside the workspace (temporary area, interrupt
+   latch, progress) competing activity is sampled, the kind measures each selected
+   acquisition (an execution failure ends the trials and is recorded), with
+   ``--recheck K`` the flagged cells are measured K more rounds right away, and
+   competing activity is sampled again;
 6. the fingerprint is taken again; the kind finishes (e.g. archives reference headers
    when nothing failed) and builds its report; the report is judged against the
    baseline, written as a new file and registered into the history.
@@ -21,15 +25,19 @@ says how to add one.
 from __future__ import annotations
 
 import datetime
+import sys
 from pathlib import Path
 from typing import Protocol
 
+from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
 from harness.errors import EXIT_FAILURE, HarnessError
 from harness.history.lookup import load_report
 from harness.history.store import register_reports
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
 from harness.run.checks import FailureLog
+from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
+from harness.run.host_lock import host_locks, resources_for
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
@@ -52,6 +60,10 @@ class RunSettings(Protocol):
     history_dir: Path | None
     baseline: str | None
     regression_percent: float
+    calibration: str | None
+    recheck: int
+    lock_dir: Path | None
+    lock_timeout: float
     command: object
     progress: bool | None
     on_event: object
@@ -74,6 +86,9 @@ class BenchmarkKind(Protocol):
     def measure(self, selected: SelectedAcquisition, workspace: Workspace) -> None:
         """Measure one acquisition (its files live in ``workspace.folder``)."""
 
+    def recheck_cells(self, workspace: Workspace, cells: list, rounds: int) -> list[dict]:
+        """Measure ``cells`` (keys) ``rounds`` more times, interleaved; return those trials."""
+
     def after_trials(self, workspace: Workspace) -> None:
         """Work that needs the temporary files, after every acquisition was measured."""
 
@@ -87,54 +102,114 @@ class BenchmarkKind(Protocol):
 def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     """Run ``kind`` in the frame described in the module docstring."""
     cfg = kind.config
-    log = kind.log
     kind.check_config()
     tracker = SourceTracker().start()
     manifest = parse_manifest(cfg.manifest, cfg.root)
     check_master_hashes(manifest)
     with claim_output_dir(cfg.output_dir, REPORT_NAME):
         baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
+        calibration = (
+            resolve_calibration(cfg.history_dir, cfg.calibration, baseline.doc)
+            if baseline is not None
+            else None
+        )
         environment = collect_environment(cfg.backend, cfg.root, cfg.storage_id)
-        created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        with open_workspace(
-            cfg.output_dir,
-            title=kind.title,
-            total=kind.total_trials(len(manifest.acquisitions)),
-            show_progress=cfg.progress,
-            on_event=cfg.on_event,
-        ) as workspace:
-            for selected in manifest.acquisitions:
-                try:
-                    kind.measure(selected, workspace)
-                except EXECUTION_ERRORS as exc:
-                    if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
-                        raise
-                    log.execution(f"{selected.id}: {type(exc).__name__}: {exc}")
-                    break
-            kind.after_trials(workspace)
-        provenance, stable = tracker.finish()
-        if not stable:
-            changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
-            log.other(
-                "source-stability: the measured source changed during the run "
-                f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
-                f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
+        resources = resources_for([environment["device"].get("uuid")], cfg.storage_id)
+        with host_locks(
+            resources,
+            lock_dir=cfg.lock_dir,
+            timeout=cfg.lock_timeout,
+            command=[str(a) for a in cfg.command],
+            on_wait=_say_waiting,
+        ):
+            outcome = _measure_and_report(
+                kind, manifest, tracker, baseline, calibration, environment
             )
-        kind.finish(stable and not log.failed)
-        head = {
-            "schema": SCHEMA_NAME,
-            "schema_version": SCHEMA_VERSION,
-            "protocol_version": PROTOCOL_VERSION,
-            "benchmark": BENCHMARK,
-            "created_utc": created,
-            "command": [str(a) for a in cfg.command],
-            "status": status_section(log, stable),
-            "baseline": None,
-            "provenance": provenance,
-            "environment": environment,
+    registered = register_reports(cfg.history_dir, [outcome.report_path]) if cfg.history_dir else []
+    outcome.registered = registered
+    return outcome
+
+
+def _say_waiting(resource, holder: str) -> None:
+    print(
+        f"harness: waiting for {resource.kind} {resource.identifier!r}, in use by {holder}",
+        file=sys.stderr,
+    )
+
+
+def _measure_and_report(kind, manifest, tracker, baseline, calibration, environment) -> RunOutcome:
+    """Steps 5 and 6 of the module docstring, with the host locks held."""
+    cfg, log = kind.config, kind.log
+    created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    gpu = environment["device"].get("kind") == "gpu"
+    uuid = environment["device"].get("uuid")
+    rechecked: list[dict] = []
+    flagged: list = []
+    with open_workspace(
+        cfg.output_dir,
+        title=kind.title,
+        total=kind.total_trials(len(manifest.acquisitions)),
+        show_progress=cfg.progress,
+        on_event=cfg.on_event,
+    ) as workspace:
+        before = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+        for selected in manifest.acquisitions:
+            try:
+                kind.measure(selected, workspace)
+            except EXECUTION_ERRORS as exc:
+                if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
+                    raise
+                log.execution(f"{selected.id}: {type(exc).__name__}: {exc}")
+                break
+        if baseline is not None and cfg.recheck > 0 and not log.failed:
+            # flagged cells are measured again right away, in this process, interleaved
+            flagged = flagged_for_recheck(
+                baseline.doc,
+                kind.trials,
+                cfg.regression_percent,
+                calibration=calibration,
+            )
+            if flagged:
+                workspace.progress.add_total(len(flagged) * cfg.recheck)
+                rechecked = kind.recheck_cells(workspace, flagged, cfg.recheck)
+        after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+        kind.after_trials(workspace)
+    provenance, stable = tracker.finish()
+    if not stable:
+        changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
+        log.other(
+            "source-stability: the measured source changed during the run "
+            f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
+            f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
+        )
+    kind.finish(stable and not log.failed)
+    contention = contention_section(before, after)
+    status = status_section(log, stable)
+    status["host_load"] = "contended" if contention["contended"] else "quiet"
+    head = {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "protocol_version": PROTOCOL_VERSION,
+        "benchmark": BENCHMARK,
+        "created_utc": created,
+        "command": [str(a) for a in cfg.command],
+        "status": status,
+        "baseline": None,
+        "provenance": provenance,
+        "environment": environment,
+        "contention": contention,
+    }
+    doc = kind.build_report(head)
+    recheck = None
+    if flagged:
+        doc["recheck"] = {
+            "rounds": cfg.recheck,
+            "cells": [list(key) for key in flagged],
+            "trials": rechecked,
         }
-        doc = kind.build_report(head)
-        exit_code = judge(doc, baseline, cfg.regression_percent)
-        report_path = write_report(doc, cfg.output_dir)
-    registered = register_reports(cfg.history_dir, [report_path]) if cfg.history_dir else []
-    return RunOutcome(doc, report_path, exit_code, registered)
+        recheck = collect_cells({"trials": rechecked})
+    exit_code = judge(
+        doc, baseline, cfg.regression_percent, calibration=calibration, recheck=recheck
+    )
+    report_path = write_report(doc, cfg.output_dir)
+    return RunOutcome(doc, report_path, exit_code)

@@ -107,6 +107,10 @@ def status_lines(doc: dict) -> list[str]:
         f"{kept} of {n} trials kept their cache label",
     ]
     lines += [f"  - {failure}" for failure in status["failures"]]
+    contention = doc.get("contention") or {}
+    if status.get("host_load") == "contended":
+        lines.append("host contended while measuring (not a failure; timings are less reliable):")
+        lines += [f"  - {reason}" for reason in contention.get("reasons", [])[:6]]
     comparison = doc.get("comparison")
     if comparison and doc.get("baseline"):
         lines.append(
@@ -114,11 +118,25 @@ def status_lines(doc: dict) -> list[str]:
             f"(threshold {doc['baseline']['regression_percent']:g}%)"
         )
         lines += [f"  - not comparable: {d}" for d in comparison.get("differences", [])]
-        lines += [
-            f"  - slower: {c['acquisition']} {c['format']} {c['cache_state']}: median "
-            f"{c['baseline_median']:.4g} s -> {c['candidate_median']:.4g} s ({c['change_percent']:+.1f}%)"
-            for c in comparison.get("flagged_cells", [])
-        ]
+        calibration = comparison.get("calibration")
+        if calibration is not None:
+            used = calibration.get("sha256")
+            lines.append(
+                f"  calibration: {used[:12]} ({calibration['note']})"
+                if used
+                else f"  calibration: none ({calibration['note']})"
+            )
+        cells = comparison.get("cells")
+        if cells is None:  # a report from before per-cell verdicts
+            cells = [dict(c, verdict="slower") for c in comparison.get("flagged_cells", [])]
+        for c in cells:
+            if c["verdict"] == "unchanged" and not c.get("recheck"):
+                continue
+            lines.append(
+                f"  - {c['verdict']}: {c['acquisition']} {c['format']} {c['cache_state']}: median "
+                f"{c['baseline_median']:.4g} s -> {c['candidate_median']:.4g} s "
+                f"({c['change_percent']:+.1f}%)" + (f"; {c['notes'][0]}" if c.get("notes") else "")
+            )
         lines += [f"  - warning: {w}" for w in comparison.get("warnings", [])]
     return lines
 

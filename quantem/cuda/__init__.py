@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["release_cached_memory", "to_torch"]
+__all__ = ["kernel_provenance", "release_cached_memory", "to_torch"]
 
 
 def to_torch(obj: Any) -> Any:
@@ -21,6 +21,17 @@ def to_torch(obj: Any) -> Any:
     from quantem.interop import to_torch as _to_torch
 
     return _to_torch(obj)
+
+
+def kernel_provenance() -> list[dict[str, Any]]:
+    """Which compiled code this process ran: one record per loaded kernel module with
+    ``file``, ``key`` (SHA-256 of the rendered source and options), ``path``
+    (``"fatbin"``: an ahead-of-time binary, with ``binary`` and ``binary_sha256``;
+    ``"nvrtc"``: compiled at run time, with ``reason``) and ``device_capability``.
+    For run reports' provenance; empty before the first GPU load."""
+    from quantem.cuda.module_loader import kernel_provenance as _provenance
+
+    return _provenance()
 
 
 def release_cached_memory() -> None:

@@ -27,20 +27,26 @@ FRAMES_PER_GROUP = 512
 VECTOR_BYTES = 16
 
 
-def _module(dtype: np.dtype, det_shape: tuple[int, int]) -> Any:
-    from quantem.cuda.module_loader import load_module
-
+def module_defines(dtype: np.dtype, det_shape: tuple[int, int]) -> dict[str, int | str]:
+    """The compile-time constants of ``detector_kernels.cu`` (also what the ahead-of-time
+    build of :mod:`quantem.cuda.aot` specialises)."""
     dtype = np.dtype(dtype)
     if dtype not in ELEMENT_TYPES:
         raise UnsupportedDtypeError(
             f"GPU detector products support uint8, uint16 and uint32 data, not {dtype}"
         )
-    defines = {
+    return {
         "ELEM_T": ELEMENT_TYPES[dtype],
-        "FRAME_ELEMS": det_shape[0] * det_shape[1],
-        "DET_C": det_shape[1],
+        "FRAME_ELEMS": int(det_shape[0]) * int(det_shape[1]),
+        "DET_C": int(det_shape[1]),
         "WARPS_PER_CTA": WARPS_PER_CTA,
     }
+
+
+def _module(dtype: np.dtype, det_shape: tuple[int, int]) -> Any:
+    from quantem.cuda.module_loader import load_module
+
+    defines = module_defines(dtype, det_shape)
     return load_module(SOURCE_FILE, defines)
 
 

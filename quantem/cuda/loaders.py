@@ -21,6 +21,7 @@ import numpy as np
 from quantem.acquisition import Acquisition
 from quantem.backends import require_backend
 from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
+from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
 
 IDENTITY_OPTIONS = {"dtype": "native", "apply_mask": False, "det_bin": 1}
 
@@ -108,6 +109,9 @@ def load_hdf5(
     require_backend("cuda")
     import cupy
 
+    from quantem.cuda.staging import prestart_threads
+
+    prestart_threads(threads)
     from quantem.io.arina import open_arina
     from quantem.io.transforms import parse_load_options
 
@@ -141,6 +145,8 @@ def load_hdf5(
     }
     if stats.fallback is not None:
         metadata["load_stats"]["staging_fallback"] = stats.fallback
+    if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
+        metadata["load_stats"]["stages"] = dict(stats.stages)
     validity = _finished_validity(source.validity, options)
     return Acquisition(data, metadata, validity, backend="cuda")
 
@@ -195,7 +201,7 @@ def load_qem(
     det_bin: int = 1,
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_bytes: int = QEM_BATCH_BYTES,
 ) -> Acquisition:
     """Load a ``.qem`` file onto GPU ``device``.
 
@@ -218,6 +224,9 @@ def load_qem(
     require_backend("cuda")
     import cupy
 
+    from quantem.cuda.staging import prestart_threads
+
+    prestart_threads(threads)
     from quantem.cuda.encoded import EncodedPayload
     from quantem.cuda.qem_pipeline import block_extents
     from quantem.errors import QemFormatError
@@ -308,7 +317,7 @@ def _decode_qem_dense(
     """Decode the blocks a dense load needs on the current device and finish the frames."""
     import cupy
 
-    from quantem.cuda.qem_pipeline import stage_blocks
+    from quantem.cuda.qem_pipeline import block_extents, plan_stage, stage_blocks
     from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
     from quantem.io.qem.reader import parse_scan_region
     from quantem.io.transforms import finish_frames
@@ -335,12 +344,15 @@ def _decode_qem_dense(
         dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
         region = (rows, cols, frames)
     status = cupy.zeros(block_ids.size, dtype=cupy.int32)
+    # The block table of every batch, uploaded once before the transfer (sliced per batch:
+    # no host-to-device uploads between the batches' launches).
+    _, extents = block_extents(index)
+    _, buffer_starts = plan_stage(block_ids, extents, batch_bytes)
+    table = DeviceBlockTable.from_index(index[block_ids], buffer_starts, out_frames)
     cupy.cuda.Stream.null.synchronize()
 
     def launch(i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any) -> None:
-        with stream:
-            table = DeviceBlockTable.from_index(index[block_ids[a:b]], starts, out_frames[a:b])
-        decoder.decode_dense(device_bytes, table, dense, status[a:b], stream=stream)
+        decoder.decode_dense(device_bytes, table.slice(a, b), dense, status[a:b], stream=stream)
 
     stats = stage_blocks(
         qem, block_ids, launch, verify=verify, threads=threads, batch_bytes=batch_bytes

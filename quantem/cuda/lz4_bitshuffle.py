@@ -74,6 +74,26 @@ def parse_chunk_header(chunk: bytes | np.ndarray, frame_bytes: int, elem_size: i
     return block_bytes
 
 
+def decoder_defines(
+    elem_size: int, frame_elems: int, block_bytes: int, stage_compressed: bool = False
+) -> dict[str, int]:
+    """The compile-time constants of ``lz4_bitshuffle.cu`` for one chunk geometry (also
+    what the ahead-of-time build of :mod:`quantem.cuda.aot` specialises)."""
+    cbound = (lz4_bound(block_bytes) + 15) // 16 * 16
+    per_warp = block_bytes + (cbound if stage_compressed else 0)
+    warps_per_cta = max(1, min(4, (96 * 1024) // per_warp))
+    vector = (frame_elems * elem_size) % (ELEMENTS_PER_GROUP * elem_size) == 0
+    return {
+        "ELEM_SIZE": elem_size,
+        "FRAME_ELEMS": frame_elems,
+        "BLOCK_BYTES": block_bytes,
+        "CBOUND": cbound,
+        "WARPS_PER_CTA": warps_per_cta,
+        "VECTOR_STORES": int(vector),
+        "STAGE_COMPRESSED": int(stage_compressed),
+    }
+
+
 class ChunkDecoder:
     """Compiled kernels for one (element size, frame size, block size) combination.
 
@@ -108,20 +128,10 @@ class ChunkDecoder:
         block_elems = block_bytes // elem_size
         leftover = frame_elems % block_elems
         self.blocks_per_frame = frame_elems // block_elems + (1 if leftover >= 8 else 0)
-        cbound = (lz4_bound(block_bytes) + 15) // 16 * 16
-        per_warp = block_bytes + (cbound if stage_compressed else 0)
-        self.warps_per_cta = max(1, min(4, (96 * 1024) // per_warp))
+        defines = decoder_defines(elem_size, frame_elems, block_bytes, stage_compressed)
+        self.warps_per_cta = int(defines["WARPS_PER_CTA"])
+        per_warp = block_bytes + (int(defines["CBOUND"]) if stage_compressed else 0)
         self.shared_bytes = self.warps_per_cta * per_warp
-        vector = self.frame_bytes % (ELEMENTS_PER_GROUP * elem_size) == 0
-        defines = {
-            "ELEM_SIZE": elem_size,
-            "FRAME_ELEMS": frame_elems,
-            "BLOCK_BYTES": block_bytes,
-            "CBOUND": cbound,
-            "WARPS_PER_CTA": self.warps_per_cta,
-            "VECTOR_STORES": int(vector),
-            "STAGE_COMPRESSED": int(stage_compressed),
-        }
         module = load_module(SOURCE_FILE, defines)
         self._walk = module.get_function("walk_chunks")
         self._decode = module.get_function("decode_blocks")

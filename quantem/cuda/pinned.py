@@ -36,10 +36,66 @@ def cached_bytes() -> int:
         return sum(size * len(buffers) for size, buffers in _cache.items())
 
 
+def _rounded(nbytes: int) -> int:
+    return max(SIZE_STEP, -(-nbytes // SIZE_STEP) * SIZE_STEP)
+
+
+class LazySlots:
+    """``count`` pinned buffers of at least ``nbytes``, each taken from the cache or
+    allocated when first asked for (:meth:`get`, thread-safe), so a first load starts
+    reading into slot 0 while later slots are still being page-locked by the threads that
+    first need them. Allocation happens with ``device`` current. Use as a context
+    manager; every buffer taken goes back to the cache on exit."""
+
+    def __init__(self, count: int, nbytes: int, device: int | None = None) -> None:
+        self.count = count
+        self.nbytes = _rounded(nbytes)
+        self.device = device
+        self._slots: list[np.ndarray | None] = [None] * count
+        self._locks = [threading.Lock() for _ in range(count)]
+
+    def get(self, k: int) -> np.ndarray:
+        with self._locks[k]:
+            slot = self._slots[k]
+            if slot is None:
+                with _lock:
+                    spare = _cache.get(self.nbytes, [])
+                    slot = spare.pop() if spare else None
+                if slot is None:
+                    slot = self._allocate()
+                self._slots[k] = slot
+            return slot
+
+    def _allocate(self) -> np.ndarray:
+        if self.device is None:
+            return _allocate(self.nbytes)
+        import cupy
+
+        with cupy.cuda.Device(self.device):
+            return _allocate(self.nbytes)
+
+    def __enter__(self) -> LazySlots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        taken = [slot for slot in self._slots if slot is not None]
+        self._slots = [None] * self.count
+        _give_back(taken, self.nbytes)
+
+
+def _give_back(taken: list[np.ndarray], nbytes: int) -> None:
+    with _lock:
+        held = sum(size * len(buffers) for size, buffers in _cache.items())
+        for buffer in taken:
+            if held + nbytes <= MAX_CACHED_BYTES:
+                _cache.setdefault(nbytes, []).append(buffer)
+                held += nbytes
+
+
 @contextmanager
 def borrow(count: int, nbytes: int) -> Iterator[list[np.ndarray]]:
     """Lend ``count`` pinned ``uint8`` buffers of at least ``nbytes`` each; they return on exit."""
-    nbytes = max(SIZE_STEP, -(-nbytes // SIZE_STEP) * SIZE_STEP)
+    nbytes = _rounded(nbytes)
     taken: list[np.ndarray] = []
     with _lock:
         spare = _cache.get(nbytes, [])
@@ -50,12 +106,7 @@ def borrow(count: int, nbytes: int) -> Iterator[list[np.ndarray]]:
             taken.append(_allocate(nbytes))
         yield taken
     finally:
-        with _lock:
-            held = sum(size * len(buffers) for size, buffers in _cache.items())
-            for buffer in taken:
-                if held + nbytes <= MAX_CACHED_BYTES:
-                    _cache.setdefault(nbytes, []).append(buffer)
-                    held += nbytes
+        _give_back(taken, nbytes)
         taken.clear()
 
 

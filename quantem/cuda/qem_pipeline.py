@@ -19,7 +19,9 @@ import numpy as np
 from quantem.cuda import staging, xxh3
 from quantem.errors import QemFormatError
 
-DEFAULT_BATCH_BYTES = 64 << 20
+#: 256 MiB: one warp decodes one block, so a batch needs many blocks to fill the GPU
+#: (on the H200, full-size uint16: 64 MiB batches 0.120 s, 256 MiB 0.089 s warm).
+DEFAULT_BATCH_BYTES = 256 << 20
 EXTENT_ALIGN = 16
 
 
@@ -36,6 +38,18 @@ def plan_block_batches(
 ) -> list[tuple[int, int]]:
     """Split positions of ``block_ids`` into ``(a, b)`` runs of about ``batch_bytes``."""
     return staging.plan_batches(extents[block_ids], batch_bytes)
+
+
+def plan_stage(
+    ids: np.ndarray, extents: np.ndarray, batch_bytes: int
+) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The batches of :func:`stage_blocks` and every block's start in its batch's buffer
+    (extents packed one after the other), so callers can upload per-block tables once."""
+    batches = plan_block_batches(ids, extents, batch_bytes)
+    starts = np.zeros(ids.size, dtype=np.int64)
+    for a, b in batches:
+        np.cumsum(extents[ids[a : b - 1]], out=starts[a + 1 : b])
+    return batches, starts
 
 
 def stage_blocks(
@@ -60,13 +74,12 @@ def stage_blocks(
     ids = np.asarray(block_ids, dtype=np.int64)
     index = qem.block_index
     file_offsets, extents = block_extents(index)
-    batches = plan_block_batches(ids, extents, batch_bytes)
+    batches, all_starts = plan_stage(ids, extents, batch_bytes)
     plans = []
     buffer_offsets = []
     for a, b in batches:
         sizes = extents[ids[a:b]]
-        starts = np.zeros(b - a, dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
+        starts = all_starts[a:b]
         buffer_offsets.append(starts)
         # Consecutive blocks whose extents are adjacent in the file merge into one read.
         blocks = ids[a:b]
@@ -105,15 +118,22 @@ def stage_blocks(
                 )
 
     flags = cupy.zeros(ids.size, dtype=cupy.int32) if verify else None
+    if verify:
+        # Per-block hash inputs uploaded once, sliced per batch (no uploads in the loop).
+        if np.any(all_starts % 8):
+            raise ValueError("block extents must start 8-byte aligned in the device buffer")
+        device_inputs = (
+            cupy.asarray(all_starts),
+            cupy.asarray(np.ascontiguousarray(extents[ids], dtype=np.int64)),
+            cupy.asarray(np.ascontiguousarray(lengths[ids], dtype=np.int64)),
+            cupy.asarray(np.ascontiguousarray(checksums[ids], dtype=np.uint64)),
+        )
 
     def run(i: int, device_bytes: Any, stream: Any) -> None:
         a, b = batches[i]
         if verify:
-            blocks = ids[a:b]
-            xxh3.verify_on_device(
-                device_bytes, buffer_offsets[i], extents[blocks], lengths[blocks],
-                checksums[blocks], flags[a:b], stream,
-            )  # fmt: skip
+            starts, sizes, used, expected = (x[a:b] for x in device_inputs)
+            xxh3.verify_on_device(device_bytes, starts, sizes, used, expected, flags[a:b], stream)
         launch(i, a, b, device_bytes, buffer_offsets[i], stream)
 
     short = lambda path, detail: QemFormatError(path, detail, section="PAYLOAD")  # noqa: E731

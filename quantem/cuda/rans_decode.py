@@ -80,6 +80,26 @@ def pack_mask_bits(mask: np.ndarray, n_groups: int) -> np.ndarray:
     return np.packbits(flat, bitorder="little")
 
 
+def decoder_defines(
+    itemsize: int, det: tuple[int, int], n_contexts: int, reduce: int
+) -> dict[str, int]:
+    """The compile-time constants of ``rans_decode.cu`` (also what the ahead-of-time build
+    of :mod:`quantem.cuda.aot` specialises)."""
+    frame_pixels = int(det[0]) * int(det[1])
+    n_groups = -(-frame_pixels // GROUP_PIXELS)
+    return {
+        "ELEM_SIZE": int(itemsize),
+        "FRAME_PIXELS": frame_pixels,
+        "N_GROUPS": n_groups,
+        "DET_C": int(det[1]),
+        "N_CONTEXTS": int(n_contexts),
+        "WARPS_PER_CTA": WARPS_PER_CTA,
+        "REDUCE": int(reduce),
+        "VECTOR_STORES": int(frame_pixels % GROUP_PIXELS == 0),
+        "SHARED_CLASSES": int(n_groups <= SHARED_CLASSES_MAX),
+    }
+
+
 class QemBlockDecoder:
     """Compiled block kernels and device model tables for one open ``QemFile``."""
 
@@ -107,20 +127,9 @@ class QemBlockDecoder:
         self.shared_bytes = n_contexts * (4096 + 1024) + WARPS_PER_CTA * 1536
         if shared_classes:
             self.shared_bytes += -(-self.n_groups // 16) * 16
-        vector = self.frame_pixels % GROUP_PIXELS == 0
         self._kernels = {}
         for reduce in (0, 1):
-            defines = {
-                "ELEM_SIZE": self.itemsize,
-                "FRAME_PIXELS": self.frame_pixels,
-                "N_GROUPS": self.n_groups,
-                "DET_C": self.det[1],
-                "N_CONTEXTS": n_contexts,
-                "WARPS_PER_CTA": WARPS_PER_CTA,
-                "REDUCE": reduce,
-                "VECTOR_STORES": int(vector),
-                "SHARED_CLASSES": int(shared_classes),
-            }
+            defines = decoder_defines(self.itemsize, self.det, n_contexts, reduce)
             kernel = load_module(SOURCE_FILE, defines).get_function("decode_qem_blocks")
             kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             self._kernels[reduce] = kernel

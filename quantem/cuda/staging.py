@@ -13,9 +13,10 @@ only to reuse a pinned buffer.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +29,49 @@ DEVICE_SLOTS = 2
 #: Batches read at the same time (each spread over the pread thread pool). Two keep the
 #: pool busy across the end of one batch's reads and the start of the next.
 READERS = 2
-READ_PIECE_BYTES = 2 << 20
+#: Reads are at most this long. Every read is a trip through the GIL, so many small
+#: reads serialise the threads (``docs/performance/results.md``, 2026-12-01: per-run reads
+#: of ~0.7 MB reached 10-14 GB/s on the H200, 64 MiB pieces of one file 42 GB/s).
+READ_PIECE_BYTES = 8 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
+#: Record a per-batch timeline (host clocks and timing CUDA events) in ``StageStats.extra``;
+#: benchmarks switch it on, loads leave it off (timing events cost a little).
+PROFILE = False
+
+
+_pools_lock = threading.Lock()
+_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
+
+
+def thread_pool(kind: str, threads: int) -> ThreadPoolExecutor:
+    """The process-wide pool of ``threads`` workers for ``kind`` (``"pread"`` pieces or
+    ``"reader"`` batches), created on first use and kept: starting 18 threads cost a
+    first load ~0.12 s on the H200 VM and every later load a few milliseconds."""
+    key = (kind, int(threads))
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = ThreadPoolExecutor(int(threads), thread_name_prefix=f"quantem-{kind}")
+            _pools[key] = pool
+    return pool
+
+
+def prestart_threads(threads: int | None = None) -> None:
+    """Start the staging pools' threads in the background (a loader calls this first, so
+    a first load's thread starts overlap opening the source). Returns at once."""
+    threads = threads or min(32, os.cpu_count() or 4)
+
+    def start() -> None:
+        for kind, n in (("pread", threads), ("reader", READERS)):
+            pool = thread_pool(kind, n)
+            # Busy tasks make the pool start a thread for each (idle ones are reused).
+            for _ in range(n):
+                try:
+                    pool.submit(time.sleep, 0.002)
+                except RuntimeError:  # the interpreter is shutting down
+                    return
+
+    threading.Thread(target=start, name="quantem-prestart", daemon=True).start()
 
 
 @dataclass
@@ -80,9 +122,11 @@ def split_reads(
     file_offset: int,
     buffer_offset: int,
     length: int,
-    piece_bytes: int = READ_PIECE_BYTES,
+    piece_bytes: int | None = None,
 ) -> list[tuple[int, int, int, int]]:
-    """One contiguous file range as reads of at most ``piece_bytes``."""
+    """One contiguous file range as reads of at most ``piece_bytes`` (default
+    :data:`READ_PIECE_BYTES`)."""
+    piece_bytes = piece_bytes or READ_PIECE_BYTES
     return [
         (file, file_offset + done, buffer_offset + done, min(piece_bytes, length - done))
         for done in range(0, length, piece_bytes)
@@ -137,15 +181,23 @@ class DeviceLanes:
     that last used it are done, then ``launch`` on the compute stream after the copy.
     """
 
-    def __init__(self, n_batches: int, slot_bytes: int) -> None:
+    def __init__(self, n_batches: int, slot_bytes: int, profile: bool = False) -> None:
         import cupy
 
         # Work the caller queued on other streams (zeroed outputs) must land before ours.
         cupy.cuda.runtime.deviceSynchronize()
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
         self.compute_stream = cupy.cuda.Stream(non_blocking=True)
-        self.h2d_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
-        self.work_done = [cupy.cuda.Event(disable_timing=True) for _ in range(n_batches)]
+        untimed = not profile
+        self.h2d_done = [cupy.cuda.Event(disable_timing=untimed) for _ in range(n_batches)]
+        self.work_done = [cupy.cuda.Event(disable_timing=untimed) for _ in range(n_batches)]
+        self.profile = profile
+        # With profiling: when each copy and each launch started on the GPU.
+        self.h2d_start = [cupy.cuda.Event() for _ in range(n_batches)] if profile else []
+        self.work_start = [cupy.cuda.Event() for _ in range(n_batches)] if profile else []
+        self.origin = cupy.cuda.Event() if profile else None
+        if profile:
+            self.origin.record(self.copy_stream)
         n_device = min(DEVICE_SLOTS, n_batches)
         self.slots = [cupy.empty(slot_bytes, dtype=cupy.uint8) for _ in range(n_device)]
 
@@ -158,11 +210,15 @@ class DeviceLanes:
         slot = self.slots[i % n_device]
         if i >= n_device:
             self.copy_stream.wait_event(self.work_done[i - n_device])
+        if self.profile:
+            self.h2d_start[i].record(self.copy_stream)
         cupy.cuda.runtime.memcpyAsync(
             slot.data.ptr, host_pointer, nbytes, CUDA_MEMCPY_HOST_TO_DEVICE, self.copy_stream.ptr
         )
         self.h2d_done[i].record(self.copy_stream)
         self.compute_stream.wait_event(self.h2d_done[i])
+        if self.profile:
+            self.work_start[i].record(self.compute_stream)
         launch(i, slot[:nbytes], self.compute_stream)
         self.work_done[i].record(self.compute_stream)
 
@@ -170,6 +226,28 @@ class DeviceLanes:
         """Wait for everything enqueued on both streams."""
         self.compute_stream.synchronize()
         self.copy_stream.synchronize()
+
+    def timeline(self, n: int) -> dict[str, float]:
+        """GPU-side totals of a profiled run (after :meth:`drain`), in seconds: copy-engine
+        busy time, compute busy time, compute idle between the first launch and the last
+        completion, and the span from the first copy to the last completion."""
+        import cupy
+
+        def at(event: Any) -> float:
+            return cupy.cuda.get_elapsed_time(self.origin, event) / 1e3
+
+        if not self.profile or n == 0:
+            return {}
+        h2d = [(at(self.h2d_start[i]), at(self.h2d_done[i])) for i in range(n)]
+        work = [(at(self.work_start[i]), at(self.work_done[i])) for i in range(n)]
+        busy_work = sum(b - a for a, b in work)
+        return {
+            "gpu_h2d_busy_s": sum(b - a for a, b in h2d),
+            "gpu_compute_busy_s": busy_work,
+            "gpu_compute_idle_s": (work[-1][1] - work[0][0]) - busy_work,
+            "gpu_first_copy_s": h2d[0][0],
+            "gpu_span_s": work[-1][1] - h2d[0][0],
+        }
 
 
 def run_staged(
@@ -179,41 +257,53 @@ def run_staged(
     *,
     on_read: Callable[[int, np.ndarray], None] | None = None,
     threads: int | None = None,
+    profile: bool | None = None,
 ) -> StageStats:
     """Move every batch to the device and ``launch(i, device_bytes, compute_stream)`` it.
 
-    Returns after the compute stream has finished all launched work.
+    Returns after the compute stream has finished all launched work. With ``profile``
+    (default :data:`PROFILE`), ``stats.extra`` holds the timeline totals (host: seconds
+    the main thread waited for reads, readers waited for a free pinned slot, main-thread
+    seconds spent enqueueing; GPU: :meth:`DeviceLanes.timeline`).
     """
 
     stats = StageStats(batches=len(batches))
     if not batches:
         return stats
+    profile = PROFILE if profile is None else profile
     slot_bytes = max(b.copy_bytes for b in batches)
     stats.copied_bytes = int(sum(b.copy_bytes for b in batches))
     threads = threads or min(32, os.cpu_count() or 4)
-    lanes = DeviceLanes(len(batches), slot_bytes)
+    lanes = DeviceLanes(len(batches), slot_bytes, profile=profile)
     wall0 = time.perf_counter()
     read_seconds = [0.0] * len(batches)
+    slot_wait = [0.0] * len(batches)
+    main_wait = 0.0
+    enqueue = 0.0
     n_pinned = min(PINNED_SLOTS, len(batches))
 
-    with (
-        pinned.borrow(n_pinned, slot_bytes) as slots,
-        ThreadPoolExecutor(threads) as pool,
-        ThreadPoolExecutor(READERS) as reader,
-    ):
+    import cupy
+
+    pool = thread_pool("pread", threads)
+    reader = thread_pool("reader", READERS)
+    with pinned.LazySlots(n_pinned, slot_bytes, cupy.cuda.Device().id) as slots:
 
         def read_batch(i: int) -> np.ndarray:
-            slot = slots[i % n_pinned]
+            slot = slots.get(i % n_pinned)  # page-locked on first use (a first load)
+            t0 = time.perf_counter()
             if i >= n_pinned:
                 lanes.h2d_done[i - n_pinned].synchronize()  # the slot's previous copy is done
+            slot_wait[i] = time.perf_counter() - t0
             t0 = time.perf_counter()
             view = memoryview(slot)
-            list(
-                pool.map(
-                    lambda r: files.read_into(view[r[2] : r[2] + r[3]], r[0], r[1]),
-                    batches[i].reads,
-                )
-            )
+            pieces = [
+                pool.submit(files.read_into, view[r[2] : r[2] + r[3]], r[0], r[1])
+                for r in batches[i].reads
+            ]
+            # Every piece finishes (or fails) before the slot can be handed on.
+            wait(pieces)
+            for piece in pieces:
+                piece.result()
             if on_read is not None:
                 on_read(i, slot)
             read_seconds[i] = time.perf_counter() - t0
@@ -226,15 +316,31 @@ def run_staged(
             for i, batch in enumerate(batches):
                 if i not in futures:
                     futures[i] = reader.submit(read_batch, i)
+                t0 = time.perf_counter()
                 slot = futures.pop(i).result()
+                t1 = time.perf_counter()
+                main_wait += t1 - t0
                 ahead = i + n_pinned - 1
                 if n_pinned > 1 and ahead < len(batches) and ahead not in futures:
                     futures[ahead] = reader.submit(read_batch, ahead)
                 lanes.copy_and_launch(i, slot.ctypes.data, batch.copy_bytes, launch)
+                enqueue += time.perf_counter() - t1
         finally:
             for future in futures.values():
                 future.cancel()
+            # The pools outlive this call: reads still running must end before their
+            # pinned slots go back to the cache.
+            wait(list(futures.values()))
             lanes.drain()
     stats.read_seconds = float(sum(read_seconds))
     stats.wall_seconds = time.perf_counter() - wall0
+    if profile:
+        stats.extra.update(
+            {
+                "host_main_wait_read_s": main_wait,
+                "host_enqueue_s": enqueue,
+                "host_slot_wait_s": float(sum(slot_wait)),
+                **lanes.timeline(len(batches)),
+            }
+        )
     return stats

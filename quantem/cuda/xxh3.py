@@ -31,6 +31,9 @@ def verify_on_device(
 ) -> None:
     """Enqueue the hash of ``data[starts[k] : starts[k] + extents[k]]`` for every k.
 
+    The four per-block inputs are host arrays, or device arrays of the kernel's types
+    (int64 starts, extents, lengths; uint64 expected) that the caller already checked.
+
     ``flags`` (device int32, len(starts)) receives 0, ``FLAG_MISMATCH``, ``FLAG_PADDING``
     (bytes after ``lengths[k]`` not zero) or ``FLAG_HOST`` (too short for the kernel).
     Starts must be 8-byte aligned (block extents are 16-byte aligned).
@@ -42,16 +45,23 @@ def verify_on_device(
     n = int(starts.size)
     if n == 0:
         return
-    if np.any(np.asarray(starts) % 8):
+    on_device = isinstance(starts, cupy.ndarray)
+    if not on_device and np.any(np.asarray(starts) % 8):
         raise ValueError("block extents must start 8-byte aligned in the device buffer")
+
+    def device(values: Any, dtype: Any) -> Any:
+        if isinstance(values, cupy.ndarray):
+            return values  # already uploaded (int64 / uint64, contiguous) by the caller
+        return cupy.asarray(np.ascontiguousarray(values, dtype=dtype))
+
     kernel = load_module(SOURCE_FILE, {}).get_function("xxh3_verify")
     with stream if stream is not None else cupy.cuda.Stream.null:
         args = (
             data,
-            cupy.asarray(np.ascontiguousarray(starts, dtype=np.int64)),
-            cupy.asarray(np.ascontiguousarray(extents, dtype=np.int64)),
-            cupy.asarray(np.ascontiguousarray(lengths, dtype=np.int64)),
-            cupy.asarray(np.ascontiguousarray(expected, dtype=np.uint64)),
+            device(starts, np.int64),
+            device(extents, np.int64),
+            device(lengths, np.int64),
+            device(expected, np.uint64),
             np.int32(n),
             flags,
         )

@@ -1,0 +1,185 @@
+"""How often the verdict is wrong on this host: false positives and detection rates.
+
+Draws comparisons from real A/A timing samples of this machine (the demo suite run
+many times with many reps, each run its own process) and from the same samples with
+a slowdown injected into the candidate's trials, then reports for
+
+- the threshold rule alone (a cell more than 20% slower by median: exit 2),
+- the verdict without a calibration (Mann-Whitney U, Holm over the 8 cells),
+- the verdict with a calibration (8 other runs of the samples as the calibration),
+- the calibrated verdict with ``--recheck 5`` (the candidate run's next 5 trials of a
+  flagged cell, as a same-process recheck measures them): both the exit-2 rate (any
+  flag left standing) and the confirmed ``slower`` rate,
+
+the false-positive rate per comparison (any of the 8 cells flagged or confirmed) and
+the detection rate per slowdown (the fraction of cells flagged or confirmed) at 3, 5
+and 9 reps. Usage::
+
+    python benchmarks/verdict_power.py --collect 24 --samples /var/tmp/aa   # 24 demo runs, 14 reps
+    python benchmarks/verdict_power.py --samples /var/tmp/aa [--draws 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import git_revision
+
+from harness.verdict.calibration import CalibratedNull
+from harness.verdict.cells import decide_cells
+from harness.verdict.comparison import collect_cells
+
+SLOWDOWNS = (0.0, 0.05, 0.10, 0.20, 0.30, 0.50)
+REPS = (3, 5, 9)
+RECHECK = 5
+CALIBRATION_RUNS = 8
+CALIBRATION_SETS = 12
+THRESHOLD = 20.0
+
+
+def collect(samples: Path, runs: int, reps: int) -> None:
+    """Run the demo ``runs`` times (own process each) with ``reps`` rounds into ``samples``."""
+    samples.mkdir(parents=True, exist_ok=True)
+    for i in range(1, runs + 1):
+        out = samples / f"run{i:02d}"
+        if (out / "loading.json").exists():
+            continue
+        command = [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "io-scale",
+            "--demo",
+            "--reps",
+            str(reps),
+        ]
+        command += ["--output-dir", str(out), "--history-dir", str(samples / "history")]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        print(f"collected run {i}/{runs}", file=sys.stderr)
+
+
+def load_samples(samples: Path) -> list[dict]:
+    runs = []
+    for path in sorted(samples.glob("*/loading.json")):
+        doc = json.loads(path.read_text())
+        runs.append(collect_cells(doc))
+    return runs
+
+
+def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    keys = sorted(runs[0])
+    n_runs = len(runs)
+    sets = [
+        sorted(rng.choice(n_runs, CALIBRATION_RUNS, replace=False).tolist())
+        for _ in range(CALIBRATION_SETS)
+    ]
+    rows = []
+    for reps in REPS:
+        nulls = [
+            CalibratedNull({k: [runs[i][k][:reps] for i in members] for k in keys})
+            for members in sets
+        ]
+        for slowdown in SLOWDOWNS:
+            n = draws if slowdown == 0 else max(draws // 3, 100)
+            tally = {
+                name: [0, 0] for name in ("rule", "mwu", "calibrated", "recheck", "recheck_slower")
+            }
+            for _ in range(n):
+                s = int(rng.integers(CALIBRATION_SETS))
+                others = [i for i in range(n_runs) if i not in sets[s]]
+                b, c = rng.choice(others, 2, replace=False)
+                base = {k: runs[b][k][:reps] for k in keys}
+                cand = {k: [v * (1 + slowdown) for v in runs[c][k][:reps]] for k in keys}
+                extra = {
+                    k: [v * (1 + slowdown) for v in runs[c][k][reps : reps + RECHECK]] for k in keys
+                }
+                rule = [np.median(cand[k]) / np.median(base[k]) - 1 > THRESHOLD / 100 for k in keys]
+                mwu = decide_cells(base, cand, threshold_percent=THRESHOLD, bootstrap_resamples=100)
+                cal = decide_cells(base, cand, threshold_percent=THRESHOLD, calibration=nulls[s])
+                flagged = {
+                    cell.key: extra[cell.key] for cell in cal if cell.flagged and extra[cell.key]
+                }
+                rechecked = (
+                    decide_cells(
+                        base,
+                        cand,
+                        threshold_percent=THRESHOLD,
+                        calibration=nulls[s],
+                        recheck=flagged,
+                    )
+                    if flagged
+                    else cal
+                )
+                outcomes = {
+                    "rule": rule,
+                    "mwu": [x.verdict.value == "slower" for x in mwu],
+                    "calibrated": [x.verdict.value == "slower" for x in cal],
+                    "recheck": [x.flagged for x in rechecked],
+                    "recheck_slower": [x.verdict.value == "slower" for x in rechecked],
+                }
+                for name, cells in outcomes.items():
+                    tally[name][0] += any(cells)
+                    tally[name][1] += sum(cells)
+            row = {"reps": reps, "slowdown": slowdown, "draws": n}
+            for name, (any_cell, cells) in tally.items():
+                row[f"{name}_comparison"] = any_cell / n
+                row[f"{name}_cells"] = cells / (n * len(keys))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=Path, required=True, help="folder of A/A demo runs")
+    parser.add_argument("--collect", type=int, default=0, metavar="N", help="collect N runs first")
+    parser.add_argument("--collect-reps", type=int, default=max(REPS) + RECHECK)
+    parser.add_argument("--draws", type=int, default=1000, help="A/A comparisons per rep count")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    if args.collect:
+        collect(args.samples, args.collect, args.collect_reps)
+    runs = load_samples(args.samples)
+    if len(runs) < CALIBRATION_RUNS + 2:
+        parser.error(f"need at least {CALIBRATION_RUNS + 2} runs in {args.samples}")
+    started = time.perf_counter()
+    rows = simulate(runs, args.draws, args.seed)
+    load = os.getloadavg()[0]
+    print(
+        f"# {len(runs)} A/A runs from {args.samples}, revision {git_revision()}, "
+        f"load average {load:.1f}, {time.perf_counter() - started:.0f} s"
+    )
+    print(
+        "| reps | slowdown | rule: any cell | verdict (no calibration): any / cells "
+        "| verdict (calibrated): any / cells | calibrated + recheck 5, exit 2: any / cells "
+        "| calibrated + recheck 5, confirmed: any / cells |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['reps']} | {r['slowdown']:.0%} | {r['rule_comparison']:.1%} / {r['rule_cells']:.1%} "
+            f"| {r['mwu_comparison']:.1%} / {r['mwu_cells']:.1%} "
+            f"| {r['calibrated_comparison']:.1%} / {r['calibrated_cells']:.1%} "
+            f"| {r['recheck_comparison']:.1%} / {r['recheck_cells']:.1%} "
+            f"| {r['recheck_slower_comparison']:.1%} / {r['recheck_slower_cells']:.1%} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

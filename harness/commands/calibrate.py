@@ -1,0 +1,211 @@
+"""``harness calibrate io-scale``: measure this host's noise with N independent A/A runs.
+
+Takes every option of ``harness run io-scale`` (``--demo`` included) plus ``--runs N``
+(N >= 5, default 8). Each run is a full ``harness run io-scale`` in its own process,
+registered into the history like any run; the calibration report built from them
+(``evidence_schema/calibration-report.v1.json``) is written to
+``OUTPUT_DIR/calibration.json`` and stored in the history. ``harness compare`` and
+``harness run --baseline`` then judge significance against it (docs/verdicts.md).
+Exit 0 calibrated; 1 a run failed (its log is named) or the runs disagree; 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness.errors import HarnessError, UsageError
+
+CALIBRATION_NAME = "calibration.json"
+#: Options of ``run io-scale`` that a calibration sets itself per run, or uses itself.
+_OWN_OPTIONS = ("output_dir", "history_dir", "regression_percent")
+
+
+def _io_scale_parser() -> argparse.ArgumentParser:
+    """The ``run io-scale`` parser, so calibrate takes exactly the same options."""
+    from harness.commands import run as run_command
+
+    scratch = argparse.ArgumentParser(add_help=False)
+    run_command.add_parser(scratch.add_subparsers())
+    run_parser = scratch._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    return run_parser._subparsers._group_actions[0].choices["io-scale"]  # type: ignore[union-attr]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from harness.verdict.calibration import DEFAULT_RUNS, MIN_RUNS
+
+    parser = subparsers.add_parser(
+        "calibrate", help="measure this host's A/A noise for significance (calibrate io-scale)"
+    )
+    kinds = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    io = kinds.add_parser(
+        "io-scale",
+        parents=[_io_scale_parser()],
+        conflict_handler="resolve",
+        help="N independent io-scale runs of the same code on the same inputs",
+        description=(
+            "Run `harness run io-scale` N times, each in its own process, with the options "
+            "given, and write one calibration report (OUTPUT_DIR/calibration.json, also "
+            "stored in the history) from which comparisons take this host's noise."
+        ),
+    )
+    io.add_argument(
+        "--runs",
+        type=int,
+        default=DEFAULT_RUNS,
+        metavar="N",
+        help=f"independent runs (at least {MIN_RUNS}; default {DEFAULT_RUNS})",
+    )
+    io.set_defaults(func=run)
+    parser.set_defaults(func=_no_benchmark)
+
+
+def _no_benchmark(args: argparse.Namespace) -> int:
+    raise UsageError("calibrate: choose a benchmark: io-scale")
+
+
+def run_arguments(args: argparse.Namespace) -> list[str]:
+    """``run io-scale`` arguments equivalent to the options given (minus those set per run)."""
+    argv: list[str] = []
+    for action in _io_scale_parser()._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest in _OWN_OPTIONS:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        if not action.option_strings:
+            argv.append(str(value))
+        elif isinstance(action, argparse._StoreTrueAction):
+            argv.append(action.option_strings[-1])
+        else:
+            argv += [action.option_strings[-1], str(value)]
+    return argv
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    from harness.verdict.calibration import MIN_RUNS
+
+    if args.runs < MIN_RUNS:
+        raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
+    if args.baseline or args.recheck or args.calibration:
+        raise UsageError(
+            "calibrate runs without --baseline, --recheck or --calibration: its runs are the "
+            "A/A baseline"
+        )
+    if not args.demo and not args.output_dir:
+        raise UsageError("calibrate io-scale needs --output-dir (or --demo)")
+    if args.output_dir and (Path(args.output_dir) / CALIBRATION_NAME).exists():
+        raise UsageError(
+            f"{Path(args.output_dir) / CALIBRATION_NAME} exists; choose a new --output-dir"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from harness.commands.run import DEFAULT_DEMO_HISTORY
+    from harness.history.records import sha256_bytes
+    from harness.report import parse_report
+    from harness.verdict.calibration_report import (
+        build_calibration,
+        dump_calibration,
+        register_calibration,
+        write_new_file,
+    )
+
+    _check_usage(args)
+    console = Console(stderr=True)
+    history = args.history_dir or (Path(DEFAULT_DEMO_HISTORY) if args.demo else None)
+    passed = run_arguments(args)
+    with contextlib.ExitStack() as stack:
+        if args.output_dir:
+            out = Path(args.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+        else:
+            out = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-calibrate-"))
+            )
+        runs = []
+        for index in range(1, args.runs + 1):
+            run_dir = out / f"run-{index:02d}"
+            command = [sys.executable, "-m", "harness", "run", "io-scale", *passed]
+            command += ["--output-dir", str(run_dir)]
+            if history is not None:
+                command += ["--history-dir", str(history)]
+            log = out / f"run-{index:02d}.log"
+            with open(log, "wb") as handle:
+                completed = subprocess.run(
+                    command, stdout=handle, stderr=subprocess.STDOUT, check=False
+                )
+            if completed.returncode != 0:
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                raise HarnessError(
+                    f"calibration run {index} of {args.runs} exited {completed.returncode} "
+                    f"(log {log}): {' | '.join(tail)}"
+                )
+            data = (run_dir / "loading.json").read_bytes()
+            runs.append(
+                (parse_report(data, name=str(run_dir / "loading.json")), sha256_bytes(data))
+            )
+            console.print(
+                f"calibration run {index}/{args.runs}: {runs[-1][1][:12]}",
+                markup=False,
+                highlight=False,
+            )
+        document = build_calibration(
+            runs,
+            regression_percent=args.regression_percent,
+            alpha=0.05,
+            command=["harness", "calibrate", "io-scale", *passed, "--runs", str(args.runs)],
+        )
+        data = dump_calibration(document)
+        if args.output_dir:
+            write_new_file(out / CALIBRATION_NAME, data)
+        stored = register_calibration(history, data) if history is not None else None
+    print_calibration(document, stored.sha256 if stored else sha256_bytes(data), history)
+    return 0
+
+
+def print_calibration(document: dict, sha256: str, history: Path | None) -> None:
+    """A table of the calibration's figures per cell (stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    table = Table(
+        title=f"calibration {sha256[:12]} · {len(document['runs'])} runs × {document['reps']} reps "
+        f"· key {document['comparison_key']}",
+        title_justify="left",
+    )
+    for column in ("acquisition", "format", "cache", "A/A ratio 5-95%", "noise floor", "MDC"):
+        table.add_column(column)
+    table.add_column("false pos. rule", justify="right")
+    table.add_column("false pos. verdict", justify="right")
+    for cell in document["cells"]:
+        q = cell["ratio_quantiles"]
+        table.add_row(
+            Text(cell["acquisition"]),
+            Text(cell["format"]),
+            Text(cell["cache_state"]),
+            Text(f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%"),
+            Text(f"{cell['noise_floor_percent']:+.1f}%"),
+            Text(f"{cell['mdc_percent']:.1f}%"),
+            Text(f"{cell['false_positive_rule']:.1%}"),
+            Text(f"{cell['false_positive_verdict']:.1%}"),
+        )
+    console.print(table)
+    overall = document["comparison"]
+    console.print(
+        f"per comparison (any of {len(document['cells'])} cells): false positives "
+        f"{overall['false_positive_rule']:.1%} by the {document['regression_percent']:g}% rule "
+        f"alone, {overall['false_positive_verdict']:.1%} confirmed 'slower'",
+        markup=False,
+        highlight=False,
+    )
+    where = f"stored in {history}" if history is not None else "not stored (no --history-dir)"
+    console.print(f"calibration {sha256}: {where}", markup=False, highlight=False)

@@ -1,0 +1,99 @@
+"""``harness history changes``: change points of every cell's medians over a history.
+
+Hooked into ``harness history`` by ``harness/commands/history.py`` (which adds the
+subparser and ``--history-dir``, then calls :func:`add_changes_arguments`); the
+statistics live in
+:mod:`harness.verdict.changes` (E-Divisive means; docs/verdicts.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.errors import EXIT_OK, UsageError
+
+CHANGES_HELP = "change points of each cell's median over the records (E-Divisive means)"
+CHANGES_DESCRIPTION = (
+    "For each comparison key and cell, the per-record medians ordered by source revision "
+    "(git commit order of --repo when every revision is in it, else creation time), with "
+    "the change points E-Divisive means finds: revision range, magnitude and permutation "
+    "p-value."
+)
+
+
+def add_changes_arguments(changes: argparse.ArgumentParser) -> None:
+    changes.add_argument("--key", metavar="KEY", help="only this comparison key (or a prefix)")
+    changes.add_argument(
+        "--repo",
+        type=Path,
+        default=Path.cwd(),
+        metavar="PATH",
+        help="git checkout whose commit order orders the records (default: the current folder)",
+    )
+    changes.add_argument(
+        "--p-threshold",
+        type=float,
+        default=0.01,
+        metavar="P",
+        help="permutation p-value a change point must reach (default 0.01)",
+    )
+    changes.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default text)"
+    )
+
+
+def run_changes(args: argparse.Namespace, history_dir: str) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from harness.history.layout import HistoryLayout
+    from harness.history.store import check_history_marker, require_history
+    from harness.verdict.changes import history_changes
+
+    if not 0 < args.p_threshold < 1:
+        raise UsageError(f"--p-threshold must lie in (0, 1), not {args.p_threshold:g}")
+    layout = HistoryLayout.at(history_dir)
+    require_history(layout)
+    check_history_marker(layout, create=False)
+    results = history_changes(
+        history_dir, key=args.key, repository=args.repo, p_threshold=args.p_threshold
+    )
+    if args.key and not results:
+        raise UsageError(f"no comparison key in {history_dir} starts with {args.key}")
+    if args.format == "json":
+        print(json.dumps([r.to_dict() for r in results], sort_keys=True, indent=1))
+        return EXIT_OK
+    console = Console()
+    table = Table(title=f"change points in {history_dir}", title_justify="left")
+    for column in ("key", "acquisition", "format", "cache", "records", "order", "at", "revisions"):
+        table.add_column(column)
+    for column in ("before", "after", "change", "p"):
+        table.add_column(column, justify="right")
+    for result in results:
+        row = [
+            Text(result.comparison_key),
+            Text(result.cell[0]),
+            Text(result.cell[1]),
+            Text(result.cell[2]),
+            Text(str(len(result.points))),
+            Text(result.ordered_by),
+        ]
+        if not result.changes:
+            table.add_row(*row, Text("none"), Text(""), Text(""), Text(""), Text(""), Text(""))
+        for change in result.changes:
+            data = result.to_dict()["changes"][result.changes.index(change)]
+            span = f"{(data['from_revision'] or data['from_record'])[:10]}..{(data['to_revision'] or data['to_record'])[:10]}"
+            table.add_row(
+                *row,
+                Text(f"#{change.index + 1}"),
+                Text(span),
+                Text(f"{change.before_median * 1e3:.2f} ms"),
+                Text(f"{change.after_median * 1e3:.2f} ms"),
+                Text(f"{change.change_percent:+.1f}%"),
+                Text(f"{change.p_value:.3g}"),
+            )
+    console.print(table)
+    return EXIT_OK

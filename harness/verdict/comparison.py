@@ -1,0 +1,313 @@
+"""Comparing a candidate report with an explicitly named baseline.
+
+The verdict is computed here, as a :class:`Verdict`; templates only display it.
+Rules (issue 6, "Comparison"; issue 11 and docs/verdicts.md for the cells):
+
+1. A candidate whose execution, correctness or source stability failed is
+   ``FAILED`` (exit 1), whatever its timings.
+2. Otherwise the two reports must be comparable: every field of
+   :data:`harness.comparability.COMPARABILITY_FIELDS` equal, the same measured
+   cells (cells with kept trials), and a baseline that is itself valid evidence.
+   If not: ``INCOMPARABLE`` (exit 2) with the differences field by field.
+3. Otherwise each cell (acquisition, format, cache state) gets a
+   :class:`~harness.verdict.cells.CellVerdict`: a cell whose median is slower by more
+   than ``regression_percent`` (the documented review trigger) is ``slower`` when the
+   slowdown is significant after Holm correction over the cells (against this host's
+   calibrated A/A noise when a calibration matches, else Mann-Whitney U), else
+   ``possibly_slower``; either makes the verdict ``REVIEW`` (exit 2), else ``PASS``
+   (exit 0). ``faster`` and ``unchanged`` are stated too.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.comparability import FieldDifference, collect_differences
+from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW
+from harness.verdict.calibration import CalibratedNull
+from harness.verdict.cells import DEFAULT_ALPHA, CellComparison, CellVerdict, decide_cells
+
+DEFAULT_REGRESSION_PERCENT = 20.0
+#: Family-wise significance level of the cell verdicts (Holm over the cells).
+SIGNIFICANCE_LEVEL = DEFAULT_ALPHA
+
+__all__ = [
+    "DEFAULT_REGRESSION_PERCENT",
+    "SIGNIFICANCE_LEVEL",
+    "CalibrationUse",
+    "CellComparison",
+    "CellVerdict",
+    "Comparison",
+    "Verdict",
+    "cell_to_dict",
+    "collect_cells",
+    "compare_reports",
+    "flagged_for_recheck",
+]
+
+CellKey = tuple[str, str, str]
+
+
+class Verdict(enum.Enum):
+    """Outcome of a comparison; ``exit_code`` is what ``harness compare`` exits with."""
+
+    PASS = "pass"
+    REVIEW = "review"
+    INCOMPARABLE = "incomparable"
+    FAILED = "failed"
+
+    @property
+    def exit_code(self) -> int:
+        return {
+            Verdict.PASS: EXIT_OK,
+            Verdict.REVIEW: EXIT_REVIEW,
+            Verdict.INCOMPARABLE: EXIT_REVIEW,
+            Verdict.FAILED: EXIT_FAILURE,
+        }[self]
+
+
+@dataclass(frozen=True)
+class CalibrationUse:
+    """Which calibration a comparison used (or why none): shown with every verdict."""
+
+    sha256: str | None
+    runs: int = 0
+    reps: int = 0
+    created_utc: str | None = None
+    note: str = ""
+    null: CalibratedNull | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "runs": self.runs,
+            "reps": self.reps,
+            "created_utc": self.created_utc,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Comparison:
+    """Everything ``harness compare`` reports; ``verdict`` decides the exit code."""
+
+    verdict: Verdict
+    regression_percent: float
+    baseline_sha256: str | None = None
+    baseline_path: str | None = None
+    candidate_sha256: str | None = None
+    candidate_path: str | None = None
+    differences: list[FieldDifference] = field(default_factory=list)
+    cells: list[CellComparison] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    alpha: float = DEFAULT_ALPHA
+    calibration: CalibrationUse | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def flagged_cells(self) -> list[CellComparison]:
+        return [cell for cell in self.cells if cell.flagged]
+
+    @property
+    def performance_status(self) -> str:
+        """The report's ``status.performance`` value for this comparison."""
+        if self.verdict is Verdict.FAILED:
+            if self.differences:
+                return "incomparable"
+            return "review" if self.flagged_cells else "pass"
+        return self.verdict.value
+
+    @property
+    def faster_cells(self) -> list[CellComparison]:
+        return [cell for cell in self.cells if cell.verdict is CellVerdict.FASTER]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``harness compare --format json``; docs/verdicts.md)."""
+        return {
+            "verdict": self.verdict.value,
+            "exit_code": self.exit_code,
+            "regression_percent": self.regression_percent,
+            "alpha": self.alpha,
+            "baseline_sha256": self.baseline_sha256,
+            "baseline_path": self.baseline_path,
+            "candidate_sha256": self.candidate_sha256,
+            "candidate_path": self.candidate_path,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+            "differences": [asdict(d) for d in self.differences],
+            "failures": list(self.failures),
+            "warnings": list(self.warnings),
+            "cells": [cell_to_dict(cell) for cell in self.cells],
+        }
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON (and the report schema) has no NaN or infinity
+    return value
+
+
+def cell_to_dict(cell: CellComparison) -> dict[str, Any]:
+    """One cell as JSON: the issue's fields first, then the context."""
+    raw = {
+        "acquisition": cell.acquisition,
+        "format": cell.format,
+        "cache_state": cell.cache_state,
+        "verdict": cell.verdict.value,
+        "change_percent": cell.change_percent,
+        "ci_percent": list(cell.ci_percent),
+        "p_value": cell.p_value,
+        "p_adjusted": cell.p_adjusted,
+        "p_method": cell.p_method,
+        "n_baseline": cell.n_baseline,
+        "n_candidate": cell.n_candidate,
+        "baseline_median": cell.baseline_median,
+        "candidate_median": cell.candidate_median,
+        "baseline_spread": cell.baseline_spread,
+        "candidate_spread": cell.candidate_spread,
+        "noise_floor_percent": cell.noise_floor_percent,
+        "mdc_percent": cell.mdc_percent,
+        "notes": list(cell.notes),
+        "recheck": dict(cell.recheck) if cell.recheck else None,
+    }
+    raw["ci_percent"] = [_finite(v) for v in raw["ci_percent"]]
+    return {key: _finite(value) for key, value in raw.items()}
+
+
+def collect_cells(doc: Mapping[str, Any]) -> dict[CellKey, list[float]]:
+    """Kept trial seconds per cell; cells without a kept trial are left out."""
+    cells: dict[CellKey, list[float]] = {}
+    for trial in doc["trials"]:
+        if trial["kept"]:
+            key = (trial["acquisition"], trial["format"], trial["cache_state"])
+            cells.setdefault(key, []).append(float(trial["seconds"]))
+    return cells
+
+
+def _candidate_failures(doc: Mapping[str, Any]) -> list[str]:
+    status = doc["status"]
+    failures = []
+    if status["execution"] != "completed":
+        failures.append("execution failed")
+    if status["correctness"] != "passed":
+        failures.append("correctness failed")
+    if status["source_stability"] != "stable":
+        failures.append("source changed during the run")
+    return failures + [f for f in status["failures"] if f not in failures]
+
+
+def compare_reports(
+    baseline_doc: Mapping[str, Any],
+    candidate_doc: Mapping[str, Any],
+    regression_percent: float = DEFAULT_REGRESSION_PERCENT,
+    *,
+    baseline_sha256: str | None = None,
+    baseline_path: str | None = None,
+    candidate_sha256: str | None = None,
+    candidate_path: str | None = None,
+    calibration: CalibrationUse | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    recheck: Mapping[CellKey, list[float]] | None = None,
+) -> Comparison:
+    """Compare two parsed (current-version) reports; the verdict follows the module rules.
+
+    ``calibration`` is the host's calibrated null to judge significance against (its
+    ``null`` may be None: then the note says why none is used). ``recheck`` holds the
+    recheck trials of flagged cells (kept apart from the candidate's trials).
+
+    Raises
+    ------
+    ValueError
+        When ``regression_percent`` is not a positive number.
+    """
+    if not regression_percent > 0 or regression_percent != regression_percent:
+        raise ValueError(
+            f"regression percent must be a positive number, not {regression_percent!r}"
+        )
+    comparison = Comparison(
+        verdict=Verdict.PASS,
+        regression_percent=float(regression_percent),
+        baseline_sha256=baseline_sha256,
+        baseline_path=baseline_path,
+        candidate_sha256=candidate_sha256,
+        candidate_path=candidate_path,
+        alpha=alpha,
+        calibration=calibration,
+    )
+    declared = candidate_doc.get("baseline") or {}
+    if baseline_sha256 and declared.get("sha256") and declared["sha256"] != baseline_sha256:
+        comparison.warnings.append(
+            f"the candidate was run against baseline {declared['sha256']}, not {baseline_sha256}"
+        )
+    comparison.failures = _candidate_failures(candidate_doc)
+    differences = collect_differences(baseline_doc, candidate_doc)
+    baseline_failures = _candidate_failures(baseline_doc)
+    if baseline_failures:
+        differences.insert(
+            0,
+            FieldDifference(
+                "baseline status (must be valid evidence)", "; ".join(baseline_failures), ""
+            ),
+        )
+    base_cells = collect_cells(baseline_doc)
+    cand_cells = collect_cells(candidate_doc)
+    if set(base_cells) != set(cand_cells):
+        differences.append(
+            FieldDifference(
+                "measured cells (acquisition, format, cache state with kept trials)",
+                sorted("/".join(k) for k in base_cells),
+                sorted("/".join(k) for k in cand_cells),
+            )
+        )
+    comparison.differences = differences
+    if not differences:
+        if recheck is None and candidate_doc.get("recheck"):
+            recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
+        comparison.cells = decide_cells(
+            base_cells,
+            cand_cells,
+            threshold_percent=regression_percent,
+            alpha=alpha,
+            calibration=calibration.null if calibration else None,
+            recheck=recheck,
+        )
+    if comparison.failures:
+        comparison.verdict = Verdict.FAILED
+    elif differences:
+        comparison.verdict = Verdict.INCOMPARABLE
+    elif comparison.flagged_cells:
+        comparison.verdict = Verdict.REVIEW
+    return comparison
+
+
+def flagged_for_recheck(
+    baseline_doc: Mapping[str, Any],
+    trials: list[Mapping[str, Any]],
+    regression_percent: float,
+    *,
+    calibration: CalibrationUse | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> list[CellKey]:
+    """The cells a recheck measures again: flagged by the verdict on the trials so far.
+
+    Only cells both runs measured are judged (an incomparable pair is never rechecked).
+    """
+    base = collect_cells(baseline_doc)
+    cand = collect_cells({"trials": trials})
+    if set(base) != set(cand):
+        return []
+    cells = decide_cells(
+        base,
+        cand,
+        threshold_percent=regression_percent,
+        alpha=alpha,
+        calibration=calibration.null if calibration else None,
+    )
+    return [cell.key for cell in cells if cell.flagged]

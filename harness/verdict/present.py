@@ -1,0 +1,174 @@
+"""How a comparison is shown: a rich table on a terminal, Markdown, or JSON.
+
+The verdicts were decided in :mod:`harness.verdict.comparison` and :mod:`harness.verdict.cells`;
+this module only displays them. Every piece of text taken from a report (ids, paths,
+field values) goes into rich as a :class:`rich.text.Text`, never parsed as markup, and
+into Markdown through the ``md`` escaping filter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from harness.verdict.comparison import CellVerdict, Comparison
+
+FORMATS = ("text", "markdown", "json")
+
+#: How each cell verdict is written for people (the JSON keeps the enum value).
+VERDICT_LABELS = {
+    CellVerdict.SLOWER: "SLOWER",
+    CellVerdict.POSSIBLY_SLOWER: "possibly slower",
+    CellVerdict.FASTER: "faster (improved)",
+    CellVerdict.UNCHANGED: "unchanged",
+}
+_STYLES = {
+    CellVerdict.SLOWER: "bold red",
+    CellVerdict.POSSIBLY_SLOWER: "yellow",
+    CellVerdict.FASTER: "bold green",
+    CellVerdict.UNCHANGED: "",
+}
+
+
+def format_percent(value: float | None, signed: bool = True) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if math.isinf(value):
+        return "+inf%" if value > 0 else "-inf%"
+    return f"{value:+.1f}%" if signed else f"{value:.1f}%"
+
+
+def format_interval(interval: tuple[float, float]) -> str:
+    low, high = interval
+    return f"[{format_percent(low)}, {format_percent(high)}]"
+
+
+def format_seconds(value: float) -> str:
+    return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.3f} s"
+
+
+def calibration_line(comparison: Comparison) -> str:
+    use = comparison.calibration
+    if use is None or use.sha256 is None:
+        note = use.note if use is not None else "no calibration looked up"
+        return f"calibration: none ({note})"
+    return (
+        f"calibration: {use.sha256[:12]} ({use.runs} runs of {use.reps} reps, {use.created_utc})"
+        + (f"; {use.note}" if use.note else "")
+    )
+
+
+def rule_line(comparison: Comparison) -> str:
+    return (
+        f"rule: a cell more than {comparison.regression_percent:g}% slower (median) is flagged; "
+        f"'slower' when significant at alpha {comparison.alpha:g} after Holm correction over "
+        f"{len(comparison.cells)} cells, else 'possibly slower'"
+    )
+
+
+def render_json(comparison: Comparison) -> str:
+    return json.dumps(comparison.to_dict(), sort_keys=True, indent=1, allow_nan=False, default=str)
+
+
+def render_markdown(comparison: Comparison) -> str:
+    from harness.templating import render_template
+
+    return render_template(
+        "compare.md.j2",
+        c=comparison,
+        labels=VERDICT_LABELS,
+        percent=format_percent,
+        interval=format_interval,
+        seconds=format_seconds,
+        calibration_line=calibration_line(comparison),
+        rule_line=rule_line(comparison),
+    )
+
+
+def print_text(comparison: Comparison, console: Any) -> None:
+    """The comparison as rich output: header lines, one table row per cell, notes."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def plain(value: object, style: str = "") -> Text:
+        return Text("" if value is None else str(value), style=style)
+
+    verdict = comparison.verdict.value.upper()
+    console.print(
+        Text(f"Comparison: {verdict} (exit {comparison.exit_code})", style="bold"),
+    )
+    for label, sha, path in (
+        ("baseline", comparison.baseline_sha256, comparison.baseline_path),
+        ("candidate", comparison.candidate_sha256, comparison.candidate_path),
+    ):
+        console.print(plain(f"{label}: {(sha or '')[:16]} {path or ''}"))
+    console.print(plain(rule_line(comparison)))
+    console.print(plain(calibration_line(comparison)))
+    for failure in comparison.failures:
+        console.print(plain(f"candidate failed: {failure}", "red"))
+    if comparison.differences:
+        table = Table(title="not comparable: fields that differ", title_justify="left")
+        for column in ("field", "baseline", "candidate"):
+            table.add_column(column)
+        for d in comparison.differences:
+            table.add_row(plain(d.field), plain(d.baseline), plain(d.candidate))
+        console.print(table)
+    if comparison.cells:
+        calibrated = any(c.noise_floor_percent is not None for c in comparison.cells)
+        table = Table(title_justify="left")
+        columns = ["acquisition", "format", "cache", "n b/c", "baseline", "candidate"]
+        columns += ["change", "95% CI", "p (Holm)", "verdict"]
+        if calibrated:
+            columns += ["noise floor", "MDC"]
+        for column in columns:
+            table.add_column(
+                column,
+                justify="right"
+                if column
+                in (
+                    "n b/c",
+                    "baseline",
+                    "candidate",
+                    "change",
+                    "95% CI",
+                    "p (Holm)",
+                    "noise floor",
+                    "MDC",
+                )
+                else "left",
+            )
+        for cell in comparison.cells:
+            row = [
+                plain(cell.acquisition),
+                plain(cell.format),
+                plain(cell.cache_state),
+                plain(f"{cell.n_baseline}/{cell.n_candidate}"),
+                plain(format_seconds(cell.baseline_median)),
+                plain(format_seconds(cell.candidate_median)),
+                plain(format_percent(cell.change_percent)),
+                plain(format_interval(cell.ci_percent)),
+                plain(f"{cell.p_value:.3g} ({cell.p_adjusted:.3g})"),
+                plain(VERDICT_LABELS[cell.verdict], _STYLES[cell.verdict]),
+            ]
+            if calibrated:
+                row += [
+                    plain(format_percent(cell.noise_floor_percent)),
+                    plain(format_percent(cell.mdc_percent, signed=False)),
+                ]
+            table.add_row(*row)
+        console.print(table)
+        counts = {v: sum(1 for c in comparison.cells if c.verdict is v) for v in CellVerdict}
+        console.print(
+            plain(
+                ", ".join(f"{n} {VERDICT_LABELS[v]}" for v, n in counts.items() if n)
+                + f" of {len(comparison.cells)} cells"
+            )
+        )
+        for cell in comparison.cells:
+            for text in (*cell.notes, *cell.warnings):
+                console.print(
+                    plain(f"  {cell.acquisition} {cell.format} {cell.cache_state}: {text}")
+                )
+    for warning in comparison.warnings:
+        console.print(plain(f"warning: {warning}", "yellow"))

@@ -1,0 +1,155 @@
+"""End to end: history change points, demo A/A pairs with rechecks, calibrate then compare."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.history.store import register_reports
+from harness.report import dump_report, summarise_trials
+from harness.testing import make_example_report
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # registering 20 reports and 8 permutation-tested series: seconds
+def test_history_changes_reports_a_step_at_the_twelfth_record(tmp_path: Path, capsys) -> None:
+    paths = []
+    for i in range(20):
+        doc = make_example_report(
+            i,
+            slowdown=1.3 if i >= 11 else 1.0,
+            noise=0.03,
+            created_utc=f"2026-11-{i + 1:02d}T08:00:00Z",
+        )
+        paths.append(tmp_path / f"r{i:02d}.json")
+        paths[-1].write_bytes(dump_report(doc))
+    history = tmp_path / "h"
+    register_reports(history, paths, plots="defer")
+    argv = ["history", "changes", "--history-dir", str(history), "--repo", str(tmp_path)]
+    assert main([*argv, "--format", "json"]) == 0
+    series = json.loads(capsys.readouterr().out)
+    assert len(series) == 8
+    for cell in series:
+        assert cell["ordered_by"] == "created_utc" and len(cell["series"]) == 20
+        step = [c for c in cell["changes"] if c["index"] == 11]
+        assert step, cell["changes"]  # the 12th record starts the new level
+        assert step[0]["change_percent"] == pytest.approx(30, abs=8)
+        assert step[0]["p_value"] <= 0.01
+        assert step[0]["to_record"] == cell["series"][11]["sha256"]
+    assert main(argv) == 0
+    assert "#12" in capsys.readouterr().out
+    assert main([*argv, "--key", "ffff"]) == 64
+
+
+def _harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        check=False,
+        timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_demo_aa_pair_with_recheck_never_confirms_a_slowdown(tmp_path: Path) -> None:
+    history = tmp_path / "h"
+    first = _harness(
+        "run",
+        "io-scale",
+        "--demo",
+        "--history-dir",
+        str(history),
+        "--output-dir",
+        str(tmp_path / "a"),
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    sha = hashlib.sha256((tmp_path / "a" / "loading.json").read_bytes()).hexdigest()
+    second = _harness(
+        "run",
+        "io-scale",
+        "--demo",
+        "--history-dir",
+        str(history),
+        "--output-dir",
+        str(tmp_path / "b"),
+        "--baseline",
+        sha[:12],
+        "--recheck",
+        "5",
+        cwd=tmp_path,
+    )
+    report = json.loads((tmp_path / "b" / "loading.json").read_bytes())
+    verdicts = {c["verdict"] for c in report["comparison"]["cells"]}
+    assert "slower" not in verdicts  # an A/A pair never confirms a slowdown
+    assert report["baseline"]["sha256"] == sha
+    if "recheck" in report:  # flagged cells were measured again, as their own block
+        assert all(t["trial_index"] >= 3 for t in report["recheck"]["trials"])
+    if report["status"]["host_load"] == "quiet":
+        assert second.returncode == 0, second.stdout
+    else:  # a contended host may leave a flag standing (possibly_slower, exit 2); never 1
+        assert second.returncode in (0, 2), second.stdout + second.stderr
+
+
+@pytest.mark.slow
+def test_calibrate_demo_then_scaled_candidates(tmp_path: Path) -> None:
+    history = tmp_path / "h"
+    done = _harness(
+        "calibrate",
+        "io-scale",
+        "--demo",
+        "--runs",
+        "5",
+        "--history-dir",
+        str(history),
+        "--output-dir",
+        str(tmp_path / "cal"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    calibration = json.loads((tmp_path / "cal" / "calibration.json").read_bytes())
+    assert len(calibration["runs"]) == 5 and len(calibration["cells"]) == 8
+    baseline = tmp_path / "cal" / "run-01" / "loading.json"
+    for factor, code in ((1.5, 2), (1.05, 0)):
+        doc = json.loads(baseline.read_bytes())
+        for trial in doc["trials"]:
+            trial["seconds"] *= factor
+        doc["summaries"] = summarise_trials(doc["trials"])
+        candidate = tmp_path / f"candidate-{factor}.json"
+        candidate.write_bytes(dump_report(doc))
+        result = _harness(
+            "compare",
+            "--baseline",
+            str(baseline),
+            str(candidate),
+            "--history-dir",
+            str(history),
+            "--format",
+            "json",
+            cwd=tmp_path,
+        )
+        assert result.returncode == code, result.stdout + result.stderr
+        comparison = json.loads(result.stdout)
+        assert comparison["calibration"]["sha256"] is not None
+        cells = comparison["cells"]
+        if factor == 1.05:
+            assert {c["verdict"] for c in cells} == {"unchanged"}
+            continue
+        assert all(c["verdict"] in ("slower", "possibly_slower") for c in cells)
+        for cell in cells:  # confirmed exactly when the calibrated, Holm-adjusted p allows it
+            assert (cell["verdict"] == "slower") == (cell["p_adjusted"] <= 0.05)
+        quiet = all(c["noise_floor_percent"] < 10 for c in calibration["cells"])
+        if quiet:  # on a quiet host a 50% slowdown is confirmed from 3 trials in every cell
+            assert {c["verdict"] for c in cells} == {"slower"}
