@@ -117,38 +117,35 @@ def test_script_json_cannot_end_its_block() -> None:
     assert json.loads(text) == {"id": CRAFTED_DEVICE, "other": CRAFTED_ACQUISITION + "&"}
 
 
-def test_change_points_from_the_verdict_hook_are_drawn(tmp_path: Path, monkeypatch) -> None:
-    shas = build_history(tmp_path, render=False)
-    point = render_keys.ChangePoint(shas["nvme-a"][2], "scan-a", "hdf5", "cold", "step up")
-    monkeypatch.setattr(
-        render_keys,
-        "change_points_for",
-        lambda connection, key: [point] if key == _key_of(tmp_path / "h", shas) else [],
-    )
-    render_history(tmp_path / "h")
-    pages = {p: _key_data(p) for p in (tmp_path / "h" / "dashboard" / "keys").glob("*.html")}
-    points = [d["change_points"] for d in pages.values() if d["change_points"]]
-    assert points == [
-        [
-            {
-                "acquisition": "scan-a",
-                "cache_state": "cold",
-                "format": "hdf5",
-                "label": "step up",
-                "x": 2,
-            }
-        ]
+def test_change_points_are_detected_and_drawn_at_the_step(tmp_path: Path) -> None:
+    from harness.history.store import register_reports
+    from harness.report import dump_report
+    from harness.testing import make_example_report
+
+    history = tmp_path / "h"
+    reports = [
+        dump_report(
+            make_example_report(
+                seed,
+                reps=3,
+                noise=0.01,
+                slowdown=1.5 if seed >= 6 else 1.0,
+                created_utc=f"2026-11-30T08:{seed:02d}:00Z",
+            )
+        )
+        for seed in range(12)
     ]
-
-
-def _key_of(history: Path, shas: dict[str, list[str]]) -> str:
-    import sqlite3
-
-    with sqlite3.connect(history / "index.sqlite") as connection:
-        (key,) = connection.execute(
-            "SELECT comparison_key FROM records WHERE sha256 = ?", (shas["nvme-a"][0],)
-        ).fetchone()
-    return key
+    results = register_reports(history, reports, plots="defer")
+    render_history(history)
+    (page,) = (history / "dashboard" / "keys").glob("*.html")
+    marks = _key_data(page)["change_points"]
+    # every one of the 8 cells steps up by 50% at the 7th record, and only there
+    assert len(marks) == 8 and {m["x"] for m in marks} == {6}
+    assert all(45 < float(m["label"].split("%")[0]) < 55 for m in marks), marks
+    assert results[6].sha256 in page.read_text()
+    # a registration redraws the page with the stored change points, without detecting again
+    register_reports(history, [dump_report(make_example_report(99, reps=3))], plots="now")
+    assert len(_key_data(page)["change_points"]) == 8
 
 
 def test_git_order_places_records_by_commit(tmp_path: Path) -> None:

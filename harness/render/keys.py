@@ -10,14 +10,16 @@ registration order.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, select
 
-from harness.history.index_db import RecordRow, SummaryRow, TrialRow
+from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
 from harness.render.pages import format_seconds, script_json
 from harness.render.targets import RenderTargets, write_atomic
 
@@ -40,15 +42,69 @@ class ChangePoint:
     label: str = ""
 
 
-def change_points_for(connection: Connection, key: str) -> list[ChangePoint]:
-    """Change points of the cells of ``key`` (issue 11).
+#: Keys of at most this many records get their change points detected by
+#: ``harness render index`` (E-Divisive with permutation tests costs about 1 s per cell
+#: at 200 records and grows with the square; ``harness history changes`` covers larger keys).
+CHANGE_POINT_RECORDS = 200
+META_CHANGES_PREFIX = "render.changes."
 
-    Hook for the ``verdict`` branch's change-point detection: until its function is on
-    main no change point is known and none is drawn; the pages already draw any
-    returned here (``tests/test_dashboard.py`` checks that).
+
+def change_points_for(connection: Connection, key: str) -> list[ChangePoint]:
+    """Change points of the cells of ``key`` as ``harness render index`` last detected them.
+
+    Stored in the index's render bookkeeping, so that a registration redrawing the page
+    draws them without running the detection again.
     """
-    del connection, key
-    return []
+    stored = read_meta_json(connection, META_CHANGES_PREFIX + key) or []
+    return [ChangePoint(**point) for point in stored]
+
+
+def refresh_change_points(connection: Connection, key: str, data: dict[str, Any]) -> None:
+    """Detect change points of every cell of ``data`` (issue 11's E-Divisive) and store them.
+
+    Each cell's series is the records' medians in the page's order; a change point is
+    drawn at the first record of the new level, labelled with its change and p-value.
+    """
+    from harness.verdict.changes import e_divisive
+
+    sha = data["records"]["sha"]
+    if len(sha) > CHANGE_POINT_RECORDS:
+        return
+    found = []
+    for panel in data["panels"]:
+        for series in panel["series"]:
+            pairs = [(x, m) for x, m in zip(series["x"], series["median"]) if m is not None]
+            cell = f"{key}/{series['acquisition']}/{panel['format']}/{panel['cache_state']}"
+            seed = int.from_bytes(hashlib.sha256(cell.encode()).digest()[:8], "little")
+            for change in e_divisive([m for _, m in pairs], seed=seed):
+                found.append(
+                    ChangePoint(
+                        sha[pairs[change.index][0]],
+                        series["acquisition"],
+                        panel["format"],
+                        panel["cache_state"],
+                        f"{change.change_percent:+.1f}% (p {change.p_value:.3g})",
+                    )
+                )
+    write_meta(connection, META_CHANGES_PREFIX + key, json.dumps([asdict(p) for p in found]))
+    data["change_points"] = _change_marks(connection, found, data)
+
+
+def _change_marks(
+    connection: Connection, points: list[ChangePoint], data: dict[str, Any]
+) -> list[dict[str, Any]]:
+    x_of = {sha: x for x, sha in enumerate(data["records"]["sha"])}
+    return [
+        {
+            "x": x_of[point.record_sha256],
+            "acquisition": point.acquisition,
+            "format": point.format,
+            "cache_state": point.cache_state,
+            "label": point.label,
+        }
+        for point in points
+        if point.record_sha256 in x_of
+    ]
 
 
 def git_positions(repository: Path | None) -> dict[str, int]:
@@ -223,30 +279,16 @@ def collect_key_data(
                 "series": series,
             }
         )
-    change_points = [
-        {
-            "x": x_of[seq],
-            "acquisition": point.acquisition,
-            "format": point.format,
-            "cache_state": point.cache_state,
-            "label": point.label,
-        }
-        for point in change_points_for(connection, key)
-        for seq in [_seq_of(connection, point.record_sha256)]
-        if seq in x_of
-    ]
-    return {
+    data = {
         "key": key,
         "order": records.order,
         "records": records.columns,
         "panels": panels,
-        "change_points": change_points,
+        "change_points": [],
         "trial_point_records": TRIAL_POINT_RECORDS,
     }
-
-
-def _seq_of(connection: Connection, sha256: str) -> int | None:
-    return connection.execute(select(RecordRow.seq).where(RecordRow.sha256 == sha256)).scalar()
+    data["change_points"] = _change_marks(connection, change_points_for(connection, key), data)
+    return data
 
 
 def _scaled(values: Any, scale: float) -> list[float | None]:

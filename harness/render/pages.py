@@ -27,6 +27,8 @@ SPARKLINE_POINTS = 60
 META_PLOT_PREFIX = "render.plot."
 #: The chart library: plotly.js, from the plotly Python package (``docs/dashboard.md``).
 PLOTLY_JS = "plotly.min.js"
+#: Cell verdicts (``harness.verdict.cells.CellVerdict``) shown first and marked.
+FLAGGED_VERDICTS = ("slower", "possibly_slower")
 #: Dashboard assets shipped in ``reports_templates/dashboard/``.
 DASHBOARD_ASSETS = ("dashboard.css", "dashboard.js")
 
@@ -253,9 +255,12 @@ def _comparison_of(
         candidate_path=str(path),
     )
     result = comparison.to_dict()
+    for cell in result["cells"]:
+        cell["flagged"] = cell["verdict"] in FLAGGED_VERDICTS
     # flagged cells first, then by change (largest slowdown first)
     result["cells"] = sorted(
-        result["cells"], key=lambda c: (not c["flagged"], -float(c["change_percent"]))
+        result["cells"],
+        key=lambda c: (not c["flagged"], -(c["change_percent"] or 0.0)),
     )
     return result
 

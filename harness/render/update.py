@@ -18,7 +18,12 @@ from sqlalchemy import Connection, Engine, select
 from harness.history.index_db import RecordRow, write_meta
 from harness.history.layout import HistoryLayout
 from harness.render.index_json import update_index_json, write_index_json
-from harness.render.keys import collect_key_data, git_positions, write_key_page
+from harness.render.keys import (
+    collect_key_data,
+    git_positions,
+    refresh_change_points,
+    write_key_page,
+)
 from harness.render.pages import (
     META_PLOT_PREFIX,
     build_readme_and_html,
@@ -64,10 +69,17 @@ def _render_keys(
     *,
     record_state: bool,
     positions: dict[str, int],
+    detect_changes: bool = False,
 ) -> None:
-    """Redraw each key's PNG and dashboard page (one unit: both show the same data)."""
+    """Redraw each key's PNG and dashboard page (one unit: both show the same data).
+
+    With ``detect_changes`` (``harness render index`` on the history itself) change points
+    are detected again and stored; otherwise the stored ones are drawn.
+    """
     for key in sorted(keys):
         data = collect_key_data(connection, key, positions=positions)
+        if detect_changes:
+            refresh_change_points(connection, key, data)
         newest = render_plot(connection, key, targets.plot(key), data=data)
         write_key_page(connection, targets, key, data=data)
         if record_state:
@@ -141,7 +153,14 @@ def render_all(
                     or not targets.key_page(k).exists()
                 ]
             positions = git_positions(repository or default_repository())
-            _render_keys(connection, targets, drawn, record_state=in_history, positions=positions)
+            _render_keys(
+                connection,
+                targets,
+                drawn,
+                record_state=in_history,
+                positions=positions,
+                detect_changes=in_history,
+            )
         write_record_pages(connection, layout, targets, None, rewrite=full)
         shas = set(connection.execute(select(RecordRow.sha256)).scalars())
         remove_stale_pages(targets.record_page("x").parent, shas)
