@@ -63,7 +63,7 @@ def _register_batch(args: tuple[str, int, int]) -> int:
     from harness.history.store import register_reports
 
     history, first, stop = args
-    register_reports(history, [_report_bytes(i) for i in range(first, stop)], render=False)
+    register_reports(history, [_report_bytes(i) for i in range(first, stop)], render=None)
     return stop - first
 
 
@@ -78,7 +78,7 @@ def build_history(history: Path, records: int, batch: int = 200) -> float:
     from harness.render import render_all
 
     start = time.perf_counter()
-    register_reports(history, [_report_bytes(0)], render=False)
+    register_reports(history, [_report_bytes(0)], render=None)
     jobs = [
         (str(history), first, min(first + batch, records)) for first in range(1, records, batch)
     ]
@@ -122,17 +122,19 @@ def main() -> int:
         shutil.rmtree(history, ignore_errors=True)
         results["build_seconds"] = round(build_history(history, args.records), 1)
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
 
     # seeds never used before in this history, so every timed registration stores a new record
     base = args.records + 1_000_000 + time.time_ns() // 1000 % 1_000_000_000
     extra = [_report_bytes(base + i) for i in range(4 * args.repeat + 2)]
-    register_reports(history, [extra.pop()], plots="defer")  # warm imports and the engine cache
+    # warm imports and the engine cache
+    register_reports(history, [extra.pop()], render=registration_renderer("defer"))
     for policy, name in (("auto", "register_one"), ("defer", "register_one_deferred")):
         timings = []
         for _ in range(args.repeat):
             data = extra.pop()
             start = time.perf_counter()
-            (result,) = register_reports(history, [data], plots=policy)
+            (result,) = register_reports(history, [data], render=registration_renderer(policy))
             timings.append(time.perf_counter() - start)
             assert result.created, "timed registrations must store new records"
         results[f"{name}_ms_median"] = round(statistics.median(timings) * 1000, 1)
@@ -141,7 +143,7 @@ def main() -> int:
     for _ in range(args.repeat):
         data = extra.pop()
         start = time.perf_counter()
-        (result,) = register_reports(history, [data], plots="now")
+        (result,) = register_reports(history, [data], render=registration_renderer("now"))
         timings.append(time.perf_counter() - start)
         assert result.created
     results["register_one_with_plot_ms_median"] = round(statistics.median(timings) * 1000, 1)

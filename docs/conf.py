@@ -45,6 +45,7 @@ def _build_example_dashboard(app) -> None:
     import tempfile
 
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
     from harness.report import dump_report
     from harness.testing import make_example_report
 
@@ -62,7 +63,7 @@ def _build_example_dashboard(app) -> None:
         )
         for seed in range(24)
     ]
-    register_reports(work, reports, plots="now")
+    register_reports(work, reports, render=registration_renderer("now"))
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(

@@ -18,6 +18,7 @@ from harness.verdict.comparison import (
     collect_cells,
     compare_reports,
     flagged_for_recheck,
+    output_changes,
 )
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "collect_cells",
     "compare_reports",
     "flagged_for_recheck",
+    "output_changes",
     "resolve_calibration",
 ]

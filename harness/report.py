@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.compute_report import SCHEMA_NAME as COMPUTE_SCHEMA_NAME
+from harness.compute_report import validate_compute_report
 from harness.errors import ReportValidationError
 from harness.resources import data_folder
 
@@ -150,6 +152,9 @@ def validate_report(doc: Mapping[str, Any], *, name: str = "report") -> None:
     """
     from jsonschema.exceptions import best_match
 
+    if doc.get("schema") == COMPUTE_SCHEMA_NAME:  # a compute report: its own schema
+        validate_compute_report(doc, name=name)
+        return
     error = best_match(_validator().iter_errors(doc))
     if error is not None:
         json_path = _format_json_path(error.absolute_path)
@@ -315,7 +320,7 @@ def schema_version_of(doc: Mapping[str, Any], name: str) -> int:
     if "schema" not in doc and "schema_version" not in doc:
         # Reports written before the schema existed carry neither field: version 0.
         return 0
-    if doc.get("schema") != SCHEMA_NAME:
+    if doc.get("schema") not in (SCHEMA_NAME, COMPUTE_SCHEMA_NAME):
         raise _report_error(
             f"{name}: $.schema: expected {SCHEMA_NAME!r}, found {doc.get('schema')!r}",
             source=name,

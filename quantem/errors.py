@@ -65,3 +65,11 @@ class VerificationError(QuantemError, ValueError):
 class DetectorError(QuantemError, ValueError):
     """A detector product cannot be computed: a bad mask or geometry, a closed or
     inconsistent acquisition, or a mean pattern with no signal to find the disk in."""
+
+
+class CalibrationError(QuantemError, ValueError):
+    """A computation needs a calibration (energy, angles, scan step) that is missing or invalid."""
+
+
+class ComputeError(QuantemError, ValueError):
+    """A compute workload (virtual detectors, DPC, parallax) cannot run on these inputs."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from harness.history.index_db import open_index
 from harness.history.layout import HistoryLayout
 from harness.history.store import register_reports
-from harness.render import render_all
+from harness.render import registration_renderer, render_all
 from harness.report import dump_report
 from harness.testing import make_example_report
 
@@ -40,7 +40,9 @@ def build_history(root: Path, *, render: bool = True) -> dict[str, list[str]]:
             baseline=baseline,
             slowdown=1.5 if baseline else 1.0,
         )
-        (result,) = register_reports(history, [dump_report(doc)], plots="defer")
+        (result,) = register_reports(
+            history, [dump_report(doc)], render=registration_renderer("defer")
+        )
         shas["nvme-a"].append(result.sha256)
     for index in range(2):
         doc = make_example_report(
@@ -51,7 +53,9 @@ def build_history(root: Path, *, render: bool = True) -> dict[str, list[str]]:
             device_name=CRAFTED_DEVICE,
             created_utc=f"2026-11-30T09:0{index}:00Z",
         )
-        (result,) = register_reports(history, [dump_report(doc)], plots="defer")
+        (result,) = register_reports(
+            history, [dump_report(doc)], render=registration_renderer("defer")
+        )
         shas["crafted"].append(result.sha256)
     if render:
         render_history(history)

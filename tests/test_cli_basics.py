@@ -45,12 +45,15 @@ def test_qem_subcommands_have_descriptions(capsys) -> None:
 
 def test_a_closed_stdout_exits_quietly(tmp_path: Path) -> None:
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
     from harness.report import dump_report
     from harness.testing import make_example_report
 
     history = tmp_path / "h"
     register_reports(
-        history, [dump_report(make_example_report(seed)) for seed in range(3)], plots="defer"
+        history,
+        [dump_report(make_example_report(seed)) for seed in range(3)],
+        render=registration_renderer("defer"),
     )
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the command writes (`| head` that exited)

@@ -13,6 +13,7 @@ import pytest
 from harness.cli import main
 from harness.compare import Verdict, compare_reports
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.stats import mann_whitney_u, rank_with_ties, relative_spread, smallest_possible_p
 from harness.testing import make_example_report
@@ -232,7 +233,9 @@ def test_compare_by_sha_prefix_in_history_and_default_candidate(
     reports, tmp_path: Path, capsys
 ) -> None:
     history = tmp_path / "h"
-    base, same = register_reports(history, [reports["base"], reports["same"]], plots="defer")
+    base, same = register_reports(
+        history, [reports["base"], reports["same"]], render=registration_renderer("defer")
+    )
     code = main(
         ["compare", "--baseline", base.sha256[:10], "--history-dir", str(history), "--json"]
     )
@@ -246,7 +249,7 @@ def test_tampered_baseline_record_is_refused(reports, tmp_path: Path) -> None:
     import os
 
     history = tmp_path / "h"
-    (base,) = register_reports(history, [reports["base"]], plots="defer")
+    (base,) = register_reports(history, [reports["base"]], render=registration_renderer("defer"))
     os.chmod(base.path, 0o644)
     base.path.write_bytes(base.path.read_bytes().replace(b"bench-host", b"other-host"))
     code = main(
@@ -294,7 +297,7 @@ def test_compare_usage_error_in_a_subprocess(tmp_path: Path) -> None:
 
 def test_ambiguous_or_unknown_prefix_is_a_usage_error(reports, tmp_path: Path, capsys) -> None:
     history = tmp_path / "h"
-    register_reports(history, [reports["base"]], plots="defer")
+    register_reports(history, [reports["base"]], render=registration_renderer("defer"))
     assert (
         main(["compare", "--baseline", "0000", str(reports["same"]), "--history-dir", str(history)])
         == 64

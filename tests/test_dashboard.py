@@ -10,6 +10,7 @@ import pytest
 
 from harness.history.layout import HistoryLayout
 from harness.render import keys as render_keys
+from harness.render import registration_renderer
 from harness.render.pages import script_json
 from tests._dashboard_helpers import (
     CRAFTED_ACQUISITION,
@@ -135,7 +136,7 @@ def test_change_points_are_detected_and_drawn_at_the_step(tmp_path: Path) -> Non
         )
         for seed in range(12)
     ]
-    results = register_reports(history, reports, plots="defer")
+    results = register_reports(history, reports, render=registration_renderer("defer"))
     render_history(history)
     (page,) = (history / "dashboard" / "keys").glob("*.html")
     marks = _key_data(page)["change_points"]
@@ -144,7 +145,9 @@ def test_change_points_are_detected_and_drawn_at_the_step(tmp_path: Path) -> Non
     assert all(45 < float(m["label"].split("%")[0]) < 55 for m in marks), marks
     assert results[6].sha256 in page.read_text()
     # a registration redraws the page with the stored change points, without detecting again
-    register_reports(history, [dump_report(make_example_report(99, reps=3))], plots="now")
+    register_reports(
+        history, [dump_report(make_example_report(99, reps=3))], render=registration_renderer("now")
+    )
     assert len(_key_data(page)["change_points"]) == 8
 
 

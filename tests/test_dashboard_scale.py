@@ -46,7 +46,7 @@ def _build(history: Path) -> None:
     bench = _benchmark()
     from harness.history.store import register_reports
 
-    register_reports(history, [bench._report_bytes(0)], render=False)
+    register_reports(history, [bench._report_bytes(0)], render=None)
     jobs = [(str(history), first, min(first + 250, RECORDS)) for first in range(1, RECORDS, 250)]
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert sum(pool.imap_unordered(bench._register_batch, jobs)) == RECORDS - 1

@@ -10,6 +10,7 @@ import pytest
 
 from harness.history.layout import HistoryLayout
 from harness.history.verify import verify_history
+from harness.render import check_rendered, registration_renderer
 from harness.testing import write_example_reports
 
 PROCESSES = 8
@@ -29,7 +30,7 @@ def _worker(history: str, paths: list[str], barrier, queue) -> None:
     outcomes = []
     try:
         for path in paths:
-            (result,) = register_reports(history, [path], plots="defer")
+            (result,) = register_reports(history, [path], render=registration_renderer("defer"))
             outcomes.append((result.sha256, result.created))
     except BaseException:  # report it to the test instead of leaving it waiting
         import traceback
@@ -78,7 +79,7 @@ def test_eight_processes_register_concurrently(tmp_path: Path) -> None:
     assert trials == len(expected) * 2 * 2 * 2 * 2  # acquisitions x formats x cache states x reps
     journal = (history / "journal.jsonl").read_text().splitlines()
     assert len(journal) == len(expected)
-    result = verify_history(history)
+    result = verify_history(history, check_rendered=check_rendered)
     assert result.ok, [str(p) for p in result.errors]
 
 
@@ -87,7 +88,7 @@ def _create_worker(history: str, path: str, barrier, queue) -> None:
 
     barrier.wait()
     try:
-        (result,) = register_reports(history, [path], render=False)
+        (result,) = register_reports(history, [path], render=None)
         queue.put(result.sha256)
     except BaseException:
         import traceback

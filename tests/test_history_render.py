@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.templating import escape_markdown
 from harness.testing import make_example_report
@@ -28,7 +29,7 @@ def crafted_history(tmp_path: Path) -> Path:
         device_name=CRAFTED_DEVICE,
     )
     history = tmp_path / "h"
-    register_reports(history, [dump_report(doc)], plots="defer")
+    register_reports(history, [dump_report(doc)], render=registration_renderer("defer"))
     return history
 
 

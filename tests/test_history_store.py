@@ -17,6 +17,7 @@ from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
 from harness.history.store import register_reports
 from harness.history.verify import verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report, write_example_reports
 
@@ -33,7 +34,7 @@ def _files_under(root: Path) -> dict[str, bytes]:
 
 def test_records_are_named_by_sha256_and_read_only(tmp_path: Path) -> None:
     paths = write_example_reports(tmp_path / "in", [1, 2])
-    results = register_reports(tmp_path / "h", paths, plots="defer")
+    results = register_reports(tmp_path / "h", paths, render=registration_renderer("defer"))
     layout = HistoryLayout.at(tmp_path / "h")
     for path, result in zip(paths, results):
         data = path.read_bytes()
@@ -48,10 +49,12 @@ def test_records_are_named_by_sha256_and_read_only(tmp_path: Path) -> None:
 
 def test_identical_bytes_are_a_no_op_that_says_so(tmp_path: Path) -> None:
     (path,) = write_example_reports(tmp_path / "in", [3])
-    (first,) = register_reports(tmp_path / "h", [path], plots="defer")
+    (first,) = register_reports(tmp_path / "h", [path], render=registration_renderer("defer"))
     before = _files_under(tmp_path / "h" / "records")
     journal = (tmp_path / "h" / "journal.jsonl").read_bytes()
-    second, third = register_reports(tmp_path / "h", [path, path.read_bytes()], plots="defer")
+    second, third = register_reports(
+        tmp_path / "h", [path, path.read_bytes()], render=registration_renderer("defer")
+    )
     assert first.created and not second.created and not third.created
     assert "already stored" in second.message and "nothing written" in second.message
     assert _files_under(tmp_path / "h" / "records") == before
@@ -60,10 +63,12 @@ def test_identical_bytes_are_a_no_op_that_says_so(tmp_path: Path) -> None:
 
 def test_changed_report_is_a_new_record(tmp_path: Path) -> None:
     doc = make_example_report(4)
-    register_reports(tmp_path / "h", [dump_report(doc)], plots="defer")
+    register_reports(tmp_path / "h", [dump_report(doc)], render=registration_renderer("defer"))
     doc["status"]["failures"] = ["note"]
     doc["status"]["correctness"] = "failed"
-    (changed,) = register_reports(tmp_path / "h", [dump_report(doc)], plots="defer")
+    (changed,) = register_reports(
+        tmp_path / "h", [dump_report(doc)], render=registration_renderer("defer")
+    )
     assert changed.created
     assert len(list(HistoryLayout.at(tmp_path / "h").iter_record_files())) == 2
 
@@ -90,7 +95,9 @@ def test_bad_report_is_refused_before_anything_is_written(
     assert str(bad) in str(info.value)
     assert not (tmp_path / "new-history").exists()
     # and in an existing history nothing changes either
-    register_reports(tmp_path / "h", [dump_report(make_example_report(6))], plots="defer")
+    register_reports(
+        tmp_path / "h", [dump_report(make_example_report(6))], render=registration_renderer("defer")
+    )
     before = _files_under(tmp_path / "h")
     with pytest.raises(ReportValidationError):
         register_reports(tmp_path / "h", [good, bad])
@@ -99,7 +106,7 @@ def test_bad_report_is_refused_before_anything_is_written(
 
 def test_older_report_is_stored_verbatim_and_indexed_migrated(tmp_path: Path) -> None:
     v0 = FIXTURES / "loading-report.v0.json"
-    (result,) = register_reports(tmp_path / "h", [v0], plots="defer")
+    (result,) = register_reports(tmp_path / "h", [v0], render=registration_renderer("defer"))
     assert result.path.read_bytes() == v0.read_bytes()
     index = json.loads((tmp_path / "h" / "index.json").read_text())
     (entry,) = index["records"]
@@ -116,11 +123,11 @@ def test_foreign_folder_and_newer_layout_are_refused(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="not a history"):
         register_reports(foreign, [report])
     with pytest.raises(HistoryError, match="not a history"):
-        verify_history(foreign)
+        verify_history(foreign, check_rendered=check_rendered)
     with pytest.raises(HistoryError, match="not a history"):
         rebuild_history(foreign)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]  # not even a lock file
-    register_reports(tmp_path / "h", [report], plots="defer")
+    register_reports(tmp_path / "h", [report], render=registration_renderer("defer"))
     (tmp_path / "h" / "history.json").write_text(
         '{"format": "quantem-harness/history", "version": 99}\n'
     )
@@ -130,17 +137,19 @@ def test_foreign_folder_and_newer_layout_are_refused(tmp_path: Path) -> None:
 
 def test_existing_record_with_other_bytes_is_never_overwritten(tmp_path: Path) -> None:
     data = dump_report(make_example_report(8))
-    (result,) = register_reports(tmp_path / "h", [data], plots="defer")
+    (result,) = register_reports(tmp_path / "h", [data], render=registration_renderer("defer"))
     os.chmod(result.path, 0o644)
     result.path.write_bytes(data.replace(b"bench-host", b"evil-host"))
     with pytest.raises(HistoryError, match="differ from its SHA-256"):
-        register_reports(tmp_path / "h", [data], plots="defer")
+        register_reports(tmp_path / "h", [data], render=registration_renderer("defer"))
     assert b"evil-host" in result.path.read_bytes()
 
 
 def test_index_rows_and_cells_match_the_reports(tmp_path: Path) -> None:
     docs = [make_example_report(s, reps=3) for s in (9, 10)]
-    register_reports(tmp_path / "h", [dump_report(d) for d in docs], plots="defer")
+    register_reports(
+        tmp_path / "h", [dump_report(d) for d in docs], render=registration_renderer("defer")
+    )
     with sqlite3.connect(tmp_path / "h" / "index.sqlite") as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         (n_records,) = connection.execute("SELECT count(*) FROM records").fetchone()
@@ -160,10 +169,12 @@ def test_incremental_renders_equal_a_full_rebuild(tmp_path: Path) -> None:
     for seed in range(5):
         created = f"2026-11-30T08:0{seed}:00Z"
         register_reports(
-            history, [dump_report(make_example_report(seed, created_utc=created))], plots="defer"
+            history,
+            [dump_report(make_example_report(seed, created_utc=created))],
+            render=registration_renderer("defer"),
         )
     incremental = {n: (history / n).read_bytes() for n in ("index.json", "timings.csv")}
-    rebuild_history(history, plots=False)
+    rebuild_history(history, render=rebuild_renderer(plots=False))
     assert {n: (history / n).read_bytes() for n in incremental} == incremental
     csv_lines = incremental["timings.csv"].decode().splitlines()
     assert len(csv_lines) == 1 + 5 * 40
@@ -171,21 +182,29 @@ def test_incremental_renders_equal_a_full_rebuild(tmp_path: Path) -> None:
 
 def test_timings_csv_is_rewritten_when_its_bookkeeping_does_not_match(tmp_path: Path) -> None:
     history = tmp_path / "h"
-    register_reports(history, [dump_report(make_example_report(1))], plots="defer")
+    register_reports(
+        history, [dump_report(make_example_report(1))], render=registration_renderer("defer")
+    )
     (history / "timings.csv").write_text("garbage\n")
-    register_reports(history, [dump_report(make_example_report(2))], plots="defer")
+    register_reports(
+        history, [dump_report(make_example_report(2))], render=registration_renderer("defer")
+    )
     lines = (history / "timings.csv").read_text().splitlines()
     assert lines[0].startswith("record_sha256,") and len(lines) == 1 + 2 * 40
-    assert verify_history(history).ok
+    assert verify_history(history, check_rendered=check_rendered).ok
 
 
 def test_old_index_without_migration_is_rebuilt_newer_is_refused(tmp_path: Path) -> None:
     history = tmp_path / "h"
-    register_reports(history, [dump_report(make_example_report(1))], plots="defer")
+    register_reports(
+        history, [dump_report(make_example_report(1))], render=registration_renderer("defer")
+    )
     with sqlite3.connect(history / "index.sqlite") as connection:
         connection.execute("UPDATE index_meta SET value='0' WHERE key='schema_version'")
         connection.execute("DELETE FROM trials")
-    register_reports(history, [dump_report(make_example_report(2))], plots="defer")
+    register_reports(
+        history, [dump_report(make_example_report(2))], render=registration_renderer("defer")
+    )
     with sqlite3.connect(history / "index.sqlite") as connection:
         version = connection.execute(
             "SELECT value FROM index_meta WHERE key='schema_version'"
@@ -195,7 +214,9 @@ def test_old_index_without_migration_is_rebuilt_newer_is_refused(tmp_path: Path)
     with sqlite3.connect(history / "index.sqlite") as connection:
         connection.execute("UPDATE index_meta SET value='99' WHERE key='schema_version'")
     with pytest.raises(HistoryError, match="newer than this harness"):
-        register_reports(history, [dump_report(make_example_report(3))], plots="defer")
+        register_reports(
+            history, [dump_report(make_example_report(3))], render=registration_renderer("defer")
+        )
 
 
 def test_plots_are_drawn_per_comparison_key(tmp_path: Path) -> None:
@@ -206,6 +227,7 @@ def test_plots_are_drawn_per_comparison_key(tmp_path: Path) -> None:
             dump_report(make_example_report(1)),
             dump_report(make_example_report(2, storage_id="other")),
         ],
+        render=registration_renderer(),
     )
     keys = {r.comparison_key for r in results}
     assert len(keys) == 2
@@ -213,22 +235,27 @@ def test_plots_are_drawn_per_comparison_key(tmp_path: Path) -> None:
         png = history / "plots" / f"{key}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(plots/{key}.png)" in (history / "README.md").read_text()
-    assert verify_history(history).ok and not verify_history(history).warnings
+    assert (
+        verify_history(history, check_rendered=check_rendered).ok
+        and not verify_history(history, check_rendered=check_rendered).warnings
+    )
 
 
 def test_deferred_plots_are_pending_until_rendered(tmp_path: Path) -> None:
     from harness.cli import main
 
     history = tmp_path / "h"
-    (result,) = register_reports(history, [dump_report(make_example_report(1))], plots="defer")
+    (result,) = register_reports(
+        history, [dump_report(make_example_report(1))], render=registration_renderer("defer")
+    )
     readme = (history / "README.md").read_text()
     assert "pending" in readme
-    warnings = verify_history(history).warnings
+    warnings = verify_history(history, check_rendered=check_rendered).warnings
     assert [w.kind.value for w in warnings] == ["plot-pending"]
     assert main(["render", "index", "--history-dir", str(history)]) == 0
     assert (history / "plots" / f"{result.comparison_key}.png").exists()
     assert "pending" not in (history / "README.md").read_text()
-    assert not verify_history(history).problems
+    assert not verify_history(history, check_rendered=check_rendered).problems
 
 
 def test_auto_plots_are_drawn_for_small_groups_and_deferred_for_large_ones(
@@ -243,22 +270,32 @@ def test_auto_plots_are_drawn_for_small_groups_and_deferred_for_large_ones(
         dump_report(make_example_report(seed, created_utc=created))
         for seed, created in zip((1, 2, 3), stamps)
     ]
-    results = register_reports(history, reports[:2])  # default policy: "auto"
+    results = register_reports(history, reports[:2], render=registration_renderer())  # "auto"
     (key,) = {r.comparison_key for r in results}
     png = history / "plots" / f"{key}.png"
     drawn = png.read_bytes()
     assert drawn[:8] == b"\x89PNG\r\n\x1a\n"
     assert "pending" not in (history / "README.md").read_text()
-    register_reports(history, reports[2:])  # the group now holds 3 > 2 records
+    register_reports(
+        history, reports[2:], render=registration_renderer()
+    )  # the group now holds 3 > 2 records
     assert png.read_bytes() == drawn  # not redrawn ...
     assert "pending" in (history / "README.md").read_text()  # ... and said so
-    assert [w.kind.value for w in verify_history(history).warnings] == ["plot-pending"]
-    register_reports(history, [dump_report(make_example_report(4))], plots="now")
+    assert [
+        w.kind.value for w in verify_history(history, check_rendered=check_rendered).warnings
+    ] == ["plot-pending"]
+    register_reports(
+        history, [dump_report(make_example_report(4))], render=registration_renderer("now")
+    )
     assert png.read_bytes() != drawn
     assert "pending" not in (history / "README.md").read_text()
 
 
 def test_unknown_plot_policy_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="plots must be one of"):
-        register_reports(tmp_path / "h", [dump_report(make_example_report(1))], plots="sometimes")
+        register_reports(
+            tmp_path / "h",
+            [dump_report(make_example_report(1))],
+            render=registration_renderer("sometimes"),
+        )
     assert not (tmp_path / "h").exists()

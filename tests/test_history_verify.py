@@ -15,6 +15,7 @@ from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
 from harness.history.store import register_reports
 from harness.history.verify import ProblemKind, verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
 
@@ -23,15 +24,17 @@ from harness.testing import make_example_report
 def history(tmp_path: Path) -> tuple[Path, list]:
     root = tmp_path / "h"
     results = register_reports(
-        root, [dump_report(make_example_report(s)) for s in range(3)], plots="defer"
+        root,
+        [dump_report(make_example_report(s)) for s in range(3)],
+        render=registration_renderer("defer"),
     )
-    assert verify_history(root).ok
+    assert verify_history(root, check_rendered=check_rendered).ok
     return root, results
 
 
 def _kinds(root: Path) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for problem in verify_history(root).errors:
+    for problem in verify_history(root, check_rendered=check_rendered).errors:
         found.setdefault(problem.kind.value, set()).add(problem.subject)
     return found
 
@@ -111,28 +114,32 @@ def test_several_problems_are_all_named(history) -> None:
     assert results[1].path.relative_to(root).as_posix() in kinds["missing"]
 
 
-def test_unindexed_record_is_reported_and_rebuild_indexes_it(history) -> None:
+def test_unregistered_record_is_reported_listed_by_rebuild_and_adopted_by_register(
+    history,
+) -> None:
     root, _results = history
     layout = HistoryLayout.at(root)
-    # a record written by a registration killed before it reached the index
+    # a record written by a registration killed before it reached the journal
     from harness.history.records import write_record
 
     extra = write_record(layout, dump_report(make_example_report(42)))
-    kinds = _kinds(root)
-    assert layout.record_relpath(extra.sha256) in kinds["unindexed"]
-    warnings = {p.kind for p in verify_history(root).warnings}
-    assert ProblemKind.UNJOURNALED in warnings
-    result = rebuild_history(root, plots=False)
-    assert result.indexed == 4 and result.journal_recovered == 1
-    after = verify_history(root)
-    assert after.ok and {p.kind for p in after.problems} <= {ProblemKind.PLOT_PENDING}
+    relpath = layout.record_relpath(extra.sha256)
+    assert relpath in _kinds(root)["unregistered"]
+    result = rebuild_history(root, render=rebuild_renderer(plots=False))
+    assert result.indexed == 3 and result.unregistered == [relpath]  # listed, not adopted
+    assert relpath in _kinds(root)["unregistered"]
+    assert main(["history", "register", "--history-dir", str(root), str(extra.path)]) == 0
+    after = verify_history(root, check_rendered=check_rendered)
+    assert after.ok and after.records == 4, [str(p) for p in after.errors]
+    adopted = [line for line in layout.journal.read_text().splitlines() if extra.sha256 in line]
+    assert len(adopted) == 1 and '"adopted":true' in adopted[0]
 
 
 def test_rebuild_never_deletes_or_repairs_damaged_records(history) -> None:
     root, results = history
     os.chmod(results[0].path, 0o644)
     results[0].path.write_bytes(b'{"edited": true}')
-    result = rebuild_history(root, plots=False)
+    result = rebuild_history(root, render=rebuild_renderer(plots=False))
     assert [p.kind for p in result.problems] == [ProblemKind.TAMPERED]
     assert results[0].path.read_bytes() == b'{"edited": true}'
     assert result.indexed == 2
@@ -143,9 +150,9 @@ def test_stale_temporaries_are_warnings_and_rebuild_removes_them(history) -> Non
     root, _ = history
     temp = HistoryLayout.at(root).temp / "abc.tmp"
     temp.write_bytes(b'{"sche')
-    result = verify_history(root)
+    result = verify_history(root, check_rendered=check_rendered)
     assert result.ok and ProblemKind.STALE_TEMP in {p.kind for p in result.warnings}
-    assert rebuild_history(root, plots=False).temps_removed == 1
+    assert rebuild_history(root, render=rebuild_renderer(plots=False)).temps_removed == 1
     assert not temp.exists()
 
 
@@ -162,7 +169,7 @@ def test_verify_cli_exit_codes(history, tmp_path: Path) -> None:
     assert main(["history", "verify", "--history-dir", str(tmp_path / "nowhere")]) == 1
 
 
-def test_damaged_index_is_reported_and_registration_rebuilds_it(history) -> None:
+def test_damaged_index_is_reported_and_registration_refuses_it(history, capsys) -> None:
     from harness.history.index_db import forget_index
 
     root, _ = history
@@ -171,6 +178,16 @@ def test_damaged_index_is_reported_and_registration_rebuilds_it(history) -> None
         Path(f"{root / 'index.sqlite'}{suffix}").unlink(missing_ok=True)
     (root / "index.sqlite").write_bytes(b"this is not a database" * 100)
     assert main(["history", "verify", "--history-dir", str(root)]) == 1
-    register_reports(root, [dump_report(make_example_report(9))], plots="defer")
-    result = verify_history(root)
+    reported = capsys.readouterr().err
+    assert "index-damaged" in reported and "the index is damaged" in reported
+    report = root.parent / "new.json"
+    report.write_bytes(dump_report(make_example_report(9)))
+    assert main(["history", "register", "--history-dir", str(root), str(report)]) == 1
+    refused = capsys.readouterr().err
+    assert "the index is damaged (file is not a database); run `harness history rebuild`" in refused
+    assert "Traceback" not in refused
+    assert len(list(HistoryLayout.at(root).iter_record_files())) == 3  # nothing stored
+    assert main(["history", "rebuild", "--history-dir", str(root), "--no-plots"]) == 0
+    register_reports(root, [report], render=registration_renderer("defer"))
+    result = verify_history(root, check_rendered=check_rendered)
     assert result.ok and result.records == 4

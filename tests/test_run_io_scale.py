@@ -527,6 +527,10 @@ def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
     from harness.errors import UsageError
 
     folder, suite = disk_suite
+    with pytest.raises(UsageError, match="no such history folder"):
+        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
+    (folder / "h").mkdir()
+    (folder / "h" / "history.json").write_text('{"format":"quantem-harness/history","version":1}')
     with pytest.raises(UsageError, match="no record"):
         run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
 

@@ -42,6 +42,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="flag cells whose median is more than P%% slower (default 20)",
     )
     parser.add_argument(
+        "--accept-output-change",
+        action="store_true",
+        help="compute reports: accept output hashes that differ from a same-backend baseline",
+    )
+    parser.add_argument(
         "--calibration",
         metavar="SHA_PREFIX",
         help="calibration to judge significance against (default: the most recent one in the "
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         candidate_sha256=candidate.sha256,
         candidate_path=str(candidate.path),
         calibration=calibration,
+        accept_output_change=args.accept_output_change,
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")

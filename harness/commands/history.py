@@ -1,4 +1,8 @@
-"""``harness history``: register, import, list, show, verify and rebuild an evidence history."""
+"""``harness history``: register, import, list, show, head, verify and rebuild an evidence history.
+
+The history package knows nothing of rendering; the commands here pass it the render
+hooks (:mod:`harness.render`), so the views stay above the store.
+"""
 
 from __future__ import annotations
 
@@ -85,11 +89,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--raw", action="store_true", help="print the record's exact bytes")
     show.set_defaults(func=run_show)
 
+    head = commands.add_parser(
+        "head", help="print the journal's head hash (keep it; verify --expect-head checks it)"
+    )
+    add_history_dir_argument(head)
+    head.set_defaults(func=run_head)
+
     verify = commands.add_parser(
         "verify",
         help="re-hash every record; check index, journal and rendered files (exit 1 on problems)",
     )
     add_history_dir_argument(verify)
+    verify.add_argument(
+        "--expect-head",
+        metavar="HASH",
+        help="a journal head kept from earlier: prove nothing registered up to it was removed or altered",
+    )
     verify.set_defaults(func=run_verify)
 
     rebuild = commands.add_parser(
@@ -126,7 +141,9 @@ def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[i
 
 
 def _missing_subcommand(args: argparse.Namespace) -> int:
-    raise UsageError("history needs a subcommand: register, import, list, show, verify or rebuild")
+    raise UsageError(
+        "history needs a subcommand: register, import, list, show, head, verify or rebuild"
+    )
 
 
 def add_plot_policy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,23 +174,37 @@ def _history_dir(args: argparse.Namespace) -> str:
     return args.history_dir or default_history_dir()
 
 
+def _print_head(results: list) -> None:
+    if results:
+        print(f"journal head {results[-1].journal_head}")
+
+
 def run_register(args: argparse.Namespace) -> int:
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
 
-    results = register_reports(_history_dir(args), args.reports, plots=args.plots)
+    results = register_reports(
+        _history_dir(args), args.reports, render=registration_renderer(args.plots)
+    )
     for result in results:
         print(result.message)
+    _print_head(results)
     return EXIT_OK
 
 
 def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import import_reports
+    from harness.render import registration_renderer
 
     results, refused = import_reports(
-        _history_dir(args), args.paths, skip_invalid=args.skip_invalid, plots=args.plots
+        _history_dir(args),
+        args.paths,
+        skip_invalid=args.skip_invalid,
+        render=registration_renderer(args.plots),
     )
     for result in results:
         print(result.message)
+    _print_head(results)
     for error in refused:
         print(f"refused: {error}", file=sys.stderr)
     return EXIT_FAILURE if refused else EXIT_OK
@@ -182,7 +213,7 @@ def run_import(args: argparse.Namespace) -> int:
 def _open_for_reading(history_dir: str):
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
-    from harness.history.store import check_history_marker, require_history
+    from harness.history.lock import check_history_marker, require_history
 
     layout = HistoryLayout.at(history_dir)
     require_history(layout)
@@ -236,11 +267,12 @@ def _one_line(text: str) -> str:
 
 def run_show(args: argparse.Namespace) -> int:
     from harness.history.layout import HistoryLayout
+    from harness.history.lock import check_history_marker, require_history
     from harness.history.lookup import load_report, parse_sha_prefix, resolve_record
-    from harness.history.store import check_history_marker
 
     parse_sha_prefix(args.sha)
     layout = HistoryLayout.at(_history_dir(args))
+    require_history(layout)
     check_history_marker(layout, create=False)
 
     path = resolve_record(layout, args.sha)
@@ -290,27 +322,62 @@ def run_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_head(args: argparse.Namespace) -> int:
+    from harness.history.journal import journal_head
+    from harness.history.lock import locked_history
+
+    with locked_history(_history_dir(args)) as layout:
+        print(journal_head(layout))
+    return EXIT_OK
+
+
+def parse_head(text: str) -> str:
+    """A journal head given on the command line: 64 hex digits."""
+    from harness.history.layout import SHA256_PATTERN
+
+    head = text.strip().lower()
+    if not SHA256_PATTERN.fullmatch(head):
+        raise UsageError(f"--expect-head {text!r} is not a journal head (64 hex digits)")
+    return head
+
+
 def run_verify(args: argparse.Namespace) -> int:
     from harness.history.verify import verify_history
+    from harness.render import check_rendered
 
+    expect_head = parse_head(args.expect_head) if args.expect_head is not None else None
     with _record_progress(_history_dir(args), "re-hashing records") as progress:
-        result = verify_history(_history_dir(args), progress=progress)
+        result = verify_history(
+            _history_dir(args),
+            expect_head=expect_head,
+            check_rendered=check_rendered,
+            progress=progress,
+        )
     for problem in result.problems:
         print(problem, file=sys.stderr if problem.is_error else sys.stdout)
     summary = f"{result.records} records checked: {len(result.errors)} errors, {len(result.warnings)} warnings"
+    if result.journal_head is not None:
+        summary += f"; journal head {result.journal_head}"
+    if expect_head is not None and result.ok:
+        summary += f"; nothing registered up to {expect_head[:16]}... was removed or altered"
     print(summary)
     return EXIT_OK if result.ok else EXIT_FAILURE
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
     from harness.history.rebuild import rebuild_history
+    from harness.render import rebuild_renderer
 
     with _record_progress(_history_dir(args), "reading records") as progress:
-        result = rebuild_history(_history_dir(args), plots=not args.no_plots, progress=progress)
+        result = rebuild_history(
+            _history_dir(args),
+            render=rebuild_renderer(plots=not args.no_plots),
+            progress=progress,
+        )
     for problem in result.problems:
         print(problem, file=sys.stderr if problem.is_error else sys.stdout)
     print(
-        f"indexed {result.indexed} records; {result.journal_recovered} journal entries recovered; "
-        f"{result.temps_removed} temporary files removed"
+        f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
+        f"listed, not indexed; {result.temps_removed} temporary files removed"
     )
     return EXIT_FAILURE if any(p.is_error for p in result.problems) else EXIT_OK

@@ -1,7 +1,9 @@
 """``harness qem``: convert to, verify, inspect and archive the header of ``.qem`` files.
 
 * ``convert SRC OUT``: write ``OUT`` from an ARINA master (or another ``.qem``);
-  ``--verify`` decodes it and compares every count before it is moved into place.
+  ``--verify`` decodes it and compares every count before it is moved into place. The
+  ``.<name>.<pid>.partial`` files that killed converts left in OUT's folder are removed
+  first (:func:`harness.fsio.remove_stale_partials`).
 * ``verify FILE``: every checksum plus a full decode; exit 1 naming the first bad block.
 * ``inspect FILE``: header, layout and byte accounting (``--json`` for machines).
 * ``header FILE``: the archivable header document (deterministic JSON).
@@ -105,6 +107,11 @@ def run_convert(args: argparse.Namespace) -> int:
         raise UsageError(f"OUT must end in .qem: {out}")
     if args.block_frames is not None and args.block_frames < 1:
         raise UsageError("--block-frames must be >= 1")
+    from harness.fsio import remove_stale_partials
+
+    # a killed convert leaves its .partial file: the next convert into the folder removes it
+    for stale in remove_stale_partials(out.absolute().parent):
+        print(f"removed {stale} (left by a killed writer)", file=sys.stderr)
     started = time.perf_counter()
     save_qem(
         args.source,

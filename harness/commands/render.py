@@ -60,18 +60,14 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir
     from harness.history.index_db import open_index
-    from harness.history.layout import HistoryLayout
-    from harness.history.store import check_history_marker, history_lock, require_history
+    from harness.history.lock import locked_history
     from harness.render import render_all
 
     if args.all_plots and args.no_plots:
         raise UsageError("--all-plots and --no-plots exclude each other")
-    layout = HistoryLayout.at(args.history_dir or default_history_dir())
-    require_history(layout)
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
-    with history_lock(layout):
-        check_history_marker(layout, create=False)
+    with locked_history(args.history_dir or default_history_dir()) as layout:
         engine = open_index(layout.index_db, create=False)
         try:
             render_all(

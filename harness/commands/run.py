@@ -21,7 +21,7 @@ DEFAULT_DEMO_REPORTS = "harness-demo"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="run a benchmark (io-scale)")
+    parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute)")
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     io = benchmarks.add_parser(
         "io-scale",
@@ -133,16 +133,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="reader threads (default: the reader's choice)"
     )
     io.set_defaults(func=run)
+    add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
 
 
 def _no_benchmark(args: argparse.Namespace) -> int:
     from harness.errors import UsageError
 
-    raise UsageError("run: choose a benchmark: io-scale")
+    raise UsageError("run: choose a benchmark: io-scale or compute")
 
 
 def _config_from_args(args: argparse.Namespace, **overrides):
+    from harness.render import registration_renderer
     from harness.run.io_scale import IoScaleConfig
 
     values = dict(
@@ -155,6 +157,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         load_only=args.load_only,
         representation=args.representation,
         history_dir=args.history_dir,
+        render=registration_renderer(),
         baseline=args.baseline,
         regression_percent=args.regression_percent,
         calibration=args.calibration,
@@ -258,5 +261,163 @@ def run(args: argparse.Namespace) -> int:
     for result in outcome.registered:
         console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
     if outcome.registered:
+        head = outcome.registered[-1].journal_head
+        console.print(f"history {history_dir}: journal head {head}", markup=False, highlight=False)
         console.print(f"index: {Path(history_dir) / 'README.md'}", markup=False, highlight=False)
     return outcome.exit_code
+
+
+def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
+    compute = benchmarks.add_parser(
+        "compute",
+        help="stage timings and output hashes of a compute workload (dpc, parallax, virtual)",
+        description=(
+            "Run a compute workload on every acquisition of SOURCE (an ARINA master file or a "
+            "selection manifest): each stage timed first and warm (--reps), device-synchronised; "
+            "the SHA-256 of every output array. Writes OUTPUT_DIR/compute.json. Exit 0 passed, "
+            "1 failure (including outputs_changed against a same-backend baseline), "
+            "2 review/incomparable, 64 usage error. See docs/compute.md."
+        ),
+    )
+    compute.add_argument("workload", choices=("dpc", "parallax", "virtual"))
+    compute.add_argument(
+        "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
+    )
+    compute.add_argument("--root", metavar="ROOT", help="manifest root (default: its folder)")
+    compute.add_argument("--backend", choices=("cpu", "cuda"), required=True)
+    compute.add_argument("--storage-id", metavar="ID", default="local", help="storage name")
+    compute.add_argument("--output-dir", type=Path, required=True, metavar="DIR")
+    compute.add_argument("--reps", type=int, default=5, help="warm rounds after the first")
+    compute.add_argument("--save-outputs", type=Path, metavar="DIR", help="write the outputs")
+    compute.add_argument("--history-dir", type=Path, metavar="H")
+    compute.add_argument("--baseline", metavar="SHA_OR_PATH")
+    compute.add_argument("--regression-percent", type=float, default=20.0)
+    compute.add_argument(
+        "--accept-output-change",
+        action="store_true",
+        help="accept output hashes that differ from the baseline (recorded in the report)",
+    )
+    group = compute.add_argument_group("calibration and parameters")
+    group.add_argument("--energy-ev", type=float)
+    group.add_argument("--convergence-mrad", type=float)
+    group.add_argument("--mrad-per-pixel", type=float)
+    group.add_argument("--scan-step", type=float, metavar="ANGSTROM")
+    group.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    group.add_argument("--rotation", type=float, metavar="DEG", help="dpc: fixed rotation")
+    group.add_argument("--transpose", choices=("auto", "yes", "no"), default="auto")
+    group.add_argument("--bin-factor", type=int, default=1, help="parallax: BF pixel groups")
+    group.add_argument("--max-shift", type=float, help="parallax: peak search radius (px)")
+    group.add_argument("--upsample", type=int, default=2, help="parallax: reconstruction")
+    group.add_argument("--correct-aberrations", action="store_true")
+    group.add_argument("--inner", type=float, help="virtual: DF annulus inner radius")
+    group.add_argument("--outer", type=float, help="virtual: DF annulus outer radius")
+    group.add_argument("--unit", choices=("px", "mrad"), default="px")
+    compute.set_defaults(func=run_compute_command)
+
+
+def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
+    """A one-entry manifest for a master file (written in ``folder``): (manifest, root)."""
+    from harness.errors import UsageError
+    from harness.run.manifest import dump_manifest, manifest_entry
+    from quantem.io.arina import open_arina
+
+    if not master.is_file():
+        raise UsageError(f"--source {master}: no such file")
+    source = open_arina(master)
+    name = master.name.removesuffix("_master.h5") or master.stem
+    entry = manifest_entry(
+        name, master, master.parent, source.scan_shape, source.detector_shape, source.dtype.name
+    )
+    manifest = folder / "source-manifest.json"
+    manifest.write_bytes(dump_manifest([entry], description=f"--source {master}"))
+    return manifest, master.parent
+
+
+def run_compute_command(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from rich.console import Console
+
+    from harness.errors import UsageError
+    from harness.render import registration_renderer
+    from harness.run.compute import ComputeConfig, run_compute
+    from harness.run.compute_workloads import ComputeParameters
+    from harness.run.provenance import check_code_origin
+
+    if args.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    check_code_origin()
+    parameters = ComputeParameters(
+        energy_ev=args.energy_ev,
+        convergence_mrad=args.convergence_mrad,
+        mrad_per_pixel=args.mrad_per_pixel,
+        scan_step_angstrom=args.scan_step,
+        dtype=args.dtype,
+        rotation_deg=args.rotation,
+        transpose={"auto": None, "yes": True, "no": False}[args.transpose],
+        bin_factor=args.bin_factor,
+        max_shift=args.max_shift,
+        upsample=args.upsample,
+        correct_aberrations=args.correct_aberrations,
+        inner=args.inner,
+        outer=args.outer,
+        unit=args.unit,
+    )
+    console = Console()
+    source = Path(args.source)
+    with tempfile.TemporaryDirectory(prefix="harness-compute-") as tmp:
+        if source.suffix == ".json":
+            manifest, root = source, Path(args.root) if args.root else source.parent
+        else:
+            manifest, root = _single_source_manifest(source, Path(tmp))
+        config = ComputeConfig(
+            workload=args.workload,
+            root=root,
+            manifest=manifest,
+            backend=args.backend,
+            storage_id=args.storage_id,
+            output_dir=args.output_dir,
+            reps=args.reps,
+            parameters=parameters,
+            save_outputs=args.save_outputs,
+            accept_output_change=args.accept_output_change,
+            history_dir=args.history_dir,
+            render=registration_renderer(),
+            baseline=args.baseline,
+            regression_percent=args.regression_percent,
+            command=["harness", *sys.argv[1:]],
+        )
+        outcome = run_compute(config)
+    print_compute_summary(outcome.report, console)
+    console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    for result in outcome.registered:
+        console.print(f"history {args.history_dir}: {result.message}", markup=False)
+    return outcome.exit_code
+
+
+def print_compute_summary(doc: dict, console) -> None:
+    """Stage medians and output hashes (plain text; user text is never markup)."""
+    status = doc["status"]
+    lines = [
+        f"{doc['benchmark']} on {doc['conditions']['backend']}: execution {status['execution']}, "
+        f"correctness {status['correctness']}, performance {status['performance']}"
+    ]
+    for summary in doc["summaries"]:
+        median = summary["median"]
+        lines.append(
+            f"  {summary['acquisition']} {summary['stage']:<12} first {summary['first']:.4g} s"
+            + (
+                ""
+                if median is None
+                else f"  warm median {median:.4g} s  p90 {summary['p90']:.4g} s"
+            )
+        )
+    for acquisition in doc["acquisitions"]:
+        for name, digest in sorted(acquisition["outputs"].items()):
+            lines.append(
+                f"  {acquisition['id']} {name}: {digest['dtype']} {digest['shape']} "
+                f"sha256 {digest['sha256'][:16]}"
+            )
+    for failure in status["failures"]:
+        lines.append(f"  failure: {failure}")
+    console.print("\n".join(lines), markup=False, highlight=False)

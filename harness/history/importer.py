@@ -11,7 +11,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import ReportValidationError, UsageError
-from harness.history.store import RegisterResult, prepare_report, register_reports
+from harness.history.store import (
+    RegisterResult,
+    RegistrationRenderer,
+    prepare_report,
+    register_reports,
+)
 
 REPORT_FILENAME = "loading.json"
 
@@ -37,7 +42,7 @@ def import_reports(
     paths: Iterable[str | Path],
     *,
     skip_invalid: bool = False,
-    plots: str = "auto",
+    render: RegistrationRenderer | None = None,
 ) -> tuple[list[RegisterResult], list[ReportValidationError]]:
     """Register earlier reports into ``out_dir``; return results and refused reports.
 
@@ -56,5 +61,5 @@ def import_reports(
             refused.append(exc)
             continue
         accepted.append(path)
-    results = register_reports(out_dir, accepted, plots=plots) if accepted else []
+    results = register_reports(out_dir, accepted, render=render) if accepted else []
     return results, refused

@@ -2,11 +2,12 @@
 
 A history is a folder::
 
-    history.json                 format marker {"format": ..., "version": 1}
+    history.json                 format marker {"format": ..., "version": 2}
     records/sha256/ab/<hex>.json one report's exact bytes, named by their SHA-256, read-only
     records/tmp/                 temporary files of registrations in progress
     journal.jsonl                append-only registration witness, one JSON line per new record
     index.sqlite                 derived SQLAlchemy/SQLite index (WAL mode)
+    index.sqlite.checked         the index state the last registration left (skips its check)
     .lock                        filelock serialising registration, rebuild and rendering
     index.json, timings.csv, README.md, index.html, plots/<key>.png   rendered, derived
 """
@@ -20,8 +21,11 @@ from pathlib import Path
 
 #: ``format`` value of ``history.json``.
 HISTORY_FORMAT = "quantem-harness/history"
-#: Layout version this harness writes and reads; newer ones are refused.
-HISTORY_FORMAT_VERSION = 1
+#: Layout version this harness writes and reads; newer ones are refused. 2: the journal
+#: is a hash chain. A version-1 history is read as it is and its marker raised to 2 at
+#: its next registration, so that an older harness (which would append unchained
+#: lines) refuses it from then on; no record or journal line is rewritten.
+HISTORY_FORMAT_VERSION = 2
 
 MARKER_NAME = "history.json"
 #: Temporary name of the marker while a new history is being created.
@@ -113,9 +117,6 @@ class HistoryLayout:
     def record_relpath(self, sha256: str) -> str:
         """The record's path relative to the history root, with ``/`` separators."""
         return self.record_path(sha256).relative_to(self.root).as_posix()
-
-    def plot_path(self, comparison_key: str) -> Path:
-        return self.plots / f"{comparison_key}{PLOT_SUFFIX}"
 
     def iter_record_files(self) -> Iterator[Path]:
         """Every file under ``records/sha256/`` (well-named or not), sorted."""

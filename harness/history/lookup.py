@@ -1,7 +1,20 @@
-"""Finding records by SHA-256 prefix and loading reports named on the command line."""
+"""The one rule for naming a report on the command line: a file, or a record's SHA-256 prefix.
+
+``harness run --baseline``, ``harness compare --baseline`` and ``CANDIDATE``, and
+``harness history show`` all resolve through :func:`load_report` (or
+:func:`resolve_record`), so they accept and refuse the same things:
+
+- an existing file is read as a report (a folder is refused as not a report file);
+- anything that looks like a path (a ``/``, or a ``.json`` name) and does not exist is
+  a missing file, never "not a SHA-256 prefix";
+- otherwise it must be a SHA-256 prefix of at least :data:`MIN_PREFIX_DIGITS` hex digits,
+  looked up in an existing history; several matches are refused as ambiguous;
+- a record's bytes are re-hashed before use: edited evidence is refused.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +27,13 @@ from harness.history.layout import (
     HistoryLayout,
     sha256_of_record_name,
 )
+from harness.history.lock import check_history_marker, require_history
 from harness.history.records import sha256_bytes
+from harness.report import parse_report
 
-_HEX_PREFIX = re.compile(r"^[0-9a-f]{4,64}$")
 #: Fewest hex digits accepted as a prefix (shorter ones are too easy to mistype).
 MIN_PREFIX_DIGITS = 4
+_HEX_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_PREFIX_DIGITS},64}}")
 
 
 @dataclass(frozen=True)
@@ -30,25 +45,46 @@ class LoadedReport:
     path: Path
 
 
-def parse_sha_prefix(prefix: str) -> str:
+def parse_sha_prefix(prefix: str, *, what: str = "") -> str:
     """Normalise a SHA-256 prefix; UsageError unless it is 4-64 hex digits."""
     normalised = prefix.strip().lower()
-    if not _HEX_PREFIX.match(normalised):
+    if not _HEX_PREFIX.fullmatch(normalised):
+        label = f"{what} " if what else ""
         raise UsageError(
-            f"{prefix!r} is not a SHA-256 prefix ({MIN_PREFIX_DIGITS} to 64 hex digits)"
+            f"{label}{prefix!r}: no such report file, and not a SHA-256 prefix "
+            f"({MIN_PREFIX_DIGITS} to 64 hex digits)"
         )
     return normalised
 
 
-def resolve_record(layout: HistoryLayout, prefix: str) -> Path:
+def looks_like_path(reference: str) -> bool:
+    """True for what a user means as a file name (a separator, or a ``.json`` name)."""
+    return (
+        os.sep in reference
+        or (os.altsep is not None and os.altsep in reference)
+        or reference.endswith(RECORD_SUFFIX)
+        or reference.startswith(".")
+    )
+
+
+def resolve_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Path:
     """The one record whose SHA-256 starts with ``prefix``.
 
     Raises
     ------
     UsageError
-        When the prefix is not 4-64 lowercase hex digits, matches nothing, or is ambiguous.
+        When the prefix is not 4-64 hex digits, matches nothing, or is ambiguous.
+    HistoryError
+        When the folder is not an existing history.
     """
-    prefix = parse_sha_prefix(prefix)
+    prefix = parse_sha_prefix(prefix, what=what)
+    label = f"{what} " if what else ""
+    if not layout.root.is_dir():
+        raise UsageError(
+            f"{label}{prefix}: {layout.root}: no such history folder to look the SHA-256 prefix up in"
+        )
+    require_history(layout)
+    check_history_marker(layout, create=False)
     shard = layout.records / prefix[:FANOUT_DIGITS]
     matches = (
         sorted(
@@ -60,35 +96,46 @@ def resolve_record(layout: HistoryLayout, prefix: str) -> Path:
         else []
     )
     if not matches:
-        raise UsageError(f"no record in {layout.root} starts with {prefix}")
+        raise UsageError(f"{label}{prefix}: no record in {layout.root} starts with {prefix}")
     if len(matches) > 1:
         names = ", ".join(p.stem[:16] for p in matches[:5])
+        more = "..." if len(matches) > 5 else ""
         raise UsageError(
-            f"SHA-256 prefix {prefix} is ambiguous in {layout.root}: {names}{'...' if len(matches) > 5 else ''}"
+            f"{label}SHA-256 prefix {prefix} is ambiguous in {layout.root} "
+            f"({len(matches)} records: {names}{more}); give more digits"
         )
     return matches[0]
 
 
-def load_report(reference: str, *, history_dir: str | Path | None) -> LoadedReport:
+def load_report(reference: str, *, history_dir: str | Path | None, what: str = "") -> LoadedReport:
     """Load a report named by a path or by a record's SHA-256 prefix in ``history_dir``.
 
-    A record's bytes are re-hashed: a record that no longer matches its name is refused.
+    ``what`` (``"--baseline"``) starts every error message. A record's bytes are
+    re-hashed: a record that no longer matches its name is refused.
     """
-    from harness.report import parse_report
-
+    label = f"{what} " if what else ""
     path = Path(reference)
     if path.is_file():
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{label}{path}: cannot read the report: {exc.strerror}") from exc
         return LoadedReport(parse_report(data, name=str(path)), sha256_bytes(data), path.absolute())
+    if path.is_dir():
+        raise UsageError(f"{label}{path}: is a folder, not a report file")
+    if looks_like_path(reference):
+        raise UsageError(f"{label}{path}: no such report file")
     if history_dir is None:
+        parse_sha_prefix(reference, what=what)
         raise UsageError(
-            f"{reference}: no such file, and no --history-dir to look up a SHA-256 prefix in"
+            f"{label}{reference}: no such file, and no history (--history-dir) to look up "
+            "a SHA-256 prefix in"
         )
     layout = HistoryLayout.at(history_dir)
-    record = resolve_record(layout, reference)
+    record = resolve_record(layout, reference, what=what)
     data = record.read_bytes()
     digest = sha256_bytes(data)
-    if digest != record.stem:
+    if record.is_symlink() or digest != record.stem:
         raise HistoryError(
             f"{record}: record bytes no longer match their name (tampered); refusing to use it"
         )

@@ -1,21 +1,20 @@
 """Content-addressed, write-once record files (``docs/history-format.md`` "Records").
 
-A record is written to a temporary file in ``records/tmp/``, fsynced, made
-read-only, renamed to ``records/sha256/ab/<hex>.json`` and the folder fsynced, so
-after a crash a record either exists with exactly the bytes its name says or not
-at all. Writing bytes that are already stored is a no-op that says so; a file
-already at the final name is never overwritten.
+A record is written to a temporary file in ``records/tmp/``, fsynced, made read-only
+and hard-linked to ``records/sha256/ab/<hex>.json`` (:func:`harness.fsio.write_new`), and
+the folder fsynced, so after a crash a record either exists with exactly the bytes its
+name says or not at all. Writing bytes that are already stored is a no-op that says so;
+a file already at the final name is never overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HistoryError
+from harness.fsio import write_new
 from harness.history.layout import RECORD_MODE, HistoryLayout
 
 _HASH_CHUNK = 1 << 20
@@ -43,28 +42,25 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or create in ``path`` durable (POSIX needs the folder fsynced)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def check_stored_record(path: Path, sha256: str, size: int) -> bool:
+    """True when ``path`` is a regular file holding the bytes named ``sha256``.
 
-
-def ensure_dir(path: Path) -> None:
-    """Create ``path`` (and parents) and fsync each parent that gained an entry."""
-    missing = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        fsync_dir(folder.parent)
+    False when nothing is there. HistoryError when something else is: a symbolic link
+    or bytes that differ (evidence tampered with, reported and never overwritten).
+    """
+    if path.is_symlink():
+        raise HistoryError(
+            f"{path}: the record is a symbolic link, not the stored bytes (tampered); "
+            "it is left as it is: run `harness history verify`"
+        )
+    if not path.exists():
+        return False
+    if path.is_file() and path.stat().st_size == size and sha256_file(path) == sha256:
+        return True
+    raise HistoryError(
+        f"{path}: a record with this name exists but its bytes differ from its SHA-256 "
+        "(tampered or damaged); it is left as it is: run `harness history verify`"
+    )
 
 
 def write_record(layout: HistoryLayout, data: bytes) -> RecordWrite:
@@ -75,38 +71,20 @@ def write_record(layout: HistoryLayout, data: bytes) -> RecordWrite:
     HistoryError
         When a file already at the record's name holds other bytes: evidence was
         tampered with, and it is reported, never overwritten.
+    harness.fsio.FileWriteError
+        When writing fails (a full disk), naming the path and the step.
     """
     sha256 = sha256_bytes(data)
     final = layout.record_path(sha256)
-    if final.exists():
-        if final.stat().st_size == len(data) and sha256_file(final) == sha256:
-            return RecordWrite(sha256, final, created=False)
-        raise HistoryError(
-            f"{final}: a record with this name exists but its bytes differ from its SHA-256 "
-            "(tampered or damaged); it is left as it is: run `harness history verify`"
-        )
-    ensure_dir(layout.temp)
-    ensure_dir(final.parent)
-    fd, temp_name = tempfile.mkstemp(prefix=f"{sha256[:16]}.", suffix=".tmp", dir=layout.temp)
-    temp = Path(temp_name)
+    if check_stored_record(final, sha256, len(data)):
+        return RecordWrite(sha256, final, created=False)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, RECORD_MODE)
-        os.rename(temp, final)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(final.parent)
+        write_new(final, data, step="writing the record", mode=RECORD_MODE, temp_dir=layout.temp)
+    except FileExistsError:  # only another writer ignoring the lock gets here
+        if not check_stored_record(final, sha256, len(data)):
+            raise
+        return RecordWrite(sha256, final, created=False)
     return RecordWrite(sha256, final, created=True)
 
 
-def read_record(layout: HistoryLayout, sha256: str) -> bytes:
-    """The stored bytes of a record; HistoryError when it is missing."""
-    path = layout.record_path(sha256)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise HistoryError(f"{path}: record {sha256} is missing") from exc
+__all__ = ["RecordWrite", "check_stored_record", "sha256_bytes", "sha256_file", "write_record"]

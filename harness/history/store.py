@@ -1,44 +1,41 @@
-"""Registering reports into a history: validate, store, journal, index, render.
+"""Registering reports into a history: validate, store, journal, index, then render.
 
 Every report is parsed and validated before anything is written, so a bad report
 leaves the history untouched. The rest runs under the history's file lock, so any
 number of processes may register at once: records are written first (durable,
-content-addressed), then journalled, then indexed in one transaction, then the
-rendered files are brought up to date incrementally.
+content-addressed), then chained into the journal, then indexed in one transaction.
+Rendering is not this module's job (``harness.history`` knows nothing of rendering):
+the caller passes a ``render`` hook, which runs under the same lock once the records
+are indexed (the CLI passes :func:`harness.render.registration_renderer`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from filelock import FileLock, Timeout
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import DatabaseError
 
-from harness.errors import HistoryError
+from harness.errors import HarnessError, HistoryError
+from harness.fsio import FileWriteError
 from harness.history.entries import IndexEntry, derive_entry
 from harness.history.index_db import (
     IndexNeedsRebuild,
-    IndexUnreadable,
     RecordRow,
+    index_write_error,
     insert_entry,
+    mark_index_checked,
     open_index,
+    quick_check_records,
 )
-from harness.history.journal import append_journal, utc_now
-from harness.history.layout import (
-    HISTORY_FORMAT,
-    HISTORY_FORMAT_VERSION,
-    LOCK_NAME,
-    MARKER_NAME,
-    MARKER_TEMP_NAME,
-    HistoryLayout,
-)
-from harness.history.records import ensure_dir, fsync_dir, sha256_bytes, write_record
-from harness.render import check_plot_policy
+from harness.history.journal import append_journal, read_journal, utc_now
+from harness.history.layout import HistoryLayout
+from harness.history.lock import DEFAULT_LOCK_TIMEOUT, locked_history
+from harness.history.rebuild import rebuild_index_locked
+from harness.history.records import sha256_bytes, write_record
 from harness.report import (
     migrate_report,
     parse_report_json,
@@ -47,8 +44,11 @@ from harness.report import (
     validate_report,
 )
 
-#: Seconds to wait for another process's registration before giving up.
-DEFAULT_LOCK_TIMEOUT = 600.0
+
+class RegistrationRenderer(Protocol):
+    """Brings rendered files up to date after ``new_seqs`` were indexed (lock held)."""
+
+    def __call__(self, layout: HistoryLayout, engine: Engine, *, new_seqs: list[int]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,17 @@ class RegisterResult:
     source: str
     created: bool
     comparison_key: str
+    #: head of the journal once the whole registration call was journalled
+    journal_head: str = ""
+    #: the record was stored before but never journalled; this registration adopted it
+    adopted: bool = False
 
     @property
     def message(self) -> str:
         if self.created:
             return f"stored {self.sha256} from {self.source}"
+        if self.adopted:
+            return f"registered {self.sha256} (stored earlier, never journalled) from {self.source}"
         return f"already stored {self.sha256} (identical bytes from {self.source}; nothing written)"
 
 
@@ -101,99 +107,35 @@ def entry_for(layout: HistoryLayout, prepared: PreparedReport) -> IndexEntry:
     )
 
 
-@contextmanager
-def history_lock(layout: HistoryLayout, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
-    """Hold the history's registration lock (across processes)."""
-    ensure_dir(layout.root)
-    lock = FileLock(str(layout.lock), timeout=timeout)
-    try:
-        with lock:
-            yield
-    except Timeout as exc:
-        raise HistoryError(
-            f"{layout.lock}: another process held the history lock for {timeout:g} s"
-        ) from exc
-
-
-def check_history_marker(layout: HistoryLayout, *, create: bool) -> None:
-    """Check (or write) ``history.json``; refuse newer layouts and foreign folders."""
-    if layout.marker.exists():
-        try:
-            marker = json.loads(layout.marker.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HistoryError(f"{layout.marker}: unreadable history marker: {exc}") from exc
-        if not isinstance(marker, dict) or marker.get("format") != HISTORY_FORMAT:
-            raise HistoryError(f"{layout.marker}: not a quantem-harness history marker")
-        version = marker.get("version")
-        if not isinstance(version, int) or version > HISTORY_FORMAT_VERSION:
-            raise HistoryError(
-                f"{layout.root}: history layout version {version!r} is newer than this harness "
-                f"reads ({HISTORY_FORMAT_VERSION}); upgrade quantem-harness"
-            )
-        return
-    if not create:
-        raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
-    foreign = (
-        [p.name for p in layout.root.iterdir() if p.name not in _CREATION_NAMES]
-        if layout.root.exists()
-        else []
-    )
-    if foreign:
-        raise HistoryError(
-            f"{layout.root}: folder is not empty and is not a history (no {layout.marker.name}); "
-            "choose an empty or new folder"
-        )
-    ensure_dir(layout.root)
-    text = (
-        json.dumps({"format": HISTORY_FORMAT, "version": HISTORY_FORMAT_VERSION}, sort_keys=True)
-        + "\n"
-    )
-    temp = layout.marker_temp
-    temp.write_text(text, encoding="ascii")
-    temp.replace(layout.marker)
-    fsync_dir(layout.root)
-
-
-def require_history(layout: HistoryLayout) -> None:
-    """Refuse, before touching anything, a folder that is not an existing history."""
-    if not layout.root.is_dir():
-        raise HistoryError(f"{layout.root}: no such history folder")
-    if not layout.marker.exists():
-        raise HistoryError(f"{layout.root}: not a history (no {layout.marker.name})")
-
-
-_CREATION_NAMES = frozenset({LOCK_NAME, MARKER_NAME, MARKER_TEMP_NAME})
-
-
-def _refuse_foreign_folder(layout: HistoryLayout) -> None:
-    """Refuse a non-empty folder without a marker before the lock file is created in it."""
-    if not layout.root.is_dir():
-        return
-    # Another process may be creating this history right now: its lock and the marker's
-    # temporary file are the only things it writes before the marker itself. So list the
-    # folder first and look for the marker afterwards; checking the marker first left a
-    # window in which the creator wrote the marker and then its index between the two
-    # looks, and the new index looked foreign.
-    foreign = [p.name for p in layout.root.iterdir() if p.name not in _CREATION_NAMES]
-    if foreign and not layout.marker.exists():
-        raise HistoryError(
-            f"{layout.root}: folder is not empty and is not a history (no {layout.marker.name}); "
-            "choose an empty or new folder"
-        )
-
-
 def open_history_index(layout: HistoryLayout) -> Engine:
-    """Open the index; an old (unmigratable) or damaged index is rebuilt from the records.
+    """Open the index; an old index without a migration step is rebuilt from the records.
 
+    A damaged index is refused (:class:`~harness.history.index_db.IndexUnreadable`), with
+    the message ``verify`` reports: registering into it could hide or duplicate rows.
     The caller holds the history lock.
     """
     try:
-        return open_index(layout.index_db)
-    except (IndexNeedsRebuild, IndexUnreadable):
-        from harness.history.rebuild import rebuild_index_locked
+        try:
+            engine = open_index(layout.index_db)
+        except IndexNeedsRebuild:
+            rebuild_index_locked(layout)
+            engine = open_index(layout.index_db)
+        quick_check_records(engine, layout.index_db)
+        return engine
+    except DatabaseError as exc:
+        raise index_write_error(layout.index_db, "opening the index", exc) from exc
 
-        rebuild_index_locked(layout)
-        return open_index(layout.index_db)
+
+def _require_journal_or_empty(layout: HistoryLayout) -> None:
+    """A history without records may gain its journal; one with records must have it."""
+    if layout.journal.exists():
+        return
+    if any(layout.iter_record_files()):
+        read_journal(layout)  # raises: the journal is missing
+    try:
+        layout.journal.touch()
+    except OSError as exc:
+        raise FileWriteError(layout.journal, "creating the journal", exc) from exc
 
 
 def register_reports(
@@ -201,8 +143,7 @@ def register_reports(
     sources: Iterable[bytes | str | Path],
     *,
     names: Sequence[str] | None = None,
-    render: bool = True,
-    plots: str = "auto",
+    render: RegistrationRenderer | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
 ) -> list[RegisterResult]:
     """Register reports into the history at ``history_dir`` (created when new).
@@ -214,81 +155,125 @@ def register_reports(
     names
         Labels for byte sources in messages and the journal.
     render
-        Bring ``index.json``, ``timings.csv``, ``README.md`` and ``index.html`` up to date.
-    plots
-        What to do with the plots of the comparison keys that gained records:
-        ``"now"`` redraws them; ``"defer"`` marks them pending in README.md for
-        ``harness render index``; ``"auto"`` (default) redraws a key's plot while it
-        holds at most ``PLOT_INLINE_RECORDS`` records and defers the larger ones,
-        whose redraw alone would take longer than the registration (see
-        ``docs/history-format.md``).
+        Called under the lock once the records are indexed, to bring the rendered
+        files up to date; ``None`` renders nothing (``harness render index`` can later).
 
     Raises
     ------
     ReportValidationError
         When any report is invalid; nothing is written then.
     HistoryError
-        When the folder is not a history, or a stored record was tampered with.
+        When the folder is not a history, its journal is missing, its index is damaged,
+        or a stored record was tampered with.
+    harness.fsio.FileWriteError
+        When a write fails (a full disk), naming the path and the step.
     """
     sources = list(sources)
     labels = list(names) if names is not None else [None] * len(sources)
     if len(labels) != len(sources):
         raise ValueError("names must match sources one to one")
-    check_plot_policy(plots)
     prepared = [prepare_report(source, name=label) for source, label in zip(sources, labels)]
-    layout = HistoryLayout.at(history_dir)
-    _refuse_foreign_folder(layout)
-    with history_lock(layout, lock_timeout):
-        check_history_marker(layout, create=True)
+    with locked_history(history_dir, create=True, timeout=lock_timeout) as layout:
+        _require_journal_or_empty(layout)
         engine = open_history_index(layout)
-        return _register_locked(layout, engine, prepared, render=render, plots=plots)
+        results, new_seqs = _register_locked(layout, engine, prepared)
+        if render is not None:
+            try:
+                render(layout, engine, new_seqs=new_seqs)
+            except (HarnessError, OSError, DatabaseError) as exc:
+                detail = exc.orig if isinstance(exc, DatabaseError) else exc
+                raise HistoryError(
+                    f"{detail} (while rendering; the reports are registered, journal head "
+                    f"{results[0].journal_head if results else '-'}: run `harness render index`)"
+                ) from exc
+        mark_index_checked(layout.index_db)
+        return results
 
 
 def _register_locked(
-    layout: HistoryLayout,
-    engine: Engine,
-    prepared: list[PreparedReport],
-    *,
-    render: bool,
-    plots: str,
-) -> list[RegisterResult]:
+    layout: HistoryLayout, engine: Engine, prepared: list[PreparedReport]
+) -> tuple[list[RegisterResult], list[int]]:
     results: list[RegisterResult] = []
     journal_entries = []
     to_index: dict[str, PreparedReport] = {}
+    stored_before: dict[str, RegisterResult] = {}
+    created_now: set[str] = set()
     for report in prepared:
         written = write_record(layout, report.data)
         if written.created:
+            created_now.add(written.sha256)
             journal_entries.append(
                 {"registered_utc": utc_now(), "sha256": written.sha256, "source": report.source}
             )
         to_index.setdefault(written.sha256, report)
-        results.append(
-            RegisterResult(
-                sha256=written.sha256,
-                path=written.path,
-                source=report.source,
-                created=written.created,
-                comparison_key="",
-            )
+        result = RegisterResult(
+            sha256=written.sha256,
+            path=written.path,
+            source=report.source,
+            created=written.created,
+            comparison_key="",
         )
-    append_journal(layout, journal_entries)
+        if written.sha256 not in created_now and written.sha256 not in stored_before:
+            stored_before[written.sha256] = result
+        results.append(result)
+    try:
+        with engine.connect() as connection:
+            present = set(
+                connection.execute(
+                    select(RecordRow.sha256).where(RecordRow.sha256.in_(list(to_index)))
+                ).scalars()
+            )
+    except DatabaseError as exc:
+        raise index_write_error(layout.index_db, "reading the index", exc) from exc
+    # A record stored before but absent from the index may never have been journalled
+    # (a registration killed between the two): this registration adopts it. Indexed
+    # records were journalled first, so only this rare case reads the whole journal.
+    adopted: set[str] = set()
+    unindexed = [sha for sha in stored_before if sha not in present]
+    if unindexed:
+        journalled = read_journal(layout).shas
+        for sha in unindexed:
+            if sha not in journalled:
+                adopted.add(sha)
+                journal_entries.append(
+                    {
+                        "adopted": True,
+                        "registered_utc": utc_now(),
+                        "sha256": sha,
+                        "source": stored_before[sha].source,
+                    }
+                )
+    head = append_journal(layout, journal_entries)
     new_seqs: list[int] = []
     keys: dict[str, str] = {}
-    with engine.begin() as connection:
-        present = set(
-            connection.execute(
-                select(RecordRow.sha256).where(RecordRow.sha256.in_(list(to_index)))
-            ).scalars()
+    try:
+        with engine.begin() as connection:
+            for sha256, report in to_index.items():
+                entry = entry_for(layout, report)
+                keys[sha256] = entry.record["comparison_key"]
+                if sha256 not in present:
+                    # also indexes a stored record whose indexing a crash cut short
+                    new_seqs.append(insert_entry(connection, entry))
+    except DatabaseError as exc:
+        raise index_write_error(layout.index_db, "indexing the records", exc) from exc
+    final = [
+        replace(
+            r,
+            comparison_key=keys[r.sha256],
+            journal_head=head,
+            adopted=r.sha256 in adopted and not r.created,
         )
-        for sha256, report in to_index.items():
-            entry = entry_for(layout, report)
-            keys[sha256] = entry.record["comparison_key"]
-            if (
-                sha256 not in present
-            ):  # also indexes a stored record whose indexing a crash cut short
-                new_seqs.append(insert_entry(connection, entry))
-    if render:
-        from harness.render import render_after_registration
+        for r in results
+    ]
+    return final, new_seqs
 
-        render_after_registration(layout, engine, new_seqs=new_seqs, plots=plots)
-    return [RegisterResult(r.sha256, r.path, r.source, r.created, keys[r.sha256]) for r in results]
+
+__all__ = [
+    "PreparedReport",
+    "RegisterResult",
+    "RegistrationRenderer",
+    "entry_for",
+    "open_history_index",
+    "prepare_report",
+    "register_reports",
+]

@@ -13,6 +13,7 @@ the history never imports it (``tests/test_architecture.py``).
 - :mod:`~harness.render.update`: render everything, or what a registration changed.
 """
 
+from harness.render.checks import check_rendered
 from harness.render.index_json import build_index_json
 from harness.render.pages import LATEST_RECORDS, build_readme_and_html, collect_index_context
 from harness.render.plots import render_plot
@@ -22,6 +23,8 @@ from harness.render.update import (
     PLOT_INLINE_RECORDS,
     PLOT_POLICIES,
     check_plot_policy,
+    rebuild_renderer,
+    registration_renderer,
     render_after_registration,
     render_all,
 )
@@ -36,7 +39,10 @@ __all__ = [
     "build_readme_and_html",
     "build_timings_csv",
     "check_plot_policy",
+    "check_rendered",
     "collect_index_context",
+    "rebuild_renderer",
+    "registration_renderer",
     "render_after_registration",
     "render_all",
     "render_plot",

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from harness.history.index_db import RecordRow, SummaryRow, read_meta_json
+from harness.history.journal import GENESIS_HEAD
 from harness.history.layout import HistoryLayout
 from harness.render.targets import RenderTargets, write_atomic
 
@@ -92,7 +93,9 @@ def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[float]]
     return f"{acquisition} {fmt} {state}", list(reversed(list(medians)))
 
 
-def collect_index_context(connection: Connection, targets: RenderTargets) -> dict[str, Any]:
+def collect_index_context(
+    connection: Connection, targets: RenderTargets, head: str | None = None
+) -> dict[str, Any]:
     latest_per_key = (
         select(
             RecordRow.comparison_key,
@@ -149,7 +152,7 @@ def collect_index_context(connection: Connection, targets: RenderTargets) -> dic
         "keys": keys,
         "latest": [dict(r._mapping) for r in latest],
         "n_records": n_records,
-        "journal_head": journal_head(targets),
+        "journal_head": head,
     }
 
 
@@ -162,16 +165,6 @@ def latest_verdict(record: RecordRow) -> str:
     return record.performance
 
 
-def journal_head(targets: RenderTargets) -> str | None:
-    """The journal's head hash for README/index.json (issue 12).
-
-    Hook for the ``history`` branch's journal head function: until it is on main the
-    overview shows no head hash (``None``).
-    """
-    del targets
-    return None
-
-
 def format_seconds(value: float | None) -> str:
     """``12.3 ms`` below one second, ``1.234 s`` above (the unit is always printed)."""
     if value is None:
@@ -181,11 +174,14 @@ def format_seconds(value: float | None) -> str:
     return f"{value:.3f} s"
 
 
-def build_readme_and_html(connection: Connection, targets: RenderTargets) -> tuple[bytes, bytes]:
-    """README.md and the overview page (both deterministic: ``history verify`` compares them)."""
+def build_readme_and_html(
+    connection: Connection, targets: RenderTargets, head: str = GENESIS_HEAD
+) -> tuple[bytes, bytes]:
+    """README.md and the overview page (both deterministic: ``history verify`` compares them),
+    both naming the journal head."""
     from harness.templating import render_template
 
-    context = collect_index_context(connection, targets)
+    context = collect_index_context(connection, targets, head)
     readme = render_template("history_readme.md.j2", **context).encode("utf-8")
     html = render_template("dashboard_index.html.j2", **context).encode("utf-8")
     return readme, html

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from harness.fsio import replace_file
 from harness.history.index_db import RecordRow
 
 #: Rendered files are ordinary, replaceable files (records are the read-only ones).
@@ -55,16 +54,7 @@ class RenderTargets:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` via a temporary file and rename (derived files: no fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, RENDERED_MODE)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    replace_file(path, data, step=f"rendering {path.name}", mode=RENDERED_MODE)
 
 
 def max_seq(connection: Connection) -> int:

@@ -9,13 +9,15 @@ and key page redrawn (or are marked pending when that is deferred).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, select
 
 from harness.history.index_db import RecordRow, write_meta
+from harness.history.journal import journal_head
 from harness.history.layout import HistoryLayout
 from harness.render.index_json import update_index_json, write_index_json
 from harness.render.keys import (
@@ -86,8 +88,8 @@ def _render_keys(
             write_meta(connection, META_PLOT_PREFIX + key, json.dumps(newest))
 
 
-def _write_index_pages(connection: Connection, targets: RenderTargets) -> None:
-    readme, html = build_readme_and_html(connection, targets)
+def _write_index_pages(connection: Connection, targets: RenderTargets, head: str) -> None:
+    readme, html = build_readme_and_html(connection, targets, head)
     write_atomic(targets.readme, readme)
     write_atomic(targets.html, html)
 
@@ -107,6 +109,7 @@ def render_after_registration(
     """
     check_plot_policy(plots)
     targets = RenderTargets(layout.root)
+    head = journal_head(layout)
     with engine.begin() as connection:
         write_assets(targets)
         write_record_pages(connection, layout, targets, new_seqs, rewrite=True)
@@ -118,8 +121,8 @@ def render_after_registration(
                 positions = git_positions(repository or default_repository())
                 _render_keys(connection, targets, keys, record_state=True, positions=positions)
         update_timings_csv(connection, targets.timings_csv, new_seqs)
-        update_index_json(connection, targets.index_json, new_seqs)
-        _write_index_pages(connection, targets)
+        update_index_json(connection, targets.index_json, new_seqs, head)
+        _write_index_pages(connection, targets, head)
 
 
 def render_all(
@@ -140,6 +143,7 @@ def render_all(
     """
     targets = RenderTargets(out if out is not None else layout.root)
     in_history = out is None
+    head = journal_head(layout)
     with engine.begin() as connection:
         write_assets(targets)
         keys = all_keys(connection)
@@ -168,8 +172,22 @@ def render_all(
         if in_history and not full:
             # index.json and timings.csv only when their bookkeeping says they lag
             update_timings_csv(connection, targets.timings_csv, [])
-            update_index_json(connection, targets.index_json, [])
+            update_index_json(connection, targets.index_json, [], head)
         else:
             write_timings_csv(connection, targets.timings_csv, record_state=in_history)
-            write_index_json(connection, targets.index_json, record_state=in_history)
-        _write_index_pages(connection, targets)
+            write_index_json(connection, targets.index_json, record_state=in_history, head=head)
+        _write_index_pages(connection, targets, head)
+
+
+def registration_renderer(plots: str = "auto") -> Callable[..., None]:
+    """The ``render`` hook of :func:`harness.history.store.register_reports` for a plot policy.
+
+    The policy is checked here, before anything is registered.
+    """
+    check_plot_policy(plots)
+    return functools.partial(render_after_registration, plots=plots)
+
+
+def rebuild_renderer(*, plots: bool = True) -> Callable[[HistoryLayout, Engine], None]:
+    """The ``render`` hook of :func:`harness.history.rebuild.rebuild_history`: every view."""
+    return functools.partial(render_all, plots="all" if plots else "none")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.history.store import RegistrationRenderer
 from harness.report import summarise_trials
 from harness.run import conversion, io_steps, trials
 from harness.run.backends import BackendProfile, LoadSettings, profile_for
@@ -84,6 +85,9 @@ class IoScaleConfig:
     progress: bool | None = None  # None: only on a TTY
     #: Called with (event, details) at stage boundaries; tests use it to act mid-run.
     on_event: Callable[[str, dict], None] | None = None
+    #: Brings the history's rendered files up to date after registration (the CLI passes
+    #: ``registration_renderer()``; the run layer does not import the views). None: no render.
+    render: RegistrationRenderer | None = None
 
 
 def check_config(cfg: IoScaleConfig) -> BackendProfile:

@@ -59,6 +59,20 @@ def _validator():
     return Draft202012Validator(schema)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object without repeated keys (the last one would win silently)."""
+    doc: dict = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _DuplicateKey(f"duplicate key {key!r} in a JSON object")
+        doc[key] = value
+    return doc
+
+
 def _json_path(parts) -> str:
     path = "$"
     for part in parts:
@@ -72,6 +86,8 @@ def resolve_under_root(root: Path, filename: str, *, label: str) -> Path:
     Symbolic links are resolved before the check, so a link pointing outside ROOT is
     refused like a ``..`` path.
     """
+    if "\x00" in filename:
+        raise ManifestError(f"{label}: filename {filename!r} holds a NUL byte")
     if os.path.isabs(filename):
         raise ManifestError(
             f"{label}: filename {filename!r} is absolute; it must be relative to ROOT"
@@ -104,9 +120,15 @@ def parse_manifest(path: str | os.PathLike, root: str | os.PathLike) -> Selectio
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: cannot read the manifest: {exc}") from exc
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    except _DuplicateKey as exc:
+        raise ManifestError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{path}: not a manifest: JSON nested too deeply") from exc
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{path}: $: a manifest is a JSON object, not {type(doc).__name__}")
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(doc))
@@ -127,6 +149,8 @@ def parse_manifest(path: str | os.PathLike, root: str | os.PathLike) -> Selectio
         master = resolve_under_root(root, entry["filename"], label=f"{label}.filename")
         header = None
         if "qem_reference_header" in entry:
+            if "\x00" in entry["qem_reference_header"]:
+                raise ManifestError(f"{label}.qem_reference_header: the name holds a NUL byte")
             header = Path(entry["qem_reference_header"])
             if not header.is_absolute():
                 header = path.parent / header

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ManifestError
+from harness.fsio import write_new
 
 _HEADER_FIELDS = (
     "format",
@@ -54,18 +54,9 @@ def dump_header_document(document: dict[str, Any]) -> bytes:
 
 def write_header_document(document: dict[str, Any], out_path: str | os.PathLike) -> Path:
     """Write a header document as a new file: temporary name, fsync, link (never overwrites)."""
-    data = dump_header_document(document)
-    out = Path(out_path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, out)
-    finally:
-        os.unlink(tmp)
-    return out
+    return write_new(
+        Path(out_path), dump_header_document(document), step="writing the reference header"
+    )
 
 
 def write_reference_header(qem_path: str | os.PathLike, out_path: str | os.PathLike) -> Path:

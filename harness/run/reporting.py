@@ -9,15 +9,14 @@ own schema is kept under :data:`REJECTED_REPORT_NAME` for diagnosis, never regis
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.compare import CalibrationUse, cell_to_dict, compare_reports
 from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW, ReportValidationError
+from harness.fsio import write_new
 from harness.history.lookup import LoadedReport
 from harness.report import dump_report
 from harness.run.checks import FailureLog
@@ -97,7 +96,7 @@ def compare_with_baseline(
 def exit_code_of(status: dict, performance: str) -> int:
     if (
         status["execution"] == "failed"
-        or status["correctness"] == "failed"
+        or status["correctness"] != "passed"  # "failed", or compute's "outputs_changed"
         or status["source_stability"] == "changed"
     ):
         return EXIT_FAILURE
@@ -113,10 +112,17 @@ def judge(
     *,
     calibration: CalibrationUse | None = None,
     recheck: dict | None = None,
+    hook: Callable[[dict, LoadedReport], None] | None = None,
 ) -> int:
-    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline)."""
+    """Fill ``status.performance`` and ``status.exit_code`` (comparing when there is a baseline).
+
+    ``hook`` (a kind's extra baseline rule: compute's output hashes) runs first and may
+    mark ``status.correctness``.
+    """
     performance = "no_baseline"
     if baseline is not None:
+        if hook is not None:
+            hook(doc, baseline)
         performance = compare_with_baseline(
             doc, baseline, regression_percent, calibration=calibration, recheck=recheck
         )
@@ -126,8 +132,8 @@ def judge(
     return exit_code
 
 
-def write_report(doc: dict, output_dir: Path) -> Path:
-    """Validate and write ``doc`` as ``output_dir/loading.json``; never overwrite."""
+def write_report(doc: dict, output_dir: Path, name: str = REPORT_NAME) -> Path:
+    """Validate and write ``doc`` as ``output_dir/name`` (``loading.json``); never overwrite."""
     try:
         data = dump_report(doc)
     except ReportValidationError:
@@ -135,26 +141,11 @@ def write_report(doc: dict, output_dir: Path) -> Path:
         rejected = output_dir / REJECTED_REPORT_NAME
         write_new_file(rejected, (json.dumps(doc, sort_keys=True, default=str) + "\n").encode())
         raise
-    report_path = output_dir / REPORT_NAME
+    report_path = output_dir / name
     write_new_file(report_path, data)
     return report_path
 
 
 def write_new_file(path: Path, data: bytes) -> None:
     """Write a new file via a temporary name, fsync, link, fsync the folder; never overwrite."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # fails if the file appeared meanwhile: never overwrite evidence
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_new(path, data, step=f"writing {path.name}")

@@ -32,7 +32,7 @@ from typing import Protocol
 from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
 from harness.errors import EXIT_FAILURE, HarnessError
 from harness.history.lookup import load_report
-from harness.history.store import register_reports
+from harness.history.store import RegistrationRenderer, register_reports
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
 from harness.run.checks import FailureLog
 from harness.run.contention import collect_contention_sample, contention_section
@@ -67,6 +67,7 @@ class RunSettings(Protocol):
     command: object
     progress: bool | None
     on_event: object
+    render: RegistrationRenderer | None
 
 
 class BenchmarkKind(Protocol):
@@ -106,7 +107,7 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     tracker = SourceTracker().start()
     manifest = parse_manifest(cfg.manifest, cfg.root)
     check_master_hashes(manifest)
-    with claim_output_dir(cfg.output_dir, REPORT_NAME):
+    with claim_output_dir(cfg.output_dir, getattr(kind, "report_name", REPORT_NAME)):
         baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
         calibration = (
             resolve_calibration(cfg.history_dir, cfg.calibration, baseline.doc)
@@ -125,7 +126,11 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
             outcome = _measure_and_report(
                 kind, manifest, tracker, baseline, calibration, environment
             )
-    registered = register_reports(cfg.history_dir, [outcome.report_path]) if cfg.history_dir else []
+    registered = (
+        register_reports(cfg.history_dir, [outcome.report_path], render=cfg.render)
+        if cfg.history_dir
+        else []
+    )
     outcome.registered = registered
     return outcome
 
@@ -199,6 +204,8 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
         "environment": environment,
         "contention": contention,
     }
+    # A kind with its own report schema names it (compute); io-scale keeps the default.
+    head.update(getattr(kind, "report_head", {}))
     doc = kind.build_report(head)
     recheck = None
     if flagged:
@@ -209,7 +216,12 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
         }
         recheck = collect_cells({"trials": rechecked})
     exit_code = judge(
-        doc, baseline, cfg.regression_percent, calibration=calibration, recheck=recheck
+        doc,
+        baseline,
+        cfg.regression_percent,
+        calibration=calibration,
+        recheck=recheck,
+        hook=getattr(kind, "judge_hook", None),
     )
-    report_path = write_report(doc, cfg.output_dir)
+    report_path = write_report(doc, cfg.output_dir, getattr(kind, "report_name", REPORT_NAME))
     return RunOutcome(doc, report_path, exit_code)

@@ -203,6 +203,63 @@ def _candidate_failures(doc: Mapping[str, Any]) -> list[str]:
     return failures + [f for f in status["failures"] if f not in failures]
 
 
+def output_changes(baseline_doc: Mapping[str, Any], candidate_doc: Mapping[str, Any]) -> list[str]:
+    """Compute reports only: outputs whose SHA-256 differs from a same-backend, same-device baseline.
+
+    Compute outputs are deterministic per backend and device (docs/compute.md), so a
+    different hash there means the candidate computes something else. Across backends
+    or devices hashes are not expected to match (tolerance checks, reported apart), and
+    nothing is listed.
+    """
+    if "compute" not in (baseline_doc.get("schema") or "") or "compute" not in (
+        candidate_doc.get("schema") or ""
+    ):
+        return []
+    base_device = baseline_doc["environment"]["device"]
+    cand_device = candidate_doc["environment"]["device"]
+    if (
+        baseline_doc["conditions"]["backend"] != candidate_doc["conditions"]["backend"]
+        or base_device["name"] != cand_device["name"]
+        or base_device["uuid"] != cand_device["uuid"]
+    ):
+        return []
+    before = {a["id"]: a["outputs"] for a in baseline_doc["acquisitions"]}
+    changed = []
+    for acquisition in candidate_doc["acquisitions"]:
+        old = before.get(acquisition["id"], {})
+        for name, digest in sorted(acquisition["outputs"].items()):
+            if name in old and old[name] != digest:
+                changed.append(f"{acquisition['id']}/{name}")
+    return changed
+
+
+def _apply_output_rule(
+    comparison: Comparison,
+    baseline_doc: Mapping[str, Any],
+    candidate_doc: Mapping[str, Any],
+    accept: bool,
+) -> None:
+    """Compute reports: changed output hashes fail the candidate (``outputs_changed``)
+    unless accepted here (``--accept-output-change``) or recorded as accepted by its run."""
+    if accept and candidate_doc["status"]["correctness"] == "outputs_changed":
+        # The run recorded the change as its failure; the user accepts it here, explicitly.
+        comparison.failures = [
+            f
+            for f in comparison.failures
+            if f != "correctness failed" and not f.startswith("outputs_changed")
+        ]
+    changed = output_changes(baseline_doc, candidate_doc)
+    if not changed:
+        return
+    recorded = (candidate_doc.get("output_change") or {}).get("accepted", False)
+    listing = ", ".join(changed)
+    if accept or recorded:
+        how = "recorded in the candidate" if recorded else "--accept-output-change"
+        comparison.warnings.append(f"outputs changed, accepted ({how}): {listing}")
+    elif not any(f.startswith("outputs_changed") for f in comparison.failures):
+        comparison.failures.append(f"outputs_changed: {listing}")
+
+
 def compare_reports(
     baseline_doc: Mapping[str, Any],
     candidate_doc: Mapping[str, Any],
@@ -215,8 +272,13 @@ def compare_reports(
     calibration: CalibrationUse | None = None,
     alpha: float = DEFAULT_ALPHA,
     recheck: Mapping[CellKey, list[float]] | None = None,
+    accept_output_change: bool = False,
 ) -> Comparison:
     """Compare two parsed (current-version) reports; the verdict follows the module rules.
+
+    Compute reports: output hashes that differ from a same-backend, same-device baseline
+    fail the candidate with ``outputs_changed`` unless ``accept_output_change`` (or the
+    candidate's run recorded the acceptance).
 
     ``calibration`` is the host's calibrated null to judge significance against (its
     ``null`` may be None: then the note says why none is used). ``recheck`` holds the
@@ -247,6 +309,7 @@ def compare_reports(
             f"the candidate was run against baseline {declared['sha256']}, not {baseline_sha256}"
         )
     comparison.failures = _candidate_failures(candidate_doc)
+    _apply_output_rule(comparison, baseline_doc, candidate_doc, accept_output_change)
     differences = collect_differences(baseline_doc, candidate_doc)
     baseline_failures = _candidate_failures(baseline_doc)
     if baseline_failures:

@@ -194,7 +194,7 @@ class _Prepared:
             ("moments sum_c", sum_c),
         ):
             self.check_result(name, array, self.scan_shape)
-        return CenterOfMass(_exact_ratio(sum_r, total), _exact_ratio(sum_c, total))
+        return CenterOfMass(exact_ratio(sum_r, total), exact_ratio(sum_c, total))
 
     def frame(self, index: Any) -> Any:
         scan_r, scan_c = self.scan_shape
@@ -226,7 +226,7 @@ def _as_index(value: Any) -> int:
     return int(value)
 
 
-def _exact_ratio(numerator: Any, total: Any) -> Any:
+def exact_ratio(numerator: Any, total: Any) -> Any:
     """``numerator / total`` per element (float64, NaN where total == 0), numpy or CuPy.
 
     For integer moments the quotient is split as ``q + r / total`` with the integer part
@@ -451,4 +451,4 @@ class DetectorSession:
         return self._each(product)
 
 
-__all__ = ["KERNEL_FUNCTIONS", "KERNEL_MODULES", "CenterOfMass", "DetectorSession"]
+__all__ = ["KERNEL_FUNCTIONS", "KERNEL_MODULES", "CenterOfMass", "DetectorSession", "exact_ratio"]

@@ -108,6 +108,16 @@ def _read_detector_fields(f: Any) -> tuple[dict, dict]:
     return fields, units
 
 
+def _count_field(master: Path, fields: dict, name: str, default: int | None = None) -> int:
+    """A frame-count field (``ntrigger``, ``nimages``) as a positive integer, or an error."""
+    value = fields.get(name, default)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ArinaFormatError(master, f"{name} must be an integer, not {value!r}")
+    if value < 1:
+        raise ArinaFormatError(master, f"{name} must be at least 1, not {value}")
+    return int(value)
+
+
 def _resolve_shards(f: Any, master: Path) -> list[tuple[str, str]]:
     """``(file, dataset path)`` of each ``data_NNNNNN`` entry, in frame order."""
     import h5py
@@ -287,8 +297,8 @@ def open_arina(
     else:
         shard_frames, detector_shape, dtype = _inspect_shards(shards)
     n_frames = int(sum(shard_frames))
-    nimages = int(fields.get(layout.NIMAGES, 1))
-    expected = int(fields[layout.NTRIGGER]) * nimages
+    nimages = _count_field(master, fields, layout.NIMAGES, 1)
+    expected = _count_field(master, fields, layout.NTRIGGER) * nimages
     if n_frames != expected:
         raise ArinaFormatError(
             master,
@@ -296,6 +306,11 @@ def open_arina(
         )
     if pixel_mask is None:
         pixel_mask = np.zeros(detector_shape, dtype=np.uint32)
+    if pixel_mask.dtype.kind not in "uib":
+        raise ArinaFormatError(
+            master,
+            f"pixel_mask has dtype {pixel_mask.dtype}; an integer bit mask is expected",
+        )
     if pixel_mask.shape != detector_shape:
         raise ArinaFormatError(
             master, f"pixel_mask shape {pixel_mask.shape} differs from the frames' {detector_shape}"

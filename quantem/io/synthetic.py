@@ -363,6 +363,87 @@ def write_synthetic_arina(
     failure never leaves a master that links partial shards.
     """
     model = SyntheticModel(scan_shape, detector_shape, dtype, dose, seed, dead_pixels)
+    return _write_acquisition(
+        model, out_dir, name, frames_per_shard, scan_shape_attr, processes, progress, overwrite
+    )
+
+
+@dataclass(frozen=True)
+class FramesModel:
+    """Given frames in the role of a :class:`SyntheticModel`, for :func:`write_arina_frames`."""
+
+    frames: np.ndarray  # (scan_r, scan_c, det_r, det_c)
+    pixel_mask: np.ndarray
+
+    @property
+    def scan_shape(self) -> tuple[int, int]:
+        return tuple(int(v) for v in self.frames.shape[:2])  # type: ignore[return-value]
+
+    @property
+    def detector_shape(self) -> tuple[int, int]:
+        return tuple(int(v) for v in self.frames.shape[2:])  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> str:
+        return self.frames.dtype.name
+
+    @property
+    def n_frames(self) -> int:
+        return self.scan_shape[0] * self.scan_shape[1]
+
+    @property
+    def saturation_value(self) -> int:
+        return int(np.iinfo(self.dtype).max) - 1
+
+    def make_frames(self, start: int, stop: int) -> np.ndarray:
+        return self.frames.reshape(self.n_frames, *self.detector_shape)[start:stop]
+
+
+def write_arina_frames(
+    out_dir: str | os.PathLike,
+    name: str,
+    frames: np.ndarray,
+    *,
+    pixel_mask: np.ndarray | None = None,
+    frames_per_shard: int = DEFAULT_FRAMES_PER_SHARD,
+    overwrite: bool = False,
+) -> Path:
+    """Write given frames ``(scan_r, scan_c, det_r, det_c)`` as an ARINA acquisition.
+
+    The same layout, codec and atomic rename as :func:`write_synthetic_arina` (for data
+    made elsewhere, e.g. a simulation). ``pixel_mask`` (uint32, Dectris bits; default all
+    valid) flags invalid pixels. Returns the master path.
+    """
+    frames = np.ascontiguousarray(frames)
+    if frames.ndim != 4:
+        raise ValueError(f"frames must be 4D (scan_r, scan_c, det_r, det_c), got {frames.shape}")
+    if frames.dtype.name not in layout.SUPPORTED_DTYPES:
+        from quantem.errors import UnsupportedDtypeError
+
+        raise UnsupportedDtypeError(
+            f"frames dtype {frames.dtype.name!r} is not one of {layout.SUPPORTED_DTYPES}"
+        )
+    if pixel_mask is None:
+        pixel_mask = np.zeros(frames.shape[2:], dtype=np.uint32)
+    pixel_mask = np.ascontiguousarray(pixel_mask, dtype=np.uint32)
+    if pixel_mask.shape != frames.shape[2:]:
+        raise ValueError(
+            f"pixel_mask has shape {pixel_mask.shape}, the detector is {frames.shape[2:]}"
+        )
+    model = FramesModel(frames, pixel_mask)
+    return _write_acquisition(model, out_dir, name, frames_per_shard, True, 1, False, overwrite)
+
+
+def _write_acquisition(
+    model: Any,
+    out_dir: str | os.PathLike,
+    name: str,
+    frames_per_shard: int,
+    scan_shape_attr: bool,
+    processes: int | None,
+    progress: bool | None,
+    overwrite: bool,
+) -> Path:
     if int(frames_per_shard) != frames_per_shard or frames_per_shard < 1:
         raise ValueError(f"frames_per_shard must be a positive integer, got {frames_per_shard!r}")
     if not name or os.sep in name or name.startswith("."):

@@ -1,0 +1,172 @@
+"""Compute products (CoM, mean DP, virtual detectors, iDPC, parallax) against the memory floor.
+
+CPU (the 2-core check of issue 13)::
+
+    PYTHONPATH=$PWD python benchmarks/compute_products.py --backend cpu --scan 64 --detector 192
+
+CUDA, dense resident (the H200 goals)::
+
+    PYTHONPATH=$PWD python benchmarks/compute_products.py --backend cuda --scan 512 --detector 192
+
+The data are uint16 frames with a bright-field disk (radius 0.12 of the detector) and
+random counts, made in memory (CPU) or on the device (CUDA). The floor is reading every
+byte once, measured in the same run: on the CPU the fastest of a one-thread and a
+per-core-thread sum of the data viewed as uint64; on CUDA a CUB sum of the data viewed as
+uint64. Each product reports its first call and the median/p90 of ``--reps`` warm calls
+(CUDA: events on the stream, after a synchronisation). One JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import git_revision
+
+from quantem.acquisition import Acquisition
+from quantem.detector import prepare
+from quantem.dpc import dpc
+from quantem.parallax import parallax
+from quantem.virtual import Annulus, Calibration, virtual_images
+
+
+def base_pattern(det: int) -> np.ndarray:
+    rows, cols = np.mgrid[:det, :det]
+    d = np.hypot(rows - (det - 1) / 2, cols - (det - 1) / 2)
+    radius = 0.12 * det
+    return np.where(d <= radius, 40, 2).astype(np.uint16)
+
+
+def make_cpu(scan: int, det: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    base = base_pattern(det)
+    data = np.empty((scan, scan, det, det), dtype=np.uint16)
+    for r in range(scan):
+        data[r] = base + rng.integers(0, 8, (scan, det, det), dtype=np.uint16)
+    return data
+
+
+def make_cuda(scan: int, det: int, seed: int = 0):
+    import cupy
+
+    cupy.random.seed(seed)
+    base = cupy.asarray(base_pattern(det))
+    data = cupy.empty((scan, scan, det, det), dtype=cupy.uint16)
+    for r in range(scan):
+        data[r] = base + cupy.random.randint(0, 8, (scan, det, det), dtype=cupy.uint16)
+    cupy.cuda.Device().synchronize()
+    return data
+
+
+def timed(fn, reps: int, backend: str) -> dict:
+    if backend == "cuda":
+        import cupy
+
+        def once() -> float:
+            cupy.cuda.Device().synchronize()
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            return cupy.cuda.get_elapsed_time(start, stop) / 1e3
+    else:
+
+        def once() -> float:
+            t = time.perf_counter()
+            fn()
+            return time.perf_counter() - t
+
+    first = once()
+    warm = sorted(once() for _ in range(reps))
+    p90 = warm[min(len(warm) - 1, round(0.9 * (len(warm) - 1)))]
+    return {"first_s": first, "median_s": statistics.median(warm), "p90_s": p90, "min_s": warm[0]}
+
+
+def cpu_floor(data: np.ndarray, reps: int) -> dict:
+    flat = data.reshape(-1).view(np.uint64)
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = np.array_split(flat, threads)
+    one = timed(lambda: flat.sum(), reps, "cpu")
+    with ThreadPoolExecutor(threads) as pool:
+        many = timed(lambda: sum(int(v) for v in pool.map(np.sum, parts)), reps, "cpu")
+    best = one if one["median_s"] <= many["median_s"] else many
+    return {"one_thread": one, f"{threads}_threads": many, "best_median_s": best["median_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--scan", type=int, default=64)
+    parser.add_argument("--detector", type=int, default=192)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--skip", default="", help="comma-separated products to leave out")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    scan, det = args.scan, args.detector
+    shape = (scan, scan, det, det)
+    if args.backend == "cuda":
+        import cupy
+
+        data = make_cuda(scan, det)
+        flat = data.reshape(-1).view(cupy.uint64)
+        floor = {"cub_sum_uint64": timed(lambda: flat.sum(), args.reps, "cuda")}
+        floor["best_median_s"] = floor["cub_sum_uint64"]["median_s"]
+        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    else:
+        data = make_cpu(scan, det)
+        floor = cpu_floor(data, args.reps)
+        device = f"cpu x{len(os.sched_getaffinity(0))}"
+    meta = {"scan_shape": (scan, scan), "detector_shape": (det, det), "dtype": "uint16"}
+    acq = Acquisition(data, meta, np.ones((det, det), dtype=bool), args.backend)
+    session = prepare(acq)
+    disk = session.bright_field_disk()  # cached: products below reuse the disk
+    cal = Calibration(energy_ev=300e3, convergence_mrad=20.0, scan_step_angstrom=0.5)
+    products = {
+        "com": lambda: session.center_of_mass(),
+        "mean_dp": lambda: prepare(acq).mean_dp_exact(),  # a fresh session: no cached sum
+        "bf": lambda: session.bf(disk.radius, disk.center),
+        "adf": lambda: session.adf(disk.radius, None, disk.center),
+        "df_annulus": lambda: virtual_images(
+            acq, {"df": Annulus(disk.radius * 1.2, disk.radius * 2.5, center=disk.center)}
+        ),
+        "idpc": lambda: dpc(acq),
+        "parallax_fit": lambda: parallax(acq, calibration=cal, max_shift=8.0),
+        "parallax_fit_bin2": lambda: parallax(acq, calibration=cal, max_shift=8.0, bin_factor=2),
+    }
+    results = {}
+    for name, fn in products.items():
+        if name in skip:
+            continue
+        results[name] = timed(fn, args.reps if not name.startswith("parallax") else 3, args.backend)
+        results[name]["x_floor"] = results[name]["median_s"] / floor["best_median_s"]
+        print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+    document = {
+        "benchmark": "compute_products",
+        "revision": git_revision(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "device": device,
+        "backend": args.backend,
+        "shape": list(shape),
+        "dtype": "uint16",
+        "bytes": int(np.prod(shape)) * 2,
+        "layout": "dense resident, C order (scan_r, scan_c, det_r, det_c)",
+        "floor": floor,
+        "floor_GBps": int(np.prod(shape)) * 2 / floor["best_median_s"] / 1e9,
+        "products": results,
+        "reps": args.reps,
+    }
+    print(json.dumps(document, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Records and journal in PostgreSQL, with immutability enforced by the server (issue 15).
+
+The tables are SQLAlchemy Core tables (the same definitions create them on SQLite, for
+the dialect-neutral part); what only a server can enforce is PostgreSQL DDL run by
+:func:`install_schema`:
+
+- ``evidence_records`` and ``evidence_journal`` are insert-only: a trigger refuses every
+  UPDATE and DELETE (and TRUNCATE), whoever the client;
+- a BEFORE INSERT trigger recomputes the record's SHA-256 with the server's
+  ``sha256()`` and refuses a key that does not match the bytes;
+- identical bytes are a no-op (``ON CONFLICT DO NOTHING``);
+- one registration (record, journal line) is one transaction, serialised on the journal
+  by a transaction-level advisory lock, so any number of hosts register at once and a
+  dropped connection leaves nothing half-done.
+
+Journal lines are byte-identical to the folder journal's (:func:`journal_line`), so a
+head kept from a folder or a server is checked the same way. Not wired into the CLI yet
+(``--history-url``, push/pull, roles and Alembic migrations are still to do).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    Identity,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
+
+from harness.errors import HistoryError
+from harness.history.evidence_store import (
+    StoreCheck,
+    StoredRecord,
+    check_chain,
+    journal_line,
+)
+from harness.history.journal import GENESIS_HEAD
+from harness.history.records import sha256_bytes
+
+metadata = MetaData()
+
+records_table = Table(
+    "evidence_records",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
+journal_table = Table(
+    "evidence_journal",
+    metadata,
+    Column("seq", BigInteger, Identity(always=True), primary_key=True),
+    Column("line", LargeBinary, nullable=False),
+    Column("link", String(64), nullable=False, unique=True),
+    #: the record the line registers (also inside the line), for lookups
+    Column("sha256", String(64), nullable=False, index=True),
+)
+
+#: Key of the advisory lock that serialises journal appends (any constant, once).
+_JOURNAL_LOCK = 0x71E5_C0DE
+
+_DDL = [
+    """
+    CREATE OR REPLACE FUNCTION evidence_refuse_change() RETURNS trigger AS $$
+    BEGIN
+        RAISE EXCEPTION 'evidence is insert-only: % on % refused', TG_OP, TG_TABLE_NAME
+            USING ERRCODE = 'insufficient_privilege';
+    END $$ LANGUAGE plpgsql
+    """,
+    """
+    CREATE OR REPLACE FUNCTION evidence_check_record() RETURNS trigger AS $$
+    BEGIN
+        IF encode(sha256(NEW.data), 'hex') <> NEW.sha256 THEN
+            RAISE EXCEPTION 'record key % does not match the SHA-256 of its bytes (%)',
+                NEW.sha256, encode(sha256(NEW.data), 'hex') USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql
+    """,
+    """
+    CREATE OR REPLACE FUNCTION evidence_check_journal() RETURNS trigger AS $$
+    BEGIN
+        IF encode(sha256(NEW.line), 'hex') <> NEW.link THEN
+            RAISE EXCEPTION 'journal link % does not match the SHA-256 of its line', NEW.link
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql
+    """,
+]
+for _table in ("evidence_records", "evidence_journal"):
+    _DDL += [
+        f"DROP TRIGGER IF EXISTS {_table}_insert_only ON {_table}",
+        f"CREATE TRIGGER {_table}_insert_only BEFORE UPDATE OR DELETE ON {_table} "
+        "FOR EACH ROW EXECUTE FUNCTION evidence_refuse_change()",
+        f"DROP TRIGGER IF EXISTS {_table}_no_truncate ON {_table}",
+        f"CREATE TRIGGER {_table}_no_truncate BEFORE TRUNCATE ON {_table} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION evidence_refuse_change()",
+    ]
+_DDL += [
+    "DROP TRIGGER IF EXISTS evidence_records_check ON evidence_records",
+    "CREATE TRIGGER evidence_records_check BEFORE INSERT ON evidence_records "
+    "FOR EACH ROW EXECUTE FUNCTION evidence_check_record()",
+    "DROP TRIGGER IF EXISTS evidence_journal_check ON evidence_journal",
+    "CREATE TRIGGER evidence_journal_check BEFORE INSERT ON evidence_journal "
+    "FOR EACH ROW EXECUTE FUNCTION evidence_check_journal()",
+]
+
+
+def install_schema(engine: Engine) -> None:
+    """Create the tables and the server-side rules (idempotent); needs a schema owner."""
+    with engine.begin() as connection:
+        metadata.create_all(connection)
+        for statement in _DDL:
+            connection.execute(text(statement))
+
+
+def _server_error(engine: Engine, step: str, exc: DBAPIError) -> HistoryError:
+    where = engine.url.render_as_string(hide_password=True)
+    detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    return HistoryError(f"{where}: {detail} while {step}")
+
+
+class PostgresStore:
+    """An :class:`~harness.history.evidence_store.EvidenceStore` in a PostgreSQL database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
+        sha256 = sha256_bytes(data)
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
+                inserted = connection.execute(
+                    pg_insert(records_table)
+                    .values(sha256=sha256, data=data)
+                    .on_conflict_do_nothing(index_elements=["sha256"])
+                    .returning(records_table.c.sha256)
+                ).first()
+                journalled = connection.execute(
+                    select(func.count())
+                    .select_from(journal_table)
+                    .where(journal_table.c.sha256 == sha256)
+                ).scalar_one()
+                if inserted is not None or not journalled:
+                    prev = (
+                        connection.execute(
+                            select(journal_table.c.link)
+                            .order_by(journal_table.c.seq.desc())
+                            .limit(1)
+                        ).scalar()
+                        or GENESIS_HEAD
+                    )
+                    line = journal_line(
+                        {"registered_utc": registered_utc, "sha256": sha256, "source": source},
+                        prev,
+                    )
+                    connection.execute(
+                        journal_table.insert().values(
+                            line=line, link=sha256_bytes(line), sha256=sha256
+                        )
+                    )
+        except DBAPIError as exc:
+            raise _server_error(self.engine, f"registering record {sha256}", exc) from exc
+        return StoredRecord(sha256, inserted is not None)
+
+    def read(self, sha256: str) -> bytes:
+        with self.engine.connect() as connection:
+            data = connection.execute(
+                select(records_table.c.data).where(records_table.c.sha256 == sha256)
+            ).scalar()
+        if data is None:
+            raise HistoryError(f"no record {sha256} in {self.engine.url.database}")
+        return bytes(data)
+
+    def head(self) -> str:
+        with self.engine.connect() as connection:
+            link = connection.execute(
+                select(journal_table.c.link).order_by(journal_table.c.seq.desc()).limit(1)
+            ).scalar()
+        return link or GENESIS_HEAD
+
+    def journal_lines(self) -> list[bytes]:
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(journal_table.c.line).order_by(journal_table.c.seq)
+            ).scalars()
+            return [bytes(line) for line in rows]
+
+    def check(self, *, expect_head: str | None = None) -> StoreCheck:
+        """Re-hash every record and journal line from what the server returns now."""
+        lines = self.journal_lines()
+        problems, head, shas = check_chain(lines, expect_head)
+        stored = set()
+        with self.engine.connect() as connection:
+            for sha256, data in connection.execute(
+                select(records_table.c.sha256, records_table.c.data)
+            ):
+                stored.add(sha256)
+                if sha256_bytes(bytes(data)) != sha256:
+                    problems.append(f"record {sha256}: its bytes no longer match its key")
+                if sha256 not in shas:
+                    problems.append(f"record {sha256}: not in the journal (unregistered)")
+        for sha in sorted(shas - stored):
+            problems.append(f"record {sha}: journalled, but gone")
+        return StoreCheck(problems, head, len(stored))

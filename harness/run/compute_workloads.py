@@ -1,0 +1,322 @@
+"""The compute workloads ``harness run compute`` measures: their stages, parameters, outputs.
+
+A workload is an ordered list of named stages over a shared state; each stage is one
+call into quantem's public API, so the timings are those of the product a user gets.
+``load`` reads the source with ``quantem.io.load`` on the run's backend (dense); the
+later stages are the public stage functions of :mod:`quantem.dpc`,
+:mod:`quantem.parallax` and :mod:`quantem.virtual`. ``outputs`` are every array the
+workload produces (hashed, and saved with ``--save-outputs``); ``fitted`` the fitted
+parameters and calibration (JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.errors import UsageError
+
+Stage = tuple[str, Callable[[dict], None]]
+
+
+@dataclass(frozen=True)
+class ComputeParameters:
+    """What the user chose for a run (recorded in the report's conditions)."""
+
+    energy_ev: float | None = None
+    convergence_mrad: float | None = None
+    mrad_per_pixel: float | None = None
+    scan_step_angstrom: float | None = None
+    dtype: str = "float64"
+    rotation_deg: float | None = None
+    transpose: bool | None = None
+    bin_factor: int = 1
+    max_shift: float | None = None
+    upsample: int = 2
+    correct_aberrations: bool = False
+    inner: float | None = None
+    outer: float | None = None
+    unit: str = "px"
+
+    def calibration(self):
+        from quantem.virtual import Calibration
+
+        return Calibration(
+            energy_ev=self.energy_ev,
+            convergence_mrad=self.convergence_mrad,
+            mrad_per_pixel=self.mrad_per_pixel,
+            scan_step_angstrom=self.scan_step_angstrom,
+        )
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _load(state: dict) -> None:
+    import quantem.io
+
+    state["acq"] = quantem.io.load(state["path"], state["backend"])
+    state["on_close"].append(state["acq"].close)
+
+
+def _frames(state: dict) -> None:
+    from quantem.virtual import open_frames
+
+    state["frames"] = open_frames(state["acq"])
+
+
+# -- dpc --------------------------------------------------------------------------
+
+
+def _dpc_com(state: dict) -> None:
+    from quantem.dpc import measure_com
+
+    state["com"] = measure_com(state["frames"])
+
+
+def _dpc_shifts(state: dict) -> None:
+    from quantem.dpc import beam_shifts
+
+    p = state["parameters"]
+    state["shifts"] = beam_shifts(state["com"], p.calibration(), p.dtype)
+
+
+def _dpc_rotation(state: dict) -> None:
+    from quantem.dpc import RotationFit, find_rotation
+
+    p, shifts = state["parameters"], state["shifts"]
+    if p.rotation_deg is None:
+        state["rotation"] = find_rotation(
+            shifts.row, shifts.col, transpose=p.transpose, step=shifts.step
+        )
+    else:
+        state["rotation"] = RotationFit(p.rotation_deg, bool(p.transpose), float("nan"), None)
+
+
+def _dpc_integration(state: dict) -> None:
+    from quantem.dpc import reconstruct
+
+    p = state["parameters"]
+    state["dpc"] = reconstruct(
+        state["shifts"], state["rotation"], resolve_half_turn=p.rotation_deg is None
+    )
+
+
+def _dpc_outputs(state: dict) -> dict[str, Any]:
+    grad_r, grad_c, phase, div, _, _ = state["dpc"]
+    return {
+        "com_row": state["com"].row,
+        "com_col": state["com"].col,
+        "gradient_row": grad_r,
+        "gradient_col": grad_c,
+        "phase": phase,
+        "divergence": div,
+    }
+
+
+def _dpc_fitted(state: dict) -> dict:
+    _, _, _, _, angle, flipped = state["dpc"]
+    rotation = state["rotation"]
+    return {
+        "rotation_deg": angle,
+        "transpose": rotation.transpose,
+        "half_turn_flipped": flipped,
+        "residual_curl": None if rotation.residual != rotation.residual else rotation.residual,
+        "gradient_units": state["shifts"].units,
+        "mean_com_px": list(state["shifts"].mean_com),
+    }
+
+
+# -- parallax ---------------------------------------------------------------------
+
+
+def _parallax_stack(state: dict) -> None:
+    from quantem.parallax import build_stack
+
+    state["stack"] = build_stack(state["frames"], bin_factor=state["parameters"].bin_factor)
+
+
+def _parallax_align(state: dict) -> None:
+    from quantem.parallax import align
+
+    state["alignment"] = align(state["stack"].images, max_shift=state["parameters"].max_shift)
+
+
+def _parallax_fit(state: dict) -> None:
+    from quantem.arrays import to_numpy
+    from quantem.parallax import fit_aberrations
+
+    p = state["parameters"]
+    calibration = p.calibration().with_disk_radius(state["stack"].radius)
+    state["calibration"] = calibration
+    angles = state["stack"].positions * (calibration.detector_mrad_per_pixel * 1e-3)
+    state["fit"] = fit_aberrations(
+        to_numpy(state["alignment"].shifts), angles, calibration.scan_step, transpose=p.transpose
+    )
+
+
+def _parallax_reconstruct(state: dict) -> None:
+    from quantem.arrays import module_for_backend
+    from quantem.parallax import shift_and_sum
+    from quantem.parallax.reconstruct import aberration_sign
+
+    p, stack = state["parameters"], state["stack"]
+    xp = module_for_backend(state["backend"])
+    shifts = xp.asarray(state["fit"].fitted_shifts)
+    state["image"] = shift_and_sum(stack.images, shifts, upsample=p.upsample)
+    if p.correct_aberrations:
+        step = state["calibration"].scan_step
+        sign = aberration_sign(
+            state["image"].shape,
+            (step[0] / p.upsample, step[1] / p.upsample),
+            state["fit"],
+            state["calibration"].wavelength_angstrom,
+            xp,
+        )
+        state["image_corrected"] = shift_and_sum(
+            stack.images, shifts, upsample=p.upsample, correction=sign
+        )
+
+
+def _parallax_outputs(state: dict) -> dict[str, Any]:
+    out = {
+        "positions": state["stack"].positions,
+        "shifts": state["alignment"].shifts,
+        "fitted_shifts": state["fit"].fitted_shifts,
+        "image": state["image"],
+    }
+    if "image_corrected" in state:
+        out["image_corrected"] = state["image_corrected"]
+    return out
+
+
+def _parallax_fitted(state: dict) -> dict:
+    return {
+        **state["fit"].to_dict(),
+        "n_images": len(state["stack"].positions),
+        "disk_center_px": list(state["stack"].center),
+        "disk_radius_px": state["stack"].radius,
+    }
+
+
+# -- virtual ----------------------------------------------------------------------
+
+
+def _virtual_disk(state: dict) -> None:
+    state["disk"] = state["frames"].disk()
+    state["mean_dp"] = state["frames"].pattern_sum()
+
+
+def _virtual_detector(name: str, detector: Callable[[dict], Any]) -> Stage:
+    def stage(state: dict) -> None:
+        from quantem.virtual import virtual_images
+
+        p = state["parameters"]
+        state[name] = virtual_images(
+            state["frames"], {name: detector(state)}, calibration=p.calibration()
+        )[name]
+
+    return name, stage
+
+
+def _virtual_outputs(state: dict) -> dict[str, Any]:
+    return {name: state[name] for name in ("mean_dp", "bf", "adf", "df")}
+
+
+def _virtual_fitted(state: dict) -> dict:
+    disk = state["disk"]
+    return {"disk_center_px": list(disk.center), "disk_radius_px": disk.radius}
+
+
+def _bf(state):
+    from quantem.virtual import Disk
+
+    return Disk()
+
+
+def _adf(state):
+    from quantem.virtual import Annulus
+
+    return Annulus()
+
+
+def _df(state):
+    from quantem.virtual import Annulus
+
+    p = state["parameters"]
+    inner = p.inner if p.inner is not None else 1.5 * state["disk"].radius
+    outer = p.outer if p.outer is not None else 3.0 * state["disk"].radius
+    unit = p.unit if p.inner is not None else "px"
+    return Annulus(inner, outer, unit)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    stages: tuple[Stage, ...]
+    outputs: Callable[[dict], dict[str, Any]]
+    fitted: Callable[[dict], dict]
+
+
+WORKLOADS = {
+    "dpc": Workload(
+        "dpc",
+        (
+            ("load", _load),
+            ("prepare", _frames),
+            ("com", _dpc_com),
+            ("shifts", _dpc_shifts),
+            ("rotation", _dpc_rotation),
+            ("integration", _dpc_integration),
+        ),
+        _dpc_outputs,
+        _dpc_fitted,
+    ),
+    "parallax": Workload(
+        "parallax",
+        (
+            ("load", _load),
+            ("prepare", _frames),
+            ("stack", _parallax_stack),
+            ("align", _parallax_align),
+            ("fit", _parallax_fit),
+            ("reconstruct", _parallax_reconstruct),
+        ),
+        _parallax_outputs,
+        _parallax_fitted,
+    ),
+    "virtual": Workload(
+        "virtual",
+        (
+            ("load", _load),
+            ("prepare", _frames),
+            ("mean_dp", _virtual_disk),
+            _virtual_detector("bf", _bf),
+            _virtual_detector("adf", _adf),
+            _virtual_detector("df", _df),
+        ),
+        _virtual_outputs,
+        _virtual_fitted,
+    ),
+}
+
+
+def workload_for(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown compute workload {name!r}; choose one of {', '.join(WORKLOADS)}"
+        ) from None
+
+
+def as_host(array: Any) -> np.ndarray:
+    from quantem.arrays import to_numpy
+
+    return np.ascontiguousarray(to_numpy(array))
+
+
+__all__ = ["WORKLOADS", "ComputeParameters", "Workload", "as_host", "workload_for"]

@@ -1,0 +1,44 @@
+"""Vector-field operations on scan grids: rotation of a detector-frame field, curl, divergence.
+
+Fields are pairs ``(row, col)`` of 2D arrays over the scan (numpy or CuPy; the module
+follows the input). Derivatives are central differences inside and one-sided at the
+edges (``xp.gradient``), with the scan step as spacing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from quantem.arrays import array_module
+
+
+def rotate_field(
+    field_r: Any, field_c: Any, angle_deg: float, transpose: bool = False
+) -> tuple[Any, Any]:
+    """A detector-frame vector field in scan axes.
+
+    With ``transpose`` the detector's row and column are swapped first; then the vector
+    is rotated by ``angle_deg`` from the row axis towards the column axis:
+    ``r' = cos a * r - sin a * c``, ``c' = sin a * r + cos a * c``.
+    """
+    if transpose:
+        field_r, field_c = field_c, field_r
+    a = math.radians(angle_deg)
+    cos, sin = math.cos(a), math.sin(a)
+    return cos * field_r - sin * field_c, sin * field_r + cos * field_c
+
+
+def curl(field_r: Any, field_c: Any, step: tuple[float, float] = (1.0, 1.0)) -> Any:
+    """``d field_c / d row - d field_r / d col`` over the scan."""
+    xp = array_module(field_r)
+    return xp.gradient(field_c, step[0], axis=0) - xp.gradient(field_r, step[1], axis=1)
+
+
+def divergence(field_r: Any, field_c: Any, step: tuple[float, float] = (1.0, 1.0)) -> Any:
+    """``d field_r / d row + d field_c / d col`` over the scan."""
+    xp = array_module(field_r)
+    return xp.gradient(field_r, step[0], axis=0) + xp.gradient(field_c, step[1], axis=1)
+
+
+__all__ = ["curl", "divergence", "rotate_field"]

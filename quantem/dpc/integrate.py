@@ -1,0 +1,79 @@
+"""Integration of a phase gradient in Fourier space (iDPC) and its divergence (dDPC).
+
+Given the phase gradient ``g = grad(phase)`` sampled on the scan, the phase solves
+``laplacian(phase) = div(g)`` in the least-squares sense; in Fourier space (frequencies
+``q`` in cycles per unit length)
+
+    phase^(q) = (q_r g_r^(q) + q_c g_c^(q)) / (2 pi i (|q|^2 + q_reg^2)),   phase^(0) = 0.
+
+Regularisation of the lowest frequencies: ``q_reg = low_frequency_regularization / L``,
+with ``L`` the larger side of the (unpadded) scan, in the same length unit as the step.
+It damps a frequency ``q`` by ``|q|^2 / (|q|^2 + q_reg^2)``: with the default 0.1 the
+lowest frequency the scan holds (``1 / L``) keeps 99% of its amplitude, while the
+frequencies below it, whose gradient is mostly noise and descan drift, are suppressed.
+The mean phase (``q = 0``) is undefined and set to 0.
+
+Boundary: ``"mirror"`` (default) extends the field to twice its size by reflection (the
+row component odd across row edges and even across column edges, the column component the
+other way round), which is the exact even extension of the phase and removes the
+wrap-around artefacts of a non-periodic scan; ``"periodic"`` integrates the scan as it is
+(right for a scan over whole unit cells of a crystal).
+
+Everything uses the input's array module (numpy or CuPy) and precision (float32 input
+gives complex64 FFTs on CUDA).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantem.arrays import array_module
+from quantem.errors import ComputeError
+
+BOUNDARIES = ("mirror", "periodic")
+DEFAULT_LOW_FREQUENCY_REGULARIZATION = 0.1
+
+
+def _mirror(field_r: Any, field_c: Any) -> tuple[Any, Any]:
+    xp = array_module(field_r)
+    rows_r = xp.concatenate([field_r, -field_r[::-1]], axis=0)
+    ext_r = xp.concatenate([rows_r, rows_r[:, ::-1]], axis=1)
+    rows_c = xp.concatenate([field_c, field_c[::-1]], axis=0)
+    ext_c = xp.concatenate([rows_c, -rows_c[:, ::-1]], axis=1)
+    return ext_r, ext_c
+
+
+def integrate_gradient(
+    grad_r: Any,
+    grad_c: Any,
+    *,
+    step: tuple[float, float] = (1.0, 1.0),
+    low_frequency_regularization: float = DEFAULT_LOW_FREQUENCY_REGULARIZATION,
+    boundary: str = "mirror",
+) -> Any:
+    """The phase whose gradient is ``(grad_r, grad_c)`` (module docstring for the rules)."""
+    if boundary not in BOUNDARIES:
+        raise ComputeError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
+    if low_frequency_regularization < 0:
+        raise ComputeError(
+            f"low_frequency_regularization must be >= 0, got {low_frequency_regularization}"
+        )
+    xp = array_module(grad_r)
+    n_r, n_c = grad_r.shape
+    real = grad_r.dtype
+    if boundary == "mirror":
+        grad_r, grad_c = _mirror(grad_r, grad_c)
+    m_r, m_c = grad_r.shape
+    q_r = xp.fft.fftfreq(m_r, d=step[0]).astype(real)[:, None]
+    q_c = xp.fft.fftfreq(m_c, d=step[1]).astype(real)[None, :]
+    q_reg = low_frequency_regularization / max(n_r * step[0], n_c * step[1])
+    denominator = (2 * xp.pi) * (q_r * q_r + q_c * q_c + real.type(q_reg * q_reg))
+    denominator[0, 0] = 1  # the mean, set to 0 below
+    spectrum = q_r * xp.fft.fft2(grad_r) + q_c * xp.fft.fft2(grad_c)
+    spectrum = spectrum / (1j * denominator)
+    spectrum[0, 0] = 0
+    phase = xp.fft.ifft2(spectrum).real
+    return xp.ascontiguousarray(phase[:n_r, :n_c]).astype(real, copy=False)
+
+
+__all__ = ["BOUNDARIES", "DEFAULT_LOW_FREQUENCY_REGULARIZATION", "integrate_gradient"]

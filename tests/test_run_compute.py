@@ -1,0 +1,172 @@
+"""``harness run compute``: stages, output hashes, --save-outputs, baseline rule, schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.compare import compare_reports
+from harness.errors import ReportValidationError, UsageError
+from harness.report import parse_report
+from harness.run import compute_workloads
+from harness.run.compute import ComputeConfig, run_compute
+from harness.run.compute_workloads import ComputeParameters
+from harness.run.manifest import dump_manifest, manifest_entry
+from quantem.arrays import array_digest
+from quantem.dpc import dpc
+from quantem.io import load
+from quantem.virtual import Calibration
+
+DATA = Path(__file__).parent / "data" / "srtio3"
+MASTER = DATA / "srtio3_focus_high_master.h5"
+REPO = Path(__file__).resolve().parents[1]
+PARAMETERS = ComputeParameters(
+    energy_ev=200e3, mrad_per_pixel=2.14078876, scan_step_angstrom=0.488125
+)
+
+
+def manifest(tmp_path: Path) -> Path:
+    entry = manifest_entry("focus", MASTER, DATA, (24, 24), (32, 32), "uint16")
+    path = tmp_path / "manifest.json"
+    path.write_bytes(dump_manifest([entry]))
+    return path
+
+
+def config(tmp_path: Path, name: str, **overrides) -> ComputeConfig:
+    values = dict(
+        workload="dpc",
+        root=DATA,
+        manifest=manifest(tmp_path),
+        backend="cpu",
+        storage_id="test",
+        output_dir=tmp_path / name,
+        reps=2,
+        parameters=PARAMETERS,
+        progress=False,
+    )
+    values.update(overrides)
+    return ComputeConfig(**values)
+
+
+def test_dpc_run_records_stages_hashes_and_saves_outputs(tmp_path):
+    outcome = run_compute(config(tmp_path, "run", save_outputs=tmp_path / "saved"))
+    assert outcome.exit_code == 0
+    doc = parse_report(outcome.report_path)  # validates against the compute schema
+    assert doc["schema"] == "quantem-harness/compute-report" and doc["benchmark"] == "compute-dpc"
+    stages = doc["conditions"]["stages"]
+    assert stages == ["load", "prepare", "com", "shifts", "rotation", "integration"]
+    assert len(doc["trials"]) == 3 * len(stages)
+    assert {s["stage"]: s["n_kept"] for s in doc["summaries"]} == dict.fromkeys(stages, 2)
+    # Independent: the library's own dpc on the same file gives the recorded hashes.
+    cal = Calibration(energy_ev=200e3, mrad_per_pixel=2.14078876, scan_step_angstrom=0.488125)
+    with load(MASTER) as acq:
+        direct = dpc(acq, calibration=cal)
+    recorded = doc["acquisitions"][0]["outputs"]
+    assert set(recorded) == set(direct.outputs())
+    for name, array in direct.outputs().items():
+        assert recorded[name] == array_digest(array), name
+        saved = np.load(tmp_path / "saved" / f"dpc.{name}.npy")
+        np.testing.assert_array_equal(saved, array)
+    meta = json.loads((tmp_path / "saved" / "dpc.json").read_text())
+    assert abs(meta["fitted"]["rotation_deg"] - 12.0) < 1.0
+    assert meta["calibration"]["energy_ev"] == 200e3
+
+
+def test_outputs_changed_against_same_backend_baseline(tmp_path):
+    base = run_compute(config(tmp_path, "base", reps=1))
+    same = run_compute(config(tmp_path, "same", reps=1, baseline=str(base.report_path)))
+    assert same.report["status"]["correctness"] == "passed"
+    other = ComputeParameters(**{**PARAMETERS.to_dict(), "rotation_deg": 10.0})
+    changed = run_compute(
+        config(tmp_path, "changed", reps=1, parameters=other, baseline=str(base.report_path))
+    )
+    assert changed.exit_code == 1
+    assert changed.report["status"]["correctness"] == "outputs_changed"
+    assert "focus/phase" in changed.report["output_change"]["changed"]
+    accepted = run_compute(
+        config(
+            tmp_path,
+            "accepted",
+            reps=1,
+            parameters=other,
+            baseline=str(base.report_path),
+            accept_output_change=True,
+        )
+    )
+    assert accepted.exit_code != 1
+    record = accepted.report["output_change"]
+    assert record["accepted"] is True and "focus/phase" in record["changed"]
+    # harness compare applies the same rule to the stored reports.
+    base_doc, changed_doc = base.report, changed.report
+    assert compare_reports(base_doc, changed_doc, 1000.0).exit_code == 1
+    assert compare_reports(base_doc, changed_doc, 1000.0, accept_output_change=True).exit_code != 1
+    changed_doc = json.loads(json.dumps(changed_doc))
+    changed_doc["status"].update(correctness="passed", failures=[], exit_code=0)
+    changed_doc["output_change"] = {"accepted": False, "changed": []}
+    verdict = compare_reports(base_doc, changed_doc, 1000.0)
+    assert verdict.exit_code == 1 and any("outputs_changed" in f for f in verdict.failures)
+    assert compare_reports(base_doc, changed_doc, 1000.0, accept_output_change=True).exit_code != 1
+    # Another device: hashes are not expected to match, so no outputs_changed.
+    changed_doc["environment"]["device"]["name"] = "another device"
+    assert not any(
+        "outputs_changed" in f for f in compare_reports(base_doc, changed_doc, 1000.0).failures
+    )
+
+
+def test_nondeterministic_outputs_fail_correctness(tmp_path, monkeypatch):
+    workload = compute_workloads.WORKLOADS["virtual"]
+    rng = np.random.default_rng()
+    noisy = compute_workloads.Workload(
+        "virtual",
+        workload.stages,
+        lambda state: {**workload.outputs(state), "noise": rng.random(3)},
+        workload.fitted,
+    )
+    monkeypatch.setitem(compute_workloads.WORKLOADS, "virtual", noisy)
+    outcome = run_compute(config(tmp_path, "noisy", workload="virtual", reps=1))
+    assert outcome.exit_code == 1
+    assert outcome.report["status"]["correctness"] == "failed"
+    assert outcome.report["acquisitions"][0]["deterministic"] is False
+
+
+def test_bad_configuration_and_tampered_report(tmp_path):
+    with pytest.raises(UsageError, match="needs --baseline"):
+        run_compute(config(tmp_path, "x", accept_output_change=True))
+    with pytest.raises(UsageError, match="float32 is a cuda option"):
+        run_compute(config(tmp_path, "y", parameters=ComputeParameters(dtype="float32")))
+    outcome = run_compute(config(tmp_path, "ok", workload="virtual", reps=1))
+    doc = json.loads(outcome.report_path.read_text())
+    doc["trials"][0]["stage"] = "nonsense"
+    with pytest.raises(ReportValidationError, match="trials"):
+        parse_report(json.dumps(doc).encode())
+
+
+def test_cli_usage_errors_exit_64_without_traceback(tmp_path):
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "compute",
+            "dpc",
+            "--source",
+            str(tmp_path / "missing_master.h5"),
+            "--backend",
+            "cpu",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    assert result.returncode == 64, result.stderr
+    assert "no such file" in result.stderr and "Traceback" not in result.stderr
