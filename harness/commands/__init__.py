@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "harness.commands.render",
     "harness.commands.compare",
     "harness.commands.calibrate",
+    "harness.commands.recheck",
     "harness.commands.native",
     "harness.commands.manifest",
 )
