@@ -74,8 +74,8 @@ def build_history(history: Path, records: int, batch: int = 200) -> float:
 
     from harness.history.index_db import open_index
     from harness.history.layout import HistoryLayout
-    from harness.history.render import render_all
     from harness.history.store import register_reports
+    from harness.render import render_all
 
     start = time.perf_counter()
     register_reports(history, [_report_bytes(0)], render=None)
@@ -121,8 +121,8 @@ def main() -> int:
     if not (args.reuse and history.exists()):
         shutil.rmtree(history, ignore_errors=True)
         results["build_seconds"] = round(build_history(history, args.records), 1)
-    from harness.history.render import registration_renderer
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
 
     # seeds never used before in this history, so every timed registration stores a new record
     base = args.records + 1_000_000 + time.time_ns() // 1000 % 1_000_000_000

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.commands import COMMAND_MODULES
 
     parser = _Parser(prog="harness", description="quantem benchmark-and-evidence harness")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         try:
@@ -40,6 +41,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("quantem-harness")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _quiet_closed_stdout() -> int:
+    """stdout was closed by the reader (``harness history list | head``): exit quietly.
+
+    Python would print a BrokenPipeError traceback at exit while flushing; point stdout
+    at /dev/null so that flush succeeds, and exit with the usual status for SIGPIPE.
+    """
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13  # what a shell reports for a process ended by SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from quantem.errors import QuantemError
 
@@ -49,7 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return status
+    except BrokenPipeError:
+        return _quiet_closed_stdout()
     except HarnessError as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -12,8 +12,8 @@ import pytest
 
 from harness.cli import main
 from harness.compare import Verdict, compare_reports
-from harness.history.render import registration_renderer
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.stats import mann_whitney_u, rank_with_ties, relative_spread, smallest_possible_p
 from harness.testing import make_example_report

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.history.render import check_rendered
+from harness.render import check_rendered
 from harness.report import dump_report
 from harness.testing import make_example_report, write_example_reports
 
@@ -103,6 +103,7 @@ def test_render_index_to_another_folder(tmp_path: Path) -> None:
         "README.md",
         "index.html",
         "plots",
+        "dashboard",
     }
     assert len(list((out / "plots").glob("*.png"))) == 1
     assert not (history / "plots").exists()  # the history's own views are untouched
@@ -175,3 +176,25 @@ def test_render_index_is_incremental_and_full_rewrites(tmp_path: Path) -> None:
         verify_history(history, check_rendered=check_rendered).ok
         and not verify_history(history, check_rendered=check_rendered).problems
     )
+
+
+def test_history_list_columns_stay_aligned_with_long_names(tmp_path: Path, capsys) -> None:
+    from harness.report import dump_report
+    from harness.testing import make_example_report
+
+    history = tmp_path / "h"
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for seed, storage in ((1, "nvme"), (2, "a-very-long-storage-identifier-" + "x" * 40)):
+        (folder / f"r{seed}.json").write_bytes(
+            dump_report(make_example_report(seed, storage_id=storage))
+        )
+    # --history-dir like every other command (and --out, its older spelling)
+    files = [str(p) for p in sorted(folder.iterdir())]
+    assert main(["history", "import", *files, "--history-dir", str(history), "--defer-plots"]) == 0
+    capsys.readouterr()
+    assert main(["history", "list", "--history-dir", str(history)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and "x" * 40 in lines[2]
+    starts = [line.index("passed") for line in lines[1:]]
+    assert starts[0] == starts[1] == lines[0].index("correctness")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.history.layout import HistoryLayout
-from harness.history.render import check_rendered, registration_renderer
 from harness.history.verify import verify_history
+from harness.render import check_rendered, registration_renderer
 from harness.testing import write_example_reports
 
 PROCESSES = 8

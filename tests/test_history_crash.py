@@ -15,9 +15,9 @@ import pytest
 
 from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
-from harness.history.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.history.store import register_reports
 from harness.history.verify import ProblemKind, scan_records, verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
 
@@ -33,7 +33,7 @@ LAG_KINDS = {
 
 REGISTER_LOOP = """
 import sys
-from harness.history.render import registration_renderer
+from harness.render import registration_renderer
 from harness.history.store import register_reports
 from harness.report import dump_report
 from harness.testing import make_example_report
@@ -47,10 +47,11 @@ for seed in range(first, first + count):
 INJECT = """
 import os, signal, sys
 from harness import fsio
-from harness.history import index_db, render, store
+from harness.history import index_db, store
+from harness.render import index_json, pages, targets, timings, update
 from harness.report import dump_report
 from harness.testing import make_example_report
-from harness.history.render import registration_renderer
+from harness.render import registration_renderer
 history, point, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def die(*args, **kwargs):
@@ -77,15 +78,16 @@ elif point == "mid-index":
         die()
     store.insert_entry = half_insert
 elif point == "mid-render":
-    render.write_atomic = die
+    for module in (index_json, pages, targets, timings, update):
+        module.write_atomic = die
 elif point == "mid-csv-append":
-    real = render.timings_csv_text
+    real = timings.timings_csv_text
     def partial(rows, header):
         data = real(rows, header=header)
         with open(os.path.join(history, "timings.csv"), "ab") as handle:
             handle.write(data[: len(data) // 2])
         die()
-    render.timings_csv_text = partial
+    timings.timings_csv_text = partial
 store.register_reports(history, [dump_report(make_example_report(seed, reps=2))], render=registration_renderer("defer"))
 print("survived")
 """

@@ -25,9 +25,9 @@ from harness.history.index_db import forget_index
 from harness.history.journal import GENESIS_HEAD, journal_head, read_journal
 from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
-from harness.history.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.history.store import register_reports
 from harness.history.verify import verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
 

@@ -10,8 +10,8 @@ import pytest
 from harness.cli import main
 from harness.errors import UsageError
 from harness.history.lookup import MIN_PREFIX_DIGITS, load_report
-from harness.history.render import registration_renderer
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.history.render import registration_renderer
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.templating import escape_markdown
 from harness.testing import make_example_report
@@ -43,7 +43,7 @@ def test_markdown_escapes_crafted_ids(crafted_history: Path) -> None:
         assert raw not in readme
     # the only links are the template's own: every bracket from a report is escaped
     link_texts = set(re.findall(r"(?<!\\)\[([^\]]*)\]\(", readme))
-    assert link_texts <= {"index.json", "timings.csv", "plot"}
+    assert link_texts <= {"dashboard", "index.json", "timings.csv", "plot"}
     assert r"evil\](javascript" in readme
     assert "&lt;script&gt;" in readme and "&lt;img src=x" in readme
     table_lines = [line for line in readme.splitlines() if line.startswith("|")]

@@ -15,9 +15,9 @@ from harness.errors import HistoryError, ReportValidationError
 from harness.history.index_db import INDEX_SCHEMA_VERSION
 from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
-from harness.history.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.history.store import register_reports
 from harness.history.verify import verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report, write_example_reports
 
@@ -261,7 +261,7 @@ def test_deferred_plots_are_pending_until_rendered(tmp_path: Path) -> None:
 def test_auto_plots_are_drawn_for_small_groups_and_deferred_for_large_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness.history import render
+    from harness.render import update as render
 
     monkeypatch.setattr(render, "PLOT_INLINE_RECORDS", 2)
     history = tmp_path / "h"

@@ -13,9 +13,9 @@ import pytest
 from harness.cli import main
 from harness.history.layout import HistoryLayout
 from harness.history.rebuild import rebuild_history
-from harness.history.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.history.store import register_reports
 from harness.history.verify import ProblemKind, verify_history
+from harness.render import check_rendered, rebuild_renderer, registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
 

@@ -434,13 +434,19 @@ def test_demo_runs_and_registers(tmp_path):
         "--demo",
         "--history-dir",
         str(history),
-        env={**os.environ, "COLUMNS": "160"},
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "160", "PYTHONPATH": str(REPO)},
     )
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr + done.stdout
     assert "demo-u8" in done.stdout and "demo-u16" in done.stdout
     assert list(history.rglob("*.json"))
     assert elapsed < 60
+    # the printed report path, and the source path the journal records, exist afterwards
+    (printed,) = [line[len("report: ") :] for line in done.stdout.splitlines() if line.startswith("report: ")]
+    assert Path(printed).is_file() and Path(printed).is_relative_to(tmp_path / "harness-demo")
+    (entry,) = [json.loads(line) for line in (history / "journal.jsonl").read_text().splitlines()]
+    assert Path(entry["source"]).is_file(), entry
 
 
 # --- native backend ---------------------------------------------------------------------

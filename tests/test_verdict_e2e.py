@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.history.render import registration_renderer
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report, summarise_trials
 from harness.testing import make_example_report
 

@@ -10,8 +10,8 @@ import pytest
 from harness.cli import main
 from harness.compare import Verdict, compare_reports
 from harness.history.records import sha256_bytes
-from harness.history.render import registration_renderer
 from harness.history.store import register_reports
+from harness.render import registration_renderer
 from harness.report import dump_report, summarise_trials
 from harness.testing import make_example_report
 from harness.verdict.calibration import CalibratedNull

@@ -15,4 +15,5 @@ COMMAND_MODULES = (
     "harness.commands.calibrate",
     "harness.commands.recheck",
     "harness.commands.native",
+    "harness.commands.manifest",
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from harness.errors import UsageError
 
@@ -97,7 +98,11 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    from harness.commands._files import require_file
     from quantem.io.arina import open_arina
+
+    if Path(args.master).is_dir():
+        require_file(args.master, "an ARINA master file (*_master.h5)")
 
     source = open_arina(
         args.master,

@@ -1,7 +1,7 @@
 """``harness history``: register, import, list, show, head, verify and rebuild an evidence history.
 
 The history package knows nothing of rendering; the commands here pass it the render
-hooks (:mod:`harness.history.render`), so the views stay above the store.
+hooks (:mod:`harness.render`), so the views stay above the store.
 """
 
 from __future__ import annotations
@@ -58,7 +58,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "import", help="import earlier reports (files or folders of loading.json)"
     )
     importer.add_argument("paths", nargs="+", metavar="OLD", help="report files or folders")
-    importer.add_argument("--out", required=True, metavar="H", help="history folder to import into")
+    importer.add_argument(
+        "--history-dir",
+        "--out",
+        dest="history_dir",
+        default=None,
+        metavar="H",
+        help=(
+            f"history folder to import into (default ${HISTORY_DIR_ENV} or "
+            f"./{DEFAULT_HISTORY_DIR}; --out is an older spelling)"
+        ),
+    )
     importer.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -138,7 +148,7 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
 
 def add_plot_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """``--plots {auto,now,defer}`` and its shorthand ``--defer-plots``."""
-    from harness.history.render import PLOT_INLINE_RECORDS, PLOT_POLICIES
+    from harness.render import PLOT_INLINE_RECORDS, PLOT_POLICIES
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -170,8 +180,8 @@ def _print_head(results: list) -> None:
 
 
 def run_register(args: argparse.Namespace) -> int:
-    from harness.history.render import registration_renderer
     from harness.history.store import register_reports
+    from harness.render import registration_renderer
 
     results = register_reports(
         _history_dir(args), args.reports, render=registration_renderer(args.plots)
@@ -184,10 +194,10 @@ def run_register(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import import_reports
-    from harness.history.render import registration_renderer
+    from harness.render import registration_renderer
 
     results, refused = import_reports(
-        args.out,
+        _history_dir(args),
         args.paths,
         skip_invalid=args.skip_invalid,
         render=registration_renderer(args.plots),
@@ -227,17 +237,32 @@ def run_list(args: argparse.Namespace) -> int:
             rows = list(reversed(connection.execute(statement).all()))
     finally:
         engine.dispose()
-    print(
-        "record        created_utc           revision    device / storage / backend         correctness performance group"
-    )
-    for row in rows:
-        revision = (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else "")
-        where = f"{row.device_name} / {row.storage_id} / {row.backend}"
-        print(
-            f"{row.sha256[:12]}  {row.created_utc:<20}  {revision:<11} {where:<34} "
-            f"{row.correctness:<11} {row.performance:<11} {row.comparison_key}"
+    header = ("record", "created_utc", "revision", "device", "storage", "backend")
+    header += ("correctness", "performance", "group")
+    table = [header] + [
+        (
+            row.sha256[:12],
+            row.created_utc,
+            (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
+            _one_line(row.device_name),
+            _one_line(row.storage_id),
+            row.backend,
+            row.correctness,
+            row.performance,
+            row.comparison_key,
         )
+        for row in rows
+    ]
+    # every column as wide as its widest value: nothing is cut, columns stay aligned
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip())
     return EXIT_OK
+
+
+def _one_line(text: str) -> str:
+    """Report text on one line (a newline in a device name would break the columns)."""
+    return " ".join(str(text).split())
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -317,8 +342,8 @@ def parse_head(text: str) -> str:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from harness.history.render import check_rendered
     from harness.history.verify import verify_history
+    from harness.render import check_rendered
 
     expect_head = parse_head(args.expect_head) if args.expect_head is not None else None
     with _record_progress(_history_dir(args), "re-hashing records") as progress:
@@ -341,7 +366,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_rebuild(args: argparse.Namespace) -> int:
     from harness.history.rebuild import rebuild_history
-    from harness.history.render import rebuild_renderer
+    from harness.render import rebuild_renderer
 
     with _record_progress(_history_dir(args), "reading records") as progress:
         result = rebuild_history(

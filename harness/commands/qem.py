@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from harness.commands._files import require_file
 from harness.errors import EXIT_OK, UsageError
 
 
@@ -51,16 +52,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     convert.set_defaults(func=run_convert)
 
-    verify = commands.add_parser("verify", help="check every checksum and decode every block")
+    verify = commands.add_parser(
+        "verify",
+        help="check every checksum and decode every block",
+        description=(
+            "Check the header, index and block checksums of a .qem file and decode every "
+            "block; exits 0 only when all of it is intact."
+        ),
+    )
     verify.add_argument("file", metavar="FILE")
     verify.set_defaults(func=run_verify)
 
-    inspect = commands.add_parser("inspect", help="header, layout and byte accounting")
+    inspect = commands.add_parser(
+        "inspect",
+        help="header, layout and byte accounting",
+        description=(
+            "Print a .qem file's header, block layout and byte accounting (payload, index, "
+            "padding, compression ratio) without decoding the blocks."
+        ),
+    )
     inspect.add_argument("file", metavar="FILE")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(func=run_inspect)
 
-    header = commands.add_parser("header", help="print the archivable header JSON")
+    header = commands.add_parser(
+        "header",
+        help="print the archivable header JSON",
+        description=(
+            "Print the .qem file's header as canonical JSON (sorted keys), the document to "
+            "archive beside the data (docs/qem-format.md)."
+        ),
+    )
     header.add_argument("file", metavar="FILE")
     header.set_defaults(func=run_header)
 
@@ -115,6 +137,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    require_file(args.file, "a .qem file")
     import numpy as np
 
     from quantem.io.qem.reader import QemFile
@@ -139,6 +162,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    require_file(args.file, "a .qem file")
     from quantem.io.qem.reader import QemFile
 
     with QemFile(args.file, verify=False) as qem:
@@ -192,6 +216,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_header(args: argparse.Namespace) -> int:
+    require_file(args.file, "a .qem file")
     from quantem.io.qem.reader import QemFile
 
     with QemFile(args.file, verify=False) as qem:

@@ -1,4 +1,8 @@
-"""``harness render index``: render a history's index.json, timings.csv, README, HTML and plots."""
+"""``harness render index``: render a history's dashboard, index.json, timings.csv, README and plots.
+
+``--serve`` then serves the rendered folder on 127.0.0.1 for a look (the pages also
+work straight from ``file://``; serving is only a convenience).
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="render_command", metavar="RENDER_COMMAND")
     index = commands.add_parser(
         "index",
-        help="render index.json, timings.csv, README.md, index.html and plots",
+        help="render the dashboard (index.html), README.md, index.json, timings.csv and plots",
         description=(
-            "Bring every view of the history up to date from its index: README.md, index.html, "
-            "pending plots, and index.json/timings.csv where they lag (all of them with --full)."
+            "Bring every view of the history up to date from its index: the dashboard "
+            "(index.html and dashboard/), README.md, pending plots and key pages, record pages "
+            "not yet written, and index.json/timings.csv where they lag (all of them with --full)."
         ),
     )
     add_history_dir_argument(index)
@@ -32,6 +37,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="rewrite index.json and timings.csv even when their bookkeeping says they are current",
     )
+    index.add_argument(
+        "--git-repo",
+        metavar="DIR",
+        default=".",
+        help="place records in this repository's commit order (default: the current folder)",
+    )
+    index.add_argument(
+        "--serve",
+        action="store_true",
+        help="then serve the rendered folder on http://127.0.0.1:PORT until interrupted",
+    )
+    index.add_argument("--port", type=int, default=8000, help="port for --serve (0: any free one)")
     index.set_defaults(func=run)
     parser.set_defaults(func=_missing_subcommand)
 
@@ -44,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir
     from harness.history.index_db import open_index
     from harness.history.lock import locked_history
-    from harness.history.render import render_all
+    from harness.render import render_all
 
     if args.all_plots and args.no_plots:
         raise UsageError("--all-plots and --no-plots exclude each other")
@@ -53,8 +70,33 @@ def run(args: argparse.Namespace) -> int:
     with locked_history(args.history_dir or default_history_dir()) as layout:
         engine = open_index(layout.index_db, create=False)
         try:
-            render_all(layout, engine, out=out, plots=plots, full=args.full or out is not None)
+            render_all(
+                layout,
+                engine,
+                out=out,
+                plots=plots,
+                full=args.full or out is not None,
+                repository=Path(args.git_repo),
+            )
         finally:
             engine.dispose()
-    print(f"rendered {out or layout.root}")
+    root = out or layout.root
+    print(f"rendered {root}; open {root / 'index.html'}")
+    if args.serve:
+        serve(root, args.port)
     return EXIT_OK
+
+
+def serve(root: Path, port: int) -> None:
+    """Serve ``root`` on 127.0.0.1 only (never on every interface) until Ctrl-C."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
+    with ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        host, bound = server.server_address[:2]
+        print(f"serving http://{host}:{bound}/ (Ctrl-C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped")

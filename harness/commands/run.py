@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 DEFAULT_DEMO_HISTORY = "harness-history"
+#: Where ``--demo`` keeps its reports (one folder per run) unless ``--output-dir`` is given,
+#: so that the printed report path, and the path the journal records, exist afterwards.
+DEFAULT_DEMO_REPORTS = "harness-demo"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -153,7 +156,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 
 
 def _config_from_args(args: argparse.Namespace, **overrides):
-    from harness.history.render import registration_renderer
+    from harness.render import registration_renderer
     from harness.run.io_scale import IoScaleConfig
 
     values = dict(
@@ -236,6 +239,19 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise UsageError("--recheck and --calibration need --baseline")
 
 
+def _demo_report_dir() -> Path:
+    """A new ``./harness-demo/<UTC time>[-n]/`` folder name for one demo run's report."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder = Path(DEFAULT_DEMO_REPORTS) / stamp
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = Path(DEFAULT_DEMO_REPORTS) / f"{stamp}-{n}"
+    return folder.absolute()
+
+
 def run(args: argparse.Namespace) -> int:
     _check_usage(args)
     from rich.console import Console
@@ -260,14 +276,13 @@ def run(args: argparse.Namespace) -> int:
                 manifest=suite.manifest,
                 backend=args.backend or best_backend(),
                 storage_id=DEMO_STORAGE_ID,
-                output_dir=args.output_dir or folder / "report",
+                output_dir=Path(args.output_dir) if args.output_dir else _demo_report_dir(),
                 history_dir=args.history_dir or Path(DEFAULT_DEMO_HISTORY),
                 reps=args.reps if args.reps is not None else DEMO_REPS,
             )
             outcome = run_io_scale(config)
             print_summary(outcome.report, console)
-            if args.output_dir is not None:
-                console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+            console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
     else:
         outcome = run_io_scale(_config_from_args(args))
         print_summary(outcome.report, console)
@@ -372,7 +387,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from harness.errors import UsageError
-    from harness.history.render import registration_renderer
+    from harness.render import registration_renderer
     from harness.run.compute import ComputeConfig, run_compute
     from harness.run.compute_workloads import ComputeParameters
     from harness.run.provenance import check_code_origin

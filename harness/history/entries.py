@@ -24,9 +24,6 @@ TRIAL_FIELDS = (
     "file_bytes",
     "residency_before",
 )
-#: Columns of timings.csv, in order (``docs/history-format.md`` "timings.csv"): the record's
-#: identity, then every trial field.
-TIMINGS_COLUMNS = ("record_sha256", "created_utc", "comparison_key", *TRIAL_FIELDS)
 SUMMARY_FIELDS = (
     "acquisition",
     "format",

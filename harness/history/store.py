@@ -6,7 +6,7 @@ number of processes may register at once: records are written first (durable,
 content-addressed), then chained into the journal, then indexed in one transaction.
 Rendering is not this module's job (``harness.history`` knows nothing of rendering):
 the caller passes a ``render`` hook, which runs under the same lock once the records
-are indexed (the CLI passes :func:`harness.history.render.registration_renderer`).
+are indexed (the CLI passes :func:`harness.render.registration_renderer`).
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class Problem:
 
 
 #: Checks the rendered files against the index (lock held, index sound); see
-#: :func:`harness.history.render.check_rendered`.
+#: :func:`harness.render.check_rendered`.
 RenderedCheck = Callable[[HistoryLayout, Connection], list[Problem]]
 
 

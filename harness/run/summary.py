@@ -4,11 +4,19 @@ Statistics themselves are computed by :func:`harness.report.summarise_trials` (o
 definition for the runner, the history and comparisons); this module only shows
 them, with throughput relative to the *uncompressed* size so HDF5 and QEM rows are
 comparable, and with how many trials kept their cache label.
+
+Identifiers are never cut: on a terminal wide enough for the whole table it is a
+table; off a terminal (pipes, CI logs) or when the terminal is narrower than the
+table, it is a compact layout, one block per acquisition. Text from the report is
+never read as rich markup (it is passed as :class:`rich.text.Text`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+_COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95", "min", "max")
+_STATS = ("first", "median", "p95", "min", "max")
 
 
 def _seconds(value: float | None) -> str:
@@ -31,44 +39,60 @@ def _raw_bytes(acquisition: dict) -> int:
         return 0
 
 
-def build_summary_table(doc: dict) -> Any:
-    """A ``rich`` table of the report's summaries."""
-    from rich.table import Table
-
-    acquisitions = {a["id"]: a for a in doc["acquisitions"]}
+def _title(doc: dict) -> str:
     cond = doc["conditions"]
-    table = Table(
-        title=f"io-scale · backend {cond['backend']} · {doc['environment']['device']['name']} "
-        f"· storage {doc['environment']['storage']['storage_id']}",
-        title_justify="left",
+    return (
+        f"io-scale · backend {cond['backend']} · {doc['environment']['device']['name']} "
+        f"· storage {doc['environment']['storage']['storage_id']}"
     )
-    for column in (
-        "acquisition",
-        "format",
-        "cache",
-        "kept/n",
-        "first",
-        "median",
-        "p95",
-        "min",
-        "max",
-    ):
-        table.add_column(
-            column, justify="left" if column in ("acquisition", "format", "cache") else "right"
-        )
-    table.add_column("GB/s (raw, median)", justify="right")
+
+
+def _rows(doc: dict) -> list[tuple[dict, str]]:
+    """Each summary with its raw-size throughput (``-`` where unknown)."""
+    acquisitions = {a["id"]: a for a in doc["acquisitions"]}
+    rows = []
     for s in doc["summaries"]:
         raw = _raw_bytes(acquisitions[s["acquisition"]]) if s["acquisition"] in acquisitions else 0
-        rate = f"{raw / s['median'] / 1e9:.2f}" if s["median"] and raw else "-"
+        rows.append((s, f"{raw / s['median'] / 1e9:.2f}" if s["median"] and raw else "-"))
+    return rows
+
+
+def build_summary_table(doc: dict) -> Any:
+    """A ``rich`` table of the report's summaries (every cell plain text, never markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(_title(doc)), title_justify="left")
+    for column in _COLUMNS:
+        left = column in ("acquisition", "format", "cache")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    table.add_column("GB/s (raw, median)", justify="right", no_wrap=True)
+    for s, rate in _rows(doc):
         table.add_row(
-            s["acquisition"],
-            s["format"],
-            s["cache_state"],
+            Text(s["acquisition"]),
+            Text(s["format"]),
+            Text(s["cache_state"]),
             f"{s['n_kept']}/{s['n']}",
-            *(_seconds(s[k]) for k in ("first", "median", "p95", "min", "max")),
+            *(_seconds(s[k]) for k in _STATS),
             rate,
         )
     return table
+
+
+def compact_lines(doc: dict) -> list[str]:
+    """The summary as plain lines, one block per acquisition (for pipes and narrow terminals)."""
+    lines = [_title(doc)]
+    current = None
+    for s, rate in _rows(doc):
+        if s["acquisition"] != current:
+            current = s["acquisition"]
+            lines.append(f"{current}:")
+        stats = "  ".join(f"{k} {_seconds(s[k])}" for k in ("median", "p95", "min", "max", "first"))
+        lines.append(
+            f"  {s['format']} {s['cache_state']}: kept {s['n_kept']}/{s['n']}  {stats}  "
+            f"{rate} GB/s raw"
+        )
+    return lines
 
 
 def status_lines(doc: dict) -> list[str]:
@@ -117,11 +141,26 @@ def status_lines(doc: dict) -> list[str]:
     return lines
 
 
-def print_summary(doc: dict, console: Any = None) -> None:
-    """Print the table and the status lines (``console`` defaults to stdout)."""
+def print_summary(doc: dict, console: Any = None, *, compact: bool | None = None) -> None:
+    """Print the table (or the compact layout) and the status lines (``console``: stdout).
+
+    ``compact=None`` chooses: compact off a terminal or where the table is wider than it.
+    """
     from rich.console import Console
 
     console = console or Console()
-    console.print(build_summary_table(doc))
+    table = build_summary_table(doc)
+    if compact is None:
+        # measured without the console's width limit: the width the table needs uncut
+        unlimited = console.options.update_width(100_000)
+        compact = (
+            not console.is_terminal
+            or console.measure(table, options=unlimited).maximum > console.width
+        )
+    if compact:
+        for line in compact_lines(doc):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print(table)
     for line in status_lines(doc):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

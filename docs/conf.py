@@ -1,0 +1,78 @@
+"""Sphinx configuration: the docs/ folder as one site (MyST Markdown, API from docstrings).
+
+Built by ``tests/test_docs.py`` (and CI) with warnings as errors; ``_example`` adds a
+small example history's dashboard to the site so that the docs can link to it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))
+
+project = "quantem-harness"
+author = "quantem-harness developers"
+copyright = "2026, quantem-harness developers"
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "performance/reports", "Thumbs.db", ".DS_Store"]
+myst_enable_extensions = ["colon_fence", "deflist"]
+# Headings get anchors, so that a link to page.md#section is checked like the page.
+myst_heading_anchors = 4
+html_theme = "furo"
+html_title = "quantem-harness"
+html_static_path: list[str] = []
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_typehints = "description"
+autodoc_mock_imports = ["cupy", "torch"]
+napoleon_numpy_docstring = True
+napoleon_google_docstring = False
+nitpicky = False
+
+
+def _build_example_dashboard(app) -> None:
+    """Render a small example history (harness.testing reports) for the docs to link to."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from harness.history.store import register_reports
+    from harness.render import registration_renderer
+    from harness.report import dump_report
+    from harness.testing import make_example_report
+
+    target = Path(app.outdir) / "example-dashboard"
+    work = Path(tempfile.mkdtemp(prefix="example-history-")) / "h"
+    reports = [
+        dump_report(
+            make_example_report(
+                seed,
+                storage_id=("lab-nvme", "lab-nfs")[seed % 2],
+                created_utc=f"2026-11-{1 + seed // 2:02d}T08:{seed:02d}:00Z",
+                git_revision=hashlib.sha1(str(seed).encode()).hexdigest(),
+                slowdown=1.3 if seed >= 16 else 1.0,
+            )
+        )
+        for seed in range(24)
+    ]
+    register_reports(work, reports, render=registration_renderer("now"))
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(
+        work,
+        target,
+        ignore=shutil.ignore_patterns("index.sqlite*", ".lock", "tmp", "history.json"),
+    )
+    shutil.rmtree(work.parent)
+
+
+def setup(app):
+    app.connect("builder-inited", _build_example_dashboard)

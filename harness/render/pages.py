@@ -1,0 +1,368 @@
+"""README.md, the dashboard overview (``index.html``) and one page per record.
+
+All strings from reports reach HTML through Jinja2 autoescaping and Markdown
+through the ``md`` filter (``harness.templating``); JSON embedded for scripts is
+made inert by :func:`script_json`. Record pages depend only on their (immutable)
+record and its baseline, so a page that exists is not redrawn unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from harness.history.index_db import RecordRow, SummaryRow, read_meta_json
+from harness.history.journal import GENESIS_HEAD
+from harness.history.layout import HistoryLayout
+from harness.render.targets import RenderTargets, write_atomic
+
+#: How many of the newest records README.md and index.html list.
+LATEST_RECORDS = 20
+#: Points of the sparkline on each overview tile (the newest records of the key).
+SPARKLINE_POINTS = 60
+META_PLOT_PREFIX = "render.plot."
+#: The chart library: plotly.js, from the plotly Python package (``docs/dashboard.md``).
+PLOTLY_JS = "plotly.min.js"
+#: Cell verdicts (``harness.verdict.cells.CellVerdict``) shown first and marked.
+FLAGGED_VERDICTS = ("slower", "possibly_slower")
+#: Dashboard assets shipped in ``reports_templates/dashboard/``.
+DASHBOARD_ASSETS = ("dashboard.css", "dashboard.js")
+
+
+def script_json(value: Any) -> str:
+    """JSON for a ``<script type="application/json">`` block: no ``<``, ``>`` or ``&`` left.
+
+    Escaping them as ``\\u003c`` etc. keeps a crafted ``</script>`` in a report from
+    ending the block; ``JSON.parse`` turns them back into the same characters.
+    """
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def plot_state(connection: Connection, targets: RenderTargets, key: str, latest_seq: int) -> str:
+    rendered = read_meta_json(connection, META_PLOT_PREFIX + key)
+    if not targets.plot(key).exists():
+        return "missing"
+    return "current" if rendered == latest_seq else "pending"
+
+
+def _sparkline(values: list[float], width: int = 160, height: int = 36) -> str:
+    """An SVG polyline's ``points`` attribute for ``values`` (evenly spaced, min-max scaled)."""
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    step = width / max(1, len(values) - 1)
+    return " ".join(
+        f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}"
+        for i, v in enumerate(values)
+    )
+
+
+def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[float]]:
+    """The cell a tile's sparkline follows (cached first, then HDF5, first acquisition)."""
+    cells = connection.execute(
+        select(SummaryRow.cache_state, SummaryRow.format, SummaryRow.acquisition)
+        .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
+        .where(RecordRow.comparison_key == key, SummaryRow.median.is_not(None))
+        .distinct()
+    ).all()
+    if not cells:
+        return "", []
+    state, fmt, acquisition = min(
+        cells, key=lambda c: (c.cache_state != "cached", c.format != "hdf5", c)
+    )
+    medians = connection.execute(
+        select(SummaryRow.median)
+        .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
+        .where(
+            RecordRow.comparison_key == key,
+            SummaryRow.cache_state == state,
+            SummaryRow.format == fmt,
+            SummaryRow.acquisition == acquisition,
+            SummaryRow.median.is_not(None),
+        )
+        .order_by(RecordRow.seq.desc())
+        .limit(SPARKLINE_POINTS)
+    ).scalars()
+    return f"{acquisition} {fmt} {state}", list(reversed(list(medians)))
+
+
+def collect_index_context(
+    connection: Connection, targets: RenderTargets, head: str | None = None
+) -> dict[str, Any]:
+    latest_per_key = (
+        select(
+            RecordRow.comparison_key,
+            func.max(RecordRow.seq).label("latest"),
+            func.count().label("count"),
+        )
+        .group_by(RecordRow.comparison_key)
+        .subquery()
+    )
+    rows = connection.execute(
+        select(RecordRow, latest_per_key.c.count)
+        .join(latest_per_key, RecordRow.seq == latest_per_key.c.latest)
+        .order_by(RecordRow.comparison_key)
+    ).all()
+    keys = []
+    for row in rows:
+        record = row  # a Core row: the record's columns and the key's count
+        fields = json.loads(record.comparison_fields)
+        spark_cell, spark_values = _sparkline_cell(connection, record.comparison_key)
+        keys.append(
+            {
+                "key": record.comparison_key,
+                "device_name": record.device_name,
+                "storage_id": record.storage_id,
+                "backend": record.backend,
+                "representation": record.representation,
+                "timing_boundary": record.timing_boundary,
+                "allocator_policy": record.allocator_policy,
+                "protocol_version": record.protocol_version,
+                "acquisitions": [
+                    pair[0] for pair in fields["acquisitions[id, source_master_sha256]"]
+                ],
+                "count": row.count,
+                "latest_sha": record.sha256,
+                "latest_created": record.created_utc,
+                "latest_revision": record.git_revision,
+                "latest_dirty": record.git_dirty,
+                "verdict": latest_verdict(record),
+                "plot_state": plot_state(connection, targets, record.comparison_key, record.seq),
+                "spark_cell": spark_cell,
+                "spark_points": _sparkline(spark_values),
+                "spark_range": (
+                    (format_seconds(min(spark_values)), format_seconds(max(spark_values)))
+                    if spark_values
+                    else None
+                ),
+            }
+        )
+    latest = connection.execute(
+        select(RecordRow).order_by(RecordRow.seq.desc()).limit(LATEST_RECORDS)
+    ).all()
+    n_records = connection.execute(select(func.count()).select_from(RecordRow)).scalar_one()
+    return {
+        "keys": keys,
+        "latest": [dict(r._mapping) for r in latest],
+        "n_records": n_records,
+        "journal_head": head,
+    }
+
+
+def latest_verdict(record: RecordRow) -> str:
+    """The verdict a tile shows for its newest record: failures first, then performance."""
+    if record.execution != "completed":
+        return record.execution
+    if record.correctness == "failed":
+        return "correctness failed"
+    return record.performance
+
+
+def format_seconds(value: float | None) -> str:
+    """``12.3 ms`` below one second, ``1.234 s`` above (the unit is always printed)."""
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1e3:.3g} ms" if value * 1e3 < 100 else f"{value * 1e3:.1f} ms"
+    return f"{value:.3f} s"
+
+
+def build_readme_and_html(
+    connection: Connection, targets: RenderTargets, head: str = GENESIS_HEAD
+) -> tuple[bytes, bytes]:
+    """README.md and the overview page (both deterministic: ``history verify`` compares them),
+    both naming the journal head."""
+    from harness.templating import render_template
+
+    context = collect_index_context(connection, targets, head)
+    readme = render_template("history_readme.md.j2", **context).encode("utf-8")
+    html = render_template("dashboard_index.html.j2", **context).encode("utf-8")
+    return readme, html
+
+
+# --- assets ---------------------------------------------------------------------
+
+
+def plotly_js_source() -> Path:
+    """plotly.js as the plotly Python package ships it (the offline bundle)."""
+    import plotly
+
+    path = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    if not path.is_file():
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"{path}: plotly's offline bundle is missing; reinstall plotly")
+    return path
+
+
+def write_assets(targets: RenderTargets) -> None:
+    """Copy the chart library and the dashboard's CSS/JS next to the pages (when changed)."""
+    from harness.resources import data_folder
+
+    sources = [plotly_js_source()] + [
+        data_folder("reports_templates") / "dashboard" / name for name in DASHBOARD_ASSETS
+    ]
+    for source in sources:
+        destination = targets.assets / source.name
+        data = source.read_bytes()
+        if destination.exists() and destination.read_bytes() == data:
+            continue
+        write_atomic(destination, data)
+
+
+# --- record pages -------------------------------------------------------------------
+
+
+def read_record_doc(path: Path) -> dict[str, Any]:
+    """A registered record's document, migrated in memory (it was validated when registered)."""
+    from harness.report import migrate_report, parse_report_json, schema_version_of
+
+    doc = parse_report_json(path.read_bytes(), name=str(path))
+    return migrate_report(doc, schema_version_of(doc, str(path)), name=str(path))
+
+
+def _comparison_of(
+    layout: HistoryLayout, doc: dict[str, Any], sha256: str, path: Path
+) -> dict[str, Any] | None:
+    """The record against its declared baseline, when that baseline is in the history."""
+    from harness.compare import compare_reports
+
+    baseline = doc.get("baseline") or {}
+    baseline_sha = baseline.get("sha256")
+    if not baseline_sha:
+        return None
+    baseline_path = layout.record_path(baseline_sha)
+    if not baseline_path.is_file():
+        return {"missing_baseline": baseline_sha}
+    comparison = compare_reports(
+        read_record_doc(baseline_path),
+        doc,
+        float(baseline.get("regression_percent") or 20.0),
+        baseline_sha256=baseline_sha,
+        baseline_path=str(baseline_path),
+        candidate_sha256=sha256,
+        candidate_path=str(path),
+    )
+    result = comparison.to_dict()
+    for cell in result["cells"]:
+        cell["flagged"] = cell["verdict"] in FLAGGED_VERDICTS
+    # flagged cells first, then by change (largest slowdown first)
+    result["cells"] = sorted(
+        result["cells"],
+        key=lambda c: (not c["flagged"], -(c["change_percent"] or 0.0)),
+    )
+    return result
+
+
+def build_record_page(
+    layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
+) -> bytes:
+    from markupsafe import Markup
+
+    from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
+    from harness.templating import render_template
+
+    path = layout.record_path(sha256)
+    doc = read_record_doc(path)
+    page = targets.record_page(sha256)
+    trials = sorted(
+        doc["trials"],
+        key=lambda t: (t["acquisition"], t["format"], t["cache_state"] != "cold", t["trial_index"]),
+    )
+    return render_template(
+        "dashboard_record.html.j2",
+        sha256=sha256,
+        key=comparison_key,
+        doc=doc,
+        comparison=_comparison_of(layout, doc, sha256, path),
+        json_href=Path(os.path.relpath(path, page.parent)).as_posix(),
+        seconds=format_seconds,
+        value=lambda item: Markup(value_html(item)),
+        trial_rows=Markup(trial_rows_html(trials, format_seconds)),
+        summary_rows=Markup(summary_rows_html(doc["summaries"], format_seconds)),
+        handled={
+            "trials",
+            "summaries",
+            "acquisitions",
+            "status",
+            "provenance",
+            "environment",
+            "conditions",
+            "memory",
+            "conversion",
+            "baseline",
+        },
+    ).encode("utf-8")
+
+
+def write_record_pages(
+    connection: Connection,
+    layout: HistoryLayout,
+    targets: RenderTargets,
+    seqs: Iterable[int] | None,
+    *,
+    rewrite: bool,
+) -> int:
+    """Write the pages of the records ``seqs`` (all when ``None``); return how many were written.
+
+    Without ``rewrite`` a page that exists is kept: it depends only on its immutable
+    record and baseline. Rewriting all of them builds a new folder and swaps it in:
+    a rename per page costs more than the page itself on some filesystems (3 ms of 4 on
+    the dev VM), and a folder swap leaves no half-written page behind either.
+    """
+    query = select(RecordRow.sha256, RecordRow.comparison_key).order_by(RecordRow.seq)
+    if seqs is not None:
+        seqs = list(seqs)
+        if not seqs:
+            return 0
+        query = query.where(RecordRow.seq.in_(seqs))
+    rows = connection.execute(query).all()
+    if seqs is None and rewrite:
+        return _rewrite_record_folder(layout, targets, rows)
+    written = 0
+    for sha256, key in rows:
+        page = targets.record_page(sha256)
+        if not rewrite and page.exists():
+            continue
+        write_atomic(page, build_record_page(layout, targets, sha256, key))
+        written += 1
+    return written
+
+
+def _rewrite_record_folder(layout: HistoryLayout, targets: RenderTargets, rows: list[Any]) -> int:
+    import shutil
+
+    from harness.render.targets import RENDERED_MODE
+
+    folder = targets.record_page("x").parent
+    fresh = folder.with_name(f".{folder.name}.new")
+    stale = folder.with_name(f".{folder.name}.old")
+    for leftover in (fresh, stale):
+        shutil.rmtree(leftover, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    for sha256, key in rows:
+        page = fresh / targets.record_page(sha256).name
+        # pages link ../keys/ and the record's JSON relative to the final folder
+        page.write_bytes(build_record_page(layout, targets, sha256, key))
+        os.chmod(page, RENDERED_MODE)
+    if folder.exists():
+        os.replace(folder, stale)
+    os.replace(fresh, folder)
+    shutil.rmtree(stale, ignore_errors=True)
+    return len(rows)
+
+
+def remove_stale_pages(folder: Path, keep: set[str]) -> None:
+    """Delete rendered pages in ``folder`` whose stem is not in ``keep`` (after a rebuild)."""
+    if not folder.is_dir():
+        return
+    for page in folder.glob("*.html"):
+        if page.stem not in keep:
+            page.unlink(missing_ok=True)

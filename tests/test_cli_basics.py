@@ -1,0 +1,71 @@
+"""Top-level CLI behaviour: --version, folders given for files, a closed stdout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("harness ") and len(out.split()) >= 2
+
+
+@pytest.mark.parametrize(
+    "command", [["qem", "verify"], ["qem", "inspect"], ["qem", "header"], ["data", "info"]]
+)
+def test_a_folder_where_a_file_belongs_says_so(tmp_path: Path, capsys, command) -> None:
+    assert main([*command, str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: is a directory" in err and "Traceback" not in err
+
+
+def test_qem_subcommands_have_descriptions(capsys) -> None:
+    for name in ("verify", "inspect", "header"):
+        with pytest.raises(SystemExit):
+            main(["qem", name, "--help"])
+        text = capsys.readouterr().out
+        assert len(text.split("\n\n")[1].split()) > 8, name  # a sentence, not only usage
+
+
+def test_a_closed_stdout_exits_quietly(tmp_path: Path) -> None:
+    from harness.history.store import register_reports
+    from harness.render import registration_renderer
+    from harness.report import dump_report
+    from harness.testing import make_example_report
+
+    history = tmp_path / "h"
+    register_reports(
+        history,
+        [dump_report(make_example_report(seed)) for seed in range(3)],
+        render=registration_renderer("defer"),
+    )
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes (`| head` that exited)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "history", "list", "--history-dir", str(history)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
+    os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 141
