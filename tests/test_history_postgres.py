@@ -349,3 +349,53 @@ def test_a_dropped_connection_is_a_clear_error_and_a_retry_succeeds(
     stored = store.register(data, source="a.json", registered_utc="t")  # pre-ping reconnects
     assert stored.created
     store.engine.dispose()
+
+
+_RETRYING_CLIENT = """
+import sys, time
+from sqlalchemy import create_engine
+from harness.errors import HistoryError
+from harness.history.postgres import PostgresStore
+from harness.report import dump_report
+from harness.testing import make_example_report
+store = PostgresStore(create_engine(sys.argv[1], pool_pre_ping=True))
+print("ready", flush=True)
+for seed in range(200, 260):
+    data = dump_report(make_example_report(seed, reps=2))
+    for attempt in range(100):
+        try:
+            store.register(data, source=f"{seed}.json", registered_utc="t")
+            break
+        except HistoryError as exc:
+            print(exc, file=sys.stderr, flush=True)
+            time.sleep(0.1)
+    else:
+        sys.exit(3)
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.slow
+def test_a_server_restart_during_registrations(url: str, postgres_socket: Path, capsys) -> None:  # noqa: F811
+    from _postgres import restart_postgres
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    client = subprocess.Popen(
+        [sys.executable, "-c", _RETRYING_CLIENT, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert client.stdout.readline().strip() == b"ready"
+    time.sleep(0.5)
+    restart_postgres(postgres_socket)
+    _out, err = client.communicate(timeout=120)
+    assert client.returncode == 0, err.decode()
+    errors = err.decode().splitlines()
+    assert errors, "no registration met the restart"
+    server = url.split("?")[0]
+    for line in errors:
+        assert line.startswith(server) and "(while registering record" in line, line
+        assert "Traceback" not in line
+    assert main(["history", "verify", "--history-url", url]) == EXIT_OK
+    assert "60 records checked: 0 errors" in capsys.readouterr().out
