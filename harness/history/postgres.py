@@ -217,9 +217,10 @@ class PostgresStore:
             server_step(self.engine, "re-hashing the records"),
             self.engine.connect() as connection,
         ):
-            for sha256, data in connection.execute(
+            rows = connection.execution_options(yield_per=500).execute(
                 select(records_table.c.sha256, records_table.c.data)
-            ):
+            )  # streamed (a server-side cursor): memory stays flat at any size
+            for sha256, data in rows:
                 stored.add(sha256)
                 if sha256_bytes(bytes(data)) != sha256:
                     problems.append(f"record {sha256}: its bytes no longer match its key")
