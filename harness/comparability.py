@@ -40,6 +40,17 @@ COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...]
     ("conditions.cache_states", lambda d: sorted(d["conditions"]["cache_states"])),
 )
 
+#: Fields added after records existed: (name, reader, default). A field at its default
+#: stays out of the key, so every earlier record keeps the key it was stored under; any
+#: other value enters the key and a difference is always listed.
+OPTIONAL_COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any], Any], ...] = (
+    (
+        "conditions.verify_source",
+        lambda d: bool(d.get("conditions", {}).get("verify_source", False)),
+        False,
+    ),
+)
+
 
 @dataclass(frozen=True)
 class FieldDifference:
@@ -51,8 +62,14 @@ class FieldDifference:
 
 
 def comparison_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The comparability fields of a (current-version) report, by name."""
-    return {name: read(doc) for name, read in COMPARABILITY_FIELDS}
+    """The comparability fields of a (current-version) report, by name (optional fields
+    only where they differ from their default)."""
+    fields = {name: read(doc) for name, read in COMPARABILITY_FIELDS}
+    for name, read, default in OPTIONAL_COMPARABILITY_FIELDS:
+        value = read(doc)
+        if value != default:
+            fields[name] = value
+    return fields
 
 
 def canonical_json(value: Any) -> str:
@@ -71,6 +88,10 @@ def collect_differences(
     """Every comparability field whose values differ, in :data:`COMPARABILITY_FIELDS` order."""
     differences = []
     for name, read in COMPARABILITY_FIELDS:
+        before, after = read(baseline), read(candidate)
+        if before != after:
+            differences.append(FieldDifference(name, before, after))
+    for name, read, _default in OPTIONAL_COMPARABILITY_FIELDS:
         before, after = read(baseline), read(candidate)
         if before != after:
             differences.append(FieldDifference(name, before, after))

@@ -294,7 +294,16 @@ def run_native_load(
     argv += ["--", os.fspath(qem_path)]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        # errors="replace": a message with bytes that are not UTF-8 (a file name, say)
+        # is still reported, never a UnicodeDecodeError.
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise NativeError(f"cannot start {binary}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:

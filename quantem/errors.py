@@ -73,3 +73,12 @@ class CalibrationError(QuantemError, ValueError):
 
 class ComputeError(QuantemError, ValueError):
     """A compute workload (virtual detectors, DPC, parallax) cannot run on these inputs."""
+
+
+class SourceIntegrityError(SourceError, ValueError):
+    """A raw chunk's bytes differ from their checksum recorded in the frame index (the
+    chunk changed since the acquisition was first observed); ``fields`` name the frame."""
+
+
+class FrameIndexWarning(UserWarning):
+    """A frame-index sidecar failed its checksums and was discarded and rebuilt."""

@@ -1,23 +1,27 @@
-"""Shared test configuration: paths to shared fixtures and small helpers."""
+"""Shared test configuration: paths to the repository's fixtures and small helpers."""
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
-# QUANTEM_ARINA_SMALL points elsewhere where ../shared does not exist (the device machine).
-ARINA_SMALL = Path(os.environ.get("QUANTEM_ARINA_SMALL", SHARED_FIXTURES / "arina-small"))
+#: ARINA files written by another project, with their known values (see its README).
+ARINA_SMALL = REPO_ROOT / "tests" / "data" / "arina-small"
 
 
 @pytest.fixture(scope="session")
 def arina_small() -> Path:
-    if not (ARINA_SMALL / "fixture_master.h5").exists():
-        pytest.skip(f"shared ARINA fixtures not found at {ARINA_SMALL}")
+    """The foreign ARINA fixtures; part of the repository, so never skipped."""
     return ARINA_SMALL
+
+
+@pytest.fixture(scope="session")
+def arina_known() -> dict:
+    """The fixtures' documented values (``known_values.json``)."""
+    return json.loads((ARINA_SMALL / "known_values.json").read_text())
 
 
 @pytest.fixture(autouse=True)

@@ -340,3 +340,21 @@ def test_missing_candidate_without_history_is_a_usage_error(reports, tmp_path: P
         ["compare", "--baseline", str(reports["base"]), "--history-dir", str(tmp_path / "none")]
     )
     assert code == 64
+
+
+def test_verify_source_enters_the_key_only_when_on() -> None:
+    """A record without the setting (every record before it existed) or with it off keeps
+    its key; a run with --verify-source is another group, and compare names the field."""
+    import copy
+
+    from harness.comparability import collect_differences, comparison_key
+
+    doc = make_example_report(1, device_uuid="GPU-abc")
+    off = copy.deepcopy(doc)
+    off["conditions"]["verify_source"] = False
+    on = copy.deepcopy(doc)
+    on["conditions"]["verify_source"] = True
+    assert comparison_key(off) == comparison_key(doc)
+    assert comparison_key(on) != comparison_key(doc)
+    assert [d.field for d in collect_differences(doc, on)] == ["conditions.verify_source"]
+    assert collect_differences(doc, off) == []

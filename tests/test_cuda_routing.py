@@ -23,6 +23,8 @@ import pytest
 from quantem.backends import cuda_available
 from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, module_loader, qem_pipeline
 from quantem.cuda.rans_decode import pack_mask_bits
+from quantem.errors import ChunkDecodeError
+from quantem.io import cpu_decode
 
 
 def test_importing_quantem_does_not_import_cupy():
@@ -52,6 +54,25 @@ def test_kernel_sources_ship_as_package_data():
     assert module_loader.render_defines({"B": 2, "A": "unsigned char"}) == (
         "#define A unsigned char\n#define B 2\n"
     )
+
+
+def test_raise_first_error_names_file_and_frame():
+    errors = np.array([0, 0, 7, 3], dtype=np.int32)
+    with pytest.raises(ChunkDecodeError) as info:
+        lz4_bitshuffle.raise_first_error(
+            errors, 100, lambda f: ("/data/x_data_000001.h5", {"shard_frame": f - 100})
+        )
+    message = str(info.value)
+    assert "x_data_000001.h5" in message and "frame 102" in message and "shard_frame 2" in message
+    assert "1 more corrupt" in message
+
+
+def test_every_kernel_and_cpu_error_code_has_a_class():
+    assert set(cpu_decode.CPU_ERROR_CLASS) == set(cpu_decode.ERROR_MESSAGES)
+    assert set(cpu_decode.KERNEL_ERROR_CLASS) == set(lz4_bitshuffle.CHUNK_ERRORS)
+    classes = set(cpu_decode.CHUNK_ERROR_CLASSES)
+    assert set(cpu_decode.CPU_ERROR_CLASS.values()) <= classes
+    assert set(cpu_decode.KERNEL_ERROR_CLASS.values()) == classes
 
 
 def test_parse_chunk_header():
@@ -232,3 +253,13 @@ def check_emulated(tmp_path, elem, shape, block_bytes, stage):
         _out2, err2 = emulate(lib, trial, len(frames), frame_elems * elem, bpf)
         assert err2[1] != 0, kind
         assert not np.delete(err2, 1).any(), kind
+        # the CPU reference decoder names the same kind of damage
+        raw = np.frombuffer(bytes(bad), np.uint8)
+        cpu = cpu_decode.scan_chunk(raw, 0, raw.size, frame_elems * elem, elem)
+        assert (
+            cpu_decode.CPU_ERROR_CLASS[int(cpu)] == cpu_decode.KERNEL_ERROR_CLASS[int(err2[1])]
+        ), (
+            kind,
+            int(cpu),
+            int(err2[1]),
+        )

@@ -141,3 +141,18 @@ def test_cli_native_without_action_is_a_usage_error() -> None:
 def test_ci_deps_script_is_executable() -> None:
     script = Path(__file__).resolve().parents[1] / "native" / "ci-deps.sh"
     assert os.access(script, os.X_OK)
+
+
+def test_native_error_with_non_utf8_stderr_is_reported(tmp_path):
+    """A program whose stderr holds bytes that are not UTF-8 (a Latin-1 file name, say)
+    is still reported as a NativeLoadError, not a UnicodeDecodeError."""
+    from harness.native import NativeLoadError, run_native_load
+
+    fake = tmp_path / "fake-native"
+    fake.write_text(
+        "#!/bin/sh\nprintf 'cannot open /data/caf\\351.qem\\n' >&2\nexit 1\n", encoding="ascii"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(NativeLoadError) as info:
+        run_native_load(fake, tmp_path / "x.qem")
+    assert "cannot open /data/caf\ufffd.qem" in str(info.value)

@@ -250,7 +250,6 @@ def test_failed_verification_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_load_options(tmp_path):
-    pytest.importorskip("quantem.io.transforms")
     rng = np.random.default_rng(9)
     data = counts(rng, (2, 2, 8, 8), 40.0)
     mask = np.zeros((8, 8), dtype=np.uint32)

@@ -600,3 +600,27 @@ def test_trial_loop_interleaves_rounds_and_rechecks_a_subset(tmp_path):
     assert loop.run(recheck, 3, first_index=2) == 6  # K more rounds of a subset, same process
     assert seen == [(i, c) for i in (2, 3, 4) for c in recheck]
     assert [i for e, i in events] == [0] * 4 + [1] * 4 + [2, 2, 3, 3, 4, 4]
+
+
+def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeypatch):
+    """--verify-source: every HDF5 load of the run checks its chunks (cpu backend), and
+    the report's conditions say so; other backends refuse it before measuring."""
+    import quantem.io
+    from harness.errors import UsageError
+    from harness.run.io_scale import check_config
+
+    folder, suite = disk_suite
+    seen = []
+    real = quantem.io.load
+
+    def spy(path, backend="cpu", **options):
+        seen.append((Path(path).suffix, options.get("verify_source")))
+        return real(path, backend, **options)
+
+    monkeypatch.setattr(quantem.io, "load", spy)
+    outcome = run_io_scale(_config(folder, suite, verify_source=True))
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    assert outcome.report["conditions"]["verify_source"] is True
+    assert {flag for suffix, flag in seen if suffix == ".h5"} == {True}
+    with pytest.raises(UsageError, match="--verify-source needs --backend cpu"):
+        check_config(_config(folder, suite, backend="cuda", verify_source=True))

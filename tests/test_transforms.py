@@ -6,11 +6,18 @@ import numpy as np
 import pytest
 
 from quantem.errors import UnsupportedDtypeError
-from quantem.io.transforms import LoadOptions, finish_frames, parse_load_options
+from quantem.io.transforms import (
+    LOAD_METADATA_KEYS,
+    FrameFinisher,
+    LoadOptions,
+    finish_frames,
+    parse_load_options,
+)
 
 
 def test_parse_accepts_aliases_and_rejects_the_rest():
-    assert parse_load_options() == LoadOptions("native", False, 1)
+    # apply_mask defaults to True (wave 2, as in the upstream quantem.gpu API)
+    assert parse_load_options() == LoadOptions("native", True, 1) == LoadOptions()
     assert parse_load_options("u8", True, 4) == LoadOptions("uint8", True, 4)
     assert parse_load_options(np.uint16).dtype == "uint16"
     assert parse_load_options(np.dtype("uint32")).dtype == "uint32"
@@ -27,9 +34,48 @@ def test_parse_accepts_aliases_and_rejects_the_rest():
 
 def test_identity_returns_input_unchanged():
     frames = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4)
-    out, info = finish_frames(frames, np.ones((3, 4), bool))
+    out, info = finish_frames(frames, np.ones((3, 4), bool), apply_mask=False)
     assert out is frames
     assert info == {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
+
+
+def test_default_masks_and_overwrite_masks_in_place():
+    frames = np.arange(2 * 3 * 4, dtype=np.uint16).reshape(2, 3, 4) + 1
+    validity = np.ones((3, 4), bool)
+    validity[1, 2] = False
+    out, _ = finish_frames(frames, validity)
+    assert out is not frames and frames.all()  # the input is not modified
+    assert (out[:, 1, 2] == 0).all() and np.count_nonzero(out == 0) == 2
+    options = LoadOptions()
+    owned = frames.copy()
+    again, info = options.finish(owned, validity, overwrite=True)
+    assert again is owned  # masked in place: no second array
+    np.testing.assert_array_equal(again, out)
+    assert info == {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
+    # a change of dtype or shape needs a new array even with overwrite
+    narrowed, _ = LoadOptions("uint8").finish(owned, validity, overwrite=True)
+    assert narrowed is not owned and narrowed.dtype == np.uint8
+
+
+def test_frame_finisher_equals_one_finish_and_metadata_keys():
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 70000, size=(9, 7, 6), dtype=np.uint32)
+    validity = rng.random((7, 6)) > 0.2
+    options = LoadOptions("uint16", True, 2)
+    whole, info = options.finish(frames, validity)
+    finisher = FrameFinisher(options, 9, frames.dtype, (7, 6), validity)
+    for start in range(0, 9, 4):
+        finisher(start, min(start + 4, 9), frames[start : start + 4])
+    np.testing.assert_array_equal(finisher.out, whole)
+    assert finisher.info == info and info["clipped_pixels"] > 0
+    md = options.metadata(info, stored_dtype=np.uint32, stored_detector_shape=(7, 6))
+    assert tuple(md) == LOAD_METADATA_KEYS
+    assert md["dtype"] == "uint32" and md["detector_shape"] == (3, 3)
+    assert md["stored_detector_shape"] == (7, 6) and md["det_bin_dropped"] == [1, 0]
+    assert md["load_options"] == {"dtype": "uint16", "apply_mask": True, "det_bin": 2}
+    validity_out = options.finish_validity(validity)
+    assert validity_out.shape == (3, 3)
+    assert validity_out[0, 0] == validity[:2, :2].all()
 
 
 def test_mask_happens_before_narrowing_and_binning():

@@ -13,5 +13,6 @@ COMMAND_MODULES = (
     "harness.commands.render",
     "harness.commands.compare",
     "harness.commands.calibrate",
+    "harness.commands.recheck",
     "harness.commands.native",
 )

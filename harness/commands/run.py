@@ -129,6 +129,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument(
         "--threads", type=int, default=None, help="reader threads (default: the reader's choice)"
     )
+    io.add_argument(
+        "--verify-source",
+        action="store_true",
+        help="HDF5 loads check every raw chunk against the frame index's XXH3-64 "
+        "(cpu backend; part of the comparison key)",
+    )
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
@@ -162,6 +168,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         lock_dir=args.lock_dir,
         lock_timeout=args.lock_timeout,
         fresh_index=args.fresh_index,
+        verify_source=args.verify_source,
         cold_reloads=args.cold_reloads,
         verify=not args.no_verify,
         source_hashes=not args.no_source_hashes,

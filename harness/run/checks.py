@@ -127,7 +127,7 @@ def python_sample_hashes(log: FailureLog, expected: Expected, qem_path: Path) ->
             f"{expected.selected.id}: sample frame {max(frames)} is outside the {n} frames"
         )
         return None
-    acquisition = quantem.io.load(qem_path, backend="cpu")
+    acquisition = quantem.io.load(qem_path, backend="cpu", apply_mask=False)  # stored counts
     try:
         check_product(log, expected, acquisition, "python qem reference load", "qem")
         flat = acquisition.data.reshape(n, *acquisition.data.shape[2:])

@@ -74,6 +74,8 @@ class IoScaleConfig:
     lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
     lock_timeout: float = 600.0
     fresh_index: bool = False
+    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
+    verify_source: bool = False
     cold_reloads: int = 0
     verify: bool = True
     source_hashes: bool = True
@@ -109,6 +111,11 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError(f"unknown representation {cfg.representation!r}")
     if cfg.representation == "encoded" and not profile.device_pool:
         raise UsageError("--representation encoded needs --backend cuda")
+    if cfg.verify_source and cfg.backend != "cpu":
+        raise UsageError(
+            "--verify-source needs --backend cpu for now (the cuda loader refuses it until "
+            "the GPU check is wired; the native reader reads .qem, which has block checksums)"
+        )
     if not profile.in_process and cfg.native_binary is None:
         raise UsageError("--backend native needs --native-binary PATH")
     if cfg.native_binary is not None and not os.access(cfg.native_binary, os.X_OK):
@@ -151,6 +158,7 @@ class IoScaleRun:
             threads=cfg.threads,
             representation=cfg.representation,
             fresh_index=cfg.fresh_index,
+            verify_source=cfg.verify_source,
         )
         return TrialContext(
             self.profile, settings, self.log, self.memory, workspace, cfg.native_binary
@@ -158,24 +166,39 @@ class IoScaleRun:
 
     def measure(self, selected: SelectedAcquisition, workspace: Workspace) -> None:
         cfg, ctx = self.config, self.context(workspace)
+        state = self.prepare(selected, workspace)
+        if state is None:
+            return
+        self.measure_cells(ctx, self.cells_of(state), cfg.reps)
+        if self.profile.in_process:
+            self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
+            if cfg.profile_reload:
+                self.profiled = io_steps.profiled_reload(ctx, state)
+
+    def prepare(
+        self, selected: SelectedAcquisition, workspace: Workspace
+    ) -> AcquisitionState | None:
+        """Everything before the trials of one acquisition; None when its QEM is wrong.
+
+        Sources resolved, the first HDF5 observation (it builds the frame index), the
+        disposable QEM written and checked, the first QEM observation. ``harness recheck``
+        prepares an earlier report's acquisitions with this before its rounds.
+        """
+        ctx = self.context(workspace)
         state = AcquisitionState(selected, Expected(selected))
         self.states.append(state)
         io_steps.resolve_sources(ctx, state)
         io_steps.first_observation(ctx, state)
         workspace.event("first-observation", acquisition=selected.id)
         if not self.prepare_qem(ctx, state):
-            return
+            return None
         if self.profile.in_process:
             io_steps.qem_first_observation(ctx, state)
         else:
             state.python_sample_hashes = reference_sample_hashes(
                 self.log, state.expected, state.qem_path
             )
-        self.measure_cells(ctx, self.cells_of(state), cfg.reps)
-        if self.profile.in_process:
-            self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
-            if cfg.profile_reload:
-                self.profiled = io_steps.profiled_reload(ctx, state)
+        return state
 
     def cells_of(self, state: AcquisitionState) -> list[Cell]:
         """The acquisition's cells in trial order (formats of the backend x cache states)."""
@@ -266,6 +289,7 @@ class IoScaleRun:
                 "load_only": cfg.load_only,
                 "cache_states": list(CACHE_STATES),
                 "fresh_index": cfg.fresh_index,
+                "verify_source": cfg.verify_source,
                 "threads": cfg.threads,
                 "label_rules": {"cold": cold_rule, "cached": cached_rule},
             },

@@ -121,7 +121,7 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
             lock_dir=cfg.lock_dir,
             timeout=cfg.lock_timeout,
             command=[str(a) for a in cfg.command],
-            on_wait=_say_waiting,
+            on_wait=say_waiting,
         ):
             outcome = _measure_and_report(
                 kind, manifest, tracker, baseline, calibration, environment
@@ -135,7 +135,8 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     return outcome
 
 
-def _say_waiting(resource, holder: str) -> None:
+def say_waiting(resource, holder: str) -> None:
+    """Tell the user (stderr) which run holds the GPU or storage this one waits for."""
     print(
         f"harness: waiting for {resource.kind} {resource.identifier!r}, in use by {holder}",
         file=sys.stderr,
@@ -179,14 +180,7 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
                 rechecked = kind.recheck_cells(workspace, flagged, cfg.recheck)
         after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
         kind.after_trials(workspace)
-    provenance, stable = tracker.finish()
-    if not stable:
-        changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
-        log.other(
-            "source-stability: the measured source changed during the run "
-            f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
-            f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
-        )
+    provenance, stable = finish_provenance(tracker, log)
     kind.finish(stable and not log.failed)
     contention = contention_section(before, after)
     status = status_section(log, stable)
@@ -209,11 +203,7 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
     doc = kind.build_report(head)
     recheck = None
     if flagged:
-        doc["recheck"] = {
-            "rounds": cfg.recheck,
-            "cells": [list(key) for key in flagged],
-            "trials": rechecked,
-        }
+        doc["recheck"] = recheck_block(cfg.recheck, flagged, rechecked)
         recheck = collect_cells({"trials": rechecked})
     exit_code = judge(
         doc,
@@ -225,3 +215,21 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
     )
     report_path = write_report(doc, cfg.output_dir, getattr(kind, "report_name", REPORT_NAME))
     return RunOutcome(doc, report_path, exit_code)
+
+
+def finish_provenance(tracker: SourceTracker, log: FailureLog) -> tuple[dict, bool]:
+    """The fingerprint taken again; a change during the measurements is logged as a failure."""
+    provenance, stable = tracker.finish()
+    if not stable:
+        changed = ", ".join(tracker.changed_files[:10]) or "a module imported from elsewhere"
+        log.other(
+            "source-stability: the measured source changed during the run "
+            f"(fingerprint {provenance['source_fingerprint_start'][:12]} -> "
+            f"{provenance['source_fingerprint_end'][:12]}; changed: {changed})"
+        )
+    return provenance, stable
+
+
+def recheck_block(rounds: int, cells: list, trials: list[dict]) -> dict:
+    """The report's ``recheck`` block: the rechecked cells and their trials, kept apart."""
+    return {"rounds": rounds, "cells": [list(key) for key in cells], "trials": trials}

@@ -237,6 +237,8 @@ def collect_series(
         status = doc["status"]
         if status["execution"] != "completed" or status["correctness"] != "passed":
             continue  # a failed run's timings are not a level of the series
+        if (doc.get("recheck") or {}).get("candidate_sha256"):
+            continue  # `harness recheck`'s record: its trials are its candidate's, counted there
         key = comparison_key(doc)
         revision = (doc.get("provenance") or {}).get("git_revision")
         for cell, seconds in collect_cells(doc).items():

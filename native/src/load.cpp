@@ -85,6 +85,7 @@ LoadResult run_load(const LoadRequest& req) {
   t = now;
   PageBuffer staged_payload;
   std::unique_ptr<Mapping> mapping;
+  std::unique_ptr<MappedFaultGuard> fault_guard;  // SIGBUS in the mapping: an IoError
   const std::uint8_t* payload = nullptr;
   if (req.io == IoMode::Pread) {
     staged_payload = PageBuffer(static_cast<std::size_t>(layout.payload_length), "the payload");
@@ -99,6 +100,7 @@ LoadResult run_load(const LoadRequest& req) {
   } else {
     mapping = std::make_unique<Mapping>(file);
     payload = mapping->data() + layout.payload_offset;
+    fault_guard = std::make_unique<MappedFaultGuard>(mapping->data(), mapping->size(), req.path);
   }
   now = monotonic_seconds();
   stages["read"] = Json(now - t);
@@ -120,6 +122,7 @@ LoadResult run_load(const LoadRequest& req) {
   stages["decode"] = Json(now - t);
   end_cpu_stage("decode");
   staged_payload = PageBuffer();
+  fault_guard.reset();
   mapping.reset();
 
   // Stage hash: the sample frames as little-endian uint32.

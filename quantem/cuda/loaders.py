@@ -3,9 +3,10 @@
 Both return an :class:`~quantem.acquisition.Acquisition` with ``backend="cuda"`` whose
 ``data`` is a CuPy array on ``device`` (or, for ``.qem`` with ``representation="encoded"``,
 no dense array but a resident :class:`~quantem.cuda.encoded.EncodedPayload`). The load
-options (``dtype``, ``apply_mask``, ``det_bin``) go through the one implementation of
-their semantics, :func:`quantem.io.transforms.finish_frames`, run with ``xp=cupy`` per
-batch of decoded frames, so results equal the cpu backend's bit for bit.
+options (``dtype``, ``apply_mask``, ``det_bin``) are parsed once into a
+:class:`~quantem.io.transforms.LoadOptions`, which owns their semantics (frames,
+validity, metadata keys) for every loader; its ``finish`` runs with ``xp=cupy`` (per
+batch where the dtype or shape changes), so results equal the cpu backend's bit for bit.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from quantem.acquisition import Acquisition
 from quantem.backends import require_backend
 from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
 from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
-
-IDENTITY_OPTIONS = {"dtype": "native", "apply_mask": False, "det_bin": 1}
+from quantem.io.transforms import FrameFinisher, LoadOptions
 
 
 @contextmanager
@@ -41,44 +41,12 @@ def releasing_on_error() -> Iterator[None]:
         raise
 
 
-class FrameFinisher:
-    """Applies ``finish_frames`` batch by batch into one preallocated device array.
-
-    ``finish_frames`` acts on each frame independently (mask, narrowing, binning), so
-    finishing per batch equals finishing the whole stack; integer fields of its ``info``
-    (such as ``clipped_pixels``) are summed over the batches.
-    """
-
-    def __init__(self, n_frames: int, sample: Any, validity: Any, options: dict[str, Any]) -> None:
-        import cupy
-
-        from quantem.io.transforms import finish_frames
-
-        self._finish = finish_frames
-        self.validity = validity
-        self.options = options
-        probe, _ = finish_frames(sample, validity, xp=cupy, **options)
-        self.out = cupy.empty((n_frames, *probe.shape[1:]), dtype=probe.dtype)
-        self.info: dict[str, Any] = {}
-
-    def __call__(self, start: int, stop: int, frames: Any) -> None:
-        import cupy
-
-        result, info = self._finish(frames, self.validity, xp=cupy, **self.options)
-        self.out[start:stop] = result
-        for key, value in info.items():
-            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-                self.info[key] = int(self.info.get(key, 0)) + int(value)
-            else:
-                self.info.setdefault(key, value)
-
-
 def load_hdf5(
     path: str | os.PathLike,
     *,
     device: int = 0,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     scan_shape: tuple[int, int] | None = None,
     fresh_index: bool = False,
@@ -86,6 +54,7 @@ def load_hdf5(
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     staging: str = "pread",
+    verify_source: bool = False,
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
@@ -99,6 +68,10 @@ def load_hdf5(
     saves does; see ``docs/performance/results.md``). ``metadata["load_stats"]``
     records which one ran (and why mapped staging fell back, if it did).
 
+    ``verify_source=True`` (checking each raw chunk against the frame index's XXH3-64,
+    :func:`quantem.io.arina.expected_chunk_hashes`) is refused with a ``ValueError``
+    until the GPU check is wired.
+
     Raises
     ------
     ChunkDecodeError
@@ -106,6 +79,12 @@ def load_hdf5(
     BackendUnavailableError
         CuPy or a CUDA device is missing.
     """
+    if verify_source:
+        # Not wired to the GPU XXH3 kernel yet: refuse rather than load unchecked.
+        raise ValueError(
+            "verify_source=True is not supported by backend='cuda' yet; "
+            "use backend='cpu' to check the chunks against the frame index"
+        )
     require_backend("cuda")
     import cupy
 
@@ -113,28 +92,19 @@ def load_hdf5(
 
     prestart_threads(threads)
     from quantem.io.arina import open_arina
-    from quantem.io.transforms import parse_load_options
 
-    parsed = parse_load_options(dtype, apply_mask, det_bin)
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
-    options = {"dtype": parsed.dtype, "apply_mask": parsed.apply_mask, "det_bin": parsed.det_bin}
+    options.check_detector(source.detector_shape)
     scan = tuple(int(v) for v in source.scan_shape)
     with cupy.cuda.Device(device), releasing_on_error():
-        frames, stats, totals = _decode_hdf5(source, parsed, options, threads, batch_bytes, staging)
+        frames, stats, info = _decode_hdf5(source, options, threads, batch_bytes, staging)
         data = frames.reshape(*scan, *frames.shape[1:])
-    # The same metadata keys and values as quantem.io.arina.load_arina.
     metadata = dict(source.metadata)
     metadata.update(
-        {
-            "stored_dtype": np.dtype(source.dtype).name,
-            "dtype": np.dtype(data.dtype).name,
-            "stored_detector_shape": source.detector_shape,
-            "detector_shape": tuple(int(v) for v in data.shape[-2:]),
-            "load_options": dict(options),
-            "clipped_pixels": int(totals["clipped_pixels"]),
-            "bin_saturated_pixels": int(totals["bin_saturated_pixels"]),
-            "det_bin_dropped": list(totals["det_bin_dropped"]),
-        }
+        options.metadata(
+            info, stored_dtype=source.dtype, stored_detector_shape=source.detector_shape
+        )
     )
     metadata["load_stats"] = {
         "compressed_bytes": stats.compressed_bytes,
@@ -147,46 +117,30 @@ def load_hdf5(
         metadata["load_stats"]["staging_fallback"] = stats.fallback
     if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
         metadata["load_stats"]["stages"] = dict(stats.stages)
-    validity = _finished_validity(source.validity, options)
-    return Acquisition(data, metadata, validity, backend="cuda")
+    return Acquisition(data, metadata, options.finish_validity(source.validity), backend="cuda")
 
 
 def _decode_hdf5(
-    source: Any, parsed: Any, options: dict, threads: Any, batch_bytes: int, staging: str
+    source: Any, options: LoadOptions, threads: Any, batch_bytes: int, staging: str
 ) -> tuple:
-    """Decode every frame on the current device, finishing them per batch when needed."""
+    """Decode every frame on the current device, finished per batch where the options
+    change the dtype or shape, else masked in place."""
     import cupy
 
-    totals: dict[str, Any] = {
-        "clipped_pixels": 0,
-        "bin_saturated_pixels": 0,
-        "det_bin_dropped": [0, 0],
-    }
-    if parsed.is_identity:
+    validity = cupy.asarray(source.validity)
+    if not options.changes_layout(source.dtype):
         frames, stats = decode_source_to_device(
             source, threads=threads, batch_bytes=batch_bytes, staging=staging
         )
-        return frames, stats, totals
-    validity = cupy.asarray(source.validity)
-    det = tuple(int(v) for v in source.detector_shape)
-    sample = cupy.zeros((1, *det), dtype=np.dtype(source.dtype))
-    finisher = FrameFinisher(int(source.n_frames), sample, validity, options)
+        frames, info = options.finish(frames, validity, cupy, overwrite=True)
+        return frames, stats, info
+    finisher = FrameFinisher(
+        options, source.n_frames, source.dtype, source.detector_shape, validity, cupy
+    )
     _, stats = decode_source_to_device(
         source, consume=finisher, threads=threads, batch_bytes=batch_bytes, staging=staging
     )
-    totals.update(finisher.info)
-    return finisher.out, stats, totals
-
-
-def _finished_validity(validity: np.ndarray, options: dict[str, Any]) -> np.ndarray:
-    """The validity mask for the loaded detector shape: a binned pixel is valid iff every
-    source pixel in it is (the cpu loaders' rule)."""
-    det_bin = int(options["det_bin"])
-    if det_bin == 1:
-        return validity
-    rows, cols = validity.shape[0] // det_bin, validity.shape[1] // det_bin
-    cropped = validity[: rows * det_bin, : cols * det_bin]
-    return cropped.reshape(rows, det_bin, cols, det_bin).all(axis=(1, 3))
+    return finisher.out, stats, finisher.info
 
 
 def load_qem(
@@ -197,7 +151,7 @@ def load_qem(
     verify: bool = True,
     scan_region: Any = None,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
@@ -228,42 +182,32 @@ def load_qem(
 
     prestart_threads(threads)
     from quantem.cuda.encoded import EncodedPayload
-    from quantem.cuda.qem_pipeline import block_extents
-    from quantem.errors import QemFormatError
-    from quantem.io.qem.reader import QemFile, acquisition_metadata
-    from quantem.io.transforms import parse_load_options
+    from quantem.io.qem.reader import (
+        QemFile,
+        acquisition_metadata,
+        dense_metadata,
+        resolve_load_options,
+    )
 
     if representation not in ("dense", "encoded"):
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
     qem = QemFile(path, verify=False)  # structure checked here; block checksums below
     try:
-        if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
-            raise QemFormatError(
-                qem.path,
-                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
-                section="header",
-            )
-        requested = dtype
-        if dtype == "source":
-            dtype = qem.header.source_dtype.name
-        parsed = parse_load_options(dtype, apply_mask, det_bin)
-        options = {
-            "dtype": parsed.dtype,
-            "apply_mask": parsed.apply_mask,
-            "det_bin": parsed.det_bin,
-        }
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
         with cupy.cuda.Device(device), releasing_on_error():
             if representation == "encoded":
-                identity = requested == "native" and not apply_mask and int(det_bin) == 1
-                if scan_region is not None or not identity:
+                # The payload keeps the stored counts (products apply the validity mask
+                # themselves), so apply_mask is accepted either way and the metadata
+                # describes the stored counts.
+                if scan_region is not None or options.changes_layout(qem.dtype):
                     raise ValueError(
                         "representation='encoded' keeps the stored counts: it takes no "
-                        "scan_region, dtype, apply_mask or det_bin (load 'dense' for those)"
+                        "scan_region, dtype or det_bin (load 'dense' for those)"
                     )
                 payload = EncodedPayload(
                     qem, verify=verify, threads=threads, batch_bytes=batch_bytes
                 )
-                metadata = acquisition_metadata(qem, qem.scan_shape, qem.dtype)
+                metadata = acquisition_metadata(qem, qem.scan_shape)
                 metadata["resident_bytes"] = payload.nbytes
                 return Acquisition(
                     None,
@@ -274,60 +218,46 @@ def load_qem(
                     representation="encoded",
                     on_close=[payload.close],
                 )
-            data, info, block_ids, region, stats = _decode_qem_dense(
-                qem, scan_region, parsed, options, verify, threads, batch_bytes
+            frames, block_ids, region, stats = _decode_qem_dense(
+                qem, scan_region, verify, threads, batch_bytes
             )
-            shape = tuple(int(v) for v in data.shape[:2])
-        # The same metadata keys and values as quantem.io.qem.reader.load_qem.
-        metadata = acquisition_metadata(qem, shape, data.dtype)
-        _, extents = block_extents(qem.block_index)
-        metadata.update(
-            {
-                "detector_shape": tuple(int(v) for v in data.shape[-2:]),
-                "load_options": dict(options),
-                "clipped_pixels": int(info["clipped_pixels"]),
-                "bin_saturated_pixels": int(info["bin_saturated_pixels"]),
-                "det_bin_dropped": list(info["det_bin_dropped"]),
-                "compressed_bytes": int(extents[block_ids].sum()),
-            }
-        )
-        if region is not None:
-            metadata["scan_region"] = [region[0][0], region[0][1], region[1][0], region[1][1]]
+            frames, info = options.finish(frames, cupy.asarray(qem.validity), cupy, overwrite=True)
+            shape = region[2] if region is not None else tuple(qem.scan_shape)
+            data = frames.reshape(*shape, *frames.shape[1:])
+        corners = None if region is None else [*region[0], *region[1]]
+        metadata = dense_metadata(qem, shape, options, info, block_ids, corners)
         metadata["load_stats"] = {
             "payload_bytes": stats.copied_bytes,
             "batches": stats.batches,
             "read_seconds": stats.read_seconds,
             "pipeline_seconds": stats.wall_seconds,
         }
-        validity = _finished_validity(qem.validity, options)
+        validity = options.finish_validity(qem.validity)
         return Acquisition(data, metadata, validity, backend="cuda")
     finally:
         qem.close()
 
 
 def _decode_qem_dense(
-    qem: Any,
-    scan_region: Any,
-    parsed: Any,
-    options: dict,
-    verify: bool,
-    threads: Any,
-    batch_bytes: int,
+    qem: Any, scan_region: Any, verify: bool, threads: Any, batch_bytes: int
 ) -> tuple:
-    """Decode the blocks a dense load needs on the current device and finish the frames."""
+    """Decode the blocks a dense load needs on the current device.
+
+    Returns the stored frames ``(n, det_r, det_c)`` of the scan (or region) in scan
+    order, the block ids decoded, ``(rows, cols, shape)`` of the region (None for the
+    whole scan) and the staging statistics.
+    """
     import cupy
 
     from quantem.cuda.qem_pipeline import block_extents, plan_stage, stage_blocks
     from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
     from quantem.io.qem.reader import parse_scan_region
-    from quantem.io.transforms import finish_frames
 
     decoder = QemBlockDecoder(qem)
     det = tuple(int(v) for v in qem.detector_shape)
     bf = int(qem.block_frames)
     index = qem.block_index
     if scan_region is None:
-        shape = tuple(int(v) for v in qem.scan_shape)
         block_ids = np.arange(qem.n_blocks, dtype=np.int64)
         out_frames = index["frame_start"].astype(np.int64)
         dense = cupy.empty((qem.n_frames, *det), dtype=qem.dtype)
@@ -342,7 +272,7 @@ def _decode_qem_dense(
         block_ids = qem.blocks_for_frames(frames)
         out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
         dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
-        region = (rows, cols, frames)
+        region = (rows, cols, shape)
     status = cupy.zeros(block_ids.size, dtype=cupy.int32)
     # The block table of every batch, uploaded once before the transfer (sliced per batch:
     # no host-to-device uploads between the batches' launches).
@@ -362,15 +292,9 @@ def _decode_qem_dense(
     if region is None:
         frames_out = dense
     else:
-        rows, cols, frames = region
         position = np.full(qem.n_blocks, -1, dtype=np.int64)
         position[block_ids] = np.arange(block_ids.size) * bf
         gather = position[frames // bf] + frames % bf
         frames_out = dense[cupy.asarray(gather)]
         del dense
-    info = {"clipped_pixels": 0, "bin_saturated_pixels": 0, "det_bin_dropped": [0, 0]}
-    if not parsed.is_identity:
-        validity_dev = cupy.asarray(qem.validity)
-        frames_out, info = finish_frames(frames_out, validity_dev, xp=cupy, **options)
-    data = frames_out.reshape(*shape, *frames_out.shape[1:])
-    return data, info, block_ids, region, stats
+    return frames_out, block_ids, region, stats

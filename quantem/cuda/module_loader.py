@@ -115,11 +115,6 @@ def load_module(filename: str, defines: dict[str, int | str]) -> Any:
     return _compile(filename, tuple(sorted(defines.items())), device_id)
 
 
-def get_kernel(filename: str, name: str, defines: dict[str, int | str]) -> Any:
-    """One ``extern "C"`` kernel of a compiled module."""
-    return load_module(filename, defines).get_function(name)
-
-
 def kernel_provenance() -> list[dict[str, Any]]:
     """One record per module loaded in this process: file, key, ``path`` (``"fatbin"`` or
     ``"nvrtc"``), the fatbin's name and SHA-256 (fatbin) or why NVRTC ran, and the device's

@@ -23,17 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from quantem.acquisition import Acquisition
 from quantem.errors import (
     ArinaFormatError,
     ScanShapeError,
+    SourceIntegrityError,
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
 from quantem.io import arina_layout as layout
 from quantem.io.frame_index import FrameIndex, cached_shard_layout, load_or_build_frame_index
-from quantem.io.transforms import finish_frames, parse_load_options
+from quantem.io.transforms import FrameFinisher, LoadOptions
 
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
 DEFAULT_BATCH_FRAMES = 1024
@@ -64,6 +66,48 @@ class ArinaSource:
 
     def frame_files(self, start: int, stop: int) -> list[str]:
         return [self.shard_paths[s] for s in self.index.frame_shard[start:stop]]
+
+
+def expected_chunk_hashes(source: ArinaSource) -> np.ndarray:
+    """XXH3-64 (seed 0) of every frame's raw chunk as first observed, uint64 in frame order.
+
+    What ``verify_source=True`` compares the chunks read now against, on the CPU here and
+    on the GPU by the CUDA loader. Raises :class:`SourceIntegrityError` when the frame
+    index was read from a version-2 sidecar, which has no checksums.
+    """
+    hashes = source.index.chunk_xxh3
+    if hashes is None:
+        raise SourceIntegrityError(
+            source.master_path,
+            "the frame index has no chunk checksums (built by an older quantem); "
+            "load once with fresh_index=True to record them from the current files",
+        )
+    return hashes
+
+
+def chunk_mismatch_error(source: ArinaSource, frame: int) -> SourceIntegrityError:
+    """The error for a frame whose chunk differs from its recorded checksum."""
+    shard = int(source.index.frame_shard[frame])
+    shard_first = int(sum(source.shard_frames[:shard]))
+    return SourceIntegrityError(
+        source.shard_paths[shard],
+        "chunk changed since the frame index was built (its XXH3-64 differs from the one "
+        "recorded at the first observation)",
+        frame=int(frame),
+        shard_frame=int(frame) - shard_first,
+    )
+
+
+def verify_chunks(source: ArinaSource, first: int, buffer: Any, offsets: np.ndarray) -> None:
+    """Check chunks of frames ``[first, first + len(offsets) - 1)`` held in ``buffer``
+    (frame ``first + i`` at ``buffer[offsets[i]:offsets[i+1]]``) against the index."""
+    n = len(offsets) - 1
+    expected = expected_chunk_hashes(source)[first : first + n]
+    data = memoryview(buffer).cast("B")
+    for i in range(n):
+        got = xxhash.xxh3_64_intdigest(data[int(offsets[i]) : int(offsets[i + 1])])
+        if got != int(expected[i]):
+            raise chunk_mismatch_error(source, first + i)
 
 
 def _sha256_file(path: str) -> str:
@@ -479,10 +523,13 @@ def _decode_range(
     out: np.ndarray | None,
     threads: int | None,
     engine: str,
+    verify_source: bool = False,
 ) -> np.ndarray:
     from quantem.io.cpu_decode import decode_frames
 
     buffer, offsets = compressed
+    if verify_source:
+        verify_chunks(source, start, buffer, offsets)
     return decode_frames(
         buffer,
         offsets,
@@ -497,7 +544,11 @@ def _decode_range(
 
 
 def _read_and_decode_into(
-    source: ArinaSource, out: np.ndarray, threads: int | None, engine: str
+    source: ArinaSource,
+    out: np.ndarray,
+    threads: int | None,
+    engine: str,
+    verify_source: bool = False,
 ) -> None:
     """Read and decode every frame into ``out`` (flat uint8), each thread its own pieces.
 
@@ -517,6 +568,8 @@ def _read_and_decode_into(
     )
 
     engine = resolve_engine(engine)
+    if verify_source:
+        expected_chunk_hashes(source)  # refuses an index without checksums before reading
     n = source.n_frames
     frame_bytes = source.frame_bytes
     elem_size = source.dtype.itemsize
@@ -542,6 +595,8 @@ def _read_and_decode_into(
                 view = memoryview(staging)
                 for run in _read_runs(source, first, last):
                     _read_run(source, fds, view, run)
+                if verify_source:
+                    verify_chunks(source, first, staging, offsets)
                 decode_chunks(
                     staging,
                     offsets,
@@ -607,23 +662,30 @@ def iter_frame_batches(
     stop: int | None = None,
     threads: int | None = None,
     engine: str = "auto",
+    verify_source: bool = False,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(first frame, frames (n, det_r, det_c))`` decoded on the CPU, in order.
 
-    The next batch's chunks are read while the current one is decoded.
+    The next batch's chunks are read while the current one is decoded; with
+    ``verify_source`` each chunk is first checked against its recorded XXH3-64.
     """
     stop = source.n_frames if stop is None else stop
+    if verify_source:
+        expected_chunk_hashes(source)
     for first, last, compressed in _iter_compressed_batches(
         source, batch_frames, start, stop, threads
     ):
-        yield first, _decode_range(source, first, last, compressed, None, threads, engine)
+        yield (
+            first,
+            _decode_range(source, first, last, compressed, None, threads, engine, verify_source),
+        )
 
 
 def load_arina(
     path: str | os.PathLike,
     *,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     scan_shape: tuple[int, int] | None = None,
     fresh_index: bool = False,
@@ -631,6 +693,7 @@ def load_arina(
     threads: int | None = None,
     engine: str = "auto",
     batch_frames: int = DEFAULT_BATCH_FRAMES,
+    verify_source: bool = False,
 ) -> Acquisition:
     """Load an ARINA acquisition into memory as a 4D numpy array (backend ``"cpu"``).
 
@@ -639,88 +702,71 @@ def load_arina(
     path
         The ``*_master.h5`` file.
     dtype, apply_mask, det_bin
-        Load options, applied by :func:`quantem.io.transforms.finish_frames`: mask
-        first, then dtype (``"u8"`` saturates, counted in ``metadata["clipped_pixels"]``),
-        then detector binning (uint32 block sums; trailing rows/columns that do not fill
-        a block are dropped).
+        Load options, applied by :meth:`quantem.io.transforms.LoadOptions.finish`: mask
+        first (default on: invalid pixels read 0), then dtype (``"u8"`` saturates,
+        counted in ``metadata["clipped_pixels"]``), then detector binning (uint32 block
+        sums; trailing rows/columns that do not fill a block are dropped).
     scan_shape
         Overrides the file's scan shape (must hold every frame).
     fresh_index, index_dir
         Rebuild the frame index instead of reusing its sidecar; where sidecars live
         (default ``$QUANTEM_INDEX_DIR`` or ``~/.cache/quantem/index``).
     threads
-        Cores for reading and decoding (default: all numba threads). Without load
-        options each thread reads and decodes its own pieces of frames straight into
-        the result (no separate reader thread).
+        Cores for reading and decoding (default: all numba threads). When the options
+        keep the stored dtype and shape, each thread reads and decodes its own pieces
+        of frames straight into the result (no separate reader thread) and the mask is
+        applied in place.
     engine
         Chunk decoder, see :func:`quantem.io.cpu_decode.decode_frames`.
     batch_frames
-        Frames per batch when load options transform the frames (decoded, finished,
-        then copied into the result).
+        Frames per batch when load options change the dtype or shape (decoded,
+        finished, then copied into the result).
+    verify_source
+        Check every raw chunk against the XXH3-64 recorded in the frame index when the
+        acquisition was first observed; a chunk that changed since raises
+        :class:`~quantem.errors.SourceIntegrityError` naming the shard and frame (the
+        bitshuffle-LZ4 format has no checksum of its own, so a flipped bit otherwise
+        decodes as wrong data). Off by default.
     """
     if batch_frames < 1:
         raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
-    options = parse_load_options(dtype, apply_mask, det_bin)
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
-    out_dtype = options.output_dtype(source.dtype)
-    det_out = options.output_detector_shape(source.detector_shape)
-    if min(det_out) < 1:
-        raise ValueError(
-            f"det_bin {options.det_bin} is larger than the detector {source.detector_shape}"
+    options.check_detector(source.detector_shape)
+    if options.changes_layout(source.dtype):
+        finisher = FrameFinisher(
+            options, source.n_frames, source.dtype, source.detector_shape, source.validity
         )
-    data = np.empty((source.n_frames, *det_out), dtype=out_dtype)
-    totals = {"clipped_pixels": 0, "bin_saturated_pixels": 0}
-    dropped = [0, 0]
-    if options.is_identity:
-        # Decode straight into the result, each thread reading its own pieces.
-        _read_and_decode_into(source, data.reshape(-1).view(np.uint8), threads, engine)
-    else:
         for first, frames in iter_frame_batches(
-            source, batch_frames, threads=threads, engine=engine
+            source, batch_frames, threads=threads, engine=engine, verify_source=verify_source
         ):
-            finished, info = finish_frames(
-                frames,
-                source.validity,
-                dtype=options.dtype,
-                apply_mask=options.apply_mask,
-                det_bin=options.det_bin,
-            )
-            data[first : first + len(frames)] = finished
-            totals["clipped_pixels"] += info["clipped_pixels"]
-            totals["bin_saturated_pixels"] += info["bin_saturated_pixels"]
-            dropped = info["det_bin_dropped"]
-    data = data.reshape(*source.scan_shape, *det_out)
+            finisher(first, first + len(frames), frames)
+        data, info = finisher.out, finisher.info
+    else:
+        # Decode straight into the result, each thread reading its own pieces.
+        data = np.empty((source.n_frames, *source.detector_shape), dtype=source.dtype)
+        _read_and_decode_into(
+            source, data.reshape(-1).view(np.uint8), threads, engine, verify_source
+        )
+        data, info = options.finish(data, source.validity, overwrite=True)
+    data = data.reshape(*source.scan_shape, *data.shape[1:])
     metadata = dict(source.metadata)
     metadata.update(
-        {
-            "stored_dtype": source.dtype.name,
-            "dtype": out_dtype.name,
-            "stored_detector_shape": source.detector_shape,
-            "detector_shape": det_out,
-            "load_options": {
-                "dtype": options.dtype,
-                "apply_mask": options.apply_mask,
-                "det_bin": options.det_bin,
-            },
-            "clipped_pixels": totals["clipped_pixels"],
-            "bin_saturated_pixels": totals["bin_saturated_pixels"],
-            "det_bin_dropped": dropped,
-        }
+        options.metadata(
+            info, stored_dtype=source.dtype, stored_detector_shape=source.detector_shape
+        )
     )
-    validity = source.validity
-    if options.det_bin > 1:
-        # A binned pixel is valid when every detector pixel in its block is valid.
-        b = options.det_bin
-        r, c = det_out
-        validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
-    return Acquisition(data, metadata, validity, "cpu")
+    return Acquisition(data, metadata, options.finish_validity(source.validity), "cpu")
 
 
 __all__ = [
     "ArinaSource",
+    "chunk_mismatch_error",
+    "expected_chunk_hashes",
     "iter_frame_batches",
     "load_arina",
     "open_arina",
     "read_compressed",
     "resolve_scan_shape",
+    "verify_chunks",
 ]

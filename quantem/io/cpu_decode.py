@@ -69,6 +69,41 @@ ERROR_MESSAGES = {
     ERR_TRAILING_BYTES: "unexpected bytes after the frame's last block",
 }
 
+#: What a chunk error means, the same for this decoder and the GPU kernel
+#: (``quantem/cuda/lz4_bitshuffle.cu``), whose numbering differs and which splits or
+#: merges some checks: both map every code to one of these classes, and a corrupt chunk
+#: gets the same class from both (``tests/test_cuda_routing.py`` runs the kernel source
+#: on the host against this decoder).
+CHUNK_ERROR_CLASSES = ("header", "block table", "lz4 block", "chunk length", "staging bounds")
+#: This decoder's codes -> class.
+CPU_ERROR_CLASS = {
+    ERR_CHUNK_TOO_SHORT: "header",
+    ERR_UNCOMPRESSED_SIZE: "header",
+    ERR_BLOCK_SIZE: "header",
+    ERR_BLOCK_HEADER_TRUNCATED: "block table",
+    ERR_BLOCK_LENGTH: "block table",
+    ERR_LZ4_MALFORMED: "lz4 block",
+    ERR_LZ4_OUTPUT_SIZE: "lz4 block",
+    ERR_TAIL_TRUNCATED: "chunk length",
+    ERR_TRAILING_BYTES: "chunk length",
+}
+#: The GPU kernel's ``ERR_*`` codes (``lz4_bitshuffle.cu``, mirrored in
+#: ``quantem.cuda.lz4_bitshuffle.CHUNK_ERRORS``) -> class. Its 11 (a chunk outside the
+#: bytes staged for it) is a staging fault with no CPU counterpart.
+KERNEL_ERROR_CLASS = {
+    1: "header",  # ERR_CHUNK_TOO_SHORT
+    2: "header",  # ERR_HEADER_SIZE
+    3: "header",  # ERR_HEADER_BLOCK_SIZE
+    4: "block table",  # ERR_BLOCK_LENGTH (also a truncated length field)
+    5: "chunk length",  # ERR_CHUNK_LENGTH (raw tail missing or trailing bytes)
+    6: "lz4 block",  # ERR_LZ4_LITERAL
+    7: "lz4 block",  # ERR_LZ4_OFFSET
+    8: "lz4 block",  # ERR_LZ4_MATCH
+    9: "lz4 block",  # ERR_LZ4_OUTPUT_SIZE
+    10: "lz4 block",  # ERR_LZ4_TRUNCATED
+    11: "staging bounds",  # ERR_CHUNK_BOUNDS
+}
+
 _M1 = np.uint64(0x00AA00AA00AA00AA)
 _M2 = np.uint64(0x0000CCCC0000CCCC)
 _M3 = np.uint64(0x00000000F0F0F0F0)

@@ -6,8 +6,17 @@ B-tree) and kept as a small sidecar in an index folder, keyed by the source's id
 ``os.pread`` and never go through HDF5's per-chunk machinery.
 
 Sidecar: ``<key>.npz`` (arrays) + ``<key>.json`` (format version, source identity, shard
-sizes and mtimes, frames per shard, frame shape, dtype, element size, frame elements). A
-sidecar whose JSON or shard stats do not match the current files is ignored and rebuilt.
+sizes and mtimes, frames per shard, frame shape, dtype, element size, frame elements).
+Version 3 adds source integrity: the first observation records the XXH3-64 of every raw
+chunk (``chunk_xxh3``), each shard's identity includes a SHA-256 of its chunk-offset
+table, and the JSON carries a SHA-256 of the arrays and one of itself. A sidecar that
+fails any of these is discarded and rebuilt with a :class:`FrameIndexWarning` (swapped
+or edited offsets would otherwise return frames in the wrong order, silently). Version 2
+sidecars are still read (they have no chunk checksums, so ``verify_source`` refuses
+them). A rebuild because a shard's size or mtime changed keeps the checksums of the first
+observation (from an intact version-3 sidecar of the same master and shards), so a chunk
+edited in place is still reported by ``verify_source``. A sidecar whose JSON or shard stats do not match the current files is ignored and
+rebuilt.
 While it matches, :func:`cached_shard_layout` also spares a load from opening every shard
 with h5py to learn what the sidecar already records (frames, frame shape, dtype); those
 shards were checked (chunking, filter) when the sidecar was built, and a shard whose
@@ -16,20 +25,43 @@ size or modification time changed since makes the sidecar stale.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import os
+import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
-from quantem.errors import ArinaFormatError, SourceNotFoundError
+from quantem.errors import ArinaFormatError, FrameIndexWarning, SourceNotFoundError
 
 INDEX_FORMAT = "quantem-frame-index"
-INDEX_VERSION = 2  # 2: the shards' frame shape and dtype are stored too
+# 2: the shards' frame shape and dtype are stored too; 3: per-chunk XXH3-64, per-shard
+# offset-table hashes and the sidecar's own checksums.
+INDEX_VERSION = 3
+READABLE_VERSIONS = (2, 3)
 INDEX_DIR_ENV = "QUANTEM_INDEX_DIR"
+#: What reading a damaged ``.npz`` raises. A version-3 sidecar's file is checked against
+#: its SHA-256 first (tests/test_source_fuzz.py found BadZipFile, SyntaxError and
+#: NotImplementedError from numpy's and zipfile's parsers of damaged bytes); the parser
+#: errors remain for version-2 sidecars, which have no such checksum.
+_UNREADABLE_ARRAYS = (
+    OSError,
+    ValueError,
+    KeyError,
+    EOFError,
+    SyntaxError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+)
+#: Chunks are read for hashing in runs of at most this many bytes.
+HASH_READ_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +80,9 @@ class FrameIndex:
         Bytes per pixel value.
     frame_elems
         Pixels per frame (``det_r * det_c``).
+    chunk_xxh3
+        uint64 ``[n_frames]``: XXH3-64 (seed 0) of each frame's raw chunk bytes as first
+        observed, or None for an index read from a version-2 sidecar.
     """
 
     frame_shard: np.ndarray
@@ -55,6 +90,7 @@ class FrameIndex:
     frame_nbytes: np.ndarray
     elem_size: int
     frame_elems: int
+    chunk_xxh3: np.ndarray | None = None
 
     @property
     def n_frames(self) -> int:
@@ -115,6 +151,7 @@ def build_frame_index(
     frame_shard = np.empty(n_total, dtype=np.int32)
     frame_offset = np.full(n_total, -1, dtype=np.int64)
     frame_nbytes = np.zeros(n_total, dtype=np.int64)
+    chunk_xxh3 = np.zeros(n_total, dtype=np.uint64)
     first = 0
     for shard, (path, n, dataset_path) in enumerate(
         zip(shard_paths, frames_per_shard, dataset_paths)
@@ -162,8 +199,48 @@ def build_frame_index(
         frame_shard[first : first + n] = shard
         frame_offset[first : first + n] = offsets
         frame_nbytes[first : first + n] = sizes
+        chunk_xxh3[first : first + n] = hash_chunks(path, offsets, sizes)
         first += n
-    return FrameIndex(frame_shard, frame_offset, frame_nbytes, int(elem_size), int(frame_elems))
+    return FrameIndex(
+        frame_shard, frame_offset, frame_nbytes, int(elem_size), int(frame_elems), chunk_xxh3
+    )
+
+
+def hash_chunks(path: str, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """XXH3-64 of each chunk ``[offsets[i], offsets[i] + sizes[i])`` of file ``path``.
+
+    Chunks are read in file order, in runs of adjacent chunks of at most
+    :data:`HASH_READ_BYTES`, so a shard is read once, sequentially.
+    """
+    hashes = np.zeros(len(offsets), dtype=np.uint64)
+    order = np.argsort(offsets, kind="stable")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        i = 0
+        while i < len(order):
+            j = i + 1
+            start = int(offsets[order[i]])
+            end = start + int(sizes[order[i]])
+            while (
+                j < len(order)
+                and int(offsets[order[j]]) == end
+                and end + int(sizes[order[j]]) - start <= HASH_READ_BYTES
+            ):
+                end += int(sizes[order[j]])
+                j += 1
+            data = os.pread(fd, end - start, start)
+            if len(data) != end - start:
+                raise ArinaFormatError(
+                    path, f"file is truncated: a chunk at byte {start} is missing"
+                )
+            view = memoryview(data)
+            for k in order[i:j]:
+                begin = int(offsets[k]) - start
+                hashes[k] = xxhash.xxh3_64_intdigest(view[begin : begin + int(sizes[k])])
+            i = j
+    finally:
+        os.close(fd)
+    return hashes
 
 
 def _sidecar_paths(identity: dict, index_dir: str | os.PathLike | None) -> tuple[Path, Path]:
@@ -181,21 +258,17 @@ def cached_shard_layout(
 ) -> tuple[list[int], tuple[int, int], np.dtype] | None:
     """Frames per shard, frame shape and dtype recorded by a sidecar that still matches.
 
-    None when there is no sidecar, or it was written for other shards, or any shard's
-    size or modification time changed since. Raises :class:`SourceNotFoundError` for a
-    missing shard (as opening it would).
+    None when there is no sidecar, or it fails its own checksum (it is then rebuilt, with
+    a warning, by :func:`load_or_build_frame_index`), or it was written for other shards,
+    or any shard's size or modification time changed since. Raises
+    :class:`SourceNotFoundError` for a missing shard (as opening it would).
     """
     _, json_path = _sidecar_paths(identity, index_dir)
-    try:
-        stored = json.loads(json_path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(stored, dict):
+    stored = _read_json(json_path)
+    if stored is None or _check_document(stored) is not None:
         return None
     if (
-        stored.get("format") != INDEX_FORMAT
-        or stored.get("version") != INDEX_VERSION
-        or stored.get("source_identity") != identity
+        stored.get("source_identity") != identity
         or stored.get("shards") != [os.fspath(p) for p in shard_paths]
         or stored.get("datasets") != (list(dataset_paths) if dataset_paths is not None else None)
         or stored.get("shard_stats") != _shard_stats(shard_paths)
@@ -227,8 +300,9 @@ def load_or_build_frame_index(
 ) -> FrameIndex:
     """The source's frame index from its sidecar, or built (and stored) when absent/stale.
 
-    An index folder that cannot be written is not an error: the index is then only
-    kept in memory.
+    A sidecar that fails its checksums or its shards' offset-table hashes is discarded
+    and rebuilt with a :class:`~quantem.errors.FrameIndexWarning`. An index folder that
+    cannot be written is not an error: the index is then only kept in memory.
     """
     npz_path, json_path = _sidecar_paths(identity, index_dir)
     expected = {
@@ -248,48 +322,197 @@ def load_or_build_frame_index(
         index = _read_sidecar(npz_path, json_path, expected)
         if index is not None:
             return index
+    first_observed = _first_observed_hashes(npz_path, json_path, expected)
     index = build_frame_index(shard_paths, frames_per_shard, elem_size, frame_elems, dataset_paths)
+    if first_observed is not None:
+        # The shards changed since the first observation (or a rebuild was asked for):
+        # the chunks must still be the ones first observed, so their checksums carry over
+        # and verify_source reports every chunk that changed.
+        index = dataclasses.replace(index, chunk_xxh3=first_observed)
     _write_sidecar(npz_path, json_path, expected, index)
     return index
 
 
-def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex | None:
+def _first_observed_hashes(npz_path: Path, json_path: Path, expected: dict) -> np.ndarray | None:
+    """The chunk checksums of an intact version-3 sidecar of this source (same master
+    identity, shards and frames per shard), however stale its shard stats are."""
+    stored = _read_json(json_path)
+    if stored is None or _check_document(stored) is not None or stored.get("version") != 3:
+        return None
+    if any(stored.get(k) != expected[k] for k in ("source_identity", "shards", "frames_per_shard")):
+        return None
     try:
-        stored = json.loads(json_path.read_text())
-        if stored != expected:
-            return None
-        with np.load(npz_path) as arrays:
+        with np.load(_checked_npz(npz_path, stored)) as arrays:
             index = FrameIndex(
                 arrays["frame_shard"].astype(np.int32),
                 arrays["frame_offset"].astype(np.int64),
                 arrays["frame_nbytes"].astype(np.int64),
                 expected["elem_size"],
                 expected["frame_elems"],
+                arrays["chunk_xxh3"].astype(np.uint64),
             )
-    except (OSError, ValueError, KeyError):
+    except _UNREADABLE_ARRAYS:
+        return None
+    if stored.get("arrays_sha256") != _arrays_digest(index):
+        return None
+    if index.chunk_xxh3.shape != (sum(expected["frames_per_shard"]),):
+        return None
+    return index.chunk_xxh3
+
+
+def _read_json(json_path: Path) -> dict | None:
+    try:
+        stored = json.loads(json_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
+def _canonical(document: dict) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _document_checksum(document: dict) -> str:
+    """SHA-256 of the sidecar JSON without its ``checksum`` field."""
+    return hashlib.sha256(
+        _canonical({k: v for k, v in document.items() if k != "checksum"})
+    ).hexdigest()
+
+
+def _check_document(stored: dict) -> str | None:
+    """Why a sidecar JSON cannot be trusted (None: it can, or it is simply another
+    version or another source, which is not damage)."""
+    if stored.get("format") != INDEX_FORMAT or stored.get("version") not in READABLE_VERSIONS:
+        return "unknown format or version"
+    if stored["version"] >= 3 and stored.get("checksum") != _document_checksum(stored):
+        return "its JSON fails its checksum"
+    return None
+
+
+def _arrays_digest(index: FrameIndex) -> str:
+    digest = hashlib.sha256()
+    for array, dtype in (
+        (index.frame_shard, "<i4"),
+        (index.frame_offset, "<i8"),
+        (index.frame_nbytes, "<i8"),
+        (index.chunk_xxh3, "<u8"),
+    ):
+        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    return digest.hexdigest()
+
+
+def shard_table_hashes(index: FrameIndex, n_shards: int) -> list[str]:
+    """SHA-256 of each shard's chunk-offset table: its frames' ``(offset, nbytes)`` as
+    little-endian int64 pairs, in frame order (part of the shard's identity)."""
+    hashes = []
+    for shard in range(n_shards):
+        rows = index.frame_shard == shard
+        table = np.stack([index.frame_offset[rows], index.frame_nbytes[rows]], axis=1)
+        hashes.append(hashlib.sha256(table.astype("<i8").tobytes()).hexdigest())
+    return hashes
+
+
+def _discard(json_path: Path, reason: str) -> None:
+    warnings.warn(
+        f"{json_path}: frame-index sidecar discarded and rebuilt: {reason}",
+        FrameIndexWarning,
+        stacklevel=4,
+    )
+
+
+def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex | None:
+    stored = _read_json(json_path)
+    if stored is None:
+        if json_path.exists():
+            _discard(json_path, "its JSON cannot be read")
+        return None
+    damage = _check_document(stored)
+    if damage is not None:
+        if stored.get("format") == INDEX_FORMAT and stored.get("version") in READABLE_VERSIONS:
+            _discard(json_path, damage)
+        return None
+    version = stored["version"]
+    facts = {k: v for k, v in stored.items() if k in expected and k != "version"}
+    if facts != {k: v for k, v in expected.items() if k != "version"}:
+        return None  # another source or changed shards: stale, not damaged
+    try:
+        with np.load(_checked_npz(npz_path, stored)) as arrays:
+            index = FrameIndex(
+                arrays["frame_shard"].astype(np.int32),
+                arrays["frame_offset"].astype(np.int64),
+                arrays["frame_nbytes"].astype(np.int64),
+                expected["elem_size"],
+                expected["frame_elems"],
+                arrays["chunk_xxh3"].astype(np.uint64) if version >= 3 else None,
+            )
+    except _UNREADABLE_ARRAYS as exc:
+        damaged = isinstance(exc, _DamagedArrays)
+        _discard(
+            json_path,
+            "its arrays fail their checksum" if damaged else f"its arrays cannot be read ({exc})",
+        )
         return None
     n = sum(expected["frames_per_shard"])
-    if not (
-        index.frame_shard.shape == index.frame_offset.shape == index.frame_nbytes.shape == (n,)
-    ):
+    shapes = {index.frame_shard.shape, index.frame_offset.shape, index.frame_nbytes.shape}
+    if index.chunk_xxh3 is not None:
+        shapes.add(index.chunk_xxh3.shape)
+    if shapes != {(n,)}:
+        _discard(json_path, "its arrays do not describe every frame")
+        return None
+    if version < 3:
+        return index
+    if stored.get("arrays_sha256") != _arrays_digest(index):
+        _discard(json_path, "its arrays fail their checksum")
+        return None
+    tables = shard_table_hashes(index, len(expected["shards"]))
+    for shard, (got, recorded) in enumerate(zip(tables, stored.get("shard_tables") or [])):
+        if got != recorded:
+            _discard(json_path, f"the chunk-offset table of {expected['shards'][shard]} changed")
+            return None
+    if len(stored.get("shard_tables") or []) != len(tables):
+        _discard(json_path, "it does not describe every shard")
         return None
     return index
 
 
+class _DamagedArrays(ValueError):
+    """The ``.npz`` bytes differ from the SHA-256 its (checksummed) JSON records."""
+
+
+def _checked_npz(npz_path: Path, stored: dict) -> io.BytesIO:
+    """The ``.npz`` file's bytes, checked against ``npz_sha256`` before numpy parses them
+    (version 3), so a damaged file is refused before the zip reader sees it."""
+    data = npz_path.read_bytes()
+    if stored.get("version", 0) >= 3 and hashlib.sha256(data).hexdigest() != stored.get(
+        "npz_sha256"
+    ):
+        raise _DamagedArrays("the file fails its checksum")
+    return io.BytesIO(data)
+
+
 def _write_sidecar(npz_path: Path, json_path: Path, expected: dict, index: FrameIndex) -> None:
+    arrays = io.BytesIO()
+    np.savez(
+        arrays,
+        frame_shard=index.frame_shard,
+        frame_offset=index.frame_offset,
+        frame_nbytes=index.frame_nbytes,
+        chunk_xxh3=index.chunk_xxh3,
+    )
+    document = {
+        **expected,
+        "shard_tables": shard_table_hashes(index, len(expected["shards"])),
+        "arrays_sha256": _arrays_digest(index),
+        "npz_sha256": hashlib.sha256(arrays.getvalue()).hexdigest(),
+    }
+    document["checksum"] = _document_checksum(document)
     try:
         npz_path.parent.mkdir(parents=True, exist_ok=True)
         tag = f".tmp-{os.getpid()}"
         tmp_npz = npz_path.with_name(npz_path.name + tag)
         tmp_json = json_path.with_name(json_path.name + tag)
-        with open(tmp_npz, "wb") as f:
-            np.savez(
-                f,
-                frame_shard=index.frame_shard,
-                frame_offset=index.frame_offset,
-                frame_nbytes=index.frame_nbytes,
-            )
-        tmp_json.write_text(json.dumps(expected, sort_keys=True, separators=(",", ":")) + "\n")
+        tmp_npz.write_bytes(arrays.getvalue())
+        tmp_json.write_text(_canonical(document).decode() + "\n")
         # Arrays first: a JSON present means its arrays are complete.
         os.replace(tmp_npz, npz_path)
         os.replace(tmp_json, json_path)

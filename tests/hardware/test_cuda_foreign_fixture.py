@@ -1,4 +1,4 @@
-"""The CUDA backend on ARINA files written by another project (../shared/fixtures/arina-small).
+"""The CUDA backend on ARINA files written by another project (tests/data/arina-small).
 
 Expected values come from the fixture's README (read with h5py + hdf5plugin by its
 authors), not from our code: sum 522360, masked sum 522164, uint8 frame sum 294876 with
@@ -22,13 +22,14 @@ from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
 
 def test_fixture_master_matches_documented_values_and_cpu(arina_small):
     master = arina_small / "fixture_master.h5"
-    with io.load(master, backend="cuda") as gpu, io.load(master, backend="cpu") as cpu:
+    raw = {"apply_mask": False}
+    with io.load(master, backend="cuda", **raw) as gpu, io.load(master, **raw) as cpu:
         data = cupy.asnumpy(gpu.data)
         assert data.shape == (1, 1, 64, 64)
         assert data.dtype == np.uint16
         assert int(data.sum(dtype=np.uint64)) == 522360
         np.testing.assert_array_equal(data, cpu.data)
-    with io.load(master, backend="cuda", apply_mask=True) as gpu:
+    with io.load(master, backend="cuda") as gpu:  # masked by default
         assert int(cupy.asnumpy(gpu.data).sum(dtype=np.uint64)) == 522164
 
 

@@ -47,7 +47,8 @@ def test_load_matches_cpu_and_generator(tmp_path, scan, det, dtype, staging):
     expected = make_frames(
         0, scan[0] * scan[1], scan_shape=scan, detector_shape=det, dtype=dtype, dose=3000.0
     )
-    np.testing.assert_array_equal(cpu.data.reshape(expected.shape), expected)
+    with io.load(master, backend="cuda", staging=staging, apply_mask=False) as raw:
+        np.testing.assert_array_equal(raw.data.get().reshape(expected.shape), expected)
 
 
 @pytest.mark.parametrize(

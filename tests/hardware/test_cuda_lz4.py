@@ -17,7 +17,6 @@ cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not insta
 bitshuffle = pytest.importorskip("bitshuffle")
 
 from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
-from quantem.errors import ChunkDecodeError  # noqa: E402
 
 
 def make_chunk(frame: np.ndarray, block_bytes: int) -> bytes:
@@ -135,14 +134,3 @@ def test_flipped_lz4_bytes_never_crash_and_structural_ones_are_caught():
     # structure are caught, and nothing crashes or writes out of bounds.
     assert caught >= trials // 10
     assert set(np.unique(errors)) <= {0, *lz4.CHUNK_ERRORS}
-
-
-def test_raise_first_error_names_file_and_frame():
-    errors = np.array([0, 0, 7, 3], dtype=np.int32)
-    with pytest.raises(ChunkDecodeError) as info:
-        lz4.raise_first_error(
-            errors, 100, lambda f: ("/data/x_data_000001.h5", {"shard_frame": f - 100})
-        )
-    message = str(info.value)
-    assert "x_data_000001.h5" in message and "frame 102" in message and "shard_frame 2" in message
-    assert "1 more corrupt" in message

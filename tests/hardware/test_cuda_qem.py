@@ -60,7 +60,10 @@ def test_dense_load_matches_cpu(tmp_path, scan, det, dtype):
         np.testing.assert_array_equal(gpu.data.get(), cpu.data)
         np.testing.assert_array_equal(gpu.validity, cpu.validity)
         assert gpu.data.dtype == cpu.data.dtype
+    data[..., 1, 2] = 0  # masked by default
     np.testing.assert_array_equal(cpu.data, data.astype(cpu.data.dtype))
+    with io.load(path, backend="cuda", apply_mask=False) as raw:
+        assert raw.data.get()[..., 1, 2].any()  # the hot pixel's stored counts
 
 
 def test_scan_region_and_options_match_cpu(tmp_path):

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
 namespace qemnative {
 
@@ -12,5 +13,23 @@ namespace qemnative {
 unsigned default_thread_count();
 
 void parallel_for(unsigned threads, std::size_t n, const std::function<void(std::size_t)>& fn);
+
+// While one is alive, a SIGBUS raised inside the mapped bytes [begin, end) by a task of
+// parallel_for (the file behind a mapping shrank, so its pages past the new end are gone)
+// ends that task instead of the process: parallel_for then throws IoError naming `path`.
+// The interrupted task's frames are abandoned (siglongjmp): what they owned is leaked,
+// which is acceptable on this path because the load fails and the program exits. A
+// SIGBUS anywhere else keeps its default action.
+class MappedFaultGuard {
+ public:
+  MappedFaultGuard(const void* begin, std::size_t length, std::string path);
+  ~MappedFaultGuard();
+  MappedFaultGuard(const MappedFaultGuard&) = delete;
+  MappedFaultGuard& operator=(const MappedFaultGuard&) = delete;
+
+  const unsigned char* begin;
+  const unsigned char* end;
+  std::string path;
+};
 
 }  // namespace qemnative

@@ -125,11 +125,6 @@ def rans_escapes_offset(n_words: int) -> int:
     return align_up(LANE_STATES_SIZE + 2 * n_words, 4)
 
 
-def rans_block_length(n_words: int, n_escapes: int, itemsize: int) -> int:
-    """Exact byte length of a RANS block (§10)."""
-    return rans_escapes_offset(n_words) + n_escapes * itemsize
-
-
 @dataclass(frozen=True)
 class Section:
     """One section-table entry (§4)."""
@@ -350,6 +345,8 @@ REQUIRED_METADATA_KEYS: Final = (
     "encoder",
     "detector",
 )
+#: Keys the METADATA ``source`` object must have (§5): kind, file names, identity, SHA-256s.
+SOURCE_METADATA_KEYS: Final = ("kind", "files", "identity", "sha256")
 
 
 def parse_metadata(data: bytes, header: Header, path: Any = None) -> dict:
@@ -367,6 +364,8 @@ def parse_metadata(data: bytes, header: Header, path: Any = None) -> dict:
     missing = [key for key in REQUIRED_METADATA_KEYS if key not in metadata]
     if missing:
         raise bad(f"missing keys {missing}")
+    # JSON integers only: Python's 1.0 == 1 and True == 1 must not pass (the native
+    # reader, and the spec's types, refuse them).
     checks = {
         "scan_shape": list(header.scan_shape),
         "detector_shape": list(header.detector_shape),
@@ -375,16 +374,49 @@ def parse_metadata(data: bytes, header: Header, path: Any = None) -> dict:
         "source_dtype": ITEMSIZE_TO_DTYPE[header.source_itemsize],
     }
     for key, expected in checks.items():
-        if metadata[key] != expected:
-            raise bad(f"{key} {metadata[key]!r} disagrees with the header ({expected!r})")
+        value = metadata[key]
+        if isinstance(expected, list):
+            same = (
+                isinstance(value, list)
+                and len(value) == len(expected)
+                and all(is_json_int(v) and v == e for v, e in zip(value, expected))
+            )
+        elif isinstance(expected, int):
+            same = is_json_int(value) and value == expected
+        else:
+            same = isinstance(value, str) and value == expected
+        if not same:
+            raise bad(f"{key} {value!r} disagrees with the header ({expected!r})")
     mask = metadata["pixel_mask"]
+    if not isinstance(mask, dict):
+        raise bad("pixel_mask must be an object")
     encoding = "section" if header.sections[SECTION_PIXEL_MASK].present else "all-zero"
-    if not isinstance(mask, dict) or mask.get("encoding") != encoding:
+    if mask.get("encoding") != encoding:
         raise bad(f"pixel_mask.encoding must be {encoding!r}")
+    if mask.get("dtype") != "uint32" or not is_json_int(mask.get("n_masked")):
+        raise bad("pixel_mask must have dtype 'uint32' and an integer n_masked")
     for key in ("calibration", "source", "encoder", "detector"):
         if not isinstance(metadata[key], dict):
             raise bad(f"{key} must be an object")
+    source = metadata["source"]
+    missing = [key for key in SOURCE_METADATA_KEYS if key not in source]
+    if missing:
+        raise bad(f"source is missing keys {missing}")
+    if not isinstance(source["kind"], str):
+        raise bad("source.kind must be a string")
+    if not isinstance(source["files"], list) or not all(
+        isinstance(f, str) for f in source["files"]
+    ):
+        raise bad("source.files must be a list of strings")
+    for key in ("identity", "sha256"):
+        if source[key] is not None and not isinstance(source[key], dict):
+            raise bad(f"source.{key} must be an object or null")
     return metadata
+
+
+def is_json_int(value: Any) -> bool:
+    """A JSON integer as :func:`json.loads` returns it (not a bool, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,15 @@
 :class:`QemFile` validates everything that ``docs/qem-format.md`` §14 lists before it
 touches block bytes, memory-maps the file and decodes only the blocks a request needs.
 Its parsed tables are public so another decoder (the CUDA backend, tests) can use them.
+
+The file is read with ``os.pread``, never memory-mapped: a file that shrinks while it
+is read (truncated by another process) then gives a clean :class:`QemFormatError`
+naming the file, where touching a mapped page past the new end of file would kill the
+process with SIGBUS.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +26,7 @@ from quantem.io.qem import format as fmt
 from quantem.io.qem import rans
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
-from quantem.io.transforms import finish_frames, parse_load_options
+from quantem.io.transforms import LoadOptions, empty_info
 
 #: Decoded sizes above which a full load shows progress (on a TTY), and its batch size.
 PROGRESS_MIN_BYTES = 1 << 30
@@ -62,7 +65,8 @@ class QemFile:
     decode_table : numpy.ndarray
         The CPU decoder's packed per-slot table (uint32 [C, 4096]).
     buffer : numpy.ndarray
-        The memory-mapped file as uint8 (invalid after :meth:`close`).
+        The whole file as uint8, read when first asked for (decoding does not use it:
+        it reads only the blocks it needs).
     """
 
     def __init__(
@@ -89,19 +93,15 @@ class QemFile:
             raise QemFormatError(
                 self.path, f"file too short to be .qem ({size} bytes)", section="header"
             )
-        self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        self.buffer = np.frombuffer(self._mmap, dtype=np.uint8)
-        # 16-bit words of RANS blocks sit at even offsets (blocks are 16-byte aligned)
-        self.buffer16 = self.buffer[: size - size % 2].view("<u2")
-        data = self._mmap
-        header = fmt.parse_header(data[: fmt.HEADER_SIZE + fmt.FOOTER_SIZE], self.path)
+        self._size = size
+        header = fmt.parse_header(self._read(0, fmt.HEADER_SIZE + fmt.FOOTER_SIZE), self.path)
         if header.file_size != size:
             raise QemFormatError(
                 self.path,
                 f"file is {size} bytes but the header says {header.file_size} (truncated?)",
                 section="header",
             )
-        fmt.parse_footer(data[size - fmt.FOOTER_SIZE :], header, self.path)
+        fmt.parse_footer(self._read(size - fmt.FOOTER_SIZE, fmt.FOOTER_SIZE), header, self.path)
         self.header = header
         self._check_sections()
         sections = header.sections
@@ -120,7 +120,7 @@ class QemFile:
             self.pixel_mask = np.zeros(det, dtype=np.uint32)
         declared = self.metadata["pixel_mask"]
         n_masked = int(np.count_nonzero(self.pixel_mask))
-        if declared.get("dtype") != "uint32" or declared.get("n_masked") != n_masked:
+        if declared["n_masked"] != n_masked:
             raise QemFormatError(
                 self.path,
                 f"metadata pixel_mask {declared!r} disagrees with the mask ({n_masked} masked)",
@@ -181,7 +181,7 @@ class QemFile:
             if s.present or i == fmt.SECTION_PAYLOAD
         )
         for start, end, section_id in [*spans, (footer_offset, footer_offset, -1)]:
-            if self.buffer[position:start].any():
+            if start > position and any(self._read(position, start - position)):
                 # named after the section that follows the padding (spec §14 step 6)
                 where = fmt.SECTION_NAMES[section_id] if section_id >= 0 else "footer"
                 raise QemFormatError(self.path, f"nonzero padding before {where}", section=where)
@@ -190,7 +190,7 @@ class QemFile:
             if (
                 section.present
                 and section_id != fmt.SECTION_PAYLOAD
-                and xxh3(self._mmap[section.offset : section.end]) != section.xxh3
+                and xxh3(self._read(section.offset, section.length)) != section.xxh3
             ):
                 raise self._section_error(section_id, "checksum mismatch")
 
@@ -200,7 +200,81 @@ class QemFile:
 
     def _section_bytes(self, section_id: int) -> bytes:
         section = self.header.sections[section_id]
-        return self._mmap[section.offset : section.end]
+        return self._read(section.offset, section.length)
+
+    def _read(self, offset: int, length: int, into: Any = None) -> Any:
+        """``length`` bytes at ``offset`` (into the writable buffer ``into`` if given).
+
+        A short read means the file shrank since it was opened: a clean error naming the
+        file, never a crash or partial data.
+        """
+        if self._file is None:
+            raise ValueError(f"{self.path}: the .qem file is closed")
+        view = memoryview(into).cast("B") if into is not None else memoryview(bytearray(length))
+        done = 0
+        while done < length:
+            got = os.preadv(self._file.fileno(), [view[done:length]], offset + done)
+            if got == 0:
+                size = os.fstat(self._file.fileno()).st_size
+                raise QemFormatError(
+                    self.path,
+                    f"file shrank while being read: {length} bytes needed at offset {offset}, "
+                    f"the file now has {size} of the {self._size} it had when opened "
+                    "(truncated by another process?)",
+                    section="PAYLOAD" if offset >= fmt.HEADER_SIZE else "header",
+                )
+            done += got
+        return into if into is not None else bytes(view)
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole file as uint8 (read now)."""
+        return np.frombuffer(self._read(0, self._size), dtype=np.uint8)
+
+    def _read_blocks(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The extents of blocks ``ids`` packed into one buffer, and each one's offset in it.
+
+        Blocks adjacent in the file are read with one call. Extents are multiples of 16
+        bytes starting at 16-byte file offsets, so packed offsets keep the alignment the
+        decoder's 16-bit word view needs.
+        """
+        index = self.block_index[ids]
+        offsets = index["offset"].astype(np.int64)
+        extents = -(-(offsets + index["length"].astype(np.int64)) // fmt.BLOCK_ALIGN)
+        extents = extents * fmt.BLOCK_ALIGN - offsets
+        packed_offsets = np.zeros(ids.size, dtype=np.int64)
+        np.cumsum(extents[:-1], out=packed_offsets[1:])
+        total = int(extents.sum())
+        packed = np.zeros(max(total, 2), dtype=np.uint8)
+        run_start = 0
+        for k in range(1, ids.size + 1):
+            if k < ids.size and offsets[k] == offsets[k - 1] + extents[k - 1]:
+                continue
+            begin, end = int(packed_offsets[run_start]), int(packed_offsets[k - 1] + extents[k - 1])
+            if end > begin:
+                self._read(int(offsets[run_start]), end - begin, packed[begin:end])
+            run_start = k
+        return packed, packed_offsets
+
+    def _check_blocks(
+        self, ids: np.ndarray, packed: np.ndarray, packed_offsets: np.ndarray
+    ) -> None:
+        """Checksum and trailing padding of blocks held in a :meth:`_read_blocks` buffer."""
+        index = self.block_index
+        for k, block in enumerate(ids):
+            block = int(block)
+            start = int(packed_offsets[k])
+            offset, length = int(index["offset"][block]), int(index["length"][block])
+            extent = fmt.block_extent_end(offset, length) - offset
+            if xxh3(packed[start : start + extent]) != int(self.block_checksums[block]):
+                raise QemFormatError(
+                    self.path, "block checksum mismatch", section="PAYLOAD", block=block
+                )
+            if packed[start + length : start + extent].any():
+                raise QemFormatError(
+                    self.path, "nonzero block padding", section="PAYLOAD", block=block
+                )
+            self._verified[block] = True
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -250,28 +324,18 @@ class QemFile:
         for row, block in enumerate(ids):
             if int(self.block_index["mode"][block]) == fmt.MODE_RANS:
                 offset = int(self.block_index["offset"][block])
-                states[row] = np.frombuffer(self._mmap, dtype="<u4", count=fmt.LANES, offset=offset)
+                lanes = self._read(offset, 4 * fmt.LANES)
+                states[row] = np.frombuffer(lanes, dtype="<u4", count=fmt.LANES)
         return states
 
     # -- checksums ---------------------------------------------------------------------
     def verify_checksums(self, blocks: Iterable[int] | None = None) -> None:
         """Check the XXH3-64 and trailing padding of blocks (all by default)."""
-        ids = range(self.n_blocks) if blocks is None else blocks
-        index = self.block_index
-        for block in ids:
-            block = int(block)
-            offset = int(index["offset"][block])
-            end = offset + int(index["length"][block])
-            extent_end = fmt.block_extent_end(offset, int(index["length"][block]))
-            if xxh3(self._mmap[offset:extent_end]) != int(self.block_checksums[block]):
-                raise QemFormatError(
-                    self.path, "block checksum mismatch", section="PAYLOAD", block=block
-                )
-            if self.buffer[end:extent_end].any():
-                raise QemFormatError(
-                    self.path, "nonzero block padding", section="PAYLOAD", block=block
-                )
-            self._verified[block] = True
+        ids = np.arange(self.n_blocks) if blocks is None else np.asarray(list(blocks))
+        ids = ids.astype(np.int64).reshape(-1)
+        for first in range(0, ids.size, 4096):  # bounded memory for whole-file checks
+            part = ids[first : first + 4096]
+            self._check_blocks(part, *self._read_blocks(part))
 
     # -- decoding ------------------------------------------------------------------------
     def decode_blocks(
@@ -281,9 +345,10 @@ class QemFile:
         ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
             raise IndexError(f"block out of range [0, {self.n_blocks})")
+        packed, packed_offsets = self._read_blocks(ids)
         if self.verify:
-            pending = ids[~self._verified[ids]]
-            self.verify_checksums(pending)
+            pending = ~self._verified[ids]
+            self._check_blocks(ids[pending], packed, packed_offsets[pending])
         index = self.block_index[ids]
         counts = index["n_frames"].astype(np.int64)
         rows = np.zeros(ids.size, dtype=np.int64)
@@ -296,9 +361,9 @@ class QemFile:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
         status = np.zeros(ids.size, dtype=np.int64)
         arguments = (
-            self.buffer,
-            self.buffer16,
-            index["offset"].astype(np.int64),
+            packed,
+            packed[: packed.size - packed.size % 2].view("<u2"),
+            packed_offsets,
             index["mode"].astype(np.int64),
             counts,
             index["n_words"].astype(np.int64),
@@ -482,17 +547,7 @@ class QemFile:
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the memory map and the file (safe to call twice).
-
-        Arrays returned by decoding are independent copies; ``buffer`` becomes invalid.
-        """
-        self.buffer = None
-        self.buffer16 = None
-        mapped = getattr(self, "_mmap", None)
-        if mapped is not None:
-            self._mmap = None
-            with contextlib.suppress(BufferError):
-                mapped.close()
+        """Close the file (safe to call twice); decoded arrays are independent copies."""
         file = getattr(self, "_file", None)
         if file is not None:
             self._file = None
@@ -561,13 +616,23 @@ def parse_scan_region(
     return (r0, r1), (c0, c1)
 
 
-def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dtype) -> dict:
+#: The options of a load that returns the stored counts unchanged.
+STORED_COUNTS = LoadOptions(apply_mask=False)
+
+
+def acquisition_metadata(
+    qem: QemFile,
+    scan_shape: tuple[int, int],
+    options: LoadOptions = STORED_COUNTS,
+    info: dict | None = None,
+) -> dict:
     """Acquisition.metadata for a .qem file, with the HDF5 reader's keys.
 
     The source's scalar fields (calibration, detector description) come back as
     top-level keys; file-specific keys describe the .qem file; ``qem_source`` keeps
     the original source's kind, file names, identity and SHA-256s. The load-option
-    keys describe an unmodified load; loaders that apply options override them.
+    keys (:meth:`LoadOptions.metadata`) describe ``options`` (default: the stored
+    counts, unmodified) with the counts of ``info``.
     """
     stored = qem.metadata
     metadata: dict[str, Any] = {}
@@ -576,11 +641,7 @@ def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dt
     payload = qem.header.sections[fmt.SECTION_PAYLOAD]
     metadata.update(
         {
-            "scan_shape": tuple(scan_shape),
-            "detector_shape": tuple(qem.detector_shape),
-            "stored_detector_shape": tuple(qem.detector_shape),
-            "dtype": np.dtype(dtype).name,
-            "stored_dtype": qem.dtype.name,
+            "scan_shape": tuple(int(n) for n in scan_shape),
             "source_dtype": qem.header.source_dtype.name,
             "n_frames": int(scan_shape[0] * scan_shape[1]),
             "pixel_mask": qem.pixel_mask.copy(),
@@ -589,10 +650,11 @@ def acquisition_metadata(qem: QemFile, scan_shape: tuple[int, int], dtype: np.dt
             "source_identity": _file_identity(qem.path),
             "source_format": "qem",
             "compressed_bytes": int(payload.length),
-            "load_options": {"dtype": "native", "apply_mask": False, "det_bin": 1},
-            "clipped_pixels": 0,
-            "bin_saturated_pixels": 0,
-            "det_bin_dropped": [0, 0],
+            **options.metadata(
+                info if info is not None else empty_info(),
+                stored_dtype=qem.dtype,
+                stored_detector_shape=qem.detector_shape,
+            ),
             "qem_source": stored.get("source", {}),
         }
     )
@@ -604,11 +666,53 @@ def _file_identity(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def resolve_load_options(
+    qem: QemFile, dtype: Any, apply_mask: Any, det_bin: Any, scan_shape: Any
+) -> LoadOptions:
+    """The parsed load options of a ``.qem`` load (every backend's).
+
+    ``scan_shape`` is accepted for routing symmetry with HDF5 and must equal the stored
+    one; ``dtype="source"`` means the dtype of the file's source.
+    """
+    if scan_shape is not None and tuple(scan_shape) != tuple(qem.scan_shape):
+        raise QemFormatError(
+            qem.path,
+            f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
+            section="header",
+        )
+    if isinstance(dtype, str) and dtype == "source":
+        dtype = qem.header.source_dtype.name
+    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options.check_detector(qem.detector_shape)
+    return options
+
+
+def dense_metadata(
+    qem: QemFile,
+    scan_shape: tuple[int, int],
+    options: LoadOptions,
+    info: dict,
+    blocks: np.ndarray,
+    region: Sequence[int] | None,
+) -> dict:
+    """Acquisition.metadata of a dense load (every backend's): the file's keys, the
+    load-option keys, the bytes of the blocks decoded and the scan region, if any."""
+    metadata = acquisition_metadata(qem, scan_shape, options, info)
+    index = qem.block_index[np.asarray(blocks, dtype=np.int64)]
+    offsets = index["offset"].astype(np.int64)
+    ends = offsets + index["length"].astype(np.int64)
+    extent_ends = -(-ends // fmt.BLOCK_ALIGN) * fmt.BLOCK_ALIGN  # block_extent_end, vectorised
+    metadata["compressed_bytes"] = int((extent_ends - offsets).sum())
+    if region is not None:
+        metadata["scan_region"] = [int(v) for v in region]
+    return metadata
+
+
 def load_qem(
     path: str | os.PathLike,
     *,
     dtype: str = "native",
-    apply_mask: bool = False,
+    apply_mask: bool = True,
     det_bin: int = 1,
     verify: bool = True,
     scan_region: Any = None,
@@ -623,9 +727,9 @@ def load_qem(
     ----------
     dtype, apply_mask, det_bin
         Load options with exactly the HDF5 reader's semantics
-        (:func:`quantem.io.transforms.finish_frames`: mask, then dtype, then binning).
-        ``dtype="native"`` gives the stored dtype (the narrowest that holds every
-        count); ``"source"`` converts to the dtype of the file's source.
+        (:meth:`quantem.io.transforms.LoadOptions.finish`: mask (default on), then
+        dtype, then binning). ``dtype="native"`` gives the stored dtype (the narrowest
+        that holds every count); ``"source"`` converts to the dtype of the file's source.
     verify
         Verify the checksum of every decoded block (default). ``False`` skips only the
         payload checksums; structure and decode checks always run.
@@ -648,15 +752,7 @@ def load_qem(
         )
     qem = QemFile(path, verify=verify, threads=threads)
     try:
-        if scan_shape is not None and tuple(scan_shape) != qem.scan_shape:
-            raise QemFormatError(
-                qem.path,
-                f"scan_shape {tuple(scan_shape)} differs from the stored {qem.scan_shape}",
-                section="header",
-            )
-        if dtype == "source":
-            dtype = qem.header.source_dtype.name
-        options = parse_load_options(dtype, apply_mask, det_bin)
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
         if scan_region is None:
             shape = qem.scan_shape
             frames = _decode_all(qem, progress)
@@ -669,42 +765,9 @@ def load_qem(
             region = [rows[0], rows[1], cols[0], cols[1]]
             frame_ids = np.arange(rows[0], rows[1])[:, None] * qem.scan_shape[1]
             blocks = qem.blocks_for_frames(frame_ids + np.arange(cols[0], cols[1]))
-        validity = qem.validity
-        frames, info = finish_frames(
-            frames,
-            validity,
-            dtype=options.dtype,
-            apply_mask=options.apply_mask,
-            det_bin=options.det_bin,
-        )
-        metadata = acquisition_metadata(qem, shape, frames.dtype)
-        extents = [
-            fmt.block_extent_end(int(offset), int(length)) - int(offset)
-            for offset, length in zip(
-                qem.block_index["offset"][blocks], qem.block_index["length"][blocks]
-            )
-        ]
-        metadata.update(
-            {
-                "detector_shape": tuple(frames.shape[1:]),
-                "load_options": {
-                    "dtype": options.dtype,
-                    "apply_mask": options.apply_mask,
-                    "det_bin": options.det_bin,
-                },
-                "clipped_pixels": info["clipped_pixels"],
-                "bin_saturated_pixels": info["bin_saturated_pixels"],
-                "det_bin_dropped": info["det_bin_dropped"],
-                "compressed_bytes": int(sum(extents)),
-            }
-        )
-        if region is not None:
-            metadata["scan_region"] = region
-        if options.det_bin > 1:
-            # a binned pixel is valid when every detector pixel in its block is valid
-            b = options.det_bin
-            r, c = frames.shape[1:]
-            validity = validity[: r * b, : c * b].reshape(r, b, c, b).all(axis=(1, 3))
+        frames, info = options.finish(frames, qem.validity, overwrite=True)
+        metadata = dense_metadata(qem, shape, options, info, blocks, region)
+        validity = options.finish_validity(qem.validity)
         data = frames.reshape(*shape, *frames.shape[1:])
     finally:
         qem.close()

@@ -174,7 +174,7 @@ def _from_qem(path: Path) -> FrameSource:
     from quantem.io.qem.reader import QemFile, acquisition_metadata
 
     qem = QemFile(path)
-    meta = acquisition_metadata(qem, qem.scan_shape, qem.dtype)
+    meta = acquisition_metadata(qem, qem.scan_shape)
     return FrameSource(
         scan_shape=qem.scan_shape,
         detector_shape=qem.detector_shape,

@@ -1,0 +1,273 @@
+"""``harness recheck``: measure an earlier report's flagged cells again, as a new record.
+
+``harness recheck CANDIDATE --baseline SHA_OR_PATH [--recheck K]`` compares CANDIDATE
+(a report path or record SHA-256 prefix) with the baseline as ``harness compare``
+does; when cells are flagged it measures only those K more rounds (default 5),
+interleaved, on the candidate's inputs, with its code, host, device and storage
+(refused with exit 2 otherwise), writes the candidate's content plus a ``recheck``
+block as a new record in ``--output-dir`` and registers it; then prints the final
+verdict on original plus recheck trials. Exit codes as ``harness compare``: 0 pass,
+1 failed, 2 review or incomparable, 64 usage error. See docs/verdicts.md ("Rechecks").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from harness.errors import UsageError
+
+DEFAULT_RECHECK_ROUNDS = 5
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from harness.commands.history import add_history_dir_argument
+
+    parser = subparsers.add_parser(
+        "recheck",
+        help="measure a report's flagged cells again and record the final verdict",
+        description=(
+            "Compare CANDIDATE with --baseline as `harness compare` does; measure each flagged "
+            "cell K more times, interleaved, on the candidate's inputs (its manifest and "
+            "master files, checked by SHA-256), with its code (source fingerprint) on its "
+            "host, device and storage; write the candidate plus a `recheck` block as a new "
+            "record (the candidate is never rewritten) and print the final verdict. Exit 0 "
+            "pass, 1 failed, 2 review or incomparable, 64 usage error."
+        ),
+    )
+    parser.add_argument("candidate", metavar="CANDIDATE", help="report path or SHA-256 prefix")
+    parser.add_argument(
+        "--baseline", required=True, metavar="SHA_PREFIX_OR_PATH", help="baseline report (required)"
+    )
+    parser.add_argument(
+        "--recheck",
+        type=int,
+        default=DEFAULT_RECHECK_ROUNDS,
+        metavar="K",
+        help=f"rounds of the flagged cells (default {DEFAULT_RECHECK_ROUNDS})",
+    )
+    parser.add_argument(
+        "--regression-percent",
+        type=float,
+        default=20.0,
+        metavar="P",
+        help="flag cells whose median is more than P%% slower (default 20)",
+    )
+    parser.add_argument(
+        "--calibration",
+        metavar="SHA_PREFIX",
+        help="calibration to judge significance against (default: the most recent one in the "
+        "history whose comparison key matches the candidate's)",
+    )
+    add_history_dir_argument(parser)
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the new loading.json is written (default ./recheck-SHA12 of the candidate)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        metavar="ROOT",
+        help="the candidate's data folder (default: the ROOT of its recorded command)",
+    )
+    parser.add_argument(
+        "--selection-manifest",
+        type=Path,
+        metavar="M.json",
+        help="the candidate's manifest (default: the one of its recorded command)",
+    )
+    parser.add_argument(
+        "--native-binary", type=Path, metavar="PATH", help="qem-native-load for --backend native"
+    )
+    parser.add_argument(
+        "--lock-dir",
+        type=Path,
+        metavar="DIR",
+        help="host lock folder (as `harness run`; $HARNESS_LOCK_DIR overrides the default)",
+    )
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for another run on the same GPU or storage (default 600)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default=None,
+        help="output: text (the default on a terminal), markdown (otherwise) or json",
+    )
+    parser.set_defaults(func=run)
+
+
+def _recorded_inputs(command: Sequence[str]) -> tuple[Path | None, Path | None, bool]:
+    """ROOT, manifest and ``--demo`` of a recorded ``harness run io-scale`` command line."""
+    from harness.commands import run as run_command
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise UsageError(f"cannot read the candidate's recorded command: {message}")
+
+    parser = _Parser(prog="harness", add_help=False)
+    run_command.add_parser(parser.add_subparsers(dest="command", parser_class=_Parser))
+    words = [str(w) for w in command]
+    if len(words) < 3 or words[1:3] != ["run", "io-scale"]:
+        return None, None, False
+    known, _rest = parser.parse_known_args(words[1:])
+    root = Path(known.root) if known.root else None
+    return root, known.selection_manifest, bool(known.demo)
+
+
+@contextlib.contextmanager
+def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Path, Path]]:
+    """(ROOT, manifest): given, else from the candidate's command (a demo's is written again)."""
+    if args.root and args.selection_manifest:
+        yield args.root, args.selection_manifest
+        return
+    root, manifest, demo = _recorded_inputs(candidate.doc.get("command") or ())
+    if demo and not (args.root or args.selection_manifest):
+        from harness.run.demo import demo_folder, write_demo_suite
+
+        # the demo suite is deterministic; the master SHA-256 check proves it is the same
+        with demo_folder() as folder:
+            suite = write_demo_suite(folder)
+            yield suite.root, suite.manifest
+        return
+    root = args.root or root
+    manifest = args.selection_manifest or manifest
+    if root is None or manifest is None:
+        raise UsageError(
+            f"candidate {candidate.sha256[:12]}: its recorded command does not name "
+            f"{'ROOT' if root is None else 'the selection manifest'}; pass --root and "
+            "--selection-manifest"
+        )
+    yield root, manifest
+
+
+def _print(comparison, output: str | None) -> None:
+    from harness.verdict.present import print_text, render_json, render_markdown
+
+    if output is None:
+        output = "text" if sys.stdout.isatty() else "markdown"
+    if output == "json":
+        print(render_json(comparison))
+    elif output == "markdown":
+        print(render_markdown(comparison), end="")
+    else:
+        from rich.console import Console
+
+        print_text(comparison, Console())
+
+
+def _say(message: str, output: str | None) -> None:
+    # json on stdout stays one document; everything else said goes to stderr then
+    print(message, file=sys.stderr if output == "json" else sys.stdout)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.commands.history import default_history_dir
+    from harness.compare import Verdict, compare_reports
+    from harness.history.lookup import load_report
+    from harness.report import BENCHMARK
+    from harness.run.provenance import check_code_origin
+    from harness.verdict.calibration_report import resolve_calibration
+
+    percent = args.regression_percent
+    if not math.isfinite(percent) or percent <= 0:
+        raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
+    if args.recheck < 1:
+        raise UsageError(f"--recheck must be at least 1, not {args.recheck}")
+    if args.lock_timeout < 0:
+        raise UsageError("--lock-timeout must not be negative")
+    check_code_origin()
+    history_dir = Path(args.history_dir or default_history_dir())
+    candidate = load_report(args.candidate, history_dir=history_dir)
+    baseline = load_report(args.baseline, history_dir=history_dir)
+    if candidate.doc.get("benchmark") != BENCHMARK:
+        raise UsageError(
+            f"candidate {candidate.sha256[:12]} is a {candidate.doc.get('benchmark')!r} report; "
+            f"harness recheck measures {BENCHMARK} reports"
+        )
+    if candidate.doc.get("recheck"):
+        linked = candidate.doc["recheck"].get("candidate_sha256")
+        raise UsageError(
+            f"candidate {candidate.sha256[:12]} already holds a recheck"
+            + (f" (of {linked[:12]}); recheck that record instead" if linked else "")
+        )
+    calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
+    first = compare_reports(
+        baseline.doc,
+        candidate.doc,
+        percent,
+        baseline_sha256=baseline.sha256,
+        baseline_path=str(baseline.path),
+        candidate_sha256=candidate.sha256,
+        candidate_path=str(candidate.path),
+        calibration=calibration,
+    )
+    if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
+        _print(first, args.format)
+        why = (
+            "no cell is flagged"
+            if first.verdict is Verdict.PASS
+            else f"it is {first.verdict.value}"
+        )
+        _say(f"recheck: nothing measured and no record written: {why}", args.format)
+        return first.exit_code
+    return _recheck(args, candidate, baseline, calibration, first, history_dir)
+
+
+def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -> int:
+    from harness.compare import compare_reports
+    from harness.history.lookup import load_report
+    from harness.run.recheck import RecheckConfig, run_recheck
+
+    cells = [cell.key for cell in first.flagged_cells]
+    output_dir = args.output_dir or Path(f"recheck-{candidate.sha256[:12]}")
+    _say(
+        f"recheck: {len(cells)} flagged cell(s) of {candidate.sha256[:12]}, "
+        f"{args.recheck} more round(s): " + ", ".join("/".join(key) for key in cells),
+        args.format,
+    )
+    with _candidate_inputs(args, candidate) as (root, manifest):
+        outcome = run_recheck(
+            RecheckConfig(
+                candidate=candidate,
+                baseline=baseline,
+                calibration=calibration,
+                cells=cells,
+                root=root,
+                manifest=manifest,
+                output_dir=output_dir,
+                rounds=args.recheck,
+                regression_percent=args.regression_percent,
+                history_dir=history_dir,
+                native_binary=args.native_binary,
+                lock_dir=args.lock_dir,
+                lock_timeout=args.lock_timeout,
+                command=["harness", *sys.argv[1:]],
+            )
+        )
+    record = load_report(str(outcome.report_path), history_dir=None)
+    final = compare_reports(
+        baseline.doc,
+        record.doc,
+        args.regression_percent,
+        baseline_sha256=baseline.sha256,
+        baseline_path=str(baseline.path),
+        candidate_sha256=record.sha256,
+        candidate_path=str(record.path),
+        calibration=calibration,
+    )
+    _print(final, args.format)
+    _say(f"report: {outcome.report_path}", args.format)
+    for result in outcome.registered:
+        _say(f"history {history_dir}: {result.message}", args.format)
+    return final.exit_code

@@ -1,0 +1,306 @@
+"""``harness recheck``: measure the flagged cells of an earlier report again, as a new record.
+
+``run --baseline --recheck K`` rechecks inside the run that measured the candidate.
+This is the same recheck after the fact: the candidate is a stored report, its flagged
+cells are those ``harness compare`` flags against the baseline (the same verdict code),
+and only those cells are measured K more rounds, interleaved, in this process, with the
+io-scale kind's own preparation and trial loop (:class:`harness.run.io_scale.IoScaleRun`).
+
+What is measured must be what the candidate measured, or the pooled verdict means
+nothing; so before any measurement (each refusal is an :class:`IncomparableError`,
+exit 2):
+
+- the source fingerprint of this checkout equals the candidate's;
+- the selection manifest and every master file's SHA-256 are those the candidate names;
+- host, device and storage (:data:`SAME_PLACE_FIELDS`) equal the candidate's.
+
+The new record is the candidate's content (never rewritten on disk) plus a ``recheck``
+block like the in-process one, with the candidate's SHA-256, when and by which command
+the recheck ran, its own contention samples and fingerprints; the comparison is taken
+again on original plus recheck trials and the record is written as a new file, then
+registered like any other. Host locks and contention sampling are those of
+:mod:`harness.run.runner`.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.compare import CalibrationUse, collect_cells
+from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError
+from harness.history.lookup import LoadedReport
+from harness.history.store import register_reports
+from harness.run.contention import collect_contention_sample, contention_section
+from harness.run.environment import collect_environment
+from harness.run.host_lock import host_locks, resources_for
+from harness.run.io_scale import IoScaleConfig, IoScaleRun
+from harness.run.manifest import SelectionManifest, check_master_hashes, parse_manifest
+from harness.run.provenance import SourceTracker
+from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
+from harness.run.runner import (
+    EXECUTION_ERRORS,
+    finish_provenance,
+    recheck_block,
+    say_waiting,
+)
+from harness.run.workspace import claim_output_dir, open_workspace
+
+CellKey = tuple[str, str, str]
+
+#: Where the recheck runs must be where the candidate ran: (name, how to read it from
+#: a report's ``environment``). The device and storage id are comparison-key fields;
+#: the host name and the storage's filesystem and mount are checked too, because a
+#: storage id is only a label a user gives.
+SAME_PLACE_FIELDS: tuple[tuple[str, Callable[[dict], Any]], ...] = (
+    ("environment.host.hostname", lambda e: e["host"].get("hostname")),
+    ("environment.device.kind", lambda e: e["device"].get("kind")),
+    ("environment.device.name", lambda e: e["device"].get("name")),
+    ("environment.device.uuid", lambda e: e["device"].get("uuid")),
+    ("environment.storage.storage_id", lambda e: e["storage"].get("storage_id")),
+    ("environment.storage.filesystem", lambda e: e["storage"].get("filesystem")),
+    ("environment.storage.mount_source", lambda e: e["storage"].get("mount_source")),
+)
+
+
+@dataclass
+class RecheckConfig:
+    """A recheck of ``candidate``'s flagged ``cells``; built by ``harness.commands.recheck``."""
+
+    candidate: LoadedReport
+    baseline: LoadedReport
+    calibration: CalibrationUse | None
+    cells: Sequence[CellKey]
+    root: Path
+    manifest: Path
+    output_dir: Path
+    rounds: int = 5
+    regression_percent: float = 20.0
+    history_dir: Path | None = None
+    native_binary: Path | None = None
+    lock_dir: Path | None = None
+    lock_timeout: float = 600.0
+    command: Sequence[str] = ()
+    progress: bool | None = None
+    on_event: Callable[[str, dict], None] | None = None
+
+
+def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
+    """The io-scale configuration of the candidate's measurements (from its report)."""
+    conditions = cfg.candidate.doc["conditions"]
+    return IoScaleConfig(
+        root=cfg.root,
+        manifest=cfg.manifest,
+        backend=conditions["backend"],
+        storage_id=cfg.candidate.doc["environment"]["storage"]["storage_id"],
+        output_dir=cfg.output_dir,
+        reps=int(conditions["reps"]),  # recheck trial indices continue after the main ones
+        # the QEM is prepared untimed: the conversion is not what is rechecked
+        load_only=True,
+        representation=conditions.get("representation", "dense"),
+        fresh_index=bool(conditions.get("fresh_index", False)),
+        threads=conditions.get("threads"),
+        native_binary=cfg.native_binary,
+        command=cfg.command,
+        progress=cfg.progress,
+        on_event=cfg.on_event,
+    )
+
+
+def check_same_source(tracker: SourceTracker, candidate: LoadedReport) -> None:
+    """IncomparableError unless this checkout fingerprints as the candidate's did."""
+    provenance = candidate.doc["provenance"]
+    expected = provenance["source_fingerprint_end"]
+    if tracker.start_fingerprint != expected:
+        revision = provenance.get("git_revision") or "unknown"
+        raise IncomparableError(
+            f"recheck: the source here (fingerprint {tracker.start_fingerprint[:12]}) is not the "
+            f"code candidate {candidate.sha256[:12]} measured (fingerprint {expected[:12]}, git "
+            f"revision {revision[:12]}{' with local changes' if provenance.get('git_dirty') else ''})"
+            "; check out that code to recheck it"
+        )
+
+
+def check_same_inputs(manifest: SelectionManifest, candidate: LoadedReport) -> None:
+    """IncomparableError unless the manifest and master files are those the candidate measured."""
+    try:
+        check_master_hashes(manifest)
+    except ManifestError as exc:
+        raise IncomparableError(
+            f"recheck: the inputs of candidate {candidate.sha256[:12]} changed: {exc}"
+        ) from exc
+    selected = {a.id: a for a in manifest.acquisitions}
+    problems = []
+    for entry in candidate.doc["acquisitions"]:
+        found = selected.get(entry["id"])
+        if found is None:
+            problems.append(f"{entry['id']}: not selected by {manifest.path}")
+        elif found.source_master_sha256 != entry["source_master_sha256"]:
+            problems.append(
+                f"{entry['id']}: master SHA-256 {found.source_master_sha256[:12]} in the "
+                f"manifest, the candidate measured {entry['source_master_sha256'][:12]}"
+            )
+        elif found.filename != entry["filename"]:
+            problems.append(
+                f"{entry['id']}: file {found.filename}, the candidate measured {entry['filename']}"
+            )
+    if problems:
+        raise IncomparableError(
+            f"recheck: {manifest.path} does not select what candidate {candidate.sha256[:12]} "
+            "measured: " + "; ".join(problems)
+        )
+
+
+def check_same_place(environment: dict, candidate: LoadedReport) -> None:
+    """IncomparableError unless host, device and storage are the candidate's."""
+    theirs = candidate.doc["environment"]
+    differences = [
+        f"{name} {read(environment)!r} here, {read(theirs)!r} in the candidate"
+        for name, read in SAME_PLACE_FIELDS
+        if read(environment) != read(theirs)
+    ]
+    if differences:
+        raise IncomparableError(
+            f"recheck: not where candidate {candidate.sha256[:12]} was measured: "
+            + "; ".join(differences)
+        )
+
+
+def _check_products(kind: IoScaleRun, candidate: LoadedReport) -> None:
+    """The recheck's indexed products must be the candidate's (same data, same code)."""
+    recorded = {a["id"]: a.get("indexed_product_sha256") for a in candidate.doc["acquisitions"]}
+    for state in kind.states:
+        ours = state.expected.products[0] if state.expected.products else None
+        theirs = recorded.get(state.selected.id)
+        if ours and theirs and ours != theirs:
+            kind.log.correctness(
+                f"{state.selected.id}: recheck product {ours[:12]} differs from the "
+                f"candidate's {theirs[:12]}"
+            )
+
+
+def run_recheck(cfg: RecheckConfig) -> RunOutcome:
+    """Measure ``cfg.cells`` ``cfg.rounds`` more rounds; write and register the new record."""
+    if cfg.rounds < 1:
+        raise ValueError("a recheck needs at least one round")
+    candidate = cfg.candidate
+    kind = IoScaleRun(kind_config(cfg))
+    kind.check_config()
+    tracker = SourceTracker().start()
+    check_same_source(tracker, candidate)
+    try:
+        manifest = parse_manifest(cfg.manifest, cfg.root)
+    except ManifestError as exc:
+        raise IncomparableError(
+            f"recheck: the inputs of candidate {candidate.sha256[:12]} are gone: {exc}"
+        ) from exc
+    check_same_inputs(manifest, candidate)
+    wanted = {key[0] for key in cfg.cells}
+    acquisitions = [a for a in manifest.acquisitions if a.id in wanted]
+    io_cfg = kind.config
+    with claim_output_dir(cfg.output_dir, REPORT_NAME):
+        environment = collect_environment(io_cfg.backend, io_cfg.root, io_cfg.storage_id)
+        check_same_place(environment, candidate)
+        resources = resources_for([environment["device"].get("uuid")], io_cfg.storage_id)
+        with host_locks(
+            resources,
+            lock_dir=cfg.lock_dir,
+            timeout=cfg.lock_timeout,
+            command=[str(a) for a in cfg.command],
+            on_wait=say_waiting,
+        ):
+            created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            rechecked = _measure(kind, cfg, acquisitions, environment)
+            provenance, stable = finish_provenance(tracker, kind.log)
+            doc = _recheck_record(cfg, kind, rechecked, created, provenance, stable)
+            exit_code = judge(
+                doc,
+                cfg.baseline,
+                cfg.regression_percent,
+                calibration=cfg.calibration,
+                recheck=collect_cells({"trials": rechecked["trials"]}),
+            )
+            report_path = write_report(doc, cfg.output_dir)
+    outcome = RunOutcome(doc, report_path, exit_code)
+    if cfg.history_dir is not None:
+        outcome.registered = register_reports(cfg.history_dir, [report_path])
+    return outcome
+
+
+def _measure(kind: IoScaleRun, cfg: RecheckConfig, acquisitions, environment: dict) -> dict:
+    """Prepare the acquisitions and measure the cells, with contention sampled around it."""
+    gpu = environment["device"].get("kind") == "gpu"
+    uuid = environment["device"].get("uuid")
+    trials: list[dict] = []
+    with open_workspace(
+        cfg.output_dir,
+        title="recheck trials",
+        total=len(cfg.cells) * cfg.rounds,
+        show_progress=cfg.progress,
+        on_event=cfg.on_event,
+    ) as workspace:
+        before = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+        prepared = True
+        for selected in acquisitions:
+            try:
+                prepared = kind.prepare(selected, workspace) is not None and prepared
+            except EXECUTION_ERRORS as exc:
+                if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
+                    raise
+                kind.log.execution(f"{selected.id}: {type(exc).__name__}: {exc}")
+                prepared = False
+                break
+        if prepared and not kind.log.failed:
+            try:
+                trials = kind.recheck_cells(workspace, list(cfg.cells), cfg.rounds)
+            except EXECUTION_ERRORS as exc:
+                if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
+                    raise
+                kind.log.execution(f"recheck: {type(exc).__name__}: {exc}")
+        after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+        kind.after_trials(workspace)
+    _check_products(kind, cfg.candidate)
+    return {"trials": trials, "contention": contention_section(before, after)}
+
+
+def _recheck_record(
+    cfg: RecheckConfig,
+    kind: IoScaleRun,
+    measured: dict,
+    created: str,
+    provenance: dict,
+    stable: bool,
+) -> dict:
+    """The candidate's content, a ``recheck`` block, and the status with the recheck's failures."""
+    doc = copy.deepcopy(cfg.candidate.doc)
+    doc.pop("comparison", None)  # judged again below, on original plus recheck trials
+    doc["baseline"] = None
+    contention = measured["contention"]
+    block = recheck_block(cfg.rounds, list(cfg.cells), measured["trials"])
+    block.update(
+        {
+            "candidate_sha256": cfg.candidate.sha256,
+            "created_utc": created,
+            "command": [str(a) for a in cfg.command],
+            "source_fingerprint_start": provenance["source_fingerprint_start"],
+            "source_fingerprint_end": provenance["source_fingerprint_end"],
+            "contention": contention,
+        }
+    )
+    doc["recheck"] = block
+    status = doc["status"]
+    log = kind.log
+    if log.execution_failed:
+        status["execution"] = "failed"
+    if log.correctness_failed:
+        status["correctness"] = "failed"
+    if not stable:
+        status["source_stability"] = "changed"
+    status["failures"] = [*status["failures"], *(f"recheck: {f}" for f in log.failures)]
+    if contention["contended"]:
+        status["host_load"] = "contended"
+    return doc

@@ -1,0 +1,261 @@
+"""``harness recheck``: an earlier report's flagged cells measured again, as a new record."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _run_helpers import real_disk_dir
+
+from harness.cli import main
+from harness.history.lookup import load_report
+from harness.report import dump_report, parse_report, summarise_trials
+from harness.run import provenance
+from harness.run.demo import write_demo_suite
+from harness.run.io_scale import IoScaleConfig, run_io_scale
+from harness.verdict.changes import collect_series, iter_history_records
+
+#: One small acquisition: a run of 2 reps is well under a second.
+SUITE = (("small-u8", (8, 8), (32, 32), "uint8", 500.0),)
+#: The cell whose candidate trials are scaled (cached labels do not depend on eviction).
+SCALED = ("small-u8", "hdf5", "cached")
+#: The one file the source fingerprint covers here (see the fixture below).
+WATCHED: list[Path] = []
+
+
+def _watched_hashes(checkout, modules=None):
+    return {str(p): p.read_text() for p in WATCHED}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """(folder, suite, history, baseline sha, candidate path): a real run registered as the
+    baseline and a candidate that is the same run with one cell's trials scaled by 10.
+
+    Measured once per module (a run and its registration take seconds on 2 cores); as in
+    test_run_io_scale.py the fingerprint covers only WATCHED, so that other work in a
+    shared checkout cannot make a run fail.
+    """
+    tmp_path = tmp_path_factory.mktemp("recheck")
+    folder = real_disk_dir(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(provenance, "collect_source_hashes", _watched_hashes)
+        patch.setenv("QUANTEM_INDEX_DIR", str(folder / "index"))
+        patch.setenv("HARNESS_LOCK_DIR", str(folder / "host-locks"))
+        WATCHED[:] = [folder / "watched.py"]
+        WATCHED[0].write_text("x = 1\n")
+        suite = write_demo_suite(folder / "suite", SUITE, frames_per_shard=24)
+        history = folder / "history"
+        command = [
+            "harness", "run", "io-scale", str(suite.root), "--backend", "cpu",
+            "--selection-manifest", str(suite.manifest), "--storage-id", "test-disk",
+        ]  # fmt: skip
+        config = IoScaleConfig(
+            root=suite.root,
+            manifest=suite.manifest,
+            backend="cpu",
+            storage_id="test-disk",
+            output_dir=folder / "base",
+            reps=2,
+            load_only=True,
+            history_dir=history,
+            progress=False,
+            command=command,
+        )
+        base = run_io_scale(config)
+    assert base.exit_code == 0, base.report["status"]["failures"]
+    doc = json.loads(base.report_path.read_bytes())
+    for trial in doc["trials"]:
+        if (trial["acquisition"], trial["format"], trial["cache_state"]) == SCALED:
+            trial["seconds"] *= 10.0
+    doc["summaries"] = summarise_trials(doc["trials"])
+    candidate = folder / "candidate.json"
+    candidate.write_bytes(dump_report(doc))
+    sha = hashlib.sha256(base.report_path.read_bytes()).hexdigest()
+    yield folder, suite, history, sha, candidate
+    if not str(folder).startswith(str(tmp_path)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fingerprint_only_watched_files(monkeypatch):
+    monkeypatch.setattr(provenance, "collect_source_hashes", _watched_hashes)
+
+
+def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, capsys):
+    folder, _suite, history, base_sha, candidate = measured
+    before = candidate.read_bytes()
+    base_record = (folder / "base" / "loading.json").read_bytes()
+    threshold = ["--regression-percent", "100"]  # tiny files: keep the margin generous
+    common = ["--baseline", base_sha[:12], "--history-dir", str(history), *threshold]
+    assert main(["compare", str(candidate), *common, "--format", "json"]) == 2
+    flagged = [
+        c for c in json.loads(capsys.readouterr().out)["cells"] if c["verdict"] != "unchanged"
+    ]
+    assert [(c["acquisition"], c["format"], c["cache_state"]) for c in flagged] == [SCALED]
+
+    out = folder / "rechecked"
+    argv = ["recheck", str(candidate), *common, "--recheck", "3", "--output-dir", str(out)]
+    assert main([*argv, "--format", "json"]) == 0
+    final = json.loads(capsys.readouterr().out)
+    cell = next(
+        c for c in final["cells"] if (c["acquisition"], c["format"], c["cache_state"]) == SCALED
+    )
+    assert cell["verdict"] == "unchanged" and "cleared by the recheck" in cell["notes"][0]
+    assert cell["recheck"]["n"] == 3 and cell["n_candidate"] == 2 + 3
+
+    assert candidate.read_bytes() == before  # the candidate is never rewritten
+    assert (folder / "base" / "loading.json").read_bytes() == base_record
+    record = parse_report(out / "loading.json")  # the schema and cross-section checks
+    block = record["recheck"]
+    assert block["candidate_sha256"] == hashlib.sha256(before).hexdigest()
+    assert block["cells"] == [list(SCALED)] and block["rounds"] == 3
+    assert [t["trial_index"] for t in block["trials"]] == [2, 3, 4]  # after the main ones
+    assert {(t["acquisition"], t["format"], t["cache_state"]) for t in block["trials"]} == {SCALED}
+    assert "contended" in block["contention"] and block["command"][0] == "harness"
+    assert record["trials"] == json.loads(before)["trials"]  # never mixed into the trials
+    assert record["baseline"]["sha256"] == base_sha
+    assert record["status"]["performance"] == "pass" and record["status"]["exit_code"] == 0
+    new_sha = hashlib.sha256((out / "loading.json").read_bytes()).hexdigest()
+    assert load_report(new_sha[:16], history_dir=history).doc == record  # registered
+    # its main trials are its candidate's: the history's series do not count them twice
+    series = collect_series(iter_history_records(history))
+    points = [p for cells in series.values() for ps in cells.values() for p in ps]
+    assert points and {p.sha256 for p in points} == {base_sha}
+    # the rechecked record is not rechecked again: the candidate it links is
+    assert main(["recheck", new_sha[:16], *common, "--output-dir", str(folder / "x")]) == 64
+    assert "already holds a recheck" in capsys.readouterr().err
+
+
+def test_recheck_refuses_when_the_source_changed_since_the_candidate(measured, capsys):
+    folder, _suite, history, base_sha, candidate = measured
+    out = folder / "rechecked-after-edit"
+    WATCHED[0].write_text("x = 2\n")
+    try:
+        code = main(
+            ["recheck", str(candidate), "--baseline", base_sha, "--history-dir", str(history),
+             "--regression-percent", "100", "--output-dir", str(out)]
+        )  # fmt: skip
+    finally:
+        WATCHED[0].write_text("x = 1\n")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "is not the code candidate" in err and "fingerprint" in err
+    assert not (out / "loading.json").exists()
+
+
+def test_recheck_refuses_changed_or_missing_inputs(measured, capsys):
+    folder, suite, history, base_sha, candidate = measured
+    common = [
+        "--baseline", base_sha, "--history-dir", str(history), "--regression-percent", "100",
+    ]  # fmt: skip
+    # other data under ROOT with the same manifest name: the master SHA-256 differs
+    other = write_demo_suite(folder / "other", SUITE, seed=7, frames_per_shard=24)
+    code = main(
+        ["recheck", str(candidate), *common, "--root", str(other.root),
+         "--selection-manifest", str(other.manifest), "--output-dir", str(folder / "o1")]
+    )  # fmt: skip
+    assert code == 2
+    assert "does not select what candidate" in capsys.readouterr().err
+    # the candidate's ROOT is gone
+    gone = ["--root", str(folder / "gone"), "--selection-manifest", str(suite.manifest)]
+    assert (
+        main(["recheck", str(candidate), *common, *gone, "--output-dir", str(folder / "o2")]) == 2
+    )
+    assert "are gone" in capsys.readouterr().err
+    assert not (folder / "o1" / "loading.json").exists()
+    assert not (folder / "o2" / "loading.json").exists()
+
+
+def test_recheck_of_a_passing_candidate_measures_nothing(measured, capsys):
+    folder, _suite, history, base_sha, _candidate = measured
+    base = folder / "base" / "loading.json"
+    argv = ["recheck", str(base), "--baseline", base_sha, "--history-dir", str(history)]
+    assert main([*argv, "--output-dir", str(folder / "none"), "--format", "markdown"]) == 0
+    assert "nothing measured and no record written" in capsys.readouterr().out
+    assert not (folder / "none").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [(["--recheck", "0"], "--recheck must be at least 1"),
+     (["--regression-percent", "-1"], "--regression-percent")],
+)  # fmt: skip
+def test_recheck_usage_errors_exit_64(tmp_path, capsys, extra, message):
+    argv = ["recheck", "abcd", "--baseline", "abcd", "--history-dir", str(tmp_path), *extra]
+    assert main(argv) == 64
+    assert message in capsys.readouterr().err
+
+
+def test_recheck_refuses_another_host_device_or_storage(measured):
+    from harness.errors import IncomparableError
+    from harness.run.recheck import check_same_place
+
+    candidate = load_report(str(measured[4]), history_dir=None)
+    here = json.loads(json.dumps(candidate.doc["environment"]))
+    check_same_place(here, candidate)  # the same place passes
+    for section, name, value in [
+        ("host", "hostname", "other-host"),
+        ("device", "uuid", "GPU-0000"),
+        ("storage", "mount_source", "/dev/sdz1"),
+    ]:
+        moved = json.loads(json.dumps(here))
+        moved[section][name] = value
+        with pytest.raises(IncomparableError, match=f"environment.{section}.{name}") as caught:
+            check_same_place(moved, candidate)
+        assert caught.value.exit_code == 2
+
+
+@pytest.mark.slow  # a demo run in a subprocess, then its recheck: tens of seconds
+def test_recheck_of_a_demo_report_writes_its_suite_again(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def harness(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(repo)),
+            check=False,
+            timeout=900,
+        )
+
+    history = tmp_path / "h"
+    first = harness("run", "io-scale", "--demo", "--history-dir", str(history),
+                    "--output-dir", str(tmp_path / "a"))  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = tmp_path / "a" / "loading.json"
+    sha = hashlib.sha256(report.read_bytes()).hexdigest()
+    doc = json.loads(report.read_bytes())
+    scaled = next(
+        (t["acquisition"], t["format"], t["cache_state"])
+        for t in doc["trials"]
+        if t["kept"] and t["cache_state"] == "cached"
+    )
+    for trial in doc["trials"]:
+        if (trial["acquisition"], trial["format"], trial["cache_state"]) == scaled:
+            trial["seconds"] *= 10.0
+    doc["summaries"] = summarise_trials(doc["trials"])
+    candidate = tmp_path / "candidate.json"
+    candidate.write_bytes(dump_report(doc))
+    done = harness("recheck", str(candidate), "--baseline", sha[:12], "--history-dir",
+                   str(history), "--regression-percent", "100", "--output-dir",
+                   str(tmp_path / "r"), "--format", "json")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = {
+        (c["acquisition"], c["format"], c["cache_state"]): c
+        for c in json.loads(done.stdout)["cells"]
+    }
+    assert "cleared by the recheck" in cells[scaled]["notes"][0]
+    record = parse_report(tmp_path / "r" / "loading.json")
+    assert (
+        record["recheck"]["candidate_sha256"] == hashlib.sha256(candidate.read_bytes()).hexdigest()
+    )
