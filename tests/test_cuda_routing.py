@@ -30,7 +30,7 @@ from quantem.io import cpu_decode
 def test_importing_quantem_does_not_import_cupy():
     code = (
         "import sys, quantem, quantem.io, quantem.detector, quantem.cuda, quantem.cuda.loaders, "
-        "quantem.cuda.detector_kernels, quantem.cuda.encoded\n"
+        "quantem.cuda.detector_kernels, quantem.cuda.encoded, quantem.cuda.sharded\n"
         "assert 'cupy' not in sys.modules, 'cupy imported'\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )

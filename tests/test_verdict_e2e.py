@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.history.render import registration_renderer
 from harness.history.store import register_reports
 from harness.report import dump_report, summarise_trials
 from harness.testing import make_example_report
@@ -32,7 +33,7 @@ def test_history_changes_reports_a_step_at_the_twelfth_record(tmp_path: Path, ca
         paths.append(tmp_path / f"r{i:02d}.json")
         paths[-1].write_bytes(dump_report(doc))
     history = tmp_path / "h"
-    register_reports(history, paths, plots="defer")
+    register_reports(history, paths, render=registration_renderer("defer"))
     argv = ["history", "changes", "--history-dir", str(history), "--repo", str(tmp_path)]
     assert main([*argv, "--format", "json"]) == 0
     series = json.loads(capsys.readouterr().out)

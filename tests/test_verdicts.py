@@ -10,6 +10,7 @@ import pytest
 from harness.cli import main
 from harness.compare import Verdict, compare_reports
 from harness.history.records import sha256_bytes
+from harness.history.render import registration_renderer
 from harness.history.store import register_reports
 from harness.report import dump_report, summarise_trials
 from harness.testing import make_example_report
@@ -95,7 +96,7 @@ def _calibration_history(tmp_path: Path, noise: float = 0.02) -> tuple[Path, lis
         path = tmp_path / f"aa{seed}.json"
         path.write_bytes(dump_report(make_example_report(seed, reps=3, noise=noise)))
         paths.append(path)
-    results = register_reports(history, paths, plots="defer")
+    results = register_reports(history, paths, render=registration_renderer("defer"))
     runs = [(json.loads(p.read_bytes()), r.sha256) for p, r in zip(paths, results)]
     return history, runs
 

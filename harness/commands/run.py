@@ -130,6 +130,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="reader threads (default: the reader's choice)"
     )
     io.add_argument(
+        "--devices",
+        default=None,
+        metavar="IDS",
+        help="cuda: shard every load over these GPUs, e.g. 0,1 or 'all' (default: one GPU)",
+    )
+    io.add_argument(
         "--verify-source",
         action="store_true",
         help="HDF5 loads check every raw chunk against the frame index's XXH3-64 "
@@ -176,10 +182,27 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         profile_reload=args.profile_reload,
         native_binary=args.native_binary,
         threads=args.threads,
+        devices=_parse_devices_flag(args.devices),
         command=["harness", *sys.argv[1:]],
     )
     values.update(overrides)
     return IoScaleConfig(**values)
+
+
+def _parse_devices_flag(value: str | None) -> tuple[int, ...] | str | None:
+    """``--devices 0,1`` as GPU ids, ``all`` kept as is (every visible GPU, resolved when
+    the run checks its configuration); UsageError otherwise."""
+    from harness.errors import UsageError
+
+    if value is None:
+        return None
+    if value.strip() == "all":
+        return "all"
+    try:
+        ids = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise UsageError(f"--devices {value!r}: give GPU ids such as 0,1 or 'all'") from None
+    return ids
 
 
 def _check_usage(args: argparse.Namespace) -> None:

@@ -85,6 +85,14 @@ def resolve_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Pat
         )
     require_history(layout)
     check_history_marker(layout, create=False)
+    return match_record(layout, prefix, what=what)
+
+
+def match_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Path:
+    """The one record under ``layout.records`` whose SHA-256 starts with ``prefix`` (a
+    record folder inside a history, e.g. its calibrations; the caller checks the history)."""
+    prefix = parse_sha_prefix(prefix, what=what)
+    label = f"{what} " if what else ""
     shard = layout.records / prefix[:FANOUT_DIGITS]
     matches = (
         sorted(

@@ -38,6 +38,8 @@ class LoadSettings:
     threads: int | None = None
     representation: str = "dense"
     fresh_index: bool = False
+    #: ``--devices``: the GPUs a sharded cuda load spreads over (None: one GPU, device 0).
+    devices: tuple[int, ...] | None = None
     verify_source: bool = False
 
 
@@ -57,11 +59,13 @@ class BackendProfile:
     in_process: bool
     #: True: the device has a memory pool to sample and to release between loads.
     device_pool: bool = False
+    #: The GPUs of a sharded run (``--devices``); the barrier waits for all of them.
+    devices: tuple[int, ...] | None = None
 
     @property
     def barrier(self) -> Callable[[], None]:
         """Waits for the device's queued work before a clock is read (no-op off the GPU)."""
-        return device_barrier(self.python_backend)
+        return device_barrier(self.python_backend, self.devices)
 
     def require(self) -> None:
         """Check once per run that the backend can run here (BackendUnavailableError, exit 1)."""
@@ -86,6 +90,8 @@ class BackendProfile:
                 options["verify_source"] = True
         elif settings.representation != "dense":
             options["representation"] = settings.representation
+        if settings.devices is not None:
+            options["devices"] = list(settings.devices)
         return quantem.io.load(path, backend=self.python_backend, **options)
 
     def measure_in_process(
@@ -153,6 +159,26 @@ PROFILES = {
         in_process=False,
     ),
 }
+
+
+def describe_devices(devices: Sequence[int]) -> list[dict[str, Any]]:
+    """Identity of each GPU of a sharded run: id, name and UUID (part of the comparison
+    key: the same ids on another host are other devices)."""
+    import cupy
+
+    described = []
+    for device in devices:
+        props = cupy.cuda.runtime.getDeviceProperties(int(device))
+        name = props.get("name", b"")
+        uuid = props.get("uuid")
+        described.append(
+            {
+                "id": int(device),
+                "name": name.decode() if isinstance(name, bytes) else str(name),
+                "uuid": "GPU-" + bytes(uuid).hex() if isinstance(uuid, bytes | bytearray) else None,
+            }
+        )
+    return described
 
 
 def profile_for(backend: str) -> BackendProfile:

@@ -16,6 +16,7 @@ backend means is :mod:`harness.run.backends`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.report import summarise_trials
 from harness.run import conversion, io_steps, trials
-from harness.run.backends import BackendProfile, LoadSettings, profile_for
+from harness.run.backends import BackendProfile, LoadSettings, describe_devices, profile_for
 from harness.run.checks import Expected, FailureLog, check_products_consistent
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
 from harness.run.conversion import REFERENCE_HEADER_DIR, ConversionSettings
@@ -36,6 +37,7 @@ from harness.run.memory import MemoryTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.workspace import TEMP_PREFIX, Workspace, temporary_area
+from quantem.cuda.sharded import device_count, parse_devices
 
 CACHE_STATES = (trials.COLD, trials.CACHED)
 
@@ -83,6 +85,8 @@ class IoScaleConfig:
     profile_reload: bool = False
     native_binary: Path | None = None
     threads: int | None = None
+    #: ``--devices``: shard every cuda load over these GPUs or ``"all"`` (None: one GPU).
+    devices: tuple[int, ...] | str | None = None
     command: Sequence[str] = ()
     progress: bool | None = None  # None: only on a TTY
     #: Called with (event, details) at stage boundaries; tests use it to act mid-run.
@@ -123,6 +127,15 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
     if not cfg.storage_id.strip():
         raise UsageError("--storage-id must not be empty")
     profile.require()  # BackendUnavailableError (exit 1) saying why
+    if cfg.devices is not None:
+        if cfg.backend != "cuda":
+            raise UsageError("--devices needs --backend cuda")
+        try:
+            spec = cfg.devices if isinstance(cfg.devices, str) else list(cfg.devices)
+            ids = parse_devices(spec, device_count())
+        except ValueError as exc:
+            raise UsageError(f"--{exc}") from None  # "--devices: GPU 5 does not exist; ..."
+        profile = dataclasses.replace(profile, devices=tuple(ids))
     return profile
 
 
@@ -158,6 +171,7 @@ class IoScaleRun:
             threads=cfg.threads,
             representation=cfg.representation,
             fresh_index=cfg.fresh_index,
+            devices=self.profile.devices,
             verify_source=cfg.verify_source,
         )
         return TrialContext(
@@ -277,9 +291,13 @@ class IoScaleRun:
             f"residency_before >= {trials.CACHED_MIN_RESIDENCY} and "
             f"read_bytes <= {trials.CACHED_MAX_READ_FRACTION} * file_bytes"
         )
+        conditions_devices = (
+            {"devices": describe_devices(profile.devices)} if profile.devices is not None else {}
+        )
         return {
             **head,
             "conditions": {
+                **conditions_devices,
                 "backend": cfg.backend,
                 "representation": cfg.representation,
                 "timing_boundary": profile.timing_boundary,

@@ -94,6 +94,34 @@ def loader_stages(acquisition: Any) -> dict[str, float]:
     }
 
 
+def loader_devices(acquisition: Any) -> list[dict] | None:
+    """Each GPU of a sharded load (``load_stats["devices"]``): id, name, UUID, scan rows,
+    bytes, share of the bytes and its own ``*_seconds`` stage times; None otherwise."""
+    stats = getattr(acquisition, "metadata", {}).get("load_stats") or {}
+    devices = stats.get("devices")
+    if not devices:
+        return None
+    out = []
+    for entry in devices:
+        nbytes = entry.get("compressed_bytes", entry.get("payload_bytes", 0))
+        out.append(
+            {
+                "device": int(entry["device"]),
+                "name": entry.get("name"),
+                "uuid": entry.get("uuid"),
+                "rows": [int(v) for v in entry["rows"]],
+                "bytes": int(nbytes),
+                "bytes_share": float(entry.get("bytes_share", 0.0)),
+                "stages": {
+                    f"loader_{k[: -len('_seconds')]}": float(v)
+                    for k, v in entry.items()
+                    if k.endswith("_seconds") and isinstance(v, int | float) and v >= 0
+                },
+            }
+        )
+    return out
+
+
 def resolve_sources(ctx: TrialContext, state: AcquisitionState) -> None:
     """The acquisition's files, bytes, shape and dtype (checked against the manifest)."""
     master = state.selected.master_path
@@ -154,6 +182,9 @@ def checked_load(
     acquisition, m.result = m.result, None
     try:
         m.stages.update(loader_stages(acquisition))
+        devices = loader_devices(acquisition)
+        if devices is not None:
+            m.extra["devices"] = devices
         ctx.memory.sample(acquisition)
         product = check_product(ctx.log, state.expected, acquisition, what, fmt)
     finally:
@@ -209,6 +240,8 @@ def trial_record(
         "io_read_bytes_before": m.extra.get("io_read_bytes_before"),
         "io_read_bytes_after": m.extra.get("io_read_bytes_after"),
     }
+    if m.extra.get("devices") is not None:
+        record["devices"] = m.extra["devices"]
     if extra:
         record.update(extra)
     return record

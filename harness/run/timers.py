@@ -22,9 +22,22 @@ def _cuda_barrier() -> None:
     cupy.cuda.runtime.deviceSynchronize()
 
 
-def device_barrier(backend: str) -> Callable[[], None]:
-    """The call that waits for all queued device work of ``backend`` (a no-op off the GPU)."""
-    return _cuda_barrier if backend == "cuda" else _no_barrier
+def device_barrier(backend: str, devices: tuple[int, ...] | None = None) -> Callable[[], None]:
+    """The call that waits for all queued device work of ``backend`` (a no-op off the GPU);
+    with ``devices`` (a sharded run), the work of every one of those GPUs."""
+    if backend != "cuda":
+        return _no_barrier
+    if devices is None:
+        return _cuda_barrier
+
+    def barrier() -> None:
+        import cupy
+
+        for device in devices:
+            with cupy.cuda.Device(device):
+                cupy.cuda.runtime.deviceSynchronize()
+
+    return barrier
 
 
 class WallTimer:

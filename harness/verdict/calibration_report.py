@@ -13,11 +13,9 @@ under ``calibrations/records/sha256/ab/<sha256>.json`` (docs/history-format.md,
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,12 @@ import numpy as np
 
 from harness.comparability import comparison_fields, comparison_key
 from harness.errors import HistoryError, ReportValidationError, UsageError
+from harness.fsio import write_new
+from harness.history.layout import HistoryLayout
+from harness.history.lock import check_history_marker, history_lock, require_history
+from harness.history.lookup import match_record
+from harness.history.records import sha256_bytes, write_record
+from harness.report import parse_report_json
 from harness.resources import data_folder
 from harness.verdict.calibration import DEFAULT_DRAWS_PER_PAIR, MIN_RUNS, CalibratedNull
 from harness.verdict.comparison import CalibrationUse, collect_cells
@@ -201,7 +205,6 @@ def dump_calibration(doc: Mapping[str, Any]) -> bytes:
 
 def parse_calibration(data: bytes, *, name: str) -> dict[str, Any]:
     """Read a calibration: strict JSON, a known version, valid against its schema."""
-    from harness.report import parse_report_json
 
     doc = parse_report_json(data, name=name)
     if doc.get("schema") != SCHEMA_NAME:
@@ -219,16 +222,12 @@ def parse_calibration(data: bytes, *, name: str) -> dict[str, Any]:
 
 
 def _calibration_layout(history_dir: str | Path):
-    from harness.history.layout import HistoryLayout
 
     return HistoryLayout.at(Path(history_dir) / CALIBRATIONS_DIR)
 
 
 def register_calibration(history_dir: str | Path, data: bytes) -> StoredCalibration:
     """Store a calibration's bytes in the history (write-once, content-addressed)."""
-    from harness.history.layout import HistoryLayout
-    from harness.history.records import write_record
-    from harness.history.store import check_history_marker, history_lock
 
     doc = parse_calibration(data, name="calibration")
     main = HistoryLayout.at(history_dir)
@@ -239,7 +238,6 @@ def register_calibration(history_dir: str | Path, data: bytes) -> StoredCalibrat
 
 
 def _read_stored(path: Path) -> StoredCalibration:
-    from harness.history.records import sha256_bytes
 
     data = path.read_bytes()
     digest = sha256_bytes(data)
@@ -273,21 +271,19 @@ def find_calibration(
         A prefix that matches nothing, or several, or names a calibration of another key.
     """
     if prefix is not None:
-        from harness.history.lookup import parse_sha_prefix, resolve_record
-
         if history_dir is None:
             raise UsageError("--calibration needs --history-dir (where calibrations are stored)")
         path = Path(prefix)
         if path.is_file():
             data = path.read_bytes()
-            from harness.history.records import sha256_bytes
-
             stored = StoredCalibration(
                 parse_calibration(data, name=str(path)), sha256_bytes(data), path
             )
         else:
-            parse_sha_prefix(prefix)
-            stored = _read_stored(resolve_record(_calibration_layout(history_dir), prefix))
+            require_history(HistoryLayout.at(history_dir))
+            stored = _read_stored(
+                match_record(_calibration_layout(history_dir), prefix, what="calibration")
+            )
         if stored.doc["comparison_key"] != key:
             raise UsageError(
                 f"calibration {stored.sha256[:12]} is for comparison key "
@@ -321,22 +317,8 @@ def resolve_calibration(
 
 
 def write_new_file(path: Path, data: bytes) -> None:
-    """Write a new file (temporary name, fsync, link into place); never overwrite one."""
-    import os
-
-    from harness.history.records import fsync_dir
-
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write a new calibration file (complete or not at all); never overwrite one."""
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp, path)
-        except FileExistsError as exc:
-            raise HistoryError(f"{path} exists; a calibration is never overwritten") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-    fsync_dir(path.parent)
+        write_new(path, data, step="writing the calibration")
+    except FileExistsError as exc:
+        raise HistoryError(f"{path} exists; a calibration is never overwritten") from exc

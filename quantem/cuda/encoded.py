@@ -45,27 +45,47 @@ class EncodedPayload:
         verify: bool = True,
         threads: int | None = None,
         batch_bytes: int = qem_pipeline.DEFAULT_BATCH_BYTES,
+        rows: tuple[int, int] | None = None,
     ) -> None:
         import cupy
 
         index = qem.block_index
         self.path = qem.path
-        self.scan_shape = tuple(int(v) for v in qem.scan_shape)
+        scan_r, scan_c = (int(v) for v in qem.scan_shape)
+        # ``rows``: only the blocks holding these scan rows are resident (one GPU's share
+        # of a sharded load); products cover exactly those rows.
+        r0, r1 = (0, scan_r) if rows is None else (int(rows[0]), int(rows[1]))
+        if not 0 <= r0 <= r1 <= scan_r:
+            raise ValueError(f"rows {rows} are outside the scan's {scan_r} rows")
+        self.rows = (r0, r1)
+        self.scan_shape = (r1 - r0, scan_c)
         self.detector_shape = tuple(int(v) for v in qem.detector_shape)
         self.dtype = np.dtype(qem.dtype)
-        self.n_frames = int(qem.n_frames)
-        self.block_frames = int(qem.block_frames)
-        self.n_blocks = int(qem.n_blocks)
-        _, extents = qem_pipeline.block_extents(index)
-        resident = np.zeros(self.n_blocks, dtype=np.int64)
+        self.block_frames = bf = int(qem.block_frames)
+        self.first_frame = r0 * scan_c
+        self.n_frames = (r1 - r0) * scan_c
+        last = self.first_frame + self.n_frames
+        if self.n_frames:
+            ids = np.arange(self.first_frame // bf, -(-last // bf), dtype=np.int64)
+        else:
+            ids = np.zeros(0, dtype=np.int64)
+        self._block_ids = ids
+        self.n_blocks = int(ids.size)
+        #: Flat frame of the first resident block's first frame (outputs start there).
+        self._base = int(ids[0]) * bf if ids.size else self.first_frame
+        self._decoded_frames = (
+            min(int(qem.n_frames), (int(ids[-1]) + 1) * bf) - self._base if ids.size else 0
+        )
+        _, all_extents = qem_pipeline.block_extents(index)
+        extents = all_extents[ids]
+        resident = np.zeros(ids.size, dtype=np.int64)
         np.cumsum(extents[:-1], out=resident[1:])
         self.nbytes = int(extents.sum())
         self.payload = cupy.empty(max(self.nbytes, 16), dtype=cupy.uint8)
         self.decoder = QemBlockDecoder(qem)
         self.table = DeviceBlockTable.from_index(
-            index, resident, index["frame_start"].astype(np.int64)
+            index[ids], resident, index["frame_start"][ids].astype(np.int64) - self._base
         )
-        self._block_ids = np.arange(self.n_blocks, dtype=np.int64)
 
         def place(
             i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any
@@ -77,7 +97,7 @@ class EncodedPayload:
                     self.payload[at : at + size] = device_bytes[:size]
 
         self.stats = qem_pipeline.stage_blocks(
-            qem, self._block_ids, place, verify=verify, threads=threads, batch_bytes=batch_bytes
+            qem, ids, place, verify=verify, threads=threads, batch_bytes=batch_bytes
         )
 
     # -- contract B ------------------------------------------------------------------
@@ -98,11 +118,12 @@ class EncodedPayload:
         import cupy
 
         bits = self._mask_bits(mask2d_bool)
-        sums = tuple(cupy.zeros(self.n_frames, dtype=cupy.uint64) for _ in range(3))
+        sums = tuple(cupy.zeros(self._decoded_frames, dtype=cupy.uint64) for _ in range(3))
         status = cupy.zeros(self.n_blocks, dtype=cupy.int32)
         self.decoder.reduce_moments(self.payload, self.table, bits, sums, status)
         self._check(status, self._block_ids)
-        total, rows, cols = (s.reshape(self.scan_shape) for s in sums)
+        skip = self.first_frame - self._base  # frames of the first block before our rows
+        total, rows, cols = (s[skip : skip + self.n_frames].reshape(self.scan_shape) for s in sums)
         return total, rows, cols
 
     def masked_sum(self, mask2d_bool: Any) -> Any:
@@ -110,13 +131,18 @@ class EncodedPayload:
         return self.moments(mask2d_bool)[0]
 
     def decode_blocks(self, block_ids: np.ndarray) -> Any:
-        """Dense frames of the given blocks, in order: ``(len * block_frames, det_r, det_c)``
-        (frames past the end of the acquisition are left unwritten)."""
+        """Dense frames of the given (resident) blocks, in order:
+        ``(len * block_frames, det_r, det_c)`` (frames past the end of the acquisition are
+        left unwritten)."""
         import cupy
 
         ids = np.asarray(block_ids, dtype=np.int64)
+        first = int(self._block_ids[0]) if self.n_blocks else 0
+        positions = ids - first
+        if positions.size and (positions.min() < 0 or positions.max() >= self.n_blocks):
+            raise IndexError(f"blocks {ids.tolist()} are not resident on this payload")
         out = cupy.empty((ids.size * self.block_frames, *self.detector_shape), dtype=self.dtype)
-        table = self._subtable(ids)
+        table = self._subtable(positions)
         status = cupy.zeros(ids.size, dtype=cupy.int32)
         self.decoder.decode_dense(self.payload, table, out, status)
         self._check(status, ids)
@@ -131,31 +157,33 @@ class EncodedPayload:
         frame_bytes = self.detector_shape[0] * self.detector_shape[1] * self.dtype.itemsize
         per_batch = max(1, SCRATCH_FRAME_BYTES // (frame_bytes * self.block_frames))
         total = cupy.zeros(self.detector_shape, dtype=cupy.uint64)
+        first, last = self.first_frame, self.first_frame + self.n_frames
         for a in range(0, self.n_blocks, per_batch):
             ids = self._block_ids[a : a + per_batch]
             frames = self.decode_blocks(ids)
-            first = int(ids[0]) * self.block_frames
-            n = min(self.n_frames - first, frames.shape[0])
-            total += detector_kernels.sum_frames(frames[:n])
+            start = int(ids[0]) * self.block_frames
+            lo = max(first - start, 0)
+            hi = min(last - start, frames.shape[0])
+            total += detector_kernels.sum_frames(frames[lo:hi])
         return total
 
     def frame(self, i: int) -> Any:
-        """Frame ``i`` (flat scan index), decoding only its block."""
+        """Frame ``i`` (flat scan index within this payload's rows), decoding only its block."""
         index = int(i)
         if not -self.n_frames <= index < self.n_frames:
             raise IndexError(f"frame {i} is out of range for {self.n_frames} frames")
-        index %= self.n_frames
-        block = index // self.block_frames
+        flat = self.first_frame + index % self.n_frames
+        block = flat // self.block_frames
         frames = self.decode_blocks(np.array([block]))
-        return frames[index - block * self.block_frames].copy()
+        return frames[flat - block * self.block_frames].copy()
 
     # -- helpers -----------------------------------------------------------------------
-    def _subtable(self, ids: np.ndarray) -> DeviceBlockTable:
+    def _subtable(self, positions: np.ndarray) -> DeviceBlockTable:
         import cupy
 
         t = self.table
-        sel = cupy.asarray(ids)
-        k = cupy.arange(ids.size, dtype=cupy.int64) * self.block_frames
+        sel = cupy.asarray(positions)
+        k = cupy.arange(positions.size, dtype=cupy.int64) * self.block_frames
         return DeviceBlockTable(
             t.offset[sel],
             t.mode[sel],

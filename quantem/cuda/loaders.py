@@ -90,7 +90,7 @@ def load_hdf5(
 
     from quantem.cuda.staging import prestart_threads
 
-    prestart_threads(threads)
+    prestart_threads(threads, devices=(device,))
     from quantem.io.arina import open_arina
 
     options = LoadOptions.parse(dtype, apply_mask, det_bin)
@@ -106,7 +106,13 @@ def load_hdf5(
             info, stored_dtype=source.dtype, stored_detector_shape=source.detector_shape
         )
     )
-    metadata["load_stats"] = {
+    metadata["load_stats"] = hdf5_load_stats(stats)
+    return Acquisition(data, metadata, options.finish_validity(source.validity), backend="cuda")
+
+
+def hdf5_load_stats(stats: Any) -> dict[str, Any]:
+    """``metadata["load_stats"]`` of one HDF5 pipeline run."""
+    load_stats = {
         "compressed_bytes": stats.compressed_bytes,
         "batches": stats.batches,
         "read_seconds": stats.read_seconds,
@@ -114,31 +120,46 @@ def load_hdf5(
         "staging": stats.staging,
     }
     if stats.fallback is not None:
-        metadata["load_stats"]["staging_fallback"] = stats.fallback
+        load_stats["staging_fallback"] = stats.fallback
     if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
-        metadata["load_stats"]["stages"] = dict(stats.stages)
-    return Acquisition(data, metadata, options.finish_validity(source.validity), backend="cuda")
+        load_stats["stages"] = dict(stats.stages)
+    return load_stats
 
 
 def _decode_hdf5(
-    source: Any, options: LoadOptions, threads: Any, batch_bytes: int, staging: str
+    source: Any,
+    options: LoadOptions,
+    threads: Any,
+    batch_bytes: int,
+    staging: str,
+    frame_range: tuple[int, int] | None = None,
 ) -> tuple:
-    """Decode every frame on the current device, finished per batch where the options
-    change the dtype or shape, else masked in place."""
+    """Decode the frames of ``frame_range`` (default: every frame) on the current device,
+    finished per batch where the options change the dtype or shape, else masked in place."""
     import cupy
 
     validity = cupy.asarray(source.validity)
     if not options.changes_layout(source.dtype):
         frames, stats = decode_source_to_device(
-            source, threads=threads, batch_bytes=batch_bytes, staging=staging
+            source,
+            threads=threads,
+            batch_bytes=batch_bytes,
+            staging=staging,
+            frame_range=frame_range,
         )
         frames, info = options.finish(frames, validity, cupy, overwrite=True)
         return frames, stats, info
+    first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
     finisher = FrameFinisher(
-        options, source.n_frames, source.dtype, source.detector_shape, validity, cupy
+        options, last - first, source.dtype, source.detector_shape, validity, cupy
     )
     _, stats = decode_source_to_device(
-        source, consume=finisher, threads=threads, batch_bytes=batch_bytes, staging=staging
+        source,
+        consume=finisher,
+        threads=threads,
+        batch_bytes=batch_bytes,
+        staging=staging,
+        frame_range=frame_range,
     )
     return finisher.out, stats, finisher.info
 
@@ -180,7 +201,7 @@ def load_qem(
 
     from quantem.cuda.staging import prestart_threads
 
-    prestart_threads(threads)
+    prestart_threads(threads, devices=(device,))
     from quantem.cuda.encoded import EncodedPayload
     from quantem.io.qem.reader import (
         QemFile,
@@ -295,6 +316,10 @@ def _decode_qem_dense(
         position = np.full(qem.n_blocks, -1, dtype=np.int64)
         position[block_ids] = np.arange(block_ids.size) * bf
         gather = position[frames // bf] + frames % bf
-        frames_out = dense[cupy.asarray(gather)]
+        if gather.size and np.array_equal(gather, np.arange(gather[0], gather[0] + gather.size)):
+            # Whole scan rows (one GPU's share of a sharded load): a view, no copy.
+            frames_out = dense[int(gather[0]) : int(gather[0]) + gather.size]
+        else:
+            frames_out = dense[cupy.asarray(gather)]
         del dense
     return frames_out, block_ids, region, stats

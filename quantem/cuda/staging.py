@@ -56,13 +56,20 @@ def thread_pool(kind: str, threads: int) -> ThreadPoolExecutor:
     return pool
 
 
-def prestart_threads(threads: int | None = None) -> None:
+def reader_kind(device: int) -> str:
+    """The reader pool of ``device``: each GPU of a sharded load has its own batch readers
+    (the pread piece pool is shared: the host's read bandwidth is one floor for all)."""
+    return "reader" if int(device) == 0 else f"reader-{int(device)}"
+
+
+def prestart_threads(threads: int | None = None, devices: Sequence[int] = (0,)) -> None:
     """Start the staging pools' threads in the background (a loader calls this first, so
     a first load's thread starts overlap opening the source). Returns at once."""
     threads = threads or min(32, os.cpu_count() or 4)
+    kinds = [("pread", threads)] + [(reader_kind(d), READERS) for d in devices]
 
     def start() -> None:
-        for kind, n in (("pread", threads), ("reader", READERS)):
+        for kind, n in kinds:
             pool = thread_pool(kind, n)
             # Busy tasks make the pool start a thread for each (idle ones are reused).
             for _ in range(n):
@@ -285,8 +292,9 @@ def run_staged(
     import cupy
 
     pool = thread_pool("pread", threads)
-    reader = thread_pool("reader", READERS)
-    with pinned.LazySlots(n_pinned, slot_bytes, cupy.cuda.Device().id) as slots:
+    device = cupy.cuda.Device().id
+    reader = thread_pool(reader_kind(device), READERS)
+    with pinned.LazySlots(n_pinned, slot_bytes, device) as slots:
 
         def read_batch(i: int) -> np.ndarray:
             slot = slots.get(i % n_pinned)  # page-locked on first use (a first load)

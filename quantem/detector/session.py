@@ -63,7 +63,7 @@ class _Prepared:
             )
         if acq.closed:
             raise DetectorError(f"acquisition {position} is closed")
-        if acq.representation not in ("dense", "encoded"):
+        if acq.representation not in ("dense", "encoded", "sharded"):
             raise DetectorError(
                 f"acquisition {position}: unknown representation {acq.representation!r}"
             )
@@ -86,6 +86,15 @@ class _Prepared:
                     f"acquisition {position} is 'encoded' but its metadata lacks a valid "
                     f"scan_shape, detector_shape or dtype ({type(exc).__name__}: {exc})"
                 ) from None
+        elif acq.representation == "sharded":
+            # ``acq.data`` is a quantem.cuda.sharded.ShardedData: contract B over its GPUs.
+            missing = [n for n in KERNEL_FUNCTIONS if not callable(getattr(acq.data, n, None))]
+            if missing:
+                raise DetectorError(
+                    f"acquisition {position} is 'sharded' but its data lacks {', '.join(missing)}"
+                )
+            scan = tuple(int(v) for v in acq.data.scan_shape)
+            detector = tuple(int(v) for v in acq.data.detector_shape)
         else:
             if acq.backend not in KERNEL_MODULES:
                 raise DetectorError(f"acquisition {position}: unknown backend {acq.backend!r}")
@@ -125,6 +134,8 @@ class _Prepared:
             raise DetectorError(f"acquisition {self.position} was closed after prepare()")
         if acq.representation == "encoded":
             return getattr(acq.encoded, name)(*args)
+        if acq.representation == "sharded":
+            return getattr(acq.data, name)(*args)
         module_name = KERNEL_MODULES[acq.backend]
         try:
             module = importlib.import_module(module_name)

@@ -36,7 +36,10 @@ def load(
         ``dtype`` (``"native"``, ``"u8"``, ``"u16"``, ``"u32"``), ``apply_mask``,
         ``det_bin``, ``scan_shape``; HDF5 only: ``fresh_index``, ``index_dir``;
         ``.qem`` only: ``verify``, ``scan_region``, ``representation``; cuda only:
-        ``device``. See each reader's documentation.
+        ``device``, or ``devices`` (``"all"`` or a list of GPU ids): the scan rows split
+        in contiguous blocks over those GPUs, ``data`` a
+        :class:`~quantem.cuda.sharded.ShardedData` (see ``docs/cuda-backend.md``).
+        See each reader's documentation.
     output
         ``"array"`` (default: numpy or CuPy ``data``) or ``"torch"``: ``data`` is a
         ``torch.Tensor`` sharing the array's memory (DLPack, no copy; on the GPU for
@@ -48,6 +51,8 @@ def load(
     require_backend(backend)
     check_output(output)
     if output == "torch":
+        if options.get("devices") is not None:
+            raise ValueError("output='torch' takes one GPU (device=), not devices=")
         require_torch()
     acq = _load(path, backend, options)
     try:
@@ -58,6 +63,13 @@ def load(
 
 
 def _load(path: str | os.PathLike, backend: str, options: dict) -> Acquisition:
+    if options.get("devices") is not None:
+        if backend != "cuda":
+            raise ValueError(f"devices= shards a load over GPUs; backend {backend!r} takes none")
+        from quantem.cuda import sharded
+
+        return sharded.load(path, **options)
+    options.pop("devices", None)
     if backend == "cuda":
         from quantem.cuda import loaders as cuda_loaders
 

@@ -116,6 +116,9 @@ class _SessionFrames(Frames):
         xp = self.xp
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
+        if self.kind == "sharded" and not self.acq.data.encoded:
+            # Each GPU gathers its rows; the same float64 conversion as the dense path.
+            return self.acq.data.pixel_stack(rows, cols)
         if self.kind == "dense":
             data = self.acq.array
             # One gather pass over the data: (scan_r, scan_c, n) -> (n, scan_r, scan_c).
@@ -223,6 +226,11 @@ class _StreamFrames(Frames):
 def _region_acquisition(acq: Acquisition, scan_region: Any) -> Acquisition:
     from quantem.io.qem.reader import parse_scan_region
 
+    if acq.representation == "sharded":
+        raise ComputeError(
+            "a scan region of a sharded acquisition is not supported: load the region on "
+            "one GPU (load(path, backend='cuda', scan_region=...))"
+        )
     if acq.representation != "dense":
         raise ComputeError(
             "a scan region of an encoded acquisition is chosen when loading it: "

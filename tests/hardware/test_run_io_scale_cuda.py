@@ -63,3 +63,28 @@ def test_cuda_run_matches_cpu_products(tmp_path, representation):
             for t in doc["trials"]
         ]
     )
+
+
+@pytest.mark.parametrize("representation", ["dense", "encoded"])
+def test_cuda_run_with_devices_0_records_the_device(tmp_path, representation):
+    """``--devices 0``: the sharded path on one GPU; products equal the one-GPU run's, the
+    comparison key differs (devices joined it), every trial names its GPU and bytes."""
+    from harness.comparability import collect_differences
+    from harness.report import parse_report
+
+    folder = real_disk_dir(tmp_path)
+    suite = write_demo_suite(folder / "suite", SUITE, frames_per_shard=32)
+    one = _run(folder, suite, "cuda", representation=representation)
+    (folder / "sharded").mkdir()
+    sharded = _run(folder / "sharded", suite, "cuda", representation=representation, devices=(0,))
+    assert sharded.exit_code == 0, sharded.report["status"]["failures"]
+    doc = parse_report(sharded.report_path)
+    assert [d["id"] for d in doc["conditions"]["devices"]] == [0]
+    assert doc["conditions"]["devices"][0]["uuid"] == doc["environment"]["device"]["uuid"]
+    assert [d.field for d in collect_differences(one.report, doc)] == ["conditions.devices"]
+    products = {a["id"]: a["indexed_product_sha256"] for a in one.report["acquisitions"]}
+    assert {a["id"]: a["indexed_product_sha256"] for a in doc["acquisitions"]} == products
+    for trial in doc["trials"]:
+        (entry,) = trial["devices"]
+        assert entry["device"] == 0 and entry["bytes_share"] == 1.0 and entry["bytes"] > 0
+        assert entry["stages"]["loader_pipeline"] > 0
