@@ -23,10 +23,54 @@ from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 #: Where a history lives when ``--history-dir`` is not given.
 HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
 DEFAULT_HISTORY_DIR = "harness-history"
+#: A history on a database server (``--history-url``), for the commands that take one.
+HISTORY_URL_ENV = "HARNESS_HISTORY_URL"
 
 
 def default_history_dir() -> str:
+    """The history folder of a command given no ``--history-dir``.
+
+    A command that reaches this works on a folder only; when only ``HARNESS_HISTORY_URL``
+    names a history, quietly using ./harness-history instead would read the wrong one.
+    """
+    if os.environ.get(HISTORY_URL_ENV) and not os.environ.get(HISTORY_DIR_ENV):
+        raise UsageError(
+            f"${HISTORY_URL_ENV} is set, but this command works on a history folder only "
+            "(so far: register, head, verify, push and pull take a URL); give --history-dir"
+        )
     return os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
+
+
+def add_history_location_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--history-dir`` or ``--history-url`` (one of them; default from the environment)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--history-dir",
+        default=None,
+        metavar="H",
+        help=f"history folder (default ${HISTORY_DIR_ENV} or ./{DEFAULT_HISTORY_DIR})",
+    )
+    group.add_argument(
+        "--history-url",
+        default=None,
+        metavar="URL",
+        help=f"history on a PostgreSQL server, postgresql+psycopg://USER@HOST/DB (default ${HISTORY_URL_ENV})",
+    )
+
+
+def history_url(args: argparse.Namespace) -> str | None:
+    """The URL the command works on, or None for a folder (``_history_dir``)."""
+    if args.history_url is not None:
+        return args.history_url
+    if args.history_dir is not None:
+        return None
+    url = os.environ.get(HISTORY_URL_ENV)
+    if url and os.environ.get(HISTORY_DIR_ENV):
+        raise UsageError(
+            f"both ${HISTORY_DIR_ENV} and ${HISTORY_URL_ENV} are set; give --history-dir "
+            "or --history-url"
+        )
+    return url or None
 
 
 def add_history_dir_argument(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +94,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "register", help="store reports (validated first; identical bytes: no-op)"
     )
     register.add_argument("reports", nargs="+", metavar="REPORT", help="loading.json files")
-    add_history_dir_argument(register)
+    add_history_location_arguments(register)
     add_plot_policy_arguments(register)
     register.set_defaults(func=run_register)
 
@@ -92,14 +136,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     head = commands.add_parser(
         "head", help="print the journal's head hash (keep it; verify --expect-head checks it)"
     )
-    add_history_dir_argument(head)
+    add_history_location_arguments(head)
     head.set_defaults(func=run_head)
 
     verify = commands.add_parser(
         "verify",
         help="re-hash every record; check index, journal and rendered files (exit 1 on problems)",
     )
-    add_history_dir_argument(verify)
+    add_history_location_arguments(verify)
     verify.add_argument(
         "--expect-head",
         metavar="HASH",
@@ -120,6 +164,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_history_dir_argument(changes)
     add_changes_arguments(changes)
     changes.set_defaults(func=lambda args: run_changes(args, _history_dir(args)))
+
+    init_db = commands.add_parser(
+        "init-db",
+        help="set up a PostgreSQL database as a history (tables, insert-only triggers, role)",
+    )
+    init_db.add_argument("url", metavar="URL", help="postgresql+psycopg://OWNER@HOST/DB")
+    init_db.add_argument(
+        "--grant-to",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="give this login the harness_writer role (SELECT and INSERT only); repeatable",
+    )
+    init_db.set_defaults(func=run_init_db)
+
+    push = commands.add_parser(
+        "push", help="copy a history folder's records to a server (idempotent, hashes checked)"
+    )
+    push.add_argument("folder", metavar="FOLDER", help="history folder to copy from")
+    push.add_argument("--history-url", required=True, metavar="URL", help="server to copy to")
+    push.set_defaults(func=run_push)
+
+    pull = commands.add_parser(
+        "pull", help="copy a server's records into a history folder (idempotent, validated)"
+    )
+    pull.add_argument("url", metavar="URL", help="server to copy from")
+    pull.add_argument("--history-dir", required=True, metavar="H", help="folder to copy into")
+    add_plot_policy_arguments(pull)
+    pull.set_defaults(func=run_pull)
     parser.set_defaults(func=_missing_subcommand)
 
 
@@ -142,7 +215,7 @@ def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[i
 
 def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError(
-        "history needs a subcommand: register, import, list, show, head, verify or rebuild"
+        "history needs a subcommand: register, import, list, show, head, verify, rebuild, changes, init-db, push or pull"
     )
 
 
@@ -179,9 +252,42 @@ def _print_head(results: list) -> None:
         print(f"journal head {results[-1].journal_head}")
 
 
+def _open_url(url: str):
+    from harness.history.remote import open_url_store
+
+    return open_url_store(url)
+
+
+def _register_on_server(url: str, reports: list[str]) -> int:
+    from harness.history.journal import utc_now
+    from harness.history.store import prepare_report
+
+    prepared = [prepare_report(report) for report in reports]  # all valid, or nothing stored
+    store = _open_url(url)
+    try:
+        for report in prepared:
+            stored = store.register(report.data, source=report.source, registered_utc=utc_now())
+            if stored.created:
+                print(f"stored {stored.sha256} from {report.source}")
+            else:
+                print(
+                    f"already stored {stored.sha256} (identical bytes from {report.source}; nothing written)"
+                )
+        print(f"journal head {store.head()}")
+    finally:
+        store.engine.dispose()
+    return EXIT_OK
+
+
 def run_register(args: argparse.Namespace) -> int:
     from harness.history.store import register_reports
     from harness.render import registration_renderer
+
+    url = history_url(args)
+    if url is not None:
+        if args.plots != "auto":
+            raise UsageError("--plots/--defer-plots apply to a history folder, not --history-url")
+        return _register_on_server(url, args.reports)
 
     results = register_reports(
         _history_dir(args), args.reports, render=registration_renderer(args.plots)
@@ -326,6 +432,14 @@ def run_head(args: argparse.Namespace) -> int:
     from harness.history.journal import journal_head
     from harness.history.lock import locked_history
 
+    url = history_url(args)
+    if url is not None:
+        store = _open_url(url)
+        try:
+            print(store.head())
+        finally:
+            store.engine.dispose()
+        return EXIT_OK
     with locked_history(_history_dir(args)) as layout:
         print(journal_head(layout))
     return EXIT_OK
@@ -346,6 +460,9 @@ def run_verify(args: argparse.Namespace) -> int:
     from harness.render import check_rendered
 
     expect_head = parse_head(args.expect_head) if args.expect_head is not None else None
+    url = history_url(args)
+    if url is not None:
+        return _verify_on_server(url, expect_head)
     with _record_progress(_history_dir(args), "re-hashing records") as progress:
         result = verify_history(
             _history_dir(args),
@@ -381,3 +498,60 @@ def run_rebuild(args: argparse.Namespace) -> int:
         f"listed, not indexed; {result.temps_removed} temporary files removed"
     )
     return EXIT_FAILURE if any(p.is_error for p in result.problems) else EXIT_OK
+
+
+def _verify_on_server(url: str, expect_head: str | None) -> int:
+    store = _open_url(url)
+    try:
+        check = store.check(expect_head=expect_head)
+    finally:
+        store.engine.dispose()
+    for problem in check.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    summary = (
+        f"{check.records} records checked: {len(check.problems)} errors, 0 warnings; "
+        f"journal head {check.head}"
+    )
+    if expect_head is not None and check.ok:
+        summary += f"; nothing registered up to {expect_head[:16]}... was removed or altered"
+    print(summary)
+    return EXIT_OK if check.ok else EXIT_FAILURE
+
+
+def run_init_db(args: argparse.Namespace) -> int:
+    from harness.history.remote import init_database
+
+    for line in init_database(args.url, grant_to=args.grant_to):
+        print(line)
+    return EXIT_OK
+
+
+def run_push(args: argparse.Namespace) -> int:
+    from harness.history.remote import push
+
+    store = _open_url(args.history_url)
+    try:
+        result = push(args.folder, store)
+    finally:
+        store.engine.dispose()
+    print(
+        f"pushed {result.copied} records ({result.present} already there); "
+        f"server journal head {result.head_to}"
+    )
+    return EXIT_OK
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    from harness.history.remote import pull
+    from harness.render import registration_renderer
+
+    store = _open_url(args.url)
+    try:
+        result = pull(store, args.history_dir, render=registration_renderer(args.plots))
+    finally:
+        store.engine.dispose()
+    print(
+        f"pulled {result.copied} records ({result.present} already there); "
+        f"folder journal head {result.head_to or '-'}"
+    )
+    return EXIT_OK

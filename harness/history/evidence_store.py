@@ -6,9 +6,6 @@ PostgreSQL database (:class:`harness.history.postgres.PostgresStore`, issue 15).
 pass the same contract tests (``tests/test_evidence_store.py``), as every zarr store
 passes zarr's shared store tests. The journal lines are byte-identical in both, so a
 head is a head whichever backend holds it (``docs/history-format.md`` "Journal").
-
-This module is the contract and the folder backend only; the CLI does not use it yet
-(issue 15: ``--history-url`` is not wired).
 """
 
 from __future__ import annotations

@@ -14,11 +14,14 @@ the dialect-neutral part); what only a server can enforce is PostgreSQL DDL run 
   dropped connection leaves nothing half-done.
 
 Journal lines are byte-identical to the folder journal's (:func:`journal_line`), so a
-head kept from a folder or a server is checked the same way. Not wired into the CLI yet
-(``--history-url``, push/pull, roles and Alembic migrations are still to do).
+head kept from a folder or a server is checked the same way. The CLI reaches it through
+:mod:`harness.history.remote` (``--history-url``, ``init-db``, ``push``, ``pull``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import (
     BigInteger,
@@ -124,10 +127,16 @@ def install_schema(engine: Engine) -> None:
             connection.execute(text(statement))
 
 
-def _server_error(engine: Engine, step: str, exc: DBAPIError) -> HistoryError:
-    where = engine.url.render_as_string(hide_password=True)
-    detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-    return HistoryError(f"{where}: {detail} while {step}")
+@contextmanager
+def server_step(engine: Engine, step: str) -> Iterator[None]:
+    """Turn a database failure during ``step`` into a HistoryError naming the server
+    (password hidden) and the step; the transaction it interrupted is rolled back."""
+    try:
+        yield
+    except DBAPIError as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+        raise HistoryError(f"{where}: {detail} (while {step})") from exc
 
 
 class PostgresStore:
@@ -138,44 +147,43 @@ class PostgresStore:
 
     def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
         sha256 = sha256_bytes(data)
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
-                inserted = connection.execute(
-                    pg_insert(records_table)
-                    .values(sha256=sha256, data=data)
-                    .on_conflict_do_nothing(index_elements=["sha256"])
-                    .returning(records_table.c.sha256)
-                ).first()
-                journalled = connection.execute(
-                    select(func.count())
-                    .select_from(journal_table)
-                    .where(journal_table.c.sha256 == sha256)
-                ).scalar_one()
-                if inserted is not None or not journalled:
-                    prev = (
-                        connection.execute(
-                            select(journal_table.c.link)
-                            .order_by(journal_table.c.seq.desc())
-                            .limit(1)
-                        ).scalar()
-                        or GENESIS_HEAD
-                    )
-                    line = journal_line(
-                        {"registered_utc": registered_utc, "sha256": sha256, "source": source},
-                        prev,
-                    )
+        with (
+            server_step(self.engine, f"registering record {sha256}"),
+            self.engine.begin() as connection,
+        ):
+            connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
+            inserted = connection.execute(
+                pg_insert(records_table)
+                .values(sha256=sha256, data=data)
+                .on_conflict_do_nothing(index_elements=["sha256"])
+                .returning(records_table.c.sha256)
+            ).first()
+            journalled = connection.execute(
+                select(func.count())
+                .select_from(journal_table)
+                .where(journal_table.c.sha256 == sha256)
+            ).scalar_one()
+            if inserted is not None or not journalled:
+                prev = (
                     connection.execute(
-                        journal_table.insert().values(
-                            line=line, link=sha256_bytes(line), sha256=sha256
-                        )
-                    )
-        except DBAPIError as exc:
-            raise _server_error(self.engine, f"registering record {sha256}", exc) from exc
+                        select(journal_table.c.link).order_by(journal_table.c.seq.desc()).limit(1)
+                    ).scalar()
+                    or GENESIS_HEAD
+                )
+                line = journal_line(
+                    {"registered_utc": registered_utc, "sha256": sha256, "source": source},
+                    prev,
+                )
+                connection.execute(
+                    journal_table.insert().values(line=line, link=sha256_bytes(line), sha256=sha256)
+                )
         return StoredRecord(sha256, inserted is not None)
 
     def read(self, sha256: str) -> bytes:
-        with self.engine.connect() as connection:
+        with (
+            server_step(self.engine, f"reading record {sha256}"),
+            self.engine.connect() as connection,
+        ):
             data = connection.execute(
                 select(records_table.c.data).where(records_table.c.sha256 == sha256)
             ).scalar()
@@ -184,14 +192,17 @@ class PostgresStore:
         return bytes(data)
 
     def head(self) -> str:
-        with self.engine.connect() as connection:
+        with (
+            server_step(self.engine, "reading the journal head"),
+            self.engine.connect() as connection,
+        ):
             link = connection.execute(
                 select(journal_table.c.link).order_by(journal_table.c.seq.desc()).limit(1)
             ).scalar()
         return link or GENESIS_HEAD
 
     def journal_lines(self) -> list[bytes]:
-        with self.engine.connect() as connection:
+        with server_step(self.engine, "reading the journal"), self.engine.connect() as connection:
             rows = connection.execute(
                 select(journal_table.c.line).order_by(journal_table.c.seq)
             ).scalars()
@@ -202,10 +213,14 @@ class PostgresStore:
         lines = self.journal_lines()
         problems, head, shas = check_chain(lines, expect_head)
         stored = set()
-        with self.engine.connect() as connection:
-            for sha256, data in connection.execute(
+        with (
+            server_step(self.engine, "re-hashing the records"),
+            self.engine.connect() as connection,
+        ):
+            rows = connection.execution_options(yield_per=500).execute(
                 select(records_table.c.sha256, records_table.c.data)
-            ):
+            )  # streamed (a server-side cursor): memory stays flat at any size
+            for sha256, data in rows:
                 stored.add(sha256)
                 if sha256_bytes(bytes(data)) != sha256:
                     problems.append(f"record {sha256}: its bytes no longer match its key")
