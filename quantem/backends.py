@@ -42,3 +42,10 @@ def require_backend(backend: str) -> str:
 
 def best_backend() -> str:
     return "cuda" if cuda_available() else "cpu"
+
+
+def format_gpu_uuid(raw: bytes) -> str:
+    """A device's 16-byte UUID (CUDA device properties) as nvidia-smi prints it:
+    ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``."""
+    h = bytes(raw).hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

@@ -14,6 +14,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantem.backends import format_gpu_uuid
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 
@@ -137,11 +139,6 @@ def collect_host() -> dict:
     }
 
 
-def _format_uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
 def _cuda_version_string(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
@@ -194,7 +191,7 @@ def collect_device(backend: str) -> dict:
     props = runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     raw_uuid = props.get("uuid")
-    uuid = _format_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
+    uuid = format_gpu_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
     smi_uuid, driver = _nvidia_smi(device_id)
     uuid = uuid or smi_uuid
     if driver is None:

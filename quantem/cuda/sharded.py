@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from quantem.acquisition import Acquisition
+from quantem.backends import format_gpu_uuid
 
 #: Where the dense blocks' contract-B kernels live (the host tests swap in the cpu ones).
 DENSE_KERNELS = "quantem.cuda.detector_kernels"
@@ -421,7 +422,7 @@ def _device_stats(block_rows: tuple[int, int], device: int, stats: dict) -> dict
     entry["name"] = name.decode() if isinstance(name, bytes) else str(name)
     uuid = props.get("uuid")
     if isinstance(uuid, (bytes, bytearray)):
-        entry["uuid"] = "GPU-" + bytes(uuid).hex()
+        entry["uuid"] = format_gpu_uuid(uuid)  # as the report's environment names it
     entry.update(stats)
     return entry
 

@@ -59,7 +59,7 @@ def test_flipped_bit_raises_with_shard_and_frame(acquisition, staging, batch_byt
     assert str(source.shard_paths[3]) in str(info.value)
     # the finishing path (per-batch consume) checks as well
     with pytest.raises(SourceIntegrityError) as info:
-        io.load(master, **kw, verify_source=True, dtype="float32")
+        io.load(master, **kw, verify_source=True, dtype="u32")
     assert info.value.fields["frame"] == 37
 
 
