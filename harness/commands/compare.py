@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from harness.commands.history import default_history_dir
-    from harness.compare import compare_reports
+    from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.verdict.calibration_report import resolve_calibration
     from harness.verdict.present import print_text, render_json, render_markdown
@@ -105,14 +105,10 @@ def run(args: argparse.Namespace) -> int:
     candidate_reference = args.candidate or _newest_record(history_dir)
     candidate = load_report(candidate_reference, history_dir=history_dir)
     calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
-    comparison = compare_reports(
-        baseline.doc,
-        candidate.doc,
+    comparison = compare_loaded(
+        baseline,
+        candidate,
         percent,
-        baseline_sha256=baseline.sha256,
-        baseline_path=str(baseline.path),
-        candidate_sha256=candidate.sha256,
-        candidate_path=str(candidate.path),
         calibration=calibration,
         accept_output_change=args.accept_output_change,
     )

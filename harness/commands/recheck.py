@@ -173,7 +173,7 @@ def _say(message: str, output: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir
-    from harness.compare import Verdict, compare_reports
+    from harness.compare import Verdict, compare_loaded
     from harness.history.lookup import load_report
     from harness.report import BENCHMARK
     from harness.run.provenance import check_code_origin
@@ -202,16 +202,7 @@ def run(args: argparse.Namespace) -> int:
             + (f" (of {linked[:12]}); recheck that record instead" if linked else "")
         )
     calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
-    first = compare_reports(
-        baseline.doc,
-        candidate.doc,
-        percent,
-        baseline_sha256=baseline.sha256,
-        baseline_path=str(baseline.path),
-        candidate_sha256=candidate.sha256,
-        candidate_path=str(candidate.path),
-        calibration=calibration,
-    )
+    first = compare_loaded(baseline, candidate, percent, calibration=calibration)
     if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
         _print(first, args.format)
         why = (
@@ -225,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -> int:
-    from harness.compare import compare_reports
+    from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.run.recheck import RecheckConfig, run_recheck
 
@@ -256,16 +247,7 @@ def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -
             )
         )
     record = load_report(str(outcome.report_path), history_dir=None)
-    final = compare_reports(
-        baseline.doc,
-        record.doc,
-        args.regression_percent,
-        baseline_sha256=baseline.sha256,
-        baseline_path=str(baseline.path),
-        candidate_sha256=record.sha256,
-        candidate_path=str(record.path),
-        calibration=calibration,
-    )
+    final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
     _print(final, args.format)
     _say(f"report: {outcome.report_path}", args.format)
     for result in outcome.registered:

@@ -45,6 +45,7 @@ __all__ = [
     "Verdict",
     "cell_to_dict",
     "collect_cells",
+    "compare_loaded",
     "compare_reports",
     "flagged_for_recheck",
 ]
@@ -374,3 +375,26 @@ def flagged_for_recheck(
         calibration=calibration.null if calibration else None,
     )
     return [cell.key for cell in cells if cell.flagged]
+
+
+def compare_loaded(
+    baseline: Any,
+    candidate: Any,
+    regression_percent: float = DEFAULT_REGRESSION_PERCENT,
+    *,
+    calibration: CalibrationUse | None = None,
+    accept_output_change: bool = False,
+) -> Comparison:
+    """:func:`compare_reports` of two reports as looked up (anything with ``doc``,
+    ``sha256`` and ``path``, e.g. :class:`harness.history.lookup.LoadedReport`)."""
+    return compare_reports(
+        baseline.doc,
+        candidate.doc,
+        regression_percent,
+        baseline_sha256=baseline.sha256,
+        baseline_path=str(baseline.path),
+        candidate_sha256=candidate.sha256,
+        candidate_path=str(candidate.path),
+        calibration=calibration,
+        accept_output_change=accept_output_change,
+    )
