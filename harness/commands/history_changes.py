@@ -50,7 +50,7 @@ def run_changes(args: argparse.Namespace, history_dir: str) -> int:
     from rich.text import Text
 
     from harness.history.layout import HistoryLayout
-    from harness.history.store import check_history_marker, require_history
+    from harness.history.lock import check_history_marker, require_history
     from harness.verdict.changes import history_changes
 
     if not 0 < args.p_threshold < 1:
