@@ -6,8 +6,9 @@ the history never imports it (``tests/test_architecture.py``).
 
 - :mod:`~harness.render.index_json`: ``index.json``, every record's entry in index order;
 - :mod:`~harness.render.timings`: ``timings.csv``, every measured trial (pandas);
-- :mod:`~harness.render.pages`: ``README.md``, the dashboard overview ``index.html``
-  and one page per record;
+- :mod:`~harness.render.pages`: ``README.md`` and the dashboard overview ``index.html``;
+- :mod:`~harness.render.record_pages`: one page per record (in worker processes for
+  large histories);
 - :mod:`~harness.render.keys`: one dashboard page per comparison key (plotly.js);
 - :mod:`~harness.render.plots`: ``plots/<comparison key>.png`` (matplotlib);
 - :mod:`~harness.render.update`: render everything, or what a registration changed.

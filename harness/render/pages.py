@@ -9,8 +9,6 @@ record and its baseline, so a page that exists is not redrawn unless asked.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,6 @@ from sqlalchemy import Connection, func, select
 
 from harness.history.index_db import RecordRow, SummaryRow, read_meta_json
 from harness.history.journal import GENESIS_HEAD
-from harness.history.layout import HistoryLayout
 from harness.render.targets import RenderTargets, write_atomic
 
 #: How many of the newest records README.md and index.html list.
@@ -215,148 +212,6 @@ def write_assets(targets: RenderTargets) -> None:
         if destination.exists() and destination.read_bytes() == data:
             continue
         write_atomic(destination, data)
-
-
-# --- record pages -------------------------------------------------------------------
-
-
-def read_record_doc(path: Path) -> dict[str, Any]:
-    """A registered record's document, migrated in memory (it was validated when registered)."""
-    from harness.report import migrate_report, parse_report_json, schema_version_of
-
-    doc = parse_report_json(path.read_bytes(), name=str(path))
-    return migrate_report(doc, schema_version_of(doc, str(path)), name=str(path))
-
-
-def _comparison_of(
-    layout: HistoryLayout, doc: dict[str, Any], sha256: str, path: Path
-) -> dict[str, Any] | None:
-    """The record against its declared baseline, when that baseline is in the history."""
-    from harness.compare import compare_reports
-
-    baseline = doc.get("baseline") or {}
-    baseline_sha = baseline.get("sha256")
-    if not baseline_sha:
-        return None
-    baseline_path = layout.record_path(baseline_sha)
-    if not baseline_path.is_file():
-        return {"missing_baseline": baseline_sha}
-    comparison = compare_reports(
-        read_record_doc(baseline_path),
-        doc,
-        float(baseline.get("regression_percent") or 20.0),
-        baseline_sha256=baseline_sha,
-        baseline_path=str(baseline_path),
-        candidate_sha256=sha256,
-        candidate_path=str(path),
-    )
-    result = comparison.to_dict()
-    for cell in result["cells"]:
-        cell["flagged"] = cell["verdict"] in FLAGGED_VERDICTS
-    # flagged cells first, then by change (largest slowdown first)
-    result["cells"] = sorted(
-        result["cells"],
-        key=lambda c: (not c["flagged"], -(c["change_percent"] or 0.0)),
-    )
-    return result
-
-
-def build_record_page(
-    layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
-) -> bytes:
-    from markupsafe import Markup
-
-    from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
-    from harness.templating import render_template
-
-    path = layout.record_path(sha256)
-    doc = read_record_doc(path)
-    page = targets.record_page(sha256)
-    trials = sorted(
-        doc["trials"],
-        key=lambda t: (t["acquisition"], t["format"], t["cache_state"] != "cold", t["trial_index"]),
-    )
-    return render_template(
-        "dashboard_record.html.j2",
-        sha256=sha256,
-        key=comparison_key,
-        doc=doc,
-        comparison=_comparison_of(layout, doc, sha256, path),
-        json_href=Path(os.path.relpath(path, page.parent)).as_posix(),
-        seconds=format_seconds,
-        value=lambda item: Markup(value_html(item)),
-        trial_rows=Markup(trial_rows_html(trials, format_seconds)),
-        summary_rows=Markup(summary_rows_html(doc["summaries"], format_seconds)),
-        handled={
-            "trials",
-            "summaries",
-            "acquisitions",
-            "status",
-            "provenance",
-            "environment",
-            "conditions",
-            "memory",
-            "conversion",
-            "baseline",
-        },
-    ).encode("utf-8")
-
-
-def write_record_pages(
-    connection: Connection,
-    layout: HistoryLayout,
-    targets: RenderTargets,
-    seqs: Iterable[int] | None,
-    *,
-    rewrite: bool,
-) -> int:
-    """Write the pages of the records ``seqs`` (all when ``None``); return how many were written.
-
-    Without ``rewrite`` a page that exists is kept: it depends only on its immutable
-    record and baseline. Rewriting all of them builds a new folder and swaps it in:
-    a rename per page costs more than the page itself on some filesystems (3 ms of 4 on
-    the dev VM), and a folder swap leaves no half-written page behind either.
-    """
-    query = select(RecordRow.sha256, RecordRow.comparison_key).order_by(RecordRow.seq)
-    if seqs is not None:
-        seqs = list(seqs)
-        if not seqs:
-            return 0
-        query = query.where(RecordRow.seq.in_(seqs))
-    rows = connection.execute(query).all()
-    if seqs is None and rewrite:
-        return _rewrite_record_folder(layout, targets, rows)
-    written = 0
-    for sha256, key in rows:
-        page = targets.record_page(sha256)
-        if not rewrite and page.exists():
-            continue
-        write_atomic(page, build_record_page(layout, targets, sha256, key))
-        written += 1
-    return written
-
-
-def _rewrite_record_folder(layout: HistoryLayout, targets: RenderTargets, rows: list[Any]) -> int:
-    import shutil
-
-    from harness.render.targets import RENDERED_MODE
-
-    folder = targets.record_page("x").parent
-    fresh = folder.with_name(f".{folder.name}.new")
-    stale = folder.with_name(f".{folder.name}.old")
-    for leftover in (fresh, stale):
-        shutil.rmtree(leftover, ignore_errors=True)
-    fresh.mkdir(parents=True)
-    for sha256, key in rows:
-        page = fresh / targets.record_page(sha256).name
-        # pages link ../keys/ and the record's JSON relative to the final folder
-        page.write_bytes(build_record_page(layout, targets, sha256, key))
-        os.chmod(page, RENDERED_MODE)
-    if folder.exists():
-        os.replace(folder, stale)
-    os.replace(fresh, folder)
-    shutil.rmtree(stale, ignore_errors=True)
-    return len(rows)
 
 
 def remove_stale_pages(folder: Path, keep: set[str]) -> None:

@@ -1,4 +1,4 @@
-"""``timings.csv``: every measured trial with its record's identity (pandas).
+"""``timings.csv``: every measured trial with its record's identity.
 
 Each row carries the record's SHA-256, creation time, git revision and dirty flag
 and comparison key, so a spreadsheet or notebook can order and group trials by
@@ -7,6 +7,8 @@ revision without opening the records.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -28,52 +30,79 @@ TIMINGS_COLUMNS = (
 )
 META_TIMINGS = "render.timings_csv"
 
-_TIMINGS_SQL = (
-    "SELECT r.sha256, r.created_utc, r.git_revision, r.git_dirty, r.comparison_key, "
-    "t.acquisition, t.format, t.cache_state, "
-    "t.trial_index, t.label, t.kept, t.seconds, t.read_bytes, t.file_bytes, t.residency_before "
-    f"FROM {TrialRow.__tablename__} AS t JOIN {RecordRow.__tablename__} AS r ON r.seq = t.record_seq "
-    "WHERE t.record_seq >= ? ORDER BY t.id"  # trial ids grow with seq: a record's trials follow its row
+#: Text that the ``csv`` writer would quote (or might, in another Python version) holds one
+#: of these; such rows are written by the writer itself, all others by plain joins.
+_CSV_SPECIAL = "'*[,\"' || char(10) || char(13) || ']*'"
+_TRIAL_TEXT = "(t.acquisition || t.format || t.cache_state || t.label)"
+_RECORDS_SQL = (
+    "SELECT seq, sha256, created_utc, git_revision, git_dirty, comparison_key "
+    f"FROM {RecordRow.__tablename__} WHERE seq >= ?"
+)
+#: One row per trial, in trial id order (ids grow with seq: a record's trials follow its row):
+#: the record's seq, the trial's text fields already joined (NULL when one needs quoting),
+#: the floats (written as Python's shortest repr, as pandas writes them) and the counts.
+_TRIALS_SQL = (
+    "SELECT t.record_seq, "
+    f"CASE WHEN {_TRIAL_TEXT} GLOB {_CSV_SPECIAL} THEN NULL ELSE "
+    "t.acquisition || ',' || t.format || ',' || t.cache_state || ',' || t.trial_index || ',' "
+    "|| t.label || ',' || CASE WHEN t.kept THEN 'True' ELSE 'False' END END, "
+    "t.seconds, t.read_bytes || ',' || t.file_bytes, t.residency_before "
+    f"FROM {TrialRow.__tablename__} AS t WHERE t.record_seq >= ? ORDER BY t.id"
+)
+_SPECIAL_TRIALS_SQL = (
+    "SELECT t.acquisition, t.format, t.cache_state, t.trial_index, t.label, t.kept "
+    f"FROM {TrialRow.__tablename__} AS t WHERE t.record_seq >= ? "
+    f"AND {_TRIAL_TEXT} GLOB {_CSV_SPECIAL} ORDER BY t.id"
 )
 
-_TIMINGS_TEXT_COLUMNS = (
-    "record_sha256",
-    "created_utc",
-    "git_revision",
-    "comparison_key",
-    "acquisition",
-    "format",
-    "cache_state",
-    "label",
-)
+
+def _csv_line(fields: tuple) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(fields)
+    return buffer.getvalue()[:-1]
 
 
-def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[tuple]:
-    """Trial rows for timings.csv, fetched through the DB-API cursor (hundreds of thousands)."""
-    cursor = connection.connection.driver_connection.execute(_TIMINGS_SQL, (min_seq or 0,))
-    return cursor.fetchall()
+def _bool_text(value: object) -> str:
+    return "True" if value else "False"
 
 
-def timings_csv_text(rows: list[tuple], *, header: bool) -> bytes:
-    """CSV of trial rows through pandas; the same code for full and appended renders."""
-    import pandas as pd
+def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[str]:
+    """The lines of timings.csv (without its header) for the trials of records from ``min_seq``.
 
-    frame = pd.DataFrame.from_records(rows, columns=list(TIMINGS_COLUMNS))
-    # object columns write about twice as fast as pandas' string dtype; bytes are identical
-    if len(rows) > 10_000:
-        frame = frame.astype({column: object for column in _TIMINGS_TEXT_COLUMNS})
-    frame = frame.astype(
-        {
-            "git_dirty": "bool",
-            "trial_index": "int64",
-            "kept": "bool",
-            "seconds": "float64",
-            "read_bytes": "int64",
-            "file_bytes": "int64",
-            "residency_before": "float64",
-        }
-    )
-    return frame.to_csv(index=False, header=header, lineterminator="\n").encode("utf-8")
+    Each line is what pandas' ``to_csv`` wrote for the row before this replaced it (it
+    spent most of a 10,000-record render building a frame of 400,000 rows and writing it
+    back out): the ``csv`` module's minimal quoting, booleans as ``True``/``False``, floats
+    as their shortest repr, NULL as an empty field (``tests/test_timings_csv.py`` compares
+    both on crafted text). A record's own fields are formatted once, not once per trial.
+    """
+    cursor = connection.connection.driver_connection.cursor()
+    start = min_seq or 0
+    prefixes = {
+        seq: _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
+        for seq, sha, created, revision, dirty, key in cursor.execute(_RECORDS_SQL, (start,))
+    }
+    rows = cursor.execute(_TRIALS_SQL, (start,)).fetchall()
+    special = None
+    lines = []
+    for seq, text, seconds, counts, residency in rows:
+        if text is None:
+            if special is None:
+                special = iter(cursor.execute(_SPECIAL_TRIALS_SQL, (start,)).fetchall())
+            *fields, kept = next(special)
+            text = _csv_line((*fields, _bool_text(kept)))
+        lines.append(
+            f"{prefixes[seq]}{text},{seconds!r},{counts},"
+            f"{'' if residency is None else repr(residency)}\n"
+        )
+    return lines
+
+
+def timings_csv_text(rows: list[str], *, header: bool) -> bytes:
+    """timings.csv (``header``) or lines to append to it, from :func:`_timings_rows`."""
+    text = "".join(rows)
+    if header:
+        text = ",".join(TIMINGS_COLUMNS) + "\n" + text
+    return text.encode("utf-8")
 
 
 def build_timings_csv(connection: Connection) -> bytes:

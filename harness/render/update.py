@@ -32,9 +32,9 @@ from harness.render.pages import (
     plot_state,
     remove_stale_pages,
     write_assets,
-    write_record_pages,
 )
 from harness.render.plots import render_plot
+from harness.render.record_pages import start_record_pages, write_record_pages
 from harness.render.targets import (
     RenderTargets,
     all_keys,
@@ -147,35 +147,41 @@ def render_all(
     with engine.begin() as connection:
         write_assets(targets)
         keys = all_keys(connection)
-        if plots != "none":
-            drawn = keys
-            if plots == "stale" and in_history:
-                drawn = [
-                    k
-                    for k in keys
-                    if plot_state(connection, targets, k, latest_seq_of(connection, k)) != "current"
-                    or not targets.key_page(k).exists()
-                ]
-            positions = git_positions(repository or default_repository())
-            _render_keys(
-                connection,
-                targets,
-                drawn,
-                record_state=in_history,
-                positions=positions,
-                detect_changes=in_history,
-            )
-        write_record_pages(connection, layout, targets, None, rewrite=full)
+        # record pages are written by worker processes meanwhile (in large histories)
+        record_pages = start_record_pages(connection, layout, targets, None, rewrite=full)
+        try:
+            if plots != "none":
+                drawn = keys
+                if plots == "stale" and in_history:
+                    drawn = [
+                        k
+                        for k in keys
+                        if plot_state(connection, targets, k, latest_seq_of(connection, k))
+                        != "current"
+                        or not targets.key_page(k).exists()
+                    ]
+                positions = git_positions(repository or default_repository())
+                _render_keys(
+                    connection,
+                    targets,
+                    drawn,
+                    record_state=in_history,
+                    positions=positions,
+                    detect_changes=in_history,
+                )
+            if in_history and not full:
+                # index.json and timings.csv only when their bookkeeping says they lag
+                update_timings_csv(connection, targets.timings_csv, [])
+                update_index_json(connection, targets.index_json, [], head)
+            else:
+                write_timings_csv(connection, targets.timings_csv, record_state=in_history)
+                write_index_json(connection, targets.index_json, record_state=in_history, head=head)
+            record_pages.finish()
+        finally:
+            record_pages.close()
         shas = set(connection.execute(select(RecordRow.sha256)).scalars())
         remove_stale_pages(targets.record_page("x").parent, shas)
         remove_stale_pages(targets.key_page("x").parent, set(keys))
-        if in_history and not full:
-            # index.json and timings.csv only when their bookkeeping says they lag
-            update_timings_csv(connection, targets.timings_csv, [])
-            update_index_json(connection, targets.index_json, [], head)
-        else:
-            write_timings_csv(connection, targets.timings_csv, record_state=in_history)
-            write_index_json(connection, targets.index_json, record_state=in_history, head=head)
         _write_index_pages(connection, targets, head)
 
 
