@@ -4,7 +4,11 @@ Goals (issue 18): the whole render under 30 s on 2 cores, every page under 5 MB,
 overview interactive in under 2 s in Chromium. The history is the one of
 ``benchmarks/history_scale.py`` (example reports of 40 trials over 4 comparison keys).
 The measured numbers are printed (``-s``) and recorded in docs/performance/results.md;
-the time assertions leave room for a shared machine, the size ones do not.
+the render is held to the goal itself (CI runs this test alone on 2 cores), the key
+page's charts to 10 times the overview's goal, the sizes to theirs. Besides the wall
+time, the CPU time of the render (its own process and the record-page workers) is
+printed: on a loaded machine it says what an idle one of 2 cores would take (about half
+of it, the work being split over the processes).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import resource
 import shutil
 import sys
 import time
@@ -25,8 +30,10 @@ pytestmark = pytest.mark.slow
 RECORDS = int(os.environ.get("HARNESS_SCALE_RECORDS", "10000"))
 PAGE_LIMIT_BYTES = 5_000_000
 RENDER_GOAL_S = 30.0
-#: The assertion's limit: the goal with room for a machine shared with other work.
-RENDER_LIMIT_S = 3 * RENDER_GOAL_S
+#: The assertion's limit: the goal itself. CI runs this test alone on 2 cores; the render
+#: took 12.4 s on the 2-core dev VM at load 3.9 (results.md, "Dashboard at scale, after
+#: the parallel record pages"). On a host shared with other work it can exceed it.
+RENDER_LIMIT_S = RENDER_GOAL_S
 OVERVIEW_GOAL_S = 2.0
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,9 +69,11 @@ def test_a_10000_record_dashboard_renders_in_time_and_size(tmp_path: Path) -> No
     layout = HistoryLayout.at(history)
     engine = open_index(layout.index_db, create=False)
     try:
+        cpu_before = _cpu_seconds()
         start = time.perf_counter()
         render_all(layout, engine, plots="all", full=True)
         render_s = time.perf_counter() - start
+        render_cpu = _cpu_seconds() - cpu_before
     finally:
         engine.dispose()
     pages = [history / "index.html", *(history / "dashboard").rglob("*.html")]
@@ -75,6 +84,8 @@ def test_a_10000_record_dashboard_renders_in_time_and_size(tmp_path: Path) -> No
     metrics = {
         "records": RECORDS,
         "render_all_s": round(render_s, 1),
+        "render_cpu_s": round(render_cpu, 1),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
         "pages": len(pages),
         "largest_page": f"{biggest.relative_to(history)} {sizes[biggest]} B",
         "key_page_bytes_max": max(key_sizes),
@@ -93,6 +104,15 @@ def test_a_10000_record_dashboard_renders_in_time_and_size(tmp_path: Path) -> No
     if "overview_interactive_s" in metrics:
         assert metrics["overview_interactive_s"] < OVERVIEW_GOAL_S, metrics
         assert metrics["key_page_charts_s"] < 10 * OVERVIEW_GOAL_S, metrics
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU of this process and of its finished children (the page workers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 def _overview_in_chromium(history: Path) -> dict[str, float]:
