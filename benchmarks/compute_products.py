@@ -12,8 +12,12 @@ The data are uint16 frames with a bright-field disk (radius 0.12 of the detector
 random counts, made in memory (CPU) or on the device (CUDA). The floor is reading every
 byte once, measured in the same run: on the CPU the fastest of a sweep of uint64 sums of
 the data (numpy and numba, one thread or one per CPU, one piece per thread or pieces of
-1 to 64 MiB; :func:`cpu_floor`); on CUDA a CUB sum of the data viewed as uint64. Each product reports its first call and the median/p90 of ``--reps`` warm calls
-(CUDA: events on the stream, after a synchronisation). One JSON document on stdout.
+1 to 64 MiB; :func:`cpu_floor`); on CUDA a CUB sum of the data viewed as uint64. Each
+product reports its first call and the median/p90 of ``--reps`` warm calls (CUDA: events
+on the stream, after a synchronisation). On the CPU each warm call follows a call of the
+floor's best candidate, so ``x_floor_interleaved`` compares the two under the same
+competing load (the host may be shared); ``x_floor`` divides by the sweep's best median.
+One JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ def make_cuda(scan: int, det: int, seed: int = 0):
     return data
 
 
-def timed(fn, reps: int, backend: str) -> dict:
+def _clock(fn, backend: str):
+    """A function that runs ``fn`` once and returns its seconds (CUDA: by events)."""
     if backend == "cuda":
         import cupy
 
@@ -80,17 +85,42 @@ def timed(fn, reps: int, backend: str) -> dict:
             stop.record()
             stop.synchronize()
             return cupy.cuda.get_elapsed_time(start, stop) / 1e3
-    else:
 
-        def once() -> float:
-            t = time.perf_counter()
-            fn()
-            return time.perf_counter() - t
+        return once
 
-    first = once()
-    warm = sorted(once() for _ in range(reps))
+    def once() -> float:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    return once
+
+
+def _summary(first: float | None, warm: list[float]) -> dict:
+    warm = sorted(warm)
     p90 = warm[min(len(warm) - 1, round(0.9 * (len(warm) - 1)))]
     return {"first_s": first, "median_s": statistics.median(warm), "p90_s": p90, "min_s": warm[0]}
+
+
+def timed(fn, reps: int, backend: str, floor_fn=None) -> dict:
+    """First call and warm statistics of ``reps`` calls of ``fn``.
+
+    With ``floor_fn``, each warm call of ``fn`` follows a call of ``floor_fn``, so the
+    two see the same competing load; their statistics come back as ``floor_interleaved``.
+    """
+    once = _clock(fn, backend)
+    first = once()
+    if floor_fn is None:
+        return _summary(first, [once() for _ in range(reps)])
+    floor_once = _clock(floor_fn, backend)
+    warm, floor_warm = [], []
+    for _ in range(reps):
+        floor_warm.append(floor_once())
+        warm.append(once())
+    out = _summary(first, warm)
+    out["floor_interleaved"] = _summary(None, floor_warm)
+    out["x_floor_interleaved"] = out["median_s"] / out["floor_interleaved"]["median_s"]
+    return out
 
 
 #: Piece sizes (MiB) the CPU floor sweeps, besides one piece per thread.
@@ -143,6 +173,16 @@ def cpu_floor(data: np.ndarray, reps: int) -> dict:
     return {"candidates": results, "best": best, "best_median_s": best["median_s"]}
 
 
+def cpu_floor_function(data: np.ndarray, best: dict, pool: ThreadPoolExecutor):
+    """The floor's best candidate as a callable, for timings interleaved with products."""
+    flat = data.reshape(-1).view(np.uint64)
+    fn = np.sum if best["method"] == "numpy" else _sum_uint64
+    if best["threads"] == 1:
+        return lambda: fn(flat)
+    parts = np.array_split(flat, max(1, round(flat.nbytes / best["piece_bytes"])))
+    return lambda: sum(int(v) for v in pool.map(fn, parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
@@ -160,12 +200,15 @@ def main() -> None:
 
         data = make_cuda(scan, det)
         flat = data.reshape(-1).view(cupy.uint64)
+        floor_fn = None  # events time each call on the device: no interleaving needed
         floor = {"cub_sum_uint64": timed(lambda: flat.sum(), args.reps, "cuda")}
         floor["best_median_s"] = floor["cub_sum_uint64"]["median_s"]
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     else:
         data = make_cpu(scan, det)
         floor = cpu_floor(data, args.reps)
+        floor_pool = ThreadPoolExecutor(floor["best"]["threads"])
+        floor_fn = cpu_floor_function(data, floor["best"], floor_pool)
         device = f"cpu x{len(os.sched_getaffinity(0))}"
     meta = {"scan_shape": (scan, scan), "detector_shape": (det, det), "dtype": "uint16"}
     acq = Acquisition(data, meta, np.ones((det, det), dtype=bool), args.backend)
@@ -188,7 +231,8 @@ def main() -> None:
     for name, fn in products.items():
         if name in skip:
             continue
-        results[name] = timed(fn, args.reps if not name.startswith("parallax") else 3, args.backend)
+        reps = args.reps if not name.startswith("parallax") else 3
+        results[name] = timed(fn, reps, args.backend, floor_fn)
         results[name]["x_floor"] = results[name]["median_s"] / floor["best_median_s"]
         print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
     document = {

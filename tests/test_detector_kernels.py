@@ -253,3 +253,22 @@ def test_narrow_guards_keep_long_columns_and_many_frames_exact():
     many = np.full((7, 10000, 1, 1), top, dtype=np.uint16)
     assert cpu_kernels.sum_frames(many).tolist() == [[top * 70000]]
     assert cpu_kernels.sum_frames(many, threads=3).tolist() == [[top * 70000]]
+
+
+def test_prefetch_distances_and_the_last_frames():
+    from quantem.detector import cpu_prefetch
+
+    # The full 192 x 192 uint16 frame (73,728 bytes) is already 8 KiB of reads: 1 ahead;
+    # a 46-pixel mask reads 92 bytes a frame: 90 frames ahead.
+    assert cpu_prefetch.frames_ahead(192 * 192, np.uint16) == 1
+    assert cpu_prefetch.frames_ahead(46, np.uint16) == -(-8192 // 92)
+    assert cpu_prefetch.frames_ahead(0, np.uint8) == 8192
+    assert cpu_prefetch.prefetch_steps(np.uint16) == (32, 1024)
+    # Prefetches aimed past the last frame are dropped, never read: a 3-frame input
+    # whose mask reads 1 pixel asks for frames thousands ahead, and sums exactly.
+    data = np.arange(3 * 4 * 5, dtype=np.uint16).reshape(1, 3, 4, 5)
+    mask = np.zeros((4, 5), bool)
+    mask[2, 3] = True
+    assert cpu_kernels.masked_sum(data, mask).tolist() == [[13, 33, 53]]
+    total, sum_r, sum_c = cpu_kernels.moments(data, mask)
+    assert total.tolist() == [[13, 33, 53]] and sum_r.tolist() == [[26, 66, 106]]

