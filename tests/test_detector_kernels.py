@@ -272,3 +272,4 @@ def test_prefetch_distances_and_the_last_frames():
     assert cpu_kernels.masked_sum(data, mask).tolist() == [[13, 33, 53]]
     total, sum_r, sum_c = cpu_kernels.moments(data, mask)
     assert total.tolist() == [[13, 33, 53]] and sum_r.tolist() == [[26, 66, 106]]
+    assert sum_c.tolist() == [[39, 99, 159]]
