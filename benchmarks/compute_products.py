@@ -16,7 +16,8 @@ the data (numpy and numba, one thread or one per CPU, one piece per thread or pi
 product reports its first call and the median/p90 of ``--reps`` warm calls (CUDA: events
 on the stream, after a synchronisation). On the CPU each warm call follows a call of the
 floor's best candidate, so ``x_floor_interleaved`` compares the two under the same
-competing load (the host may be shared); ``x_floor`` divides by the sweep's best median.
+competing load (the host may be shared), and ``x_floor_cpu_time`` compares their process
+CPU times; ``x_floor`` divides by the sweep's best median.
 One JSON document on stdout.
 """
 
@@ -105,21 +106,30 @@ def _summary(first: float | None, warm: list[float]) -> dict:
 def timed(fn, reps: int, backend: str, floor_fn=None) -> dict:
     """First call and warm statistics of ``reps`` calls of ``fn``.
 
-    With ``floor_fn``, each warm call of ``fn`` follows a call of ``floor_fn``, so the
-    two see the same competing load; their statistics come back as ``floor_interleaved``.
+    With ``floor_fn`` (CPU), each warm call of ``fn`` follows a call of ``floor_fn``, so
+    the two see the same competing load; their statistics come back as
+    ``floor_interleaved``. The process CPU time of each call (all threads) is recorded
+    too: on a shared host it counts the work done, not the time spent waiting for a core.
     """
     once = _clock(fn, backend)
     first = once()
     if floor_fn is None:
         return _summary(first, [once() for _ in range(reps)])
     floor_once = _clock(floor_fn, backend)
-    warm, floor_warm = [], []
+    warm, floor_warm, cpu, floor_cpu = [], [], [], []
     for _ in range(reps):
+        start = time.process_time()
         floor_warm.append(floor_once())
+        middle = time.process_time()
         warm.append(once())
+        floor_cpu.append(middle - start)
+        cpu.append(time.process_time() - middle)
     out = _summary(first, warm)
+    out["cpu_median_s"] = statistics.median(cpu)
     out["floor_interleaved"] = _summary(None, floor_warm)
+    out["floor_interleaved"]["cpu_median_s"] = statistics.median(floor_cpu)
     out["x_floor_interleaved"] = out["median_s"] / out["floor_interleaved"]["median_s"]
+    out["x_floor_cpu_time"] = out["cpu_median_s"] / statistics.median(floor_cpu)
     return out
 
 
