@@ -21,15 +21,24 @@ inputs, which run inline.
 
 Speed
 -----
-* Masked sums read each frame as spans of the flattened frame (a full-detector or ADF
-  mask is a handful of long spans, not one run per row), when the frame's pixels are
-  contiguous in memory, which they are for dense C-order data.
-* uint8/uint16 data is summed span by span in uint32, the spans cut short enough
-  (:func:`narrow_run_limit`) that no uint32 partial can overflow; each partial is then
-  added to the uint64 result. The vector add then has twice the lanes of a uint64 one.
-  The result is the same exact integer; only the grouping of the additions differs.
-* Float data and uint32 data keep one float64/uint64 accumulator added strictly in
-  pixel order, so float results are the same bits as before this optimisation.
+Measured in ``docs/performance/results.md`` ("CPU detector kernels against the read
+floor"). Where a frame's pixels are contiguous in memory (dense C-order data, or a scan
+region of it) and the data is uint8/uint16:
+
+* sums run in uint32 partials, each over at most :func:`narrow_run_limit` values so none
+  can overflow, then added in uint64: the same exact integer, twice the vector lanes;
+* masked sums read the flattened frame as spans (:func:`mask_spans`: a full or ADF mask
+  is a few long spans, not one run per row);
+* the CoM's column moment comes from per-column sums at the end of each frame, not from
+  a multiplication per pixel;
+* the masked sum and the CoM prefetch the pixels they will read in a later frame
+  (:mod:`quantem.detector.cpu_prefetch`), which one core needs to stream uint16 near the
+  rate at which it streams uint64;
+* the frame sum adds four frames per pass over one flat uint32 partial per frame range.
+
+Float and uint32 data keep one float64/uint64 accumulator added strictly in pixel order
+(their masked sums walk the same spans, which changes no addition), and so do frames
+that are not contiguous: float results are the same bits as before these paths existed.
 """
 
 from __future__ import annotations
