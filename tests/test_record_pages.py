@@ -88,3 +88,17 @@ def test_a_worker_error_names_the_record_and_leaves_no_half_folder(
     assert "truncated JSON" in str(caught.value)
     assert not (out / "dashboard" / "records").exists()
     assert not list((out / "dashboard").glob(".records.*"))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "plain-id", "a&b", "<script>", 'say "hi"', "it's", "é ü", 12, 0.5, -3e-07, None],
+)
+def test_record_html_escapes_exactly_as_html_escape(value: object) -> None:
+    from html import escape
+
+    from harness.render.record_html import text, value_html
+
+    assert text(value) == escape(str(value), quote=True)
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        assert value_html(value) == escape(str(value), quote=True)

@@ -8,26 +8,29 @@ Jinja2's autoescaping does for the rest of the page.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from html import escape
 from typing import Any
 
-#: What :func:`html.escape` replaces; text without any of these is returned as it is
-#: (most of a report: numbers, hashes, ids), which is the same string and 4 times faster.
-_ESCAPED = re.compile("[&<>\"']")
+
+def _escaped(value: str) -> str:
+    """:func:`html.escape` (quotes included), skipped for text with none of ``&<>"'`` (most
+    of a report: numbers, hashes, ids): the same string, in 95-135 ns instead of 200-380 ns
+    here, for the thousands of strings of each record page."""
+    if "&" in value or "<" in value or ">" in value or '"' in value or "'" in value:
+        return escape(value, quote=True)
+    return value
 
 
 def text(value: Any) -> str:
-    value = value if type(value) is str else str(value)
-    return escape(value, quote=True) if _ESCAPED.search(value) else value
+    return _escaped(value if type(value) is str else str(value))
 
 
 def value_html(value: Any) -> str:
     """Any JSON value as nested tables and lists (the generic view of a report section)."""
     kind = type(value)
     if kind is str:
-        return escape(value, quote=True) if _ESCAPED.search(value) else value
+        return _escaped(value)
     if kind is int or kind is float:
         return str(value)  # digits, signs, '.', 'e', 'inf', 'nan': nothing to escape
     if isinstance(value, Mapping):
