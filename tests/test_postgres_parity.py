@@ -202,3 +202,34 @@ def test_an_index_lacking_records_is_filled_by_init_db(postgres_url: str, tmp_pa
     listed = capsys.readouterr().out.splitlines()[1:]
     shas = [sha256_bytes(r.read_bytes())[:12] for r in reports]
     assert [line.split()[0] for line in listed] == shas  # journal order
+
+
+def test_run_refuses_both_locations_and_a_prefix_baseline_on_a_url(tmp_path, capsys) -> None:
+    url = "postgresql+psycopg://x@/y"
+    common = ["run", "io-scale", "--demo", "--output-dir", str(tmp_path / "out")]
+    assert main([*common, "--history-dir", str(tmp_path / "h"), "--history-url", url]) == EXIT_USAGE
+    assert "not both" in capsys.readouterr().err
+    assert main([*common, "--history-url", url, "--baseline", "abcdef12"]) == EXIT_USAGE
+    assert "name a report file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_run_registers_on_the_server(postgres_url: str, tmp_path: Path, capsys) -> None:  # noqa: F811
+    assert main(["history", "init-db", postgres_url]) == EXIT_OK
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "io-scale", "--demo", "--reps", "1",
+         "--output-dir", str(tmp_path / "out"), "--history-url", postgres_url],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode in (0, 2), done.stdout + done.stderr
+    report = (tmp_path / "out" / "loading.json").read_bytes()
+    sha = sha256_bytes(report)
+    assert f"stored {sha}" in done.stdout and "journal head " in done.stdout
+    assert not (tmp_path / "harness-history").exists()  # the demo's default folder: unused
+    capsys.readouterr()
+    assert main(["history", "list", "--history-url", postgres_url]) == EXIT_OK
+    (line,) = capsys.readouterr().out.splitlines()[1:]
+    assert line.startswith(sha[:12])
+    assert main(["history", "verify", "--history-url", postgres_url]) == EXIT_OK

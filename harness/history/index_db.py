@@ -381,7 +381,9 @@ def prepare_index_schema(connection: Connection, where: str) -> None:
     """
     revision = index_revision(connection)
     if revision == INDEX_HEAD_REVISION:
-        return
+        version = read_meta(connection, META_SCHEMA_VERSION)
+        if version == str(INDEX_SCHEMA_VERSION):
+            return
     tables = set(inspect(connection).get_table_names())
     version = read_meta(connection, META_SCHEMA_VERSION) if "index_meta" in tables else None
     if version is not None and int(version) > INDEX_SCHEMA_VERSION:
@@ -389,17 +391,20 @@ def prepare_index_schema(connection: Connection, where: str) -> None:
             f"{where}: index schema version {version} is newer than this harness "
             f"supports ({INDEX_SCHEMA_VERSION}); upgrade quantem-harness"
         )
-    if revision is None:
-        if not tables & set(Base.metadata.tables):
-            Base.metadata.create_all(connection)
-            write_meta(connection, META_SCHEMA_VERSION, str(INDEX_SCHEMA_VERSION))
-            _write_version(connection, INDEX_HEAD_REVISION)
-            return
-        if version is None or int(version) < OLDEST_MIGRATED_VERSION:
-            raise IndexNeedsRebuild(
-                f"{where}: index schema version {version} has no migration to "
-                f"{INDEX_SCHEMA_VERSION}; it is rebuilt from the records"
-            )
+    if revision is None and not tables & set(Base.metadata.tables):
+        Base.metadata.create_all(connection)
+        write_meta(connection, META_SCHEMA_VERSION, str(INDEX_SCHEMA_VERSION))
+        _write_version(connection, INDEX_HEAD_REVISION)
+        return
+    pre_alembic = revision is None and version == str(OLDEST_MIGRATED_VERSION)
+    # anything else is older than the first migration, or its two version marks disagree
+    # (an edited index): derived data, so rebuilt rather than guessed at
+    if not pre_alembic and (revision is None or revision == INDEX_HEAD_REVISION):
+        raise IndexNeedsRebuild(
+            f"{where}: index schema version {version} (revision {revision or 'none'}) has "
+            f"no migration to {INDEX_SCHEMA_VERSION}; it is rebuilt from the records"
+        )
+    if pre_alembic:
         stamp_index(connection, PRE_ALEMBIC_REVISION)
     upgrade_index(connection)
 
