@@ -196,12 +196,16 @@ def test_an_index_lacking_records_is_filled_by_init_db(postgres_url: str, tmp_pa
         connection.execute(text("DELETE FROM trials; DELETE FROM summaries; DELETE FROM records"))
     engine.dispose()
     capsys.readouterr()
+    assert main(["history", "verify", "--history-url", postgres_url]) == 1
+    err = capsys.readouterr().err
+    assert err.count("not in the index") == len(reports) and "init-db" in err
     assert main(["history", "init-db", postgres_url]) == EXIT_OK
     assert f"indexed {len(reports)} records" in capsys.readouterr().out
     assert main(["history", "list", "--history-url", postgres_url]) == 0
     listed = capsys.readouterr().out.splitlines()[1:]
     shas = [sha256_bytes(r.read_bytes())[:12] for r in reports]
     assert [line.split()[0] for line in listed] == shas  # journal order
+    assert main(["history", "verify", "--history-url", postgres_url]) == EXIT_OK
 
 
 def test_run_refuses_both_locations_and_a_prefix_baseline_on_a_url(tmp_path, capsys) -> None:
