@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.fft
 
 from quantem.ssb import stream
 from quantem.ssb.calibration import Calibration
@@ -73,6 +75,8 @@ class Prepared:
     xp: Any
     #: The rotation used: given by the caller or the DPC estimate (quantem.ssb.rotation).
     rotation: RotationEstimate | None = None
+    #: Host ``(n_pix, 2)`` (binned) detector (row, column) of each pixel, row-major order.
+    pixels: Any = None
     #: How preparation held the data (mode, blocks, bytes); informational.
     memory: dict = field(default_factory=dict)
     #: Engine-specific arrays derived from this preparation once (see quantem.ssb.cpu).
@@ -312,6 +316,9 @@ def prepare(
     qy_all = np.tile(fy, scan_r).astype(real_dtype)
     kx = kx.astype(real_dtype)
     ky = ky.astype(real_dtype)
+    if streaming and memory_budget_bytes is not None:
+        # Before G exists its temporaries (region counts) get a quarter of the budget.
+        block_bytes = min(int(block_bytes), max(1, int(memory_budget_bytes) // 4))
     freq_block = max(1, block_bytes // (n_pix * 32))
     # Region sizes on the data's device (the same comparisons as the masks below).
     qx_device, qy_device = xp.asarray(qx_all), xp.asarray(qy_all)
@@ -337,6 +344,10 @@ def prepare(
 
     flat_pixels = pix_r * bin_c + pix_c
     per_pixel = n_scan * (detector_bin**2 * 4 + 16 + complex_dtype.itemsize * 2)
+    if streaming:
+        # The transform's copies per pixel: the intensities twice, the half spectrum, the
+        # kept spectrum and its gathers (the binning was done while reading).
+        per_pixel = n_scan * (2 * np.dtype(real_dtype).itemsize + 4 * complex_dtype.itemsize)
     memory: dict[str, Any] = {
         "mode": "in_memory",
         "G_bytes": len(keep) * n_pix * complex_dtype.itemsize,
@@ -357,6 +368,8 @@ def prepare(
             if scan_block_rows is None:
                 block_rows = max(1, min(scan_r, (spare // 2) // row_bytes))
             block_bytes = min(int(block_bytes), max(per_pixel, spare - block_rows * row_bytes))
+            # The region masks: about 48 bytes of temporaries per element.
+            freq_block = max(1, block_bytes // (n_pix * 48))
         memory.update(
             {
                 "mode": "stream",
@@ -390,9 +403,9 @@ def prepare(
             local = xp.asarray(flat_pixels[start:stop] - row0 * bin_c)
             values = binned[:, local].astype(real_dtype)
             del band, binned
-        G[:, start:stop] = _transform_pixels(values, scan_r, scan_c, real_dtype, complex_dtype, xp)[
-            keep_device
-        ]
+        G[:, start:stop] = _transform_pixels(
+            values, scan_r, scan_c, real_dtype, complex_dtype, xp, keep, keep_device
+        )
         del values
     if streaming:
         del intensities
@@ -407,7 +420,15 @@ def prepare(
             ky_device[None, :],
             alpha_real,
         )
-    energy = (G.real**2 + G.imag**2).sum(axis=1)
+    if streaming:
+        # Row blocks of the same per-row sums (numpy's reduction of each row depends on
+        # the row alone), so no temporary of G's size.
+        energy = np.empty(len(keep), dtype=real_dtype)
+        for s in range(0, len(keep), freq_block):
+            g = G[s : s + freq_block]
+            energy[s : s + freq_block] = (g.real**2 + g.imag**2).sum(axis=1)
+    else:
+        energy = (G.real**2 + G.imag**2).sum(axis=1)
     return Prepared(
         G=G,
         q_index=xp.asarray(keep),
@@ -426,22 +447,41 @@ def prepare(
         xp=xp,
         rotation=rotation,
         memory=memory,
+        pixels=np.stack([pix_r, pix_c], axis=1),
     )
 
 
-def _transform_pixels(values, scan_r, scan_c, real_dtype, complex_dtype, xp):
-    """``(n_scan, n)`` intensities of ``n`` pixels -> their scan spectra ``(n_scan, n)``."""
+def _transform_pixels(values, scan_r, scan_c, real_dtype, complex_dtype, xp, keep, keep_device):
+    """``(n_scan, n)`` intensities of ``n`` pixels -> their spectra at the kept frequencies.
+
+    On the CPU the transform is scipy's real-input FFT over all cores (the intensities
+    are real, so ``G(-Q) = conj G(Q)`` gives the other half); on CUDA, CuPy's complex FFT.
+    """
     mean = values.mean(axis=0)
     if bool((mean <= 0).any()):
         raise ValueError("a bright-field pixel has no counts over the whole scan")
     values = values / mean[None, :] - real_dtype(1)
-    spectrum = _fft2(values.reshape(scan_r, scan_c, -1), xp)
-    return spectrum.reshape(scan_r * scan_c, -1).astype(complex_dtype, copy=False)
+    if xp is np:
+        half = scipy.fft.rfft2(
+            values.reshape(scan_r, scan_c, -1), axes=(0, 1), workers=_fft_workers()
+        )
+        rows, cols = keep // scan_c, keep % scan_c
+        direct = cols <= scan_c // 2
+        out = np.empty((len(keep), values.shape[1]), dtype=complex_dtype)
+        out[direct] = half[rows[direct], cols[direct]]
+        mirrored = ~direct
+        out[mirrored] = np.conj(half[(-rows[mirrored]) % scan_r, (-cols[mirrored]) % scan_c])
+        return out
+    spectrum = xp.fft.fft2(values.reshape(scan_r, scan_c, -1), axes=(0, 1))
+    return spectrum.reshape(scan_r * scan_c, -1).astype(complex_dtype, copy=False)[keep_device]
 
 
-def _fft2(values, xp):
-    """The scan transform (axes 0 and 1): CuPy's on the GPU, numpy's on the CPU."""
-    return xp.fft.fft2(values, axes=(0, 1))
+def _fft_workers() -> int:
+    """Threads for scipy's FFT: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _gather_disk_pixels(
