@@ -7,15 +7,19 @@ rotation must give the fit and the object that the given one gives.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _ssb_abtem import calibration as cropped_calibration
+from _ssb_abtem import load as load_cropped
 from _ssb_helpers import pearson
 
 import quantem.io
 from quantem.dpc import dpc
+from quantem.errors import CalibrationError
 from quantem.ssb import Calibration, estimate_rotation, fit_aberrations, fit_regions, loss, prepare
 from quantem.ssb import reconstruct as ssb_reconstruct
 from quantem.virtual import Calibration as DPCCalibration
@@ -133,6 +137,18 @@ def test_regional_fits_share_the_whole_scans_estimate(defocus_high):
     assert region.rotation == whole
     own = prepare(defocus_high, cal, scan_region=fits[0].region)
     assert own.rotation.rotation_deg != whole.rotation_deg
+
+
+def test_an_unreliable_estimate_is_refused_not_used():
+    """The SSB fixtures' detector is cropped to the BF disk: the CoM field is not a phase
+    gradient (relative residual curl about 0.67) and its best angle is 12 degrees off."""
+    free = dataclasses.replace(cropped_calibration("thin"), rotation_deg=None)
+    with pytest.raises(CalibrationError, match=r"not reliable.*give the rotation"):
+        prepare(load_cropped("thin", "high"), free)
+    assert (
+        prepare(load_cropped("thin", "high"), cropped_calibration("thin")).rotation.source
+        == "given"
+    )
 
 
 def test_bad_rotations_are_refused():

@@ -11,6 +11,12 @@ positively skewed). A half turn matters to SSB: it maps each left double-overlap
 onto a right one, which the loss cannot tell apart from the opposite aberrations and the
 conjugate object, so it has to come from outside SSB.
 
+The estimate is refused (:class:`~quantem.errors.CalibrationError`, asking for the
+rotation) when the field is far from curl-free (:data:`MAX_RESIDUAL_CURL`): then its
+angle means little, and a wrong rotation would give a wrong object without a sign. The
+half-turn rule assumes a thin sample; channelling in a thick one can turn its phase's
+skewness over (the thick abTEM slab of tests/data/ssb does), so give the rotation there.
+
 The sign conventions are the same on both sides: DPC rotates a detector-frame vector
 ``(r, c)`` into ``(cos a r - sin a c, sin a r + cos a c)``, and so does
 :func:`quantem.ssb.prepare` with the detector angles.
@@ -27,11 +33,17 @@ import numpy as np
 from quantem.acquisition import Acquisition
 from quantem.dpc import beam_shifts, find_rotation, measure_com
 from quantem.dpc import reconstruct as dpc_reconstruct
+from quantem.errors import CalibrationError
 from quantem.virtual import Calibration as DPCCalibration
 from quantem.virtual import open_frames
 
 #: Where the rotation of a reconstruction came from.
 ROTATION_SOURCES = ("given", "dpc")
+#: Largest relative residual curl at which the DPC estimate is used. A curl-free field
+#: gives 0 and a field without structure about 0.7; the compute issue's abTEM fixtures
+#: (full detector) give 0.18-0.21, a detector cropped to the BF disk (tests/data/ssb)
+#: 0.67-0.69 with angles wrong by 12 to 130 degrees.
+MAX_RESIDUAL_CURL = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,14 @@ def rotation_from_com(
         # beam_shifts scales both axes by the row sampling; put the column's right.
         shifts.col = shifts.col * (sampling_c / sampling_r)
     fit = find_rotation(shifts.row, shifts.col, transpose=transpose, step=shifts.step)
+    if not fit.residual <= MAX_RESIDUAL_CURL:
+        raise CalibrationError(
+            f"the DPC rotation estimate is not reliable on this data: the centre-of-mass "
+            f"field keeps a relative curl of {fit.residual:.2f} at its best angle "
+            f"({fit.angle_deg:.1f} deg; at most {MAX_RESIDUAL_CURL} is accepted). A detector "
+            "cropped to the bright-field disk or strong dynamical scattering do this: give "
+            "the rotation (Calibration rotation_deg, --rotation-deg)"
+        )
     *_, angle, flipped = dpc_reconstruct(shifts, fit, resolve_half_turn=True)
     return RotationEstimate(
         rotation_deg=float(angle),
@@ -136,6 +156,7 @@ def center_of_mass(data: Any, validity: Any = None) -> Any:
 
 
 __all__ = [
+    "MAX_RESIDUAL_CURL",
     "ROTATION_SOURCES",
     "RotationEstimate",
     "center_of_mass",
