@@ -204,15 +204,26 @@ def native_cache_root() -> Path:
     return Path(base) / "quantem-harness"
 
 
+def native_build_dir(root: Path, build_type: str = "Release") -> Path:
+    """``<root>/native-<source digest>-<source folder digest>-<build type>``.
+
+    CMake's build folder names its source folder (ctest runs the tests from there), so
+    a build made from another checkout with equal sources is not reused: the key holds
+    where the sources are as well as what they are.
+    """
+    where = hashlib.sha256(str(NATIVE_SOURCE_DIR.resolve()).encode()).hexdigest()[:8]
+    return root / f"native-{native_source_digest()[:16]}-{where}-{build_type}"
+
+
 def ensure_native_binary(
     cache_root: str | os.PathLike | None = None, *, build_type: str = "Release"
 ) -> Path:
     """A ``qem-native-load`` built from the current sources, building it when needed.
 
     ``$QEM_NATIVE_BINARY`` wins when set. Otherwise the build lives outside the
-    checkout in ``<cache_root>/native-<source digest>-<build type>`` and is reused
-    while the sources are unchanged (a file lock keeps concurrent builds apart).
-    Used by the tests and the benchmark, which must not write into the checkout.
+    checkout in :func:`native_build_dir` and is reused while the sources (and their
+    folder) are unchanged (a file lock keeps concurrent builds apart). Used by the tests
+    and the benchmark, which must not write into the checkout.
     """
     if os.environ.get(BINARY_ENV):
         return find_native_binary()
@@ -220,7 +231,7 @@ def ensure_native_binary(
 
     root = Path(cache_root) if cache_root is not None else native_cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    build_dir = root / f"native-{native_source_digest()[:16]}-{build_type}"
+    build_dir = native_build_dir(root, build_type)
     done = build_dir / "build-complete"
     with FileLock(str(build_dir) + ".lock"):
         binary = build_dir / BINARY_NAME

@@ -156,3 +156,20 @@ def test_native_error_with_non_utf8_stderr_is_reported(tmp_path):
     with pytest.raises(NativeLoadError) as info:
         run_native_load(fake, tmp_path / "x.qem")
     assert "cannot open /data/caf\ufffd.qem" in str(info.value)
+
+
+def test_build_folder_is_per_source_folder(tmp_path, monkeypatch) -> None:
+    # A cached CMake build names its source folder: a checkout elsewhere with equal
+    # sources must get its own build (ctest failed from a build of a removed worktree).
+    import shutil
+
+    from harness import native
+
+    here = native.native_build_dir(tmp_path)
+    assert here.parent == tmp_path and here.name.endswith("-Release")
+    copy = tmp_path / "elsewhere" / "native"
+    shutil.copytree(native.NATIVE_SOURCE_DIR, copy, ignore=shutil.ignore_patterns("build"))
+    monkeypatch.setattr(native, "NATIVE_SOURCE_DIR", copy)
+    there = native.native_build_dir(tmp_path)
+    assert native.native_source_digest()[:16] in there.name  # the same sources ...
+    assert there != here  # ... in another folder: another build

@@ -143,3 +143,44 @@ def test_cli_refuses_code_from_another_checkout(tmp_path):
     assert "refusing to run" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "h").exists()
+
+
+def test_cuda_kernel_provenance_is_recorded_and_schema_valid(checkout, monkeypatch):
+    import quantem.cuda.module_loader as loader
+    from harness.report import validate_report
+    from harness.testing import make_example_report
+
+    monkeypatch.setattr(provenance, "collect_modules", lambda: [])
+    monkeypatch.setattr(loader, "_provenance", {})
+    tracker = provenance.SourceTracker(checkout).start()
+    section, _ = tracker.finish()
+    assert section["cuda_kernels"] == []  # nothing compiled or loaded: an empty list
+    records = {
+        ("lz4.cu", "k2", 0): {
+            "file": "lz4.cu",
+            "key": "k2",
+            "path": "nvrtc",
+            "reason": "no fatbin for this specialisation",
+            "device_capability": 90,
+        },
+        ("bitshuffle.cu", "k1", 0): {
+            "file": "bitshuffle.cu",
+            "key": "k1",
+            "path": "fatbin",
+            "binary": "bitshuffle-k1.fatbin",
+            "binary_sha256": "ab" * 32,
+            "device_capability": 90,
+        },
+    }
+    monkeypatch.setattr(loader, "_provenance", records)
+    section, _ = tracker.finish()
+    assert [(k["file"], k["path"]) for k in section["cuda_kernels"]] == [
+        ("bitshuffle.cu", "fatbin"),
+        ("lz4.cu", "nvrtc"),
+    ]
+    doc = make_example_report(0)
+    doc["provenance"]["cuda_kernels"] = section["cuda_kernels"]
+    validate_report(doc)
+    doc["provenance"]["cuda_kernels"][0]["path"] = "jit"  # not a path the loader takes
+    with pytest.raises(Exception, match="jit"):
+        validate_report(doc)

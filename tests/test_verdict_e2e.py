@@ -98,10 +98,21 @@ def test_demo_aa_pair_with_recheck_never_confirms_a_slowdown(tmp_path: Path) -> 
     assert report["baseline"]["sha256"] == sha
     if "recheck" in report:  # flagged cells were measured again, as their own block
         assert all(t["trial_index"] >= 3 for t in report["recheck"]["trials"])
-    if report["status"]["host_load"] == "quiet":
-        assert second.returncode == 0, second.stdout
-    else:  # a contended host may leave a flag standing (possibly_slower, exit 2); never 1
-        assert second.returncode in (0, 2), second.stdout + second.stderr
+    # Never exit 1. Exit 0 is the usual outcome, but not a guarantee even on a quiet host:
+    # this VM's run-to-run drift of a 12 ms demo load (15-75% between processes, within a
+    # run a few %) can leave a flag standing after a same-process recheck, and that is
+    # review (exit 2) by design. How often that happens is measured, not asserted: see
+    # benchmarks/verdict_power.py and docs/performance/results.md (verdict power).
+    assert second.returncode in (0, 2), second.stdout + second.stderr
+    cells = report["comparison"]["cells"]
+    standing = [c for c in cells if c["verdict"] == "possibly_slower"]
+    assert (second.returncode == 2) == bool(standing), second.stdout
+    rechecked = {tuple(key) for key in (report.get("recheck") or {}).get("cells", [])}
+    for cell in standing:  # every flag left standing was measured again and says so
+        key = (cell["acquisition"], cell["format"], cell["cache_state"])
+        assert key in rechecked, key
+        assert cell["recheck"]["n"] == 5
+        assert any("after a recheck of 5 trials" in note for note in cell["notes"]), cell
 
 
 @pytest.mark.slow

@@ -278,5 +278,17 @@ class SourceTracker:
             "modules": modules,
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "packages": collect_packages(),
+            "cuda_kernels": collect_cuda_kernels(),
         }
         return provenance, stable
+
+
+def collect_cuda_kernels() -> list[dict]:
+    """Which compiled GPU code this process ran (``quantem.cuda.kernel_provenance``): per
+    loaded kernel module its source key, ``fatbin`` (with the binary's SHA-256) or
+    ``nvrtc`` (with why), and the device's compute capability. Empty when no GPU code
+    was loaded; read without importing CuPy (a CPU run never loads the module loader)."""
+    loader = sys.modules.get("quantem.cuda.module_loader")
+    if loader is None:
+        return []
+    return [dict(record) for record in loader.kernel_provenance()]

@@ -223,7 +223,9 @@ def decide_cells(
                 if recheck_info is not None:
                     notes[-1] = notes[-1].replace(
                         "recheck (--recheck K) to confirm or clear",
-                        f"still past the threshold after a recheck of {recheck_info['n']} trials",
+                        f"still past the threshold after a recheck of {recheck_info['n']} trials "
+                        "(a same-process recheck shares the run's moment; `harness recheck` "
+                        "later samples another)",
                     )
         elif change < faster_limit and adjusted_faster[key] <= alpha:
             verdict = CellVerdict.FASTER
