@@ -2,17 +2,22 @@
 
 Starts a throwaway local server (``initdb``/``pg_ctl`` in ``--work``, Unix socket only,
 ``fsync=off``: the figures are of the harness and the queries, not of the disk) unless
-``--url`` names one, fills it with N records (example reports made unique by their
-``created_utc``; records and chained journal lines inserted in batches of 1,000, each
-checked by the server's SHA-256 trigger), then measures:
+``--url`` names one, fills it with N records (example reports of 2 acquisitions x 2
+formats x 2 cache states x 5 reps, spread over 4 comparison keys like
+``history_scale.py``'s, made unique by their ``created_utc``): records and chained
+journal lines in batches of 1,000, each checked by the server's SHA-256 trigger, and
+their index rows (records, 40 trials, 8 summaries each; trials by COPY). Then measures:
 
-- registering one more report in-process (``PostgresStore.register``), median over
-  ``--repeat`` registrations;
+- registering one more report in-process (``PostgresStore.register``: validation,
+  record, journal line and index rows in one transaction), median over ``--repeat``;
+  then validation alone and the registration of a validated report (``prepared=``);
 - ``harness history register --history-url`` in a fresh process (median of 5);
-- ``harness history head`` and ``harness history verify`` on the URL (fresh processes).
-
-``list``, ``compare --baseline`` and ``render index`` do not take a URL yet (the index is
-not on the server); they are reported as not measured.
+- ``history list`` (``--limit 50``, ``--group KEY --limit 50``, and all records) and
+  ``compare --baseline`` in-process (``harness.cli.main``, output to /dev/null),
+  median of 5, and once each in a fresh process;
+- ``harness history head`` and ``harness history verify`` on the URL (fresh processes);
+- ``harness render index --out DIR --history-url`` (fresh process; ``--render-timeout``
+  seconds at most, reported as not finished past it).
 
 Usage::
 
@@ -74,28 +79,46 @@ def start_server(work: Path) -> tuple[str, callable]:
     return f"postgresql+psycopg://harness@/bench?host={work}", stop
 
 
-def _template() -> tuple[bytes, bytes]:
-    from harness.report import dump_report
+GROUPS = ("nvme-a", "nvme-b", "raid-c", "nfs-d")
+MARKER = "2026-01-01T00:00:00Z"
+
+
+def _templates() -> list[dict]:
+    from harness.report import validate_report
     from harness.testing import make_example_report
 
-    marker = "2026-01-01T00:00:00Z"
-    data = dump_report(make_example_report(0, created_utc=marker))
-    return data, marker.encode()
+    templates = [make_example_report(g, storage_id=group, created_utc=MARKER)
+                 for g, group in enumerate(GROUPS)]  # fmt: skip
+    for template in templates:
+        validate_report({**template, "created_utc": _created(0)})
+    return templates
 
 
-def _unique(template: bytes, marker: bytes, index: int) -> bytes:
-    return template.replace(marker, f"2026-01-01T00:00:00.{index:09d}Z".encode(), 1)
+def _created(index: int) -> str:
+    return f"2026-01-01T00:00:00.{index:09d}Z"
+
+
+def _unique(templates: list[dict], index: int) -> tuple[dict, bytes]:
+    from harness.report import dump_report
+
+    doc = {**templates[index % len(templates)], "created_utc": _created(index)}
+    return doc, dump_report(doc, validate=False)  # the templates were validated once
 
 
 def fill(url: str, records: int, batch: int = 1000) -> float:
-    from sqlalchemy import create_engine, select
+    """Records, journal and index rows, as registration would leave them, in bulk."""
+    from sqlalchemy import create_engine, func, insert, select, text
 
+    from harness.history.entries import TRIAL_FIELDS, derive_entry
     from harness.history.evidence_store import journal_line
+    from harness.history.index_db import RecordRow, SummaryRow
     from harness.history.journal import GENESIS_HEAD
+    from harness.history.layout import record_relpath
     from harness.history.postgres import journal_table, records_table
     from harness.history.records import sha256_bytes
+    from harness.report import SCHEMA_VERSION
 
-    template, marker = _template()
+    templates = _templates()
     engine = create_engine(url)
     start = time.perf_counter()
     with engine.connect() as connection:
@@ -105,10 +128,11 @@ def fill(url: str, records: int, batch: int = 1000) -> float:
             ).scalar()
             or GENESIS_HEAD
         )
+        seq = connection.execute(select(func.coalesce(func.max(RecordRow.seq), 0))).scalar()
     for first in range(0, records, batch):
-        rows, lines = [], []
+        rows, lines, index_rows, trials, summaries = [], [], [], [], []
         for index in range(first, min(records, first + batch)):
-            data = _unique(template, marker, index)
+            doc, data = _unique(templates, index)
             sha = sha256_bytes(data)
             rows.append({"sha256": sha, "data": data})
             line = journal_line(
@@ -118,17 +142,56 @@ def fill(url: str, records: int, batch: int = 1000) -> float:
             )  # fmt: skip
             head = sha256_bytes(line)
             lines.append({"line": line, "link": head, "sha256": sha})
+            entry = derive_entry(doc, sha256=sha, path=record_relpath(sha),
+                                 size_bytes=len(data), schema_version=SCHEMA_VERSION)  # fmt: skip
+            seq += 1
+            index_rows.append({**entry.record, "seq": seq})
+            trials += [tuple([seq] + [t[f] for f in TRIAL_FIELDS]) for t in entry.trials]
+            summaries += [dict(s, record_seq=seq) for s in entry.summaries]
         with engine.begin() as connection:
             connection.execute(records_table.insert(), rows)
             connection.execute(journal_table.insert(), lines)
+            connection.execute(insert(RecordRow), index_rows)
+            connection.execute(insert(SummaryRow), summaries)
+            cursor = connection.connection.dbapi_connection.cursor()
+            columns = ", ".join(("record_seq", *TRIAL_FIELDS))
+            with cursor.copy(f"COPY trials ({columns}) FROM STDIN") as copy:
+                for row in trials:
+                    copy.write_row(row)
+    with engine.begin() as connection:
+        connection.execute(text("SELECT setval('records_seq_seq', (SELECT max(seq) FROM records))"))
+        connection.execute(text("ANALYZE"))
     engine.dispose()
     return time.perf_counter() - start
 
 
-def _cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+def _cli(
+    *args: str, timeout: float | None = None
+) -> tuple[float, subprocess.CompletedProcess | None]:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - start, None
     return time.perf_counter() - start, done
+
+
+def _in_process(args: list[str], repeat: int = 5) -> tuple[float, int]:
+    """Median seconds of ``harness.cli.main(args)`` with stdout to /dev/null; its exit code."""
+    import contextlib
+
+    from harness.cli import main
+
+    times, code = [], None
+    for _ in range(repeat):
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            start = time.perf_counter()
+            code = main(args)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), code
 
 
 def main() -> int:
@@ -137,60 +200,113 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/harness-pg-bench"))
     parser.add_argument("--url", help="an existing, empty database (skips the server start)")
     parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--render-timeout", type=float, default=1200.0)
     args = parser.parse_args()
 
     from sqlalchemy import create_engine
 
     from harness.history.postgres import PostgresStore
     from harness.history.remote import init_database
+    from harness.history.store import prepare_report
 
     stop = None
     url = args.url
     if url is None:
         url, stop = start_server(args.work)
+    results = {"records": args.records}
+
+    def note(key: str, value) -> None:
+        results[key] = value
+        print(f"{key}: {value}", flush=True)
+        (args.work / "results.json").write_text(json.dumps(results, indent=2))
+
     try:
         init_database(url)
-        fill_s = fill(url, args.records)
-        template, marker = _template()
+        note("fill_s", round(fill(url, args.records), 1))
+        templates = _templates()
         store = PostgresStore(create_engine(url, pool_pre_ping=True))
         times = []
         for number in range(args.repeat):
-            data = _unique(template, marker, 10**6 + number)
+            _doc, data = _unique(templates, 10**6 + number)
             start = time.perf_counter()
             store.register(data, source="one-more.json", registered_utc="2026-12-01T00:00:00Z")
             times.append(time.perf_counter() - start)
+        validation, transaction = [], []
+        for number in range(args.repeat):
+            data = _unique(templates, 3 * 10**6 + number)[1]
+            start = time.perf_counter()
+            prepared = prepare_report(data, name="prepared.json")
+            validation.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            store.register(data, source="prepared.json",
+                           registered_utc="2026-12-01T00:00:00Z", prepared=prepared)  # fmt: skip
+            transaction.append(time.perf_counter() - start)
+        note("validation_median_ms", round(statistics.median(validation) * 1000, 1))
+        note("register_prepared_median_ms", round(statistics.median(transaction) * 1000, 1))
         store.engine.dispose()
+        note("register_in_process_median_ms", round(statistics.median(times) * 1000, 1))
+        note("register_in_process_min_max_ms",
+             [round(min(times) * 1000, 1), round(max(times) * 1000, 1)])  # fmt: skip
         report = args.work / "one-more.json"
-        args.work.mkdir(parents=True, exist_ok=True)
         cli_register = []
         for number in range(5):
-            report.write_bytes(_unique(template, marker, 2 * 10**6 + number))
+            report.write_bytes(_unique(templates, 2 * 10**6 + number)[1])
             seconds, done = _cli("history", "register", str(report), "--history-url", url)
             assert done.returncode == 0, done.stderr
             cli_register.append(seconds)
+        note("register_cli_median_s", round(statistics.median(cli_register), 2))
+        from harness.history.records import sha256_bytes
+
+        base = sha256_bytes(_unique(templates, 0)[1])[:12]
+        candidate = sha256_bytes(_unique(templates, 4 * (args.records // 4 - 1))[1])[:12]
+        key = f"--group={_group_key(url)}"
+        for name, command in (
+            ("list_limit50", ["history", "list", "--limit", "50"]),
+            ("list_group_limit50", ["history", "list", key, "--limit", "50"]),
+            ("list_all", ["history", "list"]),
+            ("compare_baseline", ["compare", candidate, "--baseline", base, "--format", "json"]),
+            ("compare_baseline_newest", ["compare", "--baseline", base, "--format", "json"]),
+        ):
+            seconds, code = _in_process([*command, "--history-url", url])
+            note(f"{name}_in_process_median_ms", [round(seconds * 1000, 1), f"exit {code}"])
+            cli_s, done = _cli(*command, "--history-url", url)
+            note(f"{name}_cli_s", [round(cli_s, 2), f"exit {done.returncode}"])
         head_s, done = _cli("history", "head", "--history-url", url)
         assert done.returncode == 0, done.stderr
+        note("head_cli_s", round(head_s, 2))
         verify_s, done = _cli("history", "verify", "--history-url", url)
         assert done.returncode == 0, done.stdout + done.stderr
-        results = {
-            "records": args.records,
-            "fill_s": round(fill_s, 1),
-            "register_in_process_median_ms": round(statistics.median(times) * 1000, 1),
-            "register_in_process_min_ms": round(min(times) * 1000, 1),
-            "register_cli_median_s": round(statistics.median(cli_register), 2),
-            "head_cli_s": round(head_s, 2),
-            "verify_cli_s": round(verify_s, 1),
-            "verify_summary": done.stdout.strip().splitlines()[-1],
-            "list": "not measured: history list does not take --history-url yet",
-            "compare_baseline": "not measured: compare does not take --history-url yet",
-            "render_index": "not measured: the renderer does not take a URL yet",
-        }
+        note("verify_cli_s", round(verify_s, 1))
+        note("verify_summary", done.stdout.strip().splitlines()[-1])
+        out = args.work / "dashboard"
+        render_s, done = _cli("render", "index", "--out", str(out), "--history-url", url,
+                              timeout=args.render_timeout)  # fmt: skip
+        if done is None:
+            pages = len(list((out / "dashboard" / "records").glob("*.html")))
+            records = sum(1 for _ in (out / "records").rglob("*.json"))
+            note("render_index_cli_s",
+                 f"not finished after {render_s:.0f} s ({records} records exported, "
+                 f"{pages} record pages in the final folder)")  # fmt: skip
+        else:
+            assert done.returncode == 0, done.stdout + done.stderr
+            note("render_index_cli_s", round(render_s, 1))
     finally:
         if stop is not None:
             stop()
     print(json.dumps(results, indent=2))
-    (args.work / "results.json").write_text(json.dumps(results, indent=2))
     return 0
+
+
+def _group_key(url: str) -> str:
+    from sqlalchemy import create_engine, select
+
+    from harness.history.index_db import RecordRow
+
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        key = connection.execute(select(RecordRow.comparison_key).limit(1)).scalar()
+    engine.dispose()
+    return key
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ def simulate(
         energy_ev=ENERGY_EV,
         semiangle_mrad=SEMIANGLE_MRAD,
         scan_step_a=pixels_per_step * grid_sampling_a,
+        rotation_deg=0.0,  # the model's detector axes are the scan's
         detector_sampling_mrad=sampling_mrad,
     )
     true_phase = sigma * potential[::pixels_per_step, ::pixels_per_step]

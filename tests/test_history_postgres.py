@@ -60,7 +60,7 @@ def test_both_environment_variables_are_a_usage_error(monkeypatch, tmp_path, cap
 def test_a_folder_only_command_refuses_an_environment_url(monkeypatch, capsys) -> None:
     monkeypatch.delenv("HARNESS_HISTORY_DIR", raising=False)
     monkeypatch.setenv("HARNESS_HISTORY_URL", "postgresql+psycopg://x@/y")
-    assert main(["history", "list"]) == EXIT_USAGE
+    assert main(["history", "rebuild"]) == EXIT_USAGE
     assert "works on a history folder only" in capsys.readouterr().err
 
 

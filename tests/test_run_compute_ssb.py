@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from _ssb_abtem import ROOT, calibration, load
 
+import quantem.io
 from harness.report import parse_report
 from harness.run.compute import ComputeConfig, run_compute
 from harness.run.compute_workloads import ComputeParameters
@@ -23,6 +24,7 @@ PARAMETERS = ComputeParameters(
     convergence_mrad=CAL.semiangle_mrad,
     mrad_per_pixel=CAL.detector_sampling_mrad[0],
     scan_step_angstrom=CAL.scan_step_a[0],
+    rotation_deg=CAL.rotation_deg,  # this fixture's cropped detector defeats the DPC estimate
     trials=4,
     seed=1,
     regions=(2, 1),
@@ -78,3 +80,51 @@ def test_ssb_workload_records_stages_fits_and_hashes(tmp_path: Path):
     assert fitted["default_fit"]["n_trials"] == 4 and fitted["default_fit"]["seed"] == 1
     assert [r["region"] for r in fitted["regional_fits"]] == [[0, 24, 0, 48], [24, 48, 0, 48]]
     assert fitted["calibration"]["energy_ev"] == 200e3
+    assert fitted["rotation"] == prepared.rotation.to_dict()
+    assert fitted["rotation"]["source"] == "given" and fitted["rotation"]["rotation_deg"] == 0.0
+
+
+SRTIO3 = Path(__file__).parent / "data" / "srtio3"
+
+
+@pytest.mark.slow
+def test_ssb_workload_without_a_rotation_uses_and_records_the_dpc_estimate(tmp_path: Path):
+    truth = json.loads((SRTIO3 / "srtio3_truth.json").read_text())
+    info = truth["datasets"]["defocus"]
+    master = SRTIO3 / info["files"]["high"]
+    with quantem.io.load(master) as acq:
+        shape, dtype = acq.array.shape, str(acq.array.dtype)
+    entry = manifest_entry("defocus", master, SRTIO3, shape[:2], shape[2:], dtype)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_bytes(dump_manifest([entry]))
+    parameters = ComputeParameters(
+        energy_ev=truth["energy_ev"],
+        convergence_mrad=truth["semiangle_mrad"],
+        mrad_per_pixel=info["mrad_per_pixel"],
+        scan_step_angstrom=info["scan_step_angstrom"],
+        trials=4,
+        seed=0,
+        regions=(2, 1),
+        refine_evaluations=10,
+    )
+    outcome = run_compute(
+        ComputeConfig(
+            workload="ssb",
+            root=SRTIO3,
+            manifest=manifest,
+            backend="cpu",
+            storage_id="test",
+            output_dir=tmp_path / "run",
+            reps=1,
+            parameters=parameters,
+            progress=False,
+            save_outputs=tmp_path / "saved",
+        )
+    )
+    assert outcome.exit_code == 0
+    fitted = json.loads((tmp_path / "saved" / "ssb.json").read_text())["fitted"]
+    rotation = fitted["rotation"]
+    assert rotation["source"] == "dpc" and rotation["transpose"] is False
+    assert abs(rotation["rotation_deg"] - truth["rotation_deg"]) < 0.5, rotation
+    assert rotation["residual_curl"] < 0.5
+    assert fitted["calibration"]["rotation_deg"] == rotation["rotation_deg"]

@@ -10,13 +10,15 @@ matching calibration (docs/verdicts.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+from pathlib import Path
 
 from harness.errors import UsageError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from harness.commands.history import add_history_dir_argument
+    from harness.commands.history import add_history_location_arguments
 
     parser = subparsers.add_parser(
         "compare",
@@ -33,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--baseline", required=True, metavar="SHA_PREFIX_OR_PATH", help="baseline report (required)"
     )
-    add_history_dir_argument(parser)
+    add_history_location_arguments(parser)
     parser.add_argument(
         "--regression-percent",
         type=float,
@@ -64,8 +66,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _newest_record(history_dir: str) -> str:
-    from pathlib import Path
-
     from sqlalchemy import select
 
     from harness.commands.history import _open_for_reading
@@ -88,10 +88,39 @@ def _newest_record(history_dir: str) -> str:
     return sha
 
 
+def _load_from_server(url: str, args: argparse.Namespace):
+    """Baseline, candidate and calibration with the records on a server (``--history-url``).
+
+    Calibrations are kept in history folders (``harness calibrate``), so none is found
+    on a server; ``--calibration`` may name a calibration file.
+    """
+    from harness.commands.history import url_store
+    from harness.history.remote import load_server_report, newest_server_record, server_name
+    from harness.verdict.calibration_report import resolve_calibration
+
+    with url_store(url) as store:
+        where = server_name(store.engine.url)
+        baseline = load_server_report(store, args.baseline, what="--baseline")
+        reference = args.candidate or newest_server_record(store)
+        if reference is None:
+            raise UsageError(f"{where}: the history is empty; name a CANDIDATE")
+        candidate = load_server_report(store, reference)
+    if args.calibration is not None and not Path(args.calibration).is_file():
+        raise UsageError(
+            f"--calibration {args.calibration}: calibrations are kept in history folders; "
+            "with --history-url name a calibration file"
+        )
+    calibration = resolve_calibration(None, args.calibration, candidate.doc)
+    if args.calibration is None:
+        note = f"no calibration on {where} (calibrations are kept in history folders)"
+        calibration = dataclasses.replace(calibration, note=note)
+    return baseline, candidate, calibration
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from harness.commands.history import default_history_dir
+    from harness.commands.history import default_history_dir, history_url
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.verdict.calibration_report import resolve_calibration
@@ -100,11 +129,15 @@ def run(args: argparse.Namespace) -> int:
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
         raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
-    history_dir = args.history_dir or default_history_dir()
-    baseline = load_report(args.baseline, history_dir=history_dir)
-    candidate_reference = args.candidate or _newest_record(history_dir)
-    candidate = load_report(candidate_reference, history_dir=history_dir)
-    calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
+    url = history_url(args)
+    if url is not None:
+        baseline, candidate, calibration = _load_from_server(url, args)
+    else:
+        history_dir = args.history_dir or default_history_dir()
+        baseline = load_report(args.baseline, history_dir=history_dir)
+        candidate_reference = args.candidate or _newest_record(history_dir)
+        candidate = load_report(candidate_reference, history_dir=history_dir)
+        calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
     comparison = compare_loaded(
         baseline,
         candidate,

@@ -36,7 +36,7 @@ def default_history_dir() -> str:
     if os.environ.get(HISTORY_URL_ENV) and not os.environ.get(HISTORY_DIR_ENV):
         raise UsageError(
             f"${HISTORY_URL_ENV} is set, but this command works on a history folder only "
-            "(so far: register, head, verify, push and pull take a URL); give --history-dir"
+            "(import, rebuild and calibrate); give --history-dir"
         )
     return os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
 
@@ -122,14 +122,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     importer.set_defaults(func=run_import)
 
     lister = commands.add_parser("list", help="list records, newest last")
-    add_history_dir_argument(lister)
+    add_history_location_arguments(lister)
     lister.add_argument("--group", metavar="KEY", help="only this comparison group")
     lister.add_argument("--limit", type=int, default=None, metavar="N", help="only the newest N")
     lister.set_defaults(func=run_list)
 
     show = commands.add_parser("show", help="show one record")
     show.add_argument("sha", metavar="SHA_PREFIX", help="unique SHA-256 prefix (4+ hex digits)")
-    add_history_dir_argument(show)
+    add_history_location_arguments(show)
     show.add_argument("--raw", action="store_true", help="print the record's exact bytes")
     show.set_defaults(func=run_show)
 
@@ -161,9 +161,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     changes = commands.add_parser(  # arguments and work in harness/commands/history_changes.py
         "changes", help=CHANGES_HELP, description=CHANGES_DESCRIPTION
     )
-    add_history_dir_argument(changes)
+    add_history_location_arguments(changes)
     add_changes_arguments(changes)
-    changes.set_defaults(func=lambda args: run_changes(args, _history_dir(args)))
+    changes.set_defaults(func=_run_changes)
 
     init_db = commands.add_parser(
         "init-db",
@@ -258,6 +258,30 @@ def _open_url(url: str):
     return open_url_store(url)
 
 
+@contextmanager
+def url_store(url: str):
+    """The server's store for one command; its connections closed afterwards."""
+    store = _open_url(url)
+    try:
+        yield store
+    finally:
+        store.engine.dispose()
+
+
+def _run_changes(args: argparse.Namespace) -> int:
+    url = history_url(args)
+    if url is None:
+        return run_changes(args, _history_dir(args))
+    from harness.history.remote import iter_server_reports, server_name
+
+    with url_store(url) as store:
+        return run_changes(
+            args,
+            server_name(store.engine.url),
+            records=iter_server_reports(store),
+        )
+
+
 def _register_on_server(url: str, reports: list[str]) -> int:
     from harness.history.journal import utc_now
     from harness.history.store import prepare_report
@@ -266,7 +290,9 @@ def _register_on_server(url: str, reports: list[str]) -> int:
     store = _open_url(url)
     try:
         for report in prepared:
-            stored = store.register(report.data, source=report.source, registered_utc=utc_now())
+            stored = store.register(
+                report.data, source=report.source, registered_utc=utc_now(), prepared=report
+            )
             if stored.created:
                 print(f"stored {stored.sha256} from {report.source}")
             else:
@@ -328,21 +354,32 @@ def _open_for_reading(history_dir: str):
 
 
 def run_list(args: argparse.Namespace) -> int:
+    url = history_url(args)
+    if url is not None:
+        from harness.history.postgres import server_step
+
+        with url_store(url) as store, server_step(store.engine, "listing the records"):
+            return _list_records(args, store.engine)
+    _layout, engine = _open_for_reading(_history_dir(args))
+    try:
+        return _list_records(args, engine)
+    finally:
+        engine.dispose()
+
+
+def _list_records(args: argparse.Namespace, engine) -> int:
+    """The listing from an index, a folder's or a server's (the same models)."""
     from sqlalchemy import select
 
     from harness.history.index_db import RecordRow
 
-    _layout, engine = _open_for_reading(_history_dir(args))
     statement = select(RecordRow).order_by(RecordRow.seq.desc())
     if args.group:
         statement = statement.where(RecordRow.comparison_key == args.group)
     if args.limit is not None:
         statement = statement.limit(args.limit)
-    try:
-        with engine.connect() as connection:
-            rows = list(reversed(connection.execute(statement).all()))
-    finally:
-        engine.dispose()
+    with engine.connect() as connection:
+        rows = list(reversed(connection.execute(statement).all()))
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
     header += ("correctness", "performance", "group")
     table = [header] + [
@@ -377,6 +414,20 @@ def run_show(args: argparse.Namespace) -> int:
     from harness.history.lookup import load_report, parse_sha_prefix, resolve_record
 
     parse_sha_prefix(args.sha)
+    url = history_url(args)
+    if url is not None:
+        from harness.history.remote import (
+            load_server_report,
+            read_checked,
+            resolve_server_record,
+        )
+
+        with url_store(url) as store:
+            if args.raw:
+                sys.stdout.buffer.write(read_checked(store, resolve_server_record(store, args.sha)))
+                return EXIT_OK
+            loaded = load_server_report(store, args.sha)
+        return _print_record(loaded.doc, loaded.sha256, loaded.path)
     layout = HistoryLayout.at(_history_dir(args))
     require_history(layout)
     check_history_marker(layout, create=False)
@@ -386,14 +437,17 @@ def run_show(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(path.read_bytes())
         return EXIT_OK
     loaded = load_report(args.sha, history_dir=layout.root)
-    doc = loaded.doc
+    return _print_record(loaded.doc, loaded.sha256, path)
+
+
+def _print_record(doc: dict, sha256: str, path) -> int:
     from harness.comparability import comparison_key
 
     status = doc["status"]
     provenance = doc["provenance"]
     device = doc["environment"]["device"]
     conditions = doc["conditions"]
-    print(f"record      {loaded.sha256}")
+    print(f"record      {sha256}")
     print(f"path        {path}")
     print(f"created     {doc['created_utc']}")
     print(
@@ -434,11 +488,8 @@ def run_head(args: argparse.Namespace) -> int:
 
     url = history_url(args)
     if url is not None:
-        store = _open_url(url)
-        try:
+        with url_store(url) as store:
             print(store.head())
-        finally:
-            store.engine.dispose()
         return EXIT_OK
     with locked_history(_history_dir(args)) as layout:
         print(journal_head(layout))
@@ -501,21 +552,21 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
 
 def _verify_on_server(url: str, expect_head: str | None) -> int:
-    store = _open_url(url)
-    try:
+    from harness.history.remote import check_server_index
+
+    with url_store(url) as store:
         check = store.check(expect_head=expect_head)
-    finally:
-        store.engine.dispose()
-    for problem in check.problems:
+        problems = check.problems + check_server_index(store)
+    for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     summary = (
-        f"{check.records} records checked: {len(check.problems)} errors, 0 warnings; "
+        f"{check.records} records checked: {len(problems)} errors, 0 warnings; "
         f"journal head {check.head}"
     )
-    if expect_head is not None and check.ok:
+    if expect_head is not None and not problems:
         summary += f"; nothing registered up to {expect_head[:16]}... was removed or altered"
     print(summary)
-    return EXIT_OK if check.ok else EXIT_FAILURE
+    return EXIT_FAILURE if problems else EXIT_OK
 
 
 def run_init_db(args: argparse.Namespace) -> int:

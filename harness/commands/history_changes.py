@@ -44,7 +44,9 @@ def add_changes_arguments(changes: argparse.ArgumentParser) -> None:
     )
 
 
-def run_changes(args: argparse.Namespace, history_dir: str) -> int:
+def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> int:
+    """Change points of the history at ``history_dir``; ``records`` ((sha256, report)
+    pairs) replaces its record files (a history on a server: ``history_dir`` names it)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -55,11 +57,16 @@ def run_changes(args: argparse.Namespace, history_dir: str) -> int:
 
     if not 0 < args.p_threshold < 1:
         raise UsageError(f"--p-threshold must lie in (0, 1), not {args.p_threshold:g}")
-    layout = HistoryLayout.at(history_dir)
-    require_history(layout)
-    check_history_marker(layout, create=False)
+    if records is None:
+        layout = HistoryLayout.at(history_dir)
+        require_history(layout)
+        check_history_marker(layout, create=False)
     results = history_changes(
-        history_dir, key=args.key, repository=args.repo, p_threshold=args.p_threshold
+        history_dir,
+        key=args.key,
+        repository=args.repo,
+        p_threshold=args.p_threshold,
+        records=records,
     )
     if args.key and not results:
         raise UsageError(f"no comparison key in {history_dir} starts with {args.key}")

@@ -13,7 +13,7 @@ from harness.errors import EXIT_OK, UsageError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from harness.commands.history import add_history_dir_argument
+    from harness.commands.history import add_history_location_arguments
 
     parser = subparsers.add_parser("render", help="render views of an evidence history")
     commands = parser.add_subparsers(dest="render_command", metavar="RENDER_COMMAND")
@@ -26,8 +26,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "not yet written, and index.json/timings.csv where they lag (all of them with --full)."
         ),
     )
-    add_history_dir_argument(index)
-    index.add_argument("--out", metavar="DIR", help="render into DIR instead of the history folder")
+    add_history_location_arguments(index)
+    index.add_argument(
+        "--out",
+        metavar="DIR",
+        help="render into DIR instead of the history folder (required with --history-url: "
+        "the server's records are written there too, so the dashboard stands alone)",
+    )
     index.add_argument(
         "--all-plots", action="store_true", help="redraw every plot, not only pending ones"
     )
@@ -57,8 +62,40 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError("render needs a subcommand: index")
 
 
+def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: str) -> None:
+    """The dashboard of a history on a server, rendered into ``out`` from one snapshot of
+    its records, journal and index (:func:`harness.history.remote.snapshot_for_render`)."""
+    import tempfile
+
+    from harness.commands.history import url_store
+    from harness.history.index_db import forget_index, open_index
+    from harness.history.remote import snapshot_for_render
+    from harness.render import render_all
+
+    with tempfile.TemporaryDirectory(prefix="harness-render-") as temp:
+        index_path = Path(temp) / "index.sqlite"
+        with url_store(url) as store:
+            layout = snapshot_for_render(store, out, index_path)
+        engine = open_index(index_path, create=False)
+        try:
+            # DIR plays the history folder (out=None): the dashboard is the one `render
+            # index --full --all-plots` draws in a folder with the same records, change
+            # points detected, with its bookkeeping in the snapshot, thrown away after
+            render_all(
+                layout,
+                engine,
+                out=None,
+                plots="none" if plots == "none" else "all",
+                full=True,
+                repository=Path(args.git_repo),
+            )
+        finally:
+            engine.dispose()
+            forget_index(index_path)
+
+
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import default_history_dir
+    from harness.commands.history import default_history_dir, history_url
     from harness.history.index_db import open_index
     from harness.history.lock import locked_history
     from harness.render import render_all
@@ -67,6 +104,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--all-plots and --no-plots exclude each other")
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
+    url = history_url(args)
+    if url is not None:
+        if out is None:
+            raise UsageError("render index --history-url needs --out DIR (where to render)")
+        if (out / "history.json").exists():
+            raise UsageError(f"--out {out} is a history folder; render a server into a new folder")
+        _render_from_server(url, out, args, plots)
+        print(f"rendered {out}; open {out / 'index.html'}")
+        if args.serve:
+            serve(out, args.port)
+        return EXIT_OK
     with locked_history(args.history_dir or default_history_dir()) as layout:
         engine = open_index(layout.index_db, create=False)
         try:

@@ -60,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument(
         "--history-dir", type=Path, metavar="H", help="register the report into this history"
     )
+    add_history_url_argument(io)
     io.add_argument(
         "--baseline",
         metavar="SHA_OR_PATH",
@@ -147,6 +148,55 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
+
+
+def add_history_url_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history-url",
+        metavar="URL",
+        help="register the report into the history on this PostgreSQL server "
+        "(postgresql+psycopg://USER@HOST/DB) instead of a folder",
+    )
+
+
+def check_history_url_usage(args: argparse.Namespace) -> None:
+    """``--history-url`` excludes ``--history-dir``; a baseline is then a report file
+    (the run's baseline lookup reads a history folder)."""
+    from harness.errors import UsageError
+
+    if args.history_url is None:
+        return
+    if args.history_dir is not None:
+        raise UsageError("give --history-dir or --history-url, not both")
+    if args.baseline is not None and not Path(args.baseline).is_file():
+        raise UsageError(
+            f"--baseline {args.baseline}: with --history-url, name a report file "
+            "(`harness history show --raw PREFIX --history-url URL > baseline.json`)"
+        )
+
+
+def register_on_server(url: str, report_path: Path, console) -> None:
+    """Register the run's report into the history at ``url`` and say what happened."""
+    from harness.commands.history import url_store
+    from harness.history.journal import utc_now
+    from harness.history.remote import server_name
+    from harness.history.store import prepare_report
+
+    prepared = prepare_report(report_path)
+    with url_store(url) as store:
+        stored = store.register(
+            prepared.data, source=prepared.source, registered_utc=utc_now(), prepared=prepared
+        )
+        where = server_name(store.engine.url)
+        done = "stored" if stored.created else "already stored"
+        console.print(
+            f"history {where}: {done} {stored.sha256} from {prepared.source}",
+            markup=False,
+            highlight=False,
+        )
+        console.print(
+            f"history {where}: journal head {store.head()}", markup=False, highlight=False
+        )
 
 
 def _no_benchmark(args: argparse.Namespace) -> int:
@@ -254,6 +304,7 @@ def _demo_report_dir() -> Path:
 
 def run(args: argparse.Namespace) -> int:
     _check_usage(args)
+    check_history_url_usage(args)
     from rich.console import Console
 
     from harness.run.provenance import check_code_origin
@@ -277,7 +328,9 @@ def run(args: argparse.Namespace) -> int:
                 backend=args.backend or best_backend(),
                 storage_id=DEMO_STORAGE_ID,
                 output_dir=Path(args.output_dir) if args.output_dir else _demo_report_dir(),
-                history_dir=args.history_dir or Path(DEFAULT_DEMO_HISTORY),
+                history_dir=None
+                if args.history_url
+                else (args.history_dir or Path(DEFAULT_DEMO_HISTORY)),
                 reps=args.reps if args.reps is not None else DEMO_REPS,
             )
             outcome = run_io_scale(config)
@@ -287,6 +340,8 @@ def run(args: argparse.Namespace) -> int:
         outcome = run_io_scale(_config_from_args(args))
         print_summary(outcome.report, console)
         console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    if args.history_url:
+        register_on_server(args.history_url, outcome.report_path, console)
     history_dir = config.history_dir if args.demo else args.history_dir
     for result in outcome.registered:
         console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
@@ -320,6 +375,7 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute.add_argument("--reps", type=int, default=5, help="warm rounds after the first")
     compute.add_argument("--save-outputs", type=Path, metavar="DIR", help="write the outputs")
     compute.add_argument("--history-dir", type=Path, metavar="H")
+    add_history_url_argument(compute)
     compute.add_argument("--baseline", metavar="SHA_OR_PATH")
     compute.add_argument("--regression-percent", type=float, default=20.0)
     compute.add_argument(
@@ -392,6 +448,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
     from harness.run.compute_workloads import ComputeParameters
     from harness.run.provenance import check_code_origin
 
+    check_history_url_usage(args)
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
     check_code_origin()
@@ -448,6 +505,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
     console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
     for result in outcome.registered:
         console.print(f"history {args.history_dir}: {result.message}", markup=False)
+    if args.history_url:
+        register_on_server(args.history_url, outcome.report_path, console)
     return outcome.exit_code
 
 

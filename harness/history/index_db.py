@@ -2,10 +2,15 @@
 
 One :class:`RecordRow` per record (provenance, conditions, statuses, comparison
 key, baseline), one :class:`TrialRow` per measured trial and one
-:class:`SummaryRow` per cell, for queries and rendering. The index carries its own
-schema version in :class:`IndexMetaRow`; an older index is migrated by the steps
-in :data:`INDEX_MIGRATIONS`, and when no step exists it is rebuilt from the
-records, which is always possible because the index is derived data. SQLite runs
+:class:`SummaryRow` per cell, for queries and rendering. The same models hold the
+index of a history on a PostgreSQL server (:mod:`harness.history.postgres`); nothing
+here is SQLite-only except the file handling (WAL, integrity checks).
+
+The schema is migrated by Alembic (``harness/history/migrations``, run by
+:mod:`harness.history.migrate`) on both dialects; the index also keeps its schema
+version in :class:`IndexMetaRow`, so that an older harness refuses a newer index. An
+index older than the first migration is rebuilt from the records, which is always
+possible because the index is derived data. SQLite runs
 in WAL mode with ``synchronous=NORMAL``: a crash can lose the last index
 transaction but never corrupts the file, and ``harness history verify`` /
 ``rebuild`` detect and repair a lagging index.
@@ -16,37 +21,59 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
+    Column,
     Connection,
     Engine,
     Float,
     ForeignKey,
+    Index,
     Integer,
+    MetaData,
+    PrimaryKeyConstraint,
     String,
+    Table,
     Text,
     create_engine,
     event,
     insert,
+    inspect,
     select,
 )
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from harness.errors import HistoryError
 from harness.fsio import replace_file
+from harness.history.migrate import (
+    INDEX_HEAD_REVISION,
+    PRE_ALEMBIC_REVISION,
+    VERSION_TABLE,
+    index_revision,
+    stamp_index,
+    upgrade_index,
+)
 
-#: Version of the index's tables; bump it and add a step to INDEX_MIGRATIONS on change.
+#: Version of the index's tables; on change, bump it, add the Alembic revision
+#: ``index_v<N>`` (harness/history/migrations/versions) and INDEX_HEAD_REVISION.
 #: 2: the record SHA-256 is a UNIQUE constraint of the table (version 1 had a unique
-#: index, which a damaged or edited index could lose); no step: a version-1 index is
-#: rebuilt from the records.
-INDEX_SCHEMA_VERSION = 2
+#: index, which a damaged or edited index could lose; a version-1 index is rebuilt).
+#: 3: one index on (comparison_key, seq) replaces the one on comparison_key.
+INDEX_SCHEMA_VERSION = 3
 META_SCHEMA_VERSION = "schema_version"
+#: The oldest index schema version that is migrated in place (older ones are rebuilt).
+OLDEST_MIGRATED_VERSION = 2
+
+#: Byte counts: 64-bit (files of 4D-STEM data exceed 2**31 bytes). INTEGER on SQLite,
+#: whose integers are 64-bit already, so a version-2 SQLite index matches the models.
+ByteCount = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -66,11 +93,13 @@ class RecordRow(Base):
     ``created_utc`` order after a rebuild)."""
 
     __tablename__ = "records"
+    #: a group's records in seq order (list --group, the newest record of a key)
+    __table_args__ = (Index("ix_records_key_seq", "comparison_key", "seq"),)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     #: UNIQUE in the table itself (an autoindex that cannot be dropped on its own)
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     path: Mapped[str] = mapped_column(String)
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(ByteCount)
     schema_version: Mapped[int] = mapped_column(Integer)
     created_utc: Mapped[str] = mapped_column(String)
     git_revision: Mapped[str | None] = mapped_column(String, nullable=True)
@@ -91,7 +120,7 @@ class RecordRow(Base):
     exit_code: Mapped[int] = mapped_column(Integer)
     baseline_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     baseline_path: Mapped[str | None] = mapped_column(String, nullable=True)
-    comparison_key: Mapped[str] = mapped_column(String, index=True)
+    comparison_key: Mapped[str] = mapped_column(String)
     comparison_fields: Mapped[str] = mapped_column(Text)
     #: The record's line in index.json, serialised once at registration.
     index_entry: Mapped[str] = mapped_column(Text)
@@ -110,8 +139,8 @@ class TrialRow(Base):
     label: Mapped[str] = mapped_column(String)
     kept: Mapped[bool] = mapped_column(Boolean)
     seconds: Mapped[float] = mapped_column(Float)
-    read_bytes: Mapped[int] = mapped_column(Integer)
-    file_bytes: Mapped[int] = mapped_column(Integer)
+    read_bytes: Mapped[int] = mapped_column(ByteCount)
+    file_bytes: Mapped[int] = mapped_column(ByteCount)
     residency_before: Mapped[float] = mapped_column(Float)
 
 
@@ -131,10 +160,6 @@ class SummaryRow(Base):
     p95: Mapped[float | None] = mapped_column(Float, nullable=True)
     min: Mapped[float | None] = mapped_column(Float, nullable=True)
     max: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-
-#: ``INDEX_MIGRATIONS[v](connection)`` upgrades an index from version v to v + 1.
-INDEX_MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
 
 
 class IndexUnreadable(HistoryError):
@@ -342,27 +367,58 @@ def open_index(path: Path, *, create: bool = True) -> Engine:
 
 def _prepare_schema(engine: Engine, path: Path) -> None:
     with engine.begin() as connection:
-        Base.metadata.create_all(connection)
+        prepare_index_schema(connection, str(path))
+
+
+def prepare_index_schema(connection: Connection, where: str) -> None:
+    """Create the index tables (empty database) or migrate them to this harness's schema.
+
+    A current index costs one query. An empty database gets the models' tables and is
+    stamped with the head revision (as the Alembic documentation advises for a new
+    database; ``tests/test_history_migrations.py`` proves the migrations build the same
+    schema). An index of version 2 written before Alembic is stamped ``index_v2`` and
+    upgraded in place; an older one raises :class:`IndexNeedsRebuild`.
+    """
+    revision = index_revision(connection)
+    if revision == INDEX_HEAD_REVISION:
         version = read_meta(connection, META_SCHEMA_VERSION)
-        if version is None:
-            write_meta(connection, META_SCHEMA_VERSION, str(INDEX_SCHEMA_VERSION))
+        if version == str(INDEX_SCHEMA_VERSION):
             return
-        current = int(version)
-        if current > INDEX_SCHEMA_VERSION:
-            raise HistoryError(
-                f"{path}: index schema version {current} is newer than this harness "
-                f"supports ({INDEX_SCHEMA_VERSION}); upgrade quantem-harness"
-            )
-        while current < INDEX_SCHEMA_VERSION:
-            step = INDEX_MIGRATIONS.get(current)
-            if step is None:
-                raise IndexNeedsRebuild(
-                    f"{path}: index schema version {current} has no migration to "
-                    f"{INDEX_SCHEMA_VERSION}; it is rebuilt from the records"
-                )
-            step(connection)
-            current += 1
-            write_meta(connection, META_SCHEMA_VERSION, str(current))
+    tables = set(inspect(connection).get_table_names())
+    version = read_meta(connection, META_SCHEMA_VERSION) if "index_meta" in tables else None
+    if version is not None and int(version) > INDEX_SCHEMA_VERSION:
+        raise HistoryError(
+            f"{where}: index schema version {version} is newer than this harness "
+            f"supports ({INDEX_SCHEMA_VERSION}); upgrade quantem-harness"
+        )
+    if revision is None and not tables & set(Base.metadata.tables):
+        Base.metadata.create_all(connection)
+        write_meta(connection, META_SCHEMA_VERSION, str(INDEX_SCHEMA_VERSION))
+        _write_version(connection, INDEX_HEAD_REVISION)
+        return
+    pre_alembic = revision is None and version == str(OLDEST_MIGRATED_VERSION)
+    # anything else is older than the first migration, or its two version marks disagree
+    # (an edited index): derived data, so rebuilt rather than guessed at
+    if not pre_alembic and (revision is None or revision == INDEX_HEAD_REVISION):
+        raise IndexNeedsRebuild(
+            f"{where}: index schema version {version} (revision {revision or 'none'}) has "
+            f"no migration to {INDEX_SCHEMA_VERSION}; it is rebuilt from the records"
+        )
+    if pre_alembic:
+        stamp_index(connection, PRE_ALEMBIC_REVISION)
+    upgrade_index(connection)
+
+
+def _write_version(connection: Connection, revision: str) -> None:
+    """What ``alembic stamp`` writes, without loading Alembic (a new index, every history)."""
+    table = Table(
+        VERSION_TABLE,
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"),
+    )
+    table.create(connection)
+    connection.execute(insert(table).values(version_num=revision))
 
 
 def read_meta(connection: Connection, key: str) -> str | None:
@@ -370,7 +426,9 @@ def read_meta(connection: Connection, key: str) -> str | None:
 
 
 def write_meta(connection: Connection, key: str, value: str) -> None:
-    statement = sqlite_insert(IndexMetaRow).values(key=key, value=value)
+    """Set ``key`` to ``value`` (an upsert, on SQLite and PostgreSQL alike)."""
+    upsert = postgresql_insert if connection.dialect.name == "postgresql" else sqlite_insert
+    statement = upsert(IndexMetaRow).values(key=key, value=value)
     connection.execute(
         statement.on_conflict_do_update(index_elements=["key"], set_={"value": value})
     )

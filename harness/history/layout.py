@@ -116,7 +116,7 @@ class HistoryLayout:
 
     def record_relpath(self, sha256: str) -> str:
         """The record's path relative to the history root, with ``/`` separators."""
-        return self.record_path(sha256).relative_to(self.root).as_posix()
+        return record_relpath(sha256)
 
     def iter_record_files(self) -> Iterator[Path]:
         """Every file under ``records/sha256/`` (well-named or not), sorted."""
@@ -127,6 +127,12 @@ class HistoryLayout:
                 yield from sorted(shard.iterdir())
             else:
                 yield shard
+
+
+def record_relpath(sha256: str) -> str:
+    """Where a record lives relative to a history root (``records/sha256/ab/<hex>.json``);
+    also the ``path`` a PostgreSQL history indexes it under."""
+    return f"{RECORDS_DIR}/{HASH_ALGORITHM}/{sha256[:FANOUT_DIGITS]}/{sha256}{RECORD_SUFFIX}"
 
 
 def sha256_of_record_name(path: Path) -> str | None:

@@ -1,7 +1,9 @@
 """Records and journal in PostgreSQL, with immutability enforced by the server (issue 15).
 
-The tables are SQLAlchemy Core tables (the same definitions create them on SQLite, for
-the dialect-neutral part); what only a server can enforce is PostgreSQL DDL run by
+The evidence tables are SQLAlchemy Core tables; the index beside them is the history
+index of :mod:`harness.history.index_db` (the same ORM models and Alembic migrations
+as a folder's SQLite index), so ``list``, ``show``, ``compare`` and ``render`` read a
+server exactly as a folder. What only a server can enforce is PostgreSQL DDL run by
 :func:`install_schema`:
 
 - ``evidence_records`` and ``evidence_journal`` are insert-only: a trigger refuses every
@@ -9,7 +11,7 @@ the dialect-neutral part); what only a server can enforce is PostgreSQL DDL run 
 - a BEFORE INSERT trigger recomputes the record's SHA-256 with the server's
   ``sha256()`` and refuses a key that does not match the bytes;
 - identical bytes are a no-op (``ON CONFLICT DO NOTHING``);
-- one registration (record, journal line) is one transaction, serialised on the journal
+- one registration (record, journal line, index rows) is one transaction, serialised on the journal
   by a transaction-level advisory lock, so any number of hosts register at once and a
   dropped connection leaves nothing half-done.
 
@@ -40,14 +42,18 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 
 from harness.errors import HistoryError
+from harness.history.entries import derive_entry
 from harness.history.evidence_store import (
     StoreCheck,
     StoredRecord,
     check_chain,
     journal_line,
 )
+from harness.history.index_db import RecordRow, insert_entry, prepare_index_schema
 from harness.history.journal import GENESIS_HEAD
+from harness.history.layout import record_relpath
 from harness.history.records import sha256_bytes
+from harness.history.store import PreparedReport, prepare_report
 
 metadata = MetaData()
 
@@ -120,11 +126,25 @@ _DDL += [
 
 
 def install_schema(engine: Engine) -> None:
-    """Create the tables and the server-side rules (idempotent); needs a schema owner."""
+    """Create the evidence tables and their server-side rules, and create or migrate the
+    index tables (Alembic); idempotent; needs a schema owner."""
     with engine.begin() as connection:
         metadata.create_all(connection)
         for statement in _DDL:
             connection.execute(text(statement))
+        prepare_index_schema(connection, engine.url.render_as_string(hide_password=True))
+
+
+def index_entry_of(prepared: PreparedReport):
+    """The index rows of a validated report, with the path it has in a history folder
+    (so that ``list``, ``index.json`` and the dashboard say the same on both backends)."""
+    return derive_entry(
+        prepared.doc,
+        sha256=prepared.sha256,
+        path=record_relpath(prepared.sha256),
+        size_bytes=len(prepared.data),
+        schema_version=prepared.schema_version,
+    )
 
 
 @contextmanager
@@ -145,8 +165,23 @@ class PostgresStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
-        sha256 = sha256_bytes(data)
+    def register(
+        self,
+        data: bytes,
+        *,
+        source: str,
+        registered_utc: str,
+        prepared: PreparedReport | None = None,
+    ) -> StoredRecord:
+        """Store, journal and index one report in one transaction.
+
+        The report is validated first (``prepared``: already validated by the caller);
+        an invalid one raises ReportValidationError and nothing is stored.
+        """
+        if prepared is None or prepared.data != data:
+            prepared = prepare_report(data, name=source)
+        entry = index_entry_of(prepared)
+        sha256 = prepared.sha256
         with (
             server_step(self.engine, f"registering record {sha256}"),
             self.engine.begin() as connection,
@@ -177,6 +212,11 @@ class PostgresStore:
                 connection.execute(
                     journal_table.insert().values(line=line, link=sha256_bytes(line), sha256=sha256)
                 )
+            indexed = connection.execute(
+                select(RecordRow.seq).where(RecordRow.sha256 == sha256)
+            ).first()
+            if indexed is None:
+                insert_entry(connection, entry)
         return StoredRecord(sha256, inserted is not None)
 
     def read(self, sha256: str) -> bytes:

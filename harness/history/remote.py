@@ -6,9 +6,13 @@ The seam the commands use (issue 15): :func:`open_url_store` turns a
 contract, not on the backend. Every server failure becomes a
 :class:`~harness.errors.HistoryError` naming the server (password hidden) and the step.
 
-What a URL store holds today: the exact record bytes and the chained journal (with the
-server-side rules of :mod:`harness.history.postgres`). The SQLite index (and so
-``list``, ``show``, ``compare`` and ``render index`` on a URL) is not on the server yet.
+A URL store holds the exact record bytes, the chained journal (with the server-side
+rules of :mod:`harness.history.postgres`) and the index (the folder's SQLAlchemy models),
+so ``list``, ``show``, ``changes``, ``compare`` and ``render index --out`` read it as
+they read a folder: :func:`load_server_report` is the server's twin of
+:func:`harness.history.lookup.load_report`, :func:`iter_server_reports` of the folder's
+record scan, and :func:`export_for_render` writes the records and journal the renderer
+reads into the output folder.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import HistoryError, UsageError
+from harness.errors import HistoryError, ReportValidationError, UsageError
+from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry
+from harness.history.layout import HistoryLayout, record_relpath
+from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_prefix
+from harness.history.migrate import INDEX_HEAD_REVISION, index_revision
 from harness.history.postgres import (
     PostgresStore,
+    index_entry_of,
     install_schema,
     journal_table,
     records_table,
     server_step,
 )
 from harness.history.records import sha256_bytes
+from harness.report import parse_report
 
 #: The role :func:`init_database` creates: SELECT and INSERT on the evidence, nothing more.
 WRITER_ROLE = "harness_writer"
@@ -68,12 +78,20 @@ def open_url_store(url_text: str) -> PostgresStore:
     engine = _engine_for(url_text)
     with server_step(engine, "connecting"), engine.connect() as connection:
         tables = set(inspect(connection).get_table_names())
+        revision = index_revision(connection)
     missing = {records_table.name, journal_table.name} - tables
     if missing:
         engine.dispose()
         raise HistoryError(
             f"{server_name(engine.url)}: not an evidence store (no table "
             f"{', '.join(sorted(missing))}); run `harness history init-db URL` as its owner"
+        )
+    if revision != INDEX_HEAD_REVISION:
+        engine.dispose()
+        raise HistoryError(
+            f"{server_name(engine.url)}: its index is at schema revision {revision or 'none'}, "
+            f"this harness needs {INDEX_HEAD_REVISION}; run `harness history init-db URL` "
+            "as its owner (it migrates the index and indexes every record)"
         )
     return PostgresStore(engine)
 
@@ -87,7 +105,14 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
     try:
         with server_step(engine, "creating the tables and triggers"):
             install_schema(engine)
-        done.append("tables evidence_records, evidence_journal with insert-only triggers")
+        done.append(
+            "tables evidence_records, evidence_journal with insert-only triggers; "
+            f"index tables at {INDEX_HEAD_REVISION}"
+        )
+        with server_step(engine, "indexing the records the index lacks"):
+            indexed = index_unindexed(engine)
+        if indexed:
+            done.append(f"indexed {indexed} records the index lacked")
         with server_step(engine, f"creating role {WRITER_ROLE}"), engine.begin() as connection:
             exists = connection.execute(
                 text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": WRITER_ROLE}
@@ -100,10 +125,22 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
             connection.execute(
                 text(f"GRANT USAGE ON SEQUENCE {journal_table.name}_seq_seq TO {WRITER_ROLE}")
             )
+            # the index is derived: the writer adds rows, never changes them; reads the rest
+            for table in (RecordRow, TrialRow, SummaryRow):
+                name = table.__tablename__
+                connection.execute(text(f"REVOKE ALL ON {name} FROM {WRITER_ROLE}"))
+                connection.execute(text(f"GRANT SELECT, INSERT ON {name} TO {WRITER_ROLE}"))
+                key = "seq" if table is RecordRow else "id"
+                connection.execute(
+                    text(f"GRANT USAGE ON SEQUENCE {name}_{key}_seq TO {WRITER_ROLE}")
+                )
+            for name in ("index_meta", "alembic_version"):
+                connection.execute(text(f"REVOKE ALL ON {name} FROM {WRITER_ROLE}"))
+                connection.execute(text(f"GRANT SELECT ON {name} TO {WRITER_ROLE}"))
             for user in grant_to:
                 quoted = connection.dialect.identifier_preparer.quote(user)
                 connection.execute(text(f"GRANT {WRITER_ROLE} TO {quoted}"))
-        done.append(f"role {WRITER_ROLE}: SELECT and INSERT only")
+        done.append(f"role {WRITER_ROLE}: SELECT and INSERT only (index: the same)")
         done += [f"granted {WRITER_ROLE} to {user}" for user in grant_to]
     finally:
         engine.dispose()
@@ -174,3 +211,225 @@ def pull(store: PostgresStore, folder: str | Path, *, render=None) -> CopyResult
     copied = sum(r.created for r in results)
     head_to = results[-1].journal_head if results else ""
     return CopyResult(copied, len(results) - copied, store.head(), head_to)
+
+
+def index_unindexed(engine) -> int:
+    """Index every stored record the index lacks, in journal order (a database set up
+    before the index was on the server, or a record stored by hand); how many."""
+    from sqlalchemy import func, select
+
+    from harness.history.postgres import _JOURNAL_LOCK
+    from harness.history.store import prepare_report
+
+    count = 0
+    with engine.begin() as connection:
+        connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
+        indexed = select(RecordRow.sha256)
+        order = (
+            select(journal_table.c.sha256, func.min(journal_table.c.seq).label("first"))
+            .group_by(journal_table.c.sha256)
+            .subquery()
+        )
+        rows = connection.execute(
+            select(records_table.c.sha256, records_table.c.data)
+            .join(order, order.c.sha256 == records_table.c.sha256, isouter=True)
+            .where(records_table.c.sha256.not_in(indexed))
+            .order_by(order.c.first, records_table.c.sha256)
+        ).all()
+        for sha256, data in rows:
+            insert_entry(connection, index_entry_of(prepare_report(bytes(data), name=sha256)))
+            count += 1
+    return count
+
+
+def server_record_label(store: PostgresStore, sha256: str) -> str:
+    """Where a server's record is, as ``show`` and comparisons print it."""
+    return f"{server_name(store.engine.url)}/{record_relpath(sha256)}"
+
+
+def resolve_server_record(store: PostgresStore, prefix: str, *, what: str = "") -> str:
+    """The one stored record whose SHA-256 starts with ``prefix`` (the folder's rule)."""
+    from sqlalchemy import select
+
+    prefix = parse_sha_prefix(prefix, what=what)
+    label = f"{what} " if what else ""
+    where = server_name(store.engine.url)
+    with server_step(store.engine, "looking a record up"), store.engine.connect() as connection:
+        matches = list(
+            connection.execute(
+                select(records_table.c.sha256)
+                .where(records_table.c.sha256.startswith(prefix, autoescape=True))
+                .order_by(records_table.c.sha256)
+                .limit(6)
+            ).scalars()
+        )
+    if not matches:
+        raise UsageError(f"{label}{prefix}: no record in {where} starts with {prefix}")
+    if len(matches) > 1:
+        names = ", ".join(m[:16] for m in matches[:5])
+        more = "..." if len(matches) > 5 else ""
+        raise UsageError(
+            f"{label}SHA-256 prefix {prefix} is ambiguous in {where} "
+            f"({len(matches) if len(matches) < 6 else 'several'} records: {names}{more}); "
+            "give more digits"
+        )
+    return matches[0]
+
+
+def read_checked(store: PostgresStore, sha256: str) -> bytes:
+    """A record's bytes from the server, re-hashed: a record edited there is refused."""
+    data = store.read(sha256)
+    if sha256_bytes(data) != sha256:
+        raise HistoryError(
+            f"{server_record_label(store, sha256)}: record bytes no longer match their key "
+            "(tampered); refusing to use it"
+        )
+    return data
+
+
+def load_server_report(store: PostgresStore, reference: str, *, what: str = "") -> LoadedReport:
+    """:func:`harness.history.lookup.load_report` with the records on a server: a file is
+    read as a report, anything else is a SHA-256 prefix looked up on the server."""
+    from pathlib import Path
+
+    from harness.history.lookup import load_report
+
+    path = Path(reference)
+    if path.exists() or looks_like_path(reference):
+        return load_report(reference, history_dir=None, what=what)
+    sha256 = resolve_server_record(store, reference, what=what)
+    data = read_checked(store, sha256)
+    label = server_record_label(store, sha256)
+    return LoadedReport(parse_report(data, name=label), sha256, Path(label))
+
+
+def newest_server_record(store: PostgresStore) -> str | None:
+    """The SHA-256 of the newest indexed record (the default CANDIDATE of compare)."""
+    from sqlalchemy import select
+
+    with server_step(store.engine, "reading the index"), store.engine.connect() as connection:
+        return connection.execute(
+            select(RecordRow.sha256).order_by(RecordRow.seq.desc()).limit(1)
+        ).scalar()
+
+
+def iter_server_reports(store: PostgresStore):
+    """(sha256, report) of every record on the server that reads back intact, in SHA-256
+    order, streamed (the folder's record scan for ``history changes``)."""
+    from sqlalchemy import select
+
+    with (
+        server_step(store.engine, "reading the records"),
+        store.engine.connect() as connection,
+    ):
+        rows = connection.execution_options(yield_per=500).execute(
+            select(records_table.c.sha256, records_table.c.data).order_by(records_table.c.sha256)
+        )
+        for sha256, data in rows:
+            data = bytes(data)
+            if sha256_bytes(data) != sha256:
+                continue  # tampered: `history verify --history-url` reports it
+            try:
+                yield sha256, parse_report(data, name=server_record_label(store, sha256))
+            except ReportValidationError:
+                continue
+
+
+#: Rows per batch when copying the server's index into a SQLite snapshot.
+_SNAPSHOT_BATCH = 20_000
+
+
+def snapshot_for_render(store: PostgresStore, folder: Path, index_path: Path) -> HistoryLayout:
+    """What the renderer reads from a history folder, taken from the server in one
+    consistent snapshot (a REPEATABLE READ transaction: registrations by other hosts
+    meanwhile are not half-seen):
+
+    - the records (hash-checked), as ``folder/records/sha256/ab/<hex>.json``: the
+      dashboard's record pages link them, so the rendered folder stands alone; a file
+      already there with the right bytes is kept;
+    - the journal, as ``folder/journal.jsonl`` (its head is shown on the pages);
+    - the index, copied into a new SQLite index at ``index_path`` (the same models):
+      the renderer's bulk queries read SQLite through its DB-API cursor, and a copy
+      gives them the rows exactly as a folder's index holds them.
+    """
+    import os
+    import sqlite3
+
+    from sqlalchemy import select
+
+    from harness.fsio import replace_file
+    from harness.history.index_db import IndexMetaRow, forget_index, open_index
+
+    layout = HistoryLayout.at(folder)
+    where = server_name(store.engine.url)
+    open_index(index_path).dispose()  # the models' tables, stamped at the head revision
+    forget_index(index_path)
+    with (
+        server_step(store.engine, "reading the history to render"),
+        store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+        connection.begin(),
+    ):
+        rows = connection.execution_options(yield_per=500).execute(
+            select(records_table.c.sha256, records_table.c.data)
+        )
+        for sha256, data in rows:
+            data = _checked(sha256, bytes(data), where)
+            path = layout.record_path(sha256)
+            try:
+                if path.stat().st_size == len(data) and path.read_bytes() == data:
+                    continue
+            except FileNotFoundError:
+                pass
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_name(f".{path.name}.{os.getpid()}")
+            temp.write_bytes(data)
+            os.replace(temp, path)
+        lines = connection.execute(
+            select(journal_table.c.line).order_by(journal_table.c.seq)
+        ).scalars()
+        replace_file(
+            layout.journal,
+            b"".join(bytes(line) for line in lines),
+            step="writing the journal to render",
+        )
+        target = sqlite3.connect(index_path)
+        try:
+            target.execute("DELETE FROM index_meta")
+            for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
+                table = model.__table__
+                names = [column.name for column in table.columns]
+                statement = (
+                    f"INSERT INTO {table.name} ({', '.join(names)}) "
+                    f"VALUES ({', '.join('?' * len(names))})"
+                )
+                result = connection.execution_options(yield_per=_SNAPSHOT_BATCH).execute(
+                    select(*table.columns).order_by(*table.primary_key.columns)
+                )
+                for batch in result.partitions():
+                    target.executemany(statement, [tuple(row) for row in batch])
+            target.commit()
+        finally:
+            target.close()
+    return layout
+
+
+def check_server_index(store: PostgresStore) -> list[str]:
+    """The server's index against its records: every stored record indexed once, no
+    row for a record the server does not hold (the folder verify's set checks)."""
+    from sqlalchemy import select
+
+    with (
+        server_step(store.engine, "checking the index"),
+        store.engine.connect() as connection,
+    ):
+        stored = set(connection.execute(select(records_table.c.sha256)).scalars())
+        indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
+    problems = [
+        f"index row {sha}: no such record on the server (added to the index by hand?)"
+        for sha in sorted(indexed - stored)
+    ]
+    problems += [
+        f"record {sha}: not in the index (run `harness history init-db URL` as its owner)"
+        for sha in sorted(stored - indexed)
+    ]
+    return problems

@@ -261,6 +261,8 @@ def _df(state):
 # Stages: the scan transform, one uncorrected reconstruction, the standard fit (C10, C12)
 # and the default fit (C10 to C30) with a seeded TPE search + Nelder-Mead, and the regional
 # fits (--regions tiles, standard parameters). quantem.ssb (docs/ssb.md) does the work.
+# Without --rotation-deg the rotation is quantem.dpc's curl-minimising estimate, found in
+# the prepare stage, shared by the regions and recorded (fitted["rotation"]).
 
 
 def _ssb_calibration(state: dict):
@@ -282,8 +284,9 @@ def _ssb_calibration(state: dict):
         energy_ev=p.energy_ev,
         semiangle_mrad=p.convergence_mrad,
         scan_step_a=p.scan_step_angstrom,
-        rotation_deg=p.rotation_deg or 0.0,
+        rotation_deg=p.rotation_deg,
         detector_sampling_mrad=p.mrad_per_pixel,
+        transpose=p.transpose,
     )
 
 
@@ -328,7 +331,11 @@ def _ssb_regions(state: dict) -> None:
         state["acq"].array,
         state["ssb_calibration"],
         tuple(p.regions),
-        prepare_options={"disk": state["ssb"].disk, "detector_bin": p.bin_factor},
+        prepare_options={
+            "disk": state["ssb"].disk,
+            "rotation": state["ssb"].rotation,
+            "detector_bin": p.bin_factor,
+        },
         parameters=STANDARD_PARAMETERS,
         n_trials=p.trials,
         seed=p.seed,
@@ -359,7 +366,8 @@ def _ssb_fitted(state: dict) -> dict:
         }
 
     return {
-        "calibration": state["ssb_calibration"].to_dict(),
+        "calibration": state["ssb"].calibration.to_dict(),
+        "rotation": state["ssb"].rotation.to_dict(),
         "bf_disk": {"center": list(state["ssb"].disk.center), "radius": state["ssb"].disk.radius},
         "uncorrected_loss": state["ssb_uncorrected"].loss,
         "standard_fit": record(state["ssb_standard"]),

@@ -191,7 +191,9 @@ def collect_device(backend: str) -> dict:
     props = runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     raw_uuid = props.get("uuid")
-    uuid = format_gpu_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
+    uuid = (
+        format_gpu_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
+    )
     smi_uuid, driver = _nvidia_smi(device_id)
     uuid = uuid or smi_uuid
     if driver is None:

@@ -275,13 +275,15 @@ def history_changes(
     repository: Path | None = None,
     permutations: int = DEFAULT_PERMUTATIONS,
     p_threshold: float = DEFAULT_P_THRESHOLD,
+    records: Iterable[tuple[str, dict[str, Any]]] | None = None,
 ) -> list[SeriesChanges]:
     """Change points of every cell series of a history (or of one comparison key).
 
     This is the function the history index views call; ``repository`` is the git
-    checkout whose commit order orders the records (None: creation time).
+    checkout whose commit order orders the records (None: creation time); ``records``
+    ((sha256, report) pairs) replaces the folder's record files (a history on a server).
     """
-    series = collect_series(iter_history_records(history_dir))
+    series = collect_series(iter_history_records(history_dir) if records is None else records)
     order = git_commit_order(repository)
     results = []
     for comparison in sorted(series):

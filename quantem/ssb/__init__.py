@@ -21,11 +21,14 @@ from quantem.ssb.fit import (
 from quantem.ssb.prepare import (
     BrightFieldDisk,
     Prepared,
+    estimate_rotation,
     find_bright_field_disk,
     measure_bright_field_disk,
     prepare,
 )
 from quantem.ssb.reconstruct import Reconstruction, loss, reconstruct, sideband_sums
+from quantem.ssb.rotation import RotationEstimate
+from quantem.ssb.stream import open_scan_rows
 
 __all__ = [
     "CARTESIAN_NAMES",
@@ -38,13 +41,16 @@ __all__ = [
     "Prepared",
     "Reconstruction",
     "RegionFit",
+    "RotationEstimate",
     "chi",
     "electron_wavelength_a",
+    "estimate_rotation",
     "find_bright_field_disk",
     "fit_aberrations",
     "fit_regions",
     "loss",
     "measure_bright_field_disk",
+    "open_scan_rows",
     "prepare",
     "reconstruct",
     "sideband_sums",

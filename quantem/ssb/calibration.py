@@ -39,7 +39,14 @@ class Calibration:
     scan_step_a
         Scan step in Angstrom (``--scan-step-a``), one number or (rows, columns).
     rotation_deg
-        Rotation from the detector axes to the scan axes (``--rotation-deg``).
+        Rotation from the detector axes to the scan axes (``--rotation-deg``). ``None``
+        (the default): estimated by :func:`quantem.ssb.prepare` from the data with the
+        curl-minimising DPC estimate of :mod:`quantem.dpc` (see
+        :mod:`quantem.ssb.rotation`); the prepared result records which was used.
+    transpose
+        Whether the detector axes are swapped before rotating (as in :mod:`quantem.dpc`).
+        ``None``: given as False with a given rotation, chosen by the DPC estimate (the
+        smaller residual curl) without one.
     detector_sampling_mrad
         Angular size of one detector pixel (after binning is applied by :func:`prepare`,
         give the unbinned value here). ``None``: derived from the measured bright-field
@@ -49,8 +56,9 @@ class Calibration:
     energy_ev: float
     semiangle_mrad: float
     scan_step_a: float | tuple[float, float]
-    rotation_deg: float = 0.0
+    rotation_deg: float | None = None
     detector_sampling_mrad: float | tuple[float, float] | None = None
+    transpose: bool | None = None
 
     def __post_init__(self) -> None:
         electron_wavelength_a(self.energy_ev)
@@ -58,8 +66,16 @@ class Calibration:
             raise ValueError(f"semiangle_mrad must be positive, got {self.semiangle_mrad!r}")
         step = _pair(self.scan_step_a, "scan_step_a")
         object.__setattr__(self, "scan_step_a", step)
-        if not math.isfinite(self.rotation_deg):
-            raise ValueError(f"rotation_deg must be finite, got {self.rotation_deg!r}")
+        if self.rotation_deg is not None:
+            try:
+                rotation = float(self.rotation_deg)
+            except (TypeError, ValueError):
+                rotation = math.nan
+            if not math.isfinite(rotation):
+                raise ValueError(f"rotation_deg must be finite or None, got {self.rotation_deg!r}")
+            object.__setattr__(self, "rotation_deg", rotation)
+        if self.transpose is not None and not isinstance(self.transpose, (bool, np.bool_)):
+            raise ValueError(f"transpose must be True, False or None, got {self.transpose!r}")
         if self.detector_sampling_mrad is not None:
             sampling = _pair(self.detector_sampling_mrad, "detector_sampling_mrad")
             object.__setattr__(self, "detector_sampling_mrad", sampling)
@@ -77,7 +93,8 @@ class Calibration:
             "energy_ev": float(self.energy_ev),
             "semiangle_mrad": float(self.semiangle_mrad),
             "scan_step_a": list(self.scan_step_a),
-            "rotation_deg": float(self.rotation_deg),
+            "rotation_deg": None if self.rotation_deg is None else float(self.rotation_deg),
+            "transpose": None if self.transpose is None else bool(self.transpose),
             "detector_sampling_mrad": None
             if self.detector_sampling_mrad is None
             else list(self.detector_sampling_mrad),

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from quantem.ssb.aberrations import CARTESIAN_NAMES, Aberrations
-from quantem.ssb.prepare import Prepared, measure_bright_field_disk, prepare
+from quantem.ssb.prepare import Prepared, estimate_rotation, measure_bright_field_disk, prepare
 from quantem.ssb.reconstruct import loss as ssb_loss
 
 #: The standard fit: defocus and two-fold astigmatism.
@@ -278,14 +278,16 @@ def fit_regions(
     """Fit each scan region on its own (its own scan transform), in the order given.
 
     ``regions`` is a list of ``(r0, r1, c0, c1)`` or a ``(rows, columns)`` grid of tiles.
-    The BF disk is found once on the whole scan and shared, so the regions differ only by
-    what the probe saw there.
+    The BF disk and, unless given, the rotation (the DPC estimate) are found once on the
+    whole scan and shared, so the regions differ only by what the probe saw there.
     """
     if len(regions) == 2 and all(isinstance(v, (int, np.integer)) for v in regions):
         regions = split_regions(tuple(data.shape[:2]), regions)  # type: ignore[arg-type]
     options = dict(prepare_options or {})
     if "disk" not in options:
         options["disk"] = measure_bright_field_disk(data)
+    if options.get("rotation") is None:
+        options["rotation"] = estimate_rotation(data, calibration, disk=options["disk"])
     fits = []
     for region in regions:
         prepared = prepare(data, calibration, scan_region=tuple(region), **options)

@@ -23,13 +23,23 @@ in floating point all at once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.fft
 
+from quantem.ssb import stream
 from quantem.ssb.calibration import Calibration
+from quantem.ssb.rotation import (
+    RotationEstimate,
+    center_of_mass,
+    given_rotation,
+    rotation_from_com,
+)
 
 #: Default bytes of temporaries per block (pixel blocks for the transform, frequency
 #: blocks for the sideband sums). Results never depend on it.
@@ -63,6 +73,14 @@ class Prepared:
     detector_sampling_mrad: tuple[float, float]
     detector_bin: int
     xp: Any
+    #: The rotation used: given by the caller or the DPC estimate (quantem.ssb.rotation).
+    rotation: RotationEstimate | None = None
+    #: Host ``(n_pix, 2)`` (binned) detector (row, column) of each pixel, row-major order.
+    pixels: Any = None
+    #: How preparation held the data (mode, blocks, bytes); informational.
+    memory: dict = field(default_factory=dict)
+    #: Engine-specific arrays derived from this preparation once (see quantem.ssb.cpu).
+    engine_cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def wavelength_a(self) -> float:
@@ -116,6 +134,32 @@ def measure_bright_field_disk(data: Any) -> BrightFieldDisk:
     return find_bright_field_disk(_to_host(frames.mean(axis=0, dtype=np.float64)))
 
 
+def estimate_rotation(
+    data: Any, calibration: Calibration, *, disk: BrightFieldDisk | None = None
+) -> RotationEstimate:
+    """The rotation :func:`prepare` uses for in-memory ``data`` (numpy or CuPy): the
+    calibration's if it gives one, else the DPC estimate (:mod:`quantem.ssb.rotation`)."""
+    if calibration.rotation_deg is not None:
+        return given_rotation(calibration.rotation_deg, bool(calibration.transpose))
+    if calibration.detector_sampling_mrad is None:
+        disk = disk or measure_bright_field_disk(data)
+        sampling_px = (calibration.semiangle_mrad / disk.radius,) * 2
+    else:
+        sampling_px = calibration.detector_sampling_mrad
+    return _rotation_from_com(center_of_mass(data), calibration, sampling_px)
+
+
+def _rotation_from_com(com: Any, calibration: Calibration, sampling_px) -> RotationEstimate:
+    return rotation_from_com(
+        com,
+        energy_ev=calibration.energy_ev,
+        semiangle_mrad=calibration.semiangle_mrad,
+        detector_sampling_mrad=sampling_px,
+        scan_step_a=calibration.scan_step_a,
+        transpose=calibration.transpose,
+    )
+
+
 def _bin_detector(block: Any, factor: int, xp: Any) -> Any:
     if factor == 1:
         return block
@@ -134,6 +178,9 @@ def prepare(
     dtype: str = "complex64",
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     scan_region: tuple[int, int, int, int] | None = None,
+    memory_budget_bytes: int | None = None,
+    scan_block_rows: int | None = None,
+    rotation: RotationEstimate | None = None,
 ) -> Prepared:
     """Scan Fourier transform of the BF disk, restricted to the left sideband regions.
 
@@ -141,9 +188,13 @@ def prepare(
     ----------
     data
         ``(scan_r, scan_c, det_r, det_c)`` counts or intensities, numpy (CPU) or CuPy
-        (CUDA); the result lives on the same device.
+        (CUDA); the result lives on the same device. In streaming mode (below) also any
+        source :func:`quantem.ssb.stream.open_scan_rows` accepts (an ``h5py`` dataset, a
+        memmap, an ARINA master path), read one block of scan rows at a time.
     calibration
-        See :class:`~quantem.ssb.calibration.Calibration`.
+        See :class:`~quantem.ssb.calibration.Calibration`. Without ``rotation_deg`` the
+        rotation is the DPC estimate from this data (:mod:`quantem.ssb.rotation`);
+        :attr:`Prepared.rotation` says which was used.
     disk
         The BF disk in (unbinned) detector pixels; default: found in the mean pattern.
     detector_bin
@@ -152,12 +203,30 @@ def prepare(
         ``"complex64"`` (default, both backends) or ``"complex128"``.
     scan_region
         ``(r0, r1, c0, c1)``: use only these scan positions (a regional reconstruction).
+    rotation
+        The rotation to use as it is (for example the whole scan's estimate, which
+        :func:`~quantem.ssb.fit.fit_regions` shares among its regions); it overrides the
+        calibration's ``rotation_deg`` and ``transpose``.
+    memory_budget_bytes, scan_block_rows
+        Either one selects the CPU streaming mode: the 4D source is read in blocks of
+        scan rows and only the BF-disk pixels are kept (``n_scan * n_pixels`` floats
+        beside ``G``), never the whole 4D array. ``memory_budget_bytes`` bounds what
+        preparation holds (``G``, the disk pixels and the temporaries) and picks the block
+        size; a budget below what ``G`` and the disk pixels need is refused with the
+        figure. ``scan_block_rows`` fixes the block instead. For integer counts the result
+        is bit-identical to the in-memory path (tested).
     """
-    xp = array_module(data)
-    if getattr(data, "ndim", None) != 4:
-        raise ValueError(
-            f"SSB needs 4D data (scan_r, scan_c, det_r, det_c), got {getattr(data, 'shape', type(data))}"
-        )
+    streaming = memory_budget_bytes is not None or scan_block_rows is not None
+    if streaming:
+        rows = stream.open_scan_rows(data)
+        shape, source_dtype, xp = rows.shape, rows.dtype, np
+    else:
+        xp = array_module(data)
+        if getattr(data, "ndim", None) != 4:
+            raise ValueError(
+                f"SSB needs 4D data (scan_r, scan_c, det_r, det_c), got {getattr(data, 'shape', type(data))}"
+            )
+        shape, source_dtype = tuple(int(v) for v in data.shape), np.dtype(data.dtype)
     if int(detector_bin) != detector_bin or detector_bin < 1:
         raise ValueError(f"detector_bin must be a positive integer, got {detector_bin!r}")
     detector_bin = int(detector_bin)
@@ -167,20 +236,50 @@ def prepare(
     real_dtype = np.float32 if complex_dtype == np.complex64 else np.float64
     if scan_region is not None:
         r0, r1, c0, c1 = (int(v) for v in scan_region)
-        if not (0 <= r0 < r1 <= data.shape[0] and 0 <= c0 < c1 <= data.shape[1]):
-            raise ValueError(f"scan_region {scan_region} outside the scan {data.shape[:2]}")
+        if not (0 <= r0 < r1 <= shape[0] and 0 <= c0 < c1 <= shape[1]):
+            raise ValueError(f"scan_region {scan_region} outside the scan {shape[:2]}")
+    else:
+        r0, r1, c0, c1 = 0, shape[0], 0, shape[1]
+    region = (r0, r1, c0, c1)
+    if not streaming and scan_region is not None:
         data = data[r0:r1, c0:c1]
-    scan_r, scan_c, det_r, det_c = data.shape
+    scan_r, scan_c, det_r, det_c = r1 - r0, c1 - c0, shape[2], shape[3]
     if scan_r < 2 or scan_c < 2:
         raise ValueError(f"SSB needs at least 2x2 scan positions, got {scan_r}x{scan_c}")
     n_scan = scan_r * scan_c
+    frame_bytes = det_r * det_c * source_dtype.itemsize
+    if streaming:
+        if scan_block_rows is not None:
+            if int(scan_block_rows) != scan_block_rows or scan_block_rows < 1:
+                raise ValueError(
+                    f"scan_block_rows must be a positive integer, got {scan_block_rows!r}"
+                )
+            block_rows = int(scan_block_rows)
+        else:
+            # Until the geometry is known, the reductions hold a block and its moments.
+            block_rows = max(1, int(memory_budget_bytes) // 4 // max(1, scan_c * frame_bytes))
 
     if disk is None:
-        disk = measure_bright_field_disk(data)
+        if streaming:
+            disk = find_bright_field_disk(stream.mean_pattern(rows, block_rows, region))
+        else:
+            disk = measure_bright_field_disk(data)
     if calibration.detector_sampling_mrad is None:
         sampling_px = (calibration.semiangle_mrad / disk.radius,) * 2
     else:
         sampling_px = calibration.detector_sampling_mrad
+    if rotation is None:
+        if calibration.rotation_deg is None:
+            if streaming:
+                com = stream.center_of_mass(rows, block_rows, region)
+            else:
+                com = center_of_mass(data)
+            rotation = _rotation_from_com(com, calibration, sampling_px)
+        else:
+            rotation = given_rotation(calibration.rotation_deg, bool(calibration.transpose))
+    calibration = dataclasses.replace(
+        calibration, rotation_deg=rotation.rotation_deg, transpose=rotation.transpose
+    )
     sampling = (sampling_px[0] * detector_bin, sampling_px[1] * detector_bin)
     alpha = calibration.semiangle_rad
 
@@ -190,7 +289,9 @@ def prepare(
     centre_c = (np.arange(bin_c) + 0.5) * detector_bin - 0.5 - disk.center[1]
     det_x = centre_r[:, None] * sampling_px[0] * 1e-3 + 0 * centre_c[None, :]
     det_y = centre_c[None, :] * sampling_px[1] * 1e-3 + 0 * centre_r[:, None]
-    theta = math.radians(calibration.rotation_deg)
+    if rotation.transpose:
+        det_x, det_y = det_y, det_x
+    theta = math.radians(rotation.rotation_deg)
     kx_all = math.cos(theta) * det_x - math.sin(theta) * det_y
     ky_all = math.sin(theta) * det_x + math.cos(theta) * det_y
     in_disk = kx_all**2 + ky_all**2 < alpha**2
@@ -215,6 +316,9 @@ def prepare(
     qy_all = np.tile(fy, scan_r).astype(real_dtype)
     kx = kx.astype(real_dtype)
     ky = ky.astype(real_dtype)
+    if streaming and memory_budget_bytes is not None:
+        # Before G exists its temporaries (region counts) get a quarter of the budget.
+        block_bytes = min(int(block_bytes), max(1, int(memory_budget_bytes) // 4))
     freq_block = max(1, block_bytes // (n_pix * 32))
     # Region sizes on the data's device (the same comparisons as the masks below).
     qx_device, qy_device = xp.asarray(qx_all), xp.asarray(qy_all)
@@ -238,30 +342,73 @@ def prepare(
     if len(keep) == 0:
         raise ValueError("no scan frequency has a double-overlap region: check the calibration")
 
+    flat_pixels = pix_r * bin_c + pix_c
+    per_pixel = n_scan * (detector_bin**2 * 4 + 16 + complex_dtype.itemsize * 2)
+    if streaming:
+        # The transform's copies per pixel: the intensities twice, the half spectrum, the
+        # kept spectrum and its gathers (the binning was done while reading).
+        per_pixel = n_scan * (2 * np.dtype(real_dtype).itemsize + 4 * complex_dtype.itemsize)
+    memory: dict[str, Any] = {
+        "mode": "in_memory",
+        "G_bytes": len(keep) * n_pix * complex_dtype.itemsize,
+    }
+    if streaming:
+        resident = memory["G_bytes"] + n_scan * n_pix * np.dtype(real_dtype).itemsize
+        # One scan row of frames, its binned band and the disk pixels taken from it.
+        row_bytes = scan_c * (frame_bytes + bin_r * bin_c * 8 + n_pix * 16)
+        if memory_budget_bytes is not None:
+            spare = int(memory_budget_bytes) - resident
+            if spare < row_bytes + per_pixel:
+                raise ValueError(
+                    f"a memory budget of {int(memory_budget_bytes)} bytes is too small: the "
+                    f"prepared G and the {n_pix} disk pixels of {n_scan} positions take "
+                    f"{resident} bytes, plus at least {row_bytes + per_pixel} bytes of blocks"
+                )
+            # Half the spare for the read blocks, half for the transform's temporaries.
+            if scan_block_rows is None:
+                block_rows = max(1, min(scan_r, (spare // 2) // row_bytes))
+            block_bytes = min(int(block_bytes), max(per_pixel, spare - block_rows * row_bytes))
+            # The region masks: about 48 bytes of temporaries per element.
+            freq_block = max(1, block_bytes // (n_pix * 48))
+        memory.update(
+            {
+                "mode": "stream",
+                "scan_block_rows": int(block_rows),
+                "resident_bytes": int(resident),
+                "read_block_bytes": int(block_rows * scan_c * frame_bytes),
+                "budget_bytes": None if memory_budget_bytes is None else int(memory_budget_bytes),
+            }
+        )
+        intensities = _gather_disk_pixels(
+            rows, region, block_rows, detector_bin, pix_r, flat_pixels, bin_c, real_dtype
+        )
+    pixel_block = max(1, min(n_pix, block_bytes // max(per_pixel, 1)))
+    memory["transform_pixel_block"] = int(pixel_block)
+
     # Transform, one block of pixels at a time: normalise each pixel by its scan mean
     # (unit bright field), transform over the scan, keep the used frequencies.
     G = xp.zeros((len(keep), n_pix), dtype=complex_dtype)
     keep_device = xp.asarray(keep)
-    flat_pixels = pix_r * bin_c + pix_c
-    per_pixel = n_scan * (detector_bin**2 * 4 + 16 + complex_dtype.itemsize * 2)
-    pixel_block = max(1, min(n_pix, block_bytes // max(per_pixel, 1)))
-    # Detector rows needed per block: bin whole row bands, then take the block's pixels.
     for start in range(0, n_pix, pixel_block):
         stop = min(start + pixel_block, n_pix)
-        rows = pix_r[start:stop]
-        row0, row1 = int(rows.min()), int(rows.max()) + 1
-        band = data[:, :, row0 * detector_bin : row1 * detector_bin, : bin_c * detector_bin]
-        band = band.reshape(n_scan, (row1 - row0) * detector_bin, bin_c * detector_bin)
-        binned = _bin_detector(band, detector_bin, xp).reshape(n_scan, -1)
-        local = xp.asarray(flat_pixels[start:stop] - row0 * bin_c)
-        values = binned[:, local].astype(real_dtype)
-        mean = values.mean(axis=0)
-        if bool((mean <= 0).any()):
-            raise ValueError("a bright-field pixel has no counts over the whole scan")
-        values = values / mean[None, :] - real_dtype(1)
-        spectrum = xp.fft.fft2(values.reshape(scan_r, scan_c, -1), axes=(0, 1))
-        spectrum = spectrum.reshape(n_scan, -1).astype(complex_dtype, copy=False)
-        G[:, start:stop] = spectrum[keep_device]
+        if streaming:
+            values = np.ascontiguousarray(intensities[:, start:stop])
+        else:
+            # Detector rows needed per block: bin whole row bands, then take the pixels.
+            block_rows_det = pix_r[start:stop]
+            row0, row1 = int(block_rows_det.min()), int(block_rows_det.max()) + 1
+            band = data[:, :, row0 * detector_bin : row1 * detector_bin, : bin_c * detector_bin]
+            band = band.reshape(n_scan, (row1 - row0) * detector_bin, bin_c * detector_bin)
+            binned = _bin_detector(band, detector_bin, xp).reshape(n_scan, -1)
+            local = xp.asarray(flat_pixels[start:stop] - row0 * bin_c)
+            values = binned[:, local].astype(real_dtype)
+            del band, binned
+        G[:, start:stop] = _transform_pixels(
+            values, scan_r, scan_c, real_dtype, complex_dtype, xp, keep, keep_device
+        )
+        del values
+    if streaming:
+        del intensities
     qx_keep = xp.asarray(qx_all[keep])
     qy_keep = xp.asarray(qy_all[keep])
     for s in range(0, len(keep), freq_block):
@@ -273,7 +420,15 @@ def prepare(
             ky_device[None, :],
             alpha_real,
         )
-    energy = (G.real**2 + G.imag**2).sum(axis=1)
+    if streaming:
+        # Row blocks of the same per-row sums (numpy's reduction of each row depends on
+        # the row alone), so no temporary of G's size.
+        energy = np.empty(len(keep), dtype=real_dtype)
+        for s in range(0, len(keep), freq_block):
+            g = G[s : s + freq_block]
+            energy[s : s + freq_block] = (g.real**2 + g.imag**2).sum(axis=1)
+    else:
+        energy = (G.real**2 + G.imag**2).sum(axis=1)
     return Prepared(
         G=G,
         q_index=xp.asarray(keep),
@@ -290,7 +445,65 @@ def prepare(
         detector_sampling_mrad=sampling,
         detector_bin=detector_bin,
         xp=xp,
+        rotation=rotation,
+        memory=memory,
+        pixels=np.stack([pix_r, pix_c], axis=1),
     )
+
+
+def _transform_pixels(values, scan_r, scan_c, real_dtype, complex_dtype, xp, keep, keep_device):
+    """``(n_scan, n)`` intensities of ``n`` pixels -> their spectra at the kept frequencies.
+
+    On the CPU the transform is scipy's real-input FFT over all cores (the intensities
+    are real, so ``G(-Q) = conj G(Q)`` gives the other half); on CUDA, CuPy's complex FFT.
+    """
+    mean = values.mean(axis=0)
+    if bool((mean <= 0).any()):
+        raise ValueError("a bright-field pixel has no counts over the whole scan")
+    values = values / mean[None, :] - real_dtype(1)
+    if xp is np:
+        half = scipy.fft.rfft2(
+            values.reshape(scan_r, scan_c, -1), axes=(0, 1), workers=_fft_workers()
+        )
+        rows, cols = keep // scan_c, keep % scan_c
+        direct = cols <= scan_c // 2
+        out = np.empty((len(keep), values.shape[1]), dtype=complex_dtype)
+        out[direct] = half[rows[direct], cols[direct]]
+        mirrored = ~direct
+        out[mirrored] = np.conj(half[(-rows[mirrored]) % scan_r, (-cols[mirrored]) % scan_c])
+        return out
+    spectrum = xp.fft.fft2(values.reshape(scan_r, scan_c, -1), axes=(0, 1))
+    return spectrum.reshape(scan_r * scan_c, -1).astype(complex_dtype, copy=False)[keep_device]
+
+
+def _fft_workers() -> int:
+    """Threads for scipy's FFT: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _gather_disk_pixels(
+    rows, region, block_rows, detector_bin, pix_r, flat_pixels, bin_c, real_dtype
+):
+    """The (binned) disk pixels of every scan position, ``(n_scan, n_pix)``, read by blocks.
+
+    The same integer sums and the same cast as the in-memory path, so the same numbers.
+    """
+    r0, r1, c0, c1 = region
+    scan_c = c1 - c0
+    row0, row1 = int(pix_r.min()), int(pix_r.max()) + 1
+    local = flat_pixels - row0 * bin_c
+    out = np.empty(((r1 - r0) * scan_c, len(flat_pixels)), dtype=real_dtype)
+    for row, block in stream.iter_row_blocks(rows, block_rows, region):
+        n = len(block) * scan_c
+        band = block[:, :, row0 * detector_bin : row1 * detector_bin, : bin_c * detector_bin]
+        band = band.reshape(n, (row1 - row0) * detector_bin, bin_c * detector_bin)
+        binned = _bin_detector(band, detector_bin, np).reshape(n, -1)
+        out[row * scan_c : row * scan_c + n] = binned[:, local]
+        del block, band, binned
+    return out
 
 
 def _left_region(qx, qy, kx, ky, alpha: float):
@@ -312,6 +525,7 @@ __all__ = [
     "BrightFieldDisk",
     "Prepared",
     "array_module",
+    "estimate_rotation",
     "find_bright_field_disk",
     "measure_bright_field_disk",
     "prepare",

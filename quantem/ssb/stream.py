@@ -1,0 +1,160 @@
+"""Scan-row blocks of a 4D source, for preparing SSB without the whole 4D array in memory.
+
+The scan Fourier transform needs every scan position of a detector pixel, so what can be
+streamed is the step before it: reading the frames. :func:`quantem.ssb.prepare` in
+streaming mode reads the source one block of scan rows at a time and keeps only what SSB
+uses of each frame, the (binned) bright-field-disk pixels, as ``(n_scan, n_pixels)`` floats;
+the mean pattern (for the BF disk) and the centre of mass (for the DPC rotation estimate)
+are reduced in the same way. A block source is anything :func:`open_scan_rows` accepts:
+
+* an array-like with a 4D ``shape`` whose ``[r0:r1]`` reads those scan rows (a numpy
+  array or memmap, an ``h5py.Dataset``, a zarr array);
+* a path to an ARINA master file or an open :class:`~quantem.io.arina.ArinaSource`: the
+  rows are decoded on the CPU and finished as :func:`quantem.io.load` finishes them
+  (invalid pixels read 0), so a streamed file gives the same numbers as a loaded one.
+
+Every reduction here is per frame or an exact integer sum, so for integer counts the
+streamed products equal the in-memory ones bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from quantem.detector import cpu_kernels
+from quantem.detector.session import CenterOfMass, exact_ratio
+from quantem.io.arina import ArinaSource, iter_frame_batches, open_arina
+from quantem.io.transforms import finish_frames
+
+
+class ScanRows:
+    """A 4D source read in blocks of scan rows (see :func:`open_scan_rows`)."""
+
+    shape: tuple[int, int, int, int]
+    dtype: np.dtype
+    name: str
+
+    def read(self, r0: int, r1: int) -> np.ndarray:
+        """Scan rows ``r0:r1``: a numpy array ``(r1 - r0, scan_c, det_r, det_c)``."""
+        raise NotImplementedError
+
+
+class ArrayRows(ScanRows):
+    """Rows of an array-like (numpy, memmap, h5py, zarr): ``array[r0:r1]``."""
+
+    def __init__(self, array: Any) -> None:
+        shape = tuple(int(v) for v in getattr(array, "shape", ()))
+        if len(shape) != 4:
+            raise ValueError(
+                f"SSB needs 4D data (scan_r, scan_c, det_r, det_c), got {shape or type(array)}"
+            )
+        self.array = array
+        self.shape = shape  # type: ignore[assignment]
+        self.dtype = np.dtype(array.dtype)
+        self.name = type(array).__name__
+
+    def read(self, r0: int, r1: int) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(self.array[r0:r1]))
+
+
+class ArinaRows(ScanRows):
+    """Rows of an ARINA acquisition, decoded on the CPU, invalid pixels set to 0."""
+
+    def __init__(self, source: Any) -> None:
+        if not isinstance(source, ArinaSource):
+            source = open_arina(source)
+        self.source = source
+        scan_r, scan_c = (int(v) for v in source.scan_shape)
+        det_r, det_c = (int(v) for v in source.detector_shape)
+        self.shape = (scan_r, scan_c, det_r, det_c)
+        self.dtype = np.dtype(source.dtype)
+        self.name = str(source.master_path)
+
+    def read(self, r0: int, r1: int) -> np.ndarray:
+        scan_c = self.shape[1]
+        out = np.empty((r1 - r0, scan_c, *self.shape[2:]), dtype=self.dtype)
+        flat = out.reshape(-1, *self.shape[2:])
+        n = (r1 - r0) * scan_c
+        for first, frames in iter_frame_batches(
+            self.source, n, start=r0 * scan_c, stop=r1 * scan_c
+        ):
+            finished, _ = finish_frames(frames, self.source.validity)
+            offset = first - r0 * scan_c
+            flat[offset : offset + len(finished)] = finished
+        return out
+
+
+def open_scan_rows(source: Any) -> ScanRows:
+    """A :class:`ScanRows` over ``source`` (see the module docstring)."""
+    if isinstance(source, ScanRows):
+        return source
+    if isinstance(source, (str, os.PathLike, ArinaSource)):
+        return ArinaRows(source)
+    if type(source).__module__.split(".")[0] == "cupy":
+        raise ValueError(
+            "streaming scan blocks is a CPU path: CuPy data are already resident on the GPU "
+            "(call prepare without memory_budget_bytes / scan_block_rows)"
+        )
+    return ArrayRows(source)
+
+
+def iter_row_blocks(
+    rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first region row, block (n, region cols, det_r, det_c))`` over ``region``."""
+    r0, r1, c0, c1 = region
+    full_cols = c0 == 0 and c1 == rows.shape[1]
+    for start in range(r0, r1, rows_per_block):
+        stop = min(start + rows_per_block, r1)
+        block = rows.read(start, stop)
+        if not full_cols:
+            block = np.ascontiguousarray(block[:, c0:c1])
+        yield start - r0, block
+
+
+def mean_pattern(
+    rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]
+) -> np.ndarray:
+    """The mean frame (float64) over ``region``, block by block.
+
+    Integer counts are summed exactly (uint64) and divided once, which is the number
+    ``frames.mean(axis=0, dtype=float64)`` gives in memory (its float64 partial sums of
+    integers below 2**53 are exact); float data are summed block by block (rounding may
+    differ from the in-memory mean in the last bits).
+    """
+    r0, r1, c0, c1 = region
+    integer = rows.dtype.kind in "ui"
+    total = np.zeros(rows.shape[2:], dtype=np.uint64 if integer else np.float64)
+    for _, block in iter_row_blocks(rows, rows_per_block, region):
+        flat = block.reshape(-1, *block.shape[2:])
+        total += flat.sum(axis=0, dtype=total.dtype)
+    return total.astype(np.float64) / ((r1 - r0) * (c1 - c0))
+
+
+def center_of_mass(rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]) -> Any:
+    """The exact per-frame CoM (detector px) over ``region``, with :mod:`quantem.detector`'s
+    moment kernel, block by block (a per-frame product: the same bits as in memory)."""
+    r0, r1, c0, c1 = region
+    valid = np.ones(rows.shape[2:], dtype=bool)
+    accumulator = cpu_kernels.accumulator_dtype(rows.dtype)
+    parts = [np.zeros((r1 - r0, c1 - c0), dtype=accumulator) for _ in range(3)]
+    for row, block in iter_row_blocks(rows, rows_per_block, region):
+        for out, value in zip(parts, cpu_kernels.moments(block, valid)):
+            out[row : row + len(block)] = value
+    total, sum_r, sum_c = parts
+    return CenterOfMass(exact_ratio(sum_r, total), exact_ratio(sum_c, total))
+
+
+__all__ = [
+    "ArinaRows",
+    "ArrayRows",
+    "ScanRows",
+    "center_of_mass",
+    "iter_row_blocks",
+    "mean_pattern",
+    "open_scan_rows",
+]
