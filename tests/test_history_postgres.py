@@ -17,7 +17,7 @@ import pytest
 from _postgres import postgres_socket, postgres_url  # noqa: F401 (fixtures)
 
 from harness.cli import main
-from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from harness.history.records import sha256_bytes
 from harness.report import dump_report
 from harness.testing import make_example_report
@@ -57,11 +57,36 @@ def test_both_environment_variables_are_a_usage_error(monkeypatch, tmp_path, cap
     assert "both $HARNESS_HISTORY_DIR and $HARNESS_HISTORY_URL" in capsys.readouterr().err
 
 
-def test_a_folder_only_command_refuses_an_environment_url(monkeypatch, capsys) -> None:
+def test_a_folder_only_path_refuses_an_environment_url(monkeypatch, capsys) -> None:
+    from harness.commands.history import default_history_dir
+
     monkeypatch.delenv("HARNESS_HISTORY_DIR", raising=False)
     monkeypatch.setenv("HARNESS_HISTORY_URL", "postgresql+psycopg://x@/y")
-    assert main(["history", "rebuild"]) == EXIT_USAGE
-    assert "works on a history folder only" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="works on a history folder only"):
+        default_history_dir()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "rebuild"],
+        ["history", "import", "reports/r1.json"],
+        ["recheck", "abcd", "--baseline", "abcd"],
+    ],
+)
+def test_an_environment_url_is_used_by_rebuild_import_and_recheck(
+    argv, monkeypatch, tmp_path, capsys
+) -> None:
+    pytest.importorskip("psycopg")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    _write_report(tmp_path / "reports", 1)
+    monkeypatch.delenv("HARNESS_HISTORY_DIR", raising=False)
+    monkeypatch.setenv("HARNESS_HISTORY_URL", f"postgresql+psycopg://x@/y?host={tmp_path}")
+    assert main(argv) == EXIT_FAILURE  # no server there: it was asked, not ./harness-history
+    err = capsys.readouterr().err
+    assert "postgresql+psycopg://x@/y" in err and "while connecting" in err
+    assert not (tmp_path / "harness-history").exists()
 
 
 def test_not_a_postgres_url_is_a_usage_error(capsys) -> None:

@@ -89,6 +89,12 @@ def run_arguments(args: argparse.Namespace) -> list[str]:
 def _check_usage(args: argparse.Namespace) -> None:
     from harness.verdict.calibration import MIN_RUNS
 
+    if getattr(args, "history_url", None) is not None:
+        raise UsageError(
+            "calibrate keeps its runs and the calibration in a history folder, not on a "
+            "server: calibrate with --history-dir (or --output-dir alone), then compare on "
+            "the server with --calibration OUTPUT_DIR/calibration.json"
+        )
     if args.runs < MIN_RUNS:
         raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
     if args.baseline or args.recheck or args.calibration:

@@ -88,11 +88,12 @@ def _newest_record(history_dir: str) -> str:
     return sha
 
 
-def _load_from_server(url: str, args: argparse.Namespace):
+def load_from_server(url: str, args: argparse.Namespace):
     """Baseline, candidate and calibration with the records on a server (``--history-url``).
 
     Calibrations are kept in history folders (``harness calibrate``), so none is found
-    on a server; ``--calibration`` may name a calibration file.
+    on a server; ``--calibration`` may name a calibration file. ``harness recheck
+    --history-url`` looks its records up here too (``args.candidate`` is then required).
     """
     from harness.commands.history import url_store
     from harness.history.remote import load_server_report, newest_server_record, server_name
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
     url = history_url(args)
     if url is not None:
-        baseline, candidate, calibration = _load_from_server(url, args)
+        baseline, candidate, calibration = load_from_server(url, args)
     else:
         history_dir = args.history_dir or default_history_dir()
         baseline = load_report(args.baseline, history_dir=history_dir)

@@ -30,13 +30,14 @@ HISTORY_URL_ENV = "HARNESS_HISTORY_URL"
 def default_history_dir() -> str:
     """The history folder of a command given no ``--history-dir``.
 
-    A command that reaches this works on a folder only; when only ``HARNESS_HISTORY_URL``
+    A command that reaches this works on a folder only (every command that takes
+    ``--history-url`` asks :func:`history_url` first); when only ``HARNESS_HISTORY_URL``
     names a history, quietly using ./harness-history instead would read the wrong one.
     """
     if os.environ.get(HISTORY_URL_ENV) and not os.environ.get(HISTORY_DIR_ENV):
         raise UsageError(
             f"${HISTORY_URL_ENV} is set, but this command works on a history folder only "
-            "(import, rebuild and calibrate); give --history-dir"
+            "; give --history-dir"
         )
     return os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
 
@@ -102,7 +103,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "import", help="import earlier reports (files or folders of loading.json)"
     )
     importer.add_argument("paths", nargs="+", metavar="OLD", help="report files or folders")
-    importer.add_argument(
+    location = importer.add_mutually_exclusive_group()
+    location.add_argument(
         "--history-dir",
         "--out",
         dest="history_dir",
@@ -112,6 +114,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             f"history folder to import into (default ${HISTORY_DIR_ENV} or "
             f"./{DEFAULT_HISTORY_DIR}; --out is an older spelling)"
         ),
+    )
+    location.add_argument(
+        "--history-url",
+        default=None,
+        metavar="URL",
+        help=f"history on a PostgreSQL server to import into (default ${HISTORY_URL_ENV})",
     )
     importer.add_argument(
         "--skip-invalid",
@@ -152,10 +160,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     verify.set_defaults(func=run_verify)
 
     rebuild = commands.add_parser(
-        "rebuild", help="regenerate index and rendered files from records/ alone"
+        "rebuild",
+        help="regenerate index and rendered files from records/ alone "
+        "(on a server: its index, in one transaction, as the database's owner)",
     )
-    add_history_dir_argument(rebuild)
-    rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots")
+    add_history_location_arguments(rebuild)
+    rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots (a folder's)")
     rebuild.set_defaults(func=run_rebuild)
 
     changes = commands.add_parser(  # arguments and work in harness/commands/history_changes.py
@@ -282,11 +292,12 @@ def _run_changes(args: argparse.Namespace) -> int:
         )
 
 
-def _register_on_server(url: str, reports: list[str]) -> int:
+def _register_on_server(url: str, reports: list, prepared: list | None = None) -> int:
     from harness.history.journal import utc_now
     from harness.history.store import prepare_report
 
-    prepared = [prepare_report(report) for report in reports]  # all valid, or nothing stored
+    if prepared is None:  # all valid, or nothing stored
+        prepared = [prepare_report(report) for report in reports]
     store = _open_url(url)
     try:
         for report in prepared:
@@ -324,10 +335,28 @@ def run_register(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _import_to_server(url: str, args: argparse.Namespace) -> int:
+    """``history import --history-url``: the folder import's selection and validation
+    (``--skip-invalid`` included), each accepted report registered as ``register`` does."""
+    from harness.history.importer import prepare_import
+
+    if args.plots != "auto":
+        raise UsageError("--plots/--defer-plots apply to a history folder, not --history-url")
+    accepted, refused = prepare_import(args.paths, skip_invalid=args.skip_invalid)
+    if accepted:
+        _register_on_server(url, [], prepared=accepted)
+    for error in refused:
+        print(f"refused: {error}", file=sys.stderr)
+    return EXIT_FAILURE if refused else EXIT_OK
+
+
 def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import import_reports
     from harness.render import registration_renderer
 
+    url = history_url(args)
+    if url is not None:
+        return _import_to_server(url, args)
     results, refused = import_reports(
         _history_dir(args),
         args.paths,
@@ -532,9 +561,34 @@ def run_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_FAILURE
 
 
+def _rebuild_on_server(url: str) -> int:
+    from harness.history.remote import rebuild_server_index
+
+    with url_store(url) as store:
+        result = rebuild_server_index(store)
+    for problem in result.errors:
+        print(f"error: {problem}", file=sys.stderr)
+    for problem in result.unregistered:
+        print(f"warning: {problem}")
+    print(
+        f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
+        "listed, not indexed"
+    )
+    return EXIT_FAILURE if result.errors else EXIT_OK
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     from harness.history.rebuild import rebuild_history
     from harness.render import rebuild_renderer
+
+    url = history_url(args)
+    if url is not None:
+        if args.no_plots:
+            raise UsageError(
+                "--no-plots applies to a history folder: a server holds no rendered files "
+                "(`harness render index --out DIR --history-url URL` draws them)"
+            )
+        return _rebuild_on_server(url)
 
     with _record_progress(_history_dir(args), "reading records") as progress:
         result = rebuild_history(

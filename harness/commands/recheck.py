@@ -5,7 +5,8 @@
 does; when cells are flagged it measures only those K more rounds (default 5),
 interleaved, on the candidate's inputs, with its code, host, device and storage
 (refused with exit 2 otherwise), writes the candidate's content plus a ``recheck``
-block as a new record in ``--output-dir`` and registers it; then prints the final
+block as a new record in ``--output-dir`` and registers it (``--history-url``: the
+records are looked up and the new one registered on that server); then prints the final
 verdict on original plus recheck trials. Exit codes as ``harness compare``: 0 pass,
 1 failed, 2 review or incomparable, 64 usage error. See docs/verdicts.md ("Rechecks").
 """
@@ -25,7 +26,7 @@ DEFAULT_RECHECK_ROUNDS = 5
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from harness.commands.history import add_history_dir_argument
+    from harness.commands.history import add_history_location_arguments
 
     parser = subparsers.add_parser(
         "recheck",
@@ -61,9 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--calibration",
         metavar="SHA_PREFIX",
         help="calibration to judge significance against (default: the most recent one in the "
-        "history whose comparison key matches the candidate's)",
+        "history whose comparison key matches the candidate's; with --history-url a "
+        "calibration file)",
     )
-    add_history_dir_argument(parser)
+    add_history_location_arguments(parser)
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -172,7 +174,8 @@ def _say(message: str, output: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import default_history_dir
+    from harness.commands.compare import load_from_server
+    from harness.commands.history import default_history_dir, history_url
     from harness.compare import Verdict, compare_loaded
     from harness.history.lookup import load_report
     from harness.report import BENCHMARK
@@ -187,9 +190,14 @@ def run(args: argparse.Namespace) -> int:
     if args.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
     check_code_origin()
-    history_dir = Path(args.history_dir or default_history_dir())
-    candidate = load_report(args.candidate, history_dir=history_dir)
-    baseline = load_report(args.baseline, history_dir=history_dir)
+    url = history_url(args)
+    if url is not None:
+        history: Path | str = url
+        baseline, candidate, calibration = load_from_server(url, args)
+    else:
+        history = Path(args.history_dir or default_history_dir())
+        candidate = load_report(args.candidate, history_dir=history)
+        baseline = load_report(args.baseline, history_dir=history)
     if candidate.doc.get("benchmark") != BENCHMARK:
         raise UsageError(
             f"candidate {candidate.sha256[:12]} is a {candidate.doc.get('benchmark')!r} report; "
@@ -201,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
             f"candidate {candidate.sha256[:12]} already holds a recheck"
             + (f" (of {linked[:12]}); recheck that record instead" if linked else "")
         )
-    calibration = resolve_calibration(history_dir, args.calibration, candidate.doc)
+    if url is None:
+        calibration = resolve_calibration(history, args.calibration, candidate.doc)
     first = compare_loaded(baseline, candidate, percent, calibration=calibration)
     if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
         _print(first, args.format)
@@ -212,10 +221,11 @@ def run(args: argparse.Namespace) -> int:
         )
         _say(f"recheck: nothing measured and no record written: {why}", args.format)
         return first.exit_code
-    return _recheck(args, candidate, baseline, calibration, first, history_dir)
+    return _recheck(args, candidate, baseline, calibration, first, history)
 
 
-def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -> int:
+def _recheck(args, candidate, baseline, calibration, first, history: Path | str) -> int:
+    """Measure the flagged cells; ``history``: a folder, or the URL of a server (a str)."""
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.run.recheck import RecheckConfig, run_recheck
@@ -239,7 +249,7 @@ def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -
                 output_dir=output_dir,
                 rounds=args.recheck,
                 regression_percent=args.regression_percent,
-                history_dir=history_dir,
+                history_dir=history if isinstance(history, Path) else None,
                 native_binary=args.native_binary,
                 lock_dir=args.lock_dir,
                 lock_timeout=args.lock_timeout,
@@ -250,6 +260,25 @@ def _recheck(args, candidate, baseline, calibration, first, history_dir: Path) -
     final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
     _print(final, args.format)
     _say(f"report: {outcome.report_path}", args.format)
-    for result in outcome.registered:
-        _say(f"history {history_dir}: {result.message}", args.format)
+    if isinstance(history, Path):
+        for result in outcome.registered:
+            _say(f"history {history}: {result.message}", args.format)
+    else:
+        _say(_register_on_server(history, outcome.report_path), args.format)
     return final.exit_code
+
+
+def _register_on_server(url: str, report_path: Path) -> str:
+    """Register the new record on the server (one transaction); what was done, as a line."""
+    from harness.commands.history import url_store
+    from harness.history.journal import utc_now
+    from harness.history.remote import server_name
+    from harness.history.store import prepare_report
+
+    prepared = prepare_report(report_path)
+    with url_store(url) as store:
+        stored = store.register(
+            prepared.data, source=prepared.source, registered_utc=utc_now(), prepared=prepared
+        )
+        done = "stored" if stored.created else "already stored"
+        return f"history {server_name(store.engine.url)}: {done} {stored.sha256} from {prepared.source}"

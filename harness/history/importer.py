@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.errors import ReportValidationError, UsageError
 from harness.history.store import (
+    PreparedReport,
     RegisterResult,
     RegistrationRenderer,
     prepare_report,
@@ -35,6 +36,23 @@ def collect_import_paths(paths: Iterable[str | Path]) -> list[Path]:
     if not found:
         raise UsageError("nothing to import: no report files found")
     return found
+
+
+def prepare_import(
+    paths: Iterable[str | Path], *, skip_invalid: bool = False
+) -> tuple[list[PreparedReport], list[ReportValidationError]]:
+    """The reports to import, validated, and the refused ones (``skip_invalid``;
+    otherwise the first invalid report raises before anything is stored)."""
+    accepted: list[PreparedReport] = []
+    refused: list[ReportValidationError] = []
+    for path in collect_import_paths(paths):
+        try:
+            accepted.append(prepare_report(path))
+        except ReportValidationError as exc:
+            if not skip_invalid:
+                raise
+            refused.append(exc)
+    return accepted, refused
 
 
 def import_reports(

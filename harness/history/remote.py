@@ -242,6 +242,62 @@ def index_unindexed(engine) -> int:
     return count
 
 
+@dataclass(frozen=True)
+class ServerRebuild:
+    indexed: int
+    errors: list[str]  # records that are not sound: tampered, or no valid report
+    unregistered: list[str]  # records the journal lacks (stored by hand)
+
+
+def rebuild_server_index(store: PostgresStore) -> ServerRebuild:
+    """Rebuild the server's index from its records, in one transaction (``history rebuild
+    --history-url``): the folder rebuild's rules. Only journalled records are indexed, in
+    (created_utc, sha256) order; a record whose bytes no longer match its key, or one the
+    journal lacks, is reported and left unindexed. Registrations wait meanwhile (the
+    journal's advisory lock), other readers see the old index until the commit, and a
+    failure leaves the old index. Deleting index rows needs the owner: the writer role
+    may only add them."""
+    from sqlalchemy import delete, func, select
+
+    from harness.history.postgres import _JOURNAL_LOCK
+    from harness.history.store import prepare_report
+
+    where = server_name(store.engine.url)
+    errors: list[str] = []
+    unregistered: list[str] = []
+    entries = []
+    with (
+        server_step(store.engine, "rebuilding the index (run it as the database's owner)"),
+        store.engine.begin() as connection,
+    ):
+        connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
+        journalled = set(connection.execute(select(journal_table.c.sha256)).scalars())
+        # streamed (the statement's option: the connection's would stream the DELETEs too)
+        rows = connection.execute(
+            select(records_table.c.sha256, records_table.c.data)
+            .order_by(records_table.c.sha256)
+            .execution_options(yield_per=500)
+        )
+        for sha256, data in rows:
+            data = bytes(data)
+            label = f"{where}/{record_relpath(sha256)}"
+            if sha256_bytes(data) != sha256:
+                errors.append(f"{label}: bytes no longer match the key (tampered); not indexed")
+            elif sha256 not in journalled:
+                unregistered.append(f"{label}: not in the journal (unregistered); not indexed")
+            else:
+                try:
+                    entries.append(index_entry_of(prepare_report(data, name=label)))
+                except ReportValidationError as exc:
+                    errors.append(f"{label}: {exc}; not indexed")
+        for model in (SummaryRow, TrialRow, RecordRow):
+            connection.execute(delete(model))
+        entries.sort(key=lambda e: (e.record["created_utc"], e.record["sha256"]))
+        for entry in entries:
+            insert_entry(connection, entry)
+    return ServerRebuild(len(entries), errors, unregistered)
+
+
 def server_record_label(store: PostgresStore, sha256: str) -> str:
     """Where a server's record is, as ``show`` and comparisons print it."""
     return f"{server_name(store.engine.url)}/{record_relpath(sha256)}"
