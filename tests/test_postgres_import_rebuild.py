@@ -1,6 +1,5 @@
 """``history import --history-url`` and ``history rebuild --history-url`` against a real
-server (issue 15), each compared with the same command on a folder; ``calibrate
---history-url`` is a usage error naming what to use instead."""
+server (issue 15), each compared with the same command on a folder."""
 
 from __future__ import annotations
 
@@ -199,11 +198,3 @@ def test_rebuild_as_the_writer_role_is_refused_and_changes_nothing(
         with _engine(url).begin() as connection:
             connection.execute(text("DROP OWNED BY rebuild_writer"))
             connection.execute(text("DROP ROLE rebuild_writer"))
-
-
-def test_calibrate_on_a_url_is_a_usage_error_naming_what_to_use(capsys) -> None:
-    argv = ["calibrate", "io-scale", "--demo", "--history-url", "postgresql+psycopg://x@/y"]
-    code, _out, err = _run(argv, capsys)
-    assert code == EXIT_USAGE
-    assert "--history-dir" in err and "--calibration OUTPUT_DIR/calibration.json" in err
-    assert "Traceback" not in err

@@ -4,7 +4,9 @@ Takes every option of ``harness run io-scale`` (``--demo`` included) plus ``--ru
 (N >= 5, default 8). Each run is a full ``harness run io-scale`` in its own process,
 registered into the history like any run; the calibration report built from them
 (``evidence_schema/calibration-report.v1.json``) is written to
-``OUTPUT_DIR/calibration.json`` and stored in the history. ``harness compare`` and
+``OUTPUT_DIR/calibration.json`` and stored in the history (``--history-url``: the runs
+are registered and the calibration stored on that server, where ``compare
+--history-url`` finds it). ``harness compare`` and
 ``harness run --baseline`` then judge significance against it (docs/verdicts.md).
 Exit 0 calibrated; 1 a run failed (its log is named) or the runs disagree; 64 usage.
 """
@@ -89,12 +91,8 @@ def run_arguments(args: argparse.Namespace) -> list[str]:
 def _check_usage(args: argparse.Namespace) -> None:
     from harness.verdict.calibration import MIN_RUNS
 
-    if getattr(args, "history_url", None) is not None:
-        raise UsageError(
-            "calibrate keeps its runs and the calibration in a history folder, not on a "
-            "server: calibrate with --history-dir (or --output-dir alone), then compare on "
-            "the server with --calibration OUTPUT_DIR/calibration.json"
-        )
+    if args.history_url is not None and args.history_dir is not None:
+        raise UsageError("give --history-dir or --history-url, not both")
     if args.runs < MIN_RUNS:
         raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
     if args.baseline or args.recheck or args.calibration:
@@ -125,7 +123,12 @@ def run(args: argparse.Namespace) -> int:
 
     _check_usage(args)
     console = Console(stderr=True)
-    history = args.history_dir or (Path(DEFAULT_DEMO_HISTORY) if args.demo else None)
+    url = args.history_url
+    if url is not None:
+        _check_server(url)  # before the runs: a server that cannot hold it is said first
+        history = None
+    else:
+        history = args.history_dir or (Path(DEFAULT_DEMO_HISTORY) if args.demo else None)
     passed = run_arguments(args)
     with contextlib.ExitStack() as stack:
         if args.output_dir:
@@ -172,11 +175,34 @@ def run(args: argparse.Namespace) -> int:
         if args.output_dir:
             write_new_file(out / CALIBRATION_NAME, data)
         stored = register_calibration(history, data) if history is not None else None
-    print_calibration(document, stored.sha256 if stored else sha256_bytes(data), history)
+        if url is not None:
+            where = _store_on_server(url, data)
+    if url is not None:
+        print_calibration(document, sha256_bytes(data), where)
+    else:
+        print_calibration(document, stored.sha256 if stored else sha256_bytes(data), history)
     return 0
 
 
-def print_calibration(document: dict, sha256: str, history: Path | None) -> None:
+def _check_server(url: str) -> None:
+    from harness.commands.history import url_store
+    from harness.history.remote import check_calibrations_table
+
+    with url_store(url) as store:
+        check_calibrations_table(store)
+
+
+def _store_on_server(url: str, data: bytes) -> str:
+    """Store the calibration on the server; where it is, as printed."""
+    from harness.commands.history import url_store
+    from harness.history.remote import server_name, store_calibration
+
+    with url_store(url) as store:
+        store_calibration(store, data)
+        return server_name(store.engine.url)
+
+
+def print_calibration(document: dict, sha256: str, history: Path | str | None) -> None:
     """A table of the calibration's figures per cell (stdout)."""
     from rich.console import Console
     from rich.table import Table

@@ -10,7 +10,6 @@ matching calibration (docs/verdicts.md).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 
@@ -91,13 +90,14 @@ def _newest_record(history_dir: str) -> str:
 def load_from_server(url: str, args: argparse.Namespace):
     """Baseline, candidate and calibration with the records on a server (``--history-url``).
 
-    Calibrations are kept in history folders (``harness calibrate``), so none is found
-    on a server; ``--calibration`` may name a calibration file. ``harness recheck
-    --history-url`` looks its records up here too (``args.candidate`` is then required).
+    The calibration is the one ``--calibration`` names (a SHA-256 prefix of a calibration
+    on the server, or a calibration file), else the newest on the server whose comparison
+    key is the candidate's (``harness calibrate --history-url`` stores them there), as a
+    folder's lookup chooses. ``harness recheck --history-url`` looks its records up here
+    too (``args.candidate`` is then required).
     """
     from harness.commands.history import url_store
     from harness.history.remote import load_server_report, newest_server_record, server_name
-    from harness.verdict.calibration_report import resolve_calibration
 
     with url_store(url) as store:
         where = server_name(store.engine.url)
@@ -106,16 +106,62 @@ def load_from_server(url: str, args: argparse.Namespace):
         if reference is None:
             raise UsageError(f"{where}: the history is empty; name a CANDIDATE")
         candidate = load_server_report(store, reference)
-    if args.calibration is not None and not Path(args.calibration).is_file():
-        raise UsageError(
-            f"--calibration {args.calibration}: calibrations are kept in history folders; "
-            "with --history-url name a calibration file"
-        )
-    calibration = resolve_calibration(None, args.calibration, candidate.doc)
-    if args.calibration is None:
-        note = f"no calibration on {where} (calibrations are kept in history folders)"
-        calibration = dataclasses.replace(calibration, note=note)
+        calibration = resolve_server_calibration(store, args.calibration, candidate.doc)
     return baseline, candidate, calibration
+
+
+def resolve_server_calibration(store, prefix: str | None, candidate_doc: dict):
+    """:func:`harness.verdict.calibration_report.resolve_calibration` with the
+    calibrations on a server (a file named by ``prefix`` is read as a file)."""
+    from harness.comparability import comparison_key
+    from harness.history.lookup import parse_sha_prefix
+    from harness.history.records import sha256_bytes
+    from harness.history.remote import (
+        iter_server_calibrations,
+        server_calibration_label,
+        server_name,
+    )
+    from harness.verdict.calibration_report import (
+        StoredCalibration,
+        calibration_use,
+        check_calibration_key,
+        parse_calibration,
+    )
+
+    key = comparison_key(candidate_doc)
+    where = server_name(store.engine.url)
+    if prefix is not None and Path(prefix).is_file():
+        data = Path(prefix).read_bytes()
+        stored = StoredCalibration(
+            parse_calibration(data, name=prefix), sha256_bytes(data), Path(prefix)
+        )
+        check_calibration_key(stored, key)
+        return calibration_use(stored, "named with --calibration")
+    wanted = parse_sha_prefix(prefix, what="calibration") if prefix is not None else None
+    found = []
+    for sha256, data in iter_server_calibrations(store):
+        if wanted is not None and not sha256.startswith(wanted):
+            continue
+        label = server_calibration_label(store, sha256)
+        found.append(StoredCalibration(parse_calibration(data, name=label), sha256, Path(label)))
+    if wanted is not None:
+        if not found:
+            raise UsageError(f"calibration {wanted}: no calibration in {where} starts with it")
+        if len(found) > 1:
+            names = ", ".join(c.sha256[:16] for c in found[:5])
+            raise UsageError(
+                f"calibration SHA-256 prefix {wanted} is ambiguous in {where} ({names}); "
+                "give more digits"
+            )
+        check_calibration_key(found[0], key)
+        return calibration_use(found[0], "named with --calibration")
+    matching = sorted(
+        (c for c in found if c.doc["comparison_key"] == key),
+        key=lambda c: (c.doc["created_utc"], c.sha256),
+    )
+    if not matching:
+        return calibration_use(None, f"no calibration in {where} matches comparison key {key}")
+    return calibration_use(matching[-1], "the most recent matching calibration")
 
 
 def run(args: argparse.Namespace) -> int:

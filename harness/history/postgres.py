@@ -6,9 +6,9 @@ as a folder's SQLite index), so ``list``, ``show``, ``compare`` and ``render`` r
 server exactly as a folder. What only a server can enforce is PostgreSQL DDL run by
 :func:`install_schema`:
 
-- ``evidence_records`` and ``evidence_journal`` are insert-only: a trigger refuses every
+- ``evidence_records``, ``evidence_journal`` and ``evidence_calibrations`` are insert-only: a trigger refuses every
   UPDATE and DELETE (and TRUNCATE), whoever the client;
-- a BEFORE INSERT trigger recomputes the record's SHA-256 with the server's
+- a BEFORE INSERT trigger recomputes a record's (or calibration's) SHA-256 with the server's
   ``sha256()`` and refuses a key that does not match the bytes;
 - identical bytes are a no-op (``ON CONFLICT DO NOTHING``);
 - one registration (record, journal line, index rows) is one transaction, serialised on the journal
@@ -74,6 +74,18 @@ journal_table = Table(
     Column("sha256", String(64), nullable=False, index=True),
 )
 
+#: Calibration reports (``harness calibrate --history-url``): exact bytes keyed by SHA-256,
+#: insert-only and key-checked as the records are. A calibration is a record of its own
+#: (a folder keeps them apart too, under ``calibrations/``), not journalled: a folder's
+#: journal does not list them either. Created by ``init-db`` beside the other evidence
+#: tables; a database set up before it gains it when ``init-db`` runs again.
+calibrations_table = Table(
+    "evidence_calibrations",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
 #: Key of the advisory lock that serialises journal appends (any constant, once).
 _JOURNAL_LOCK = 0x71E5_C0DE
 
@@ -106,7 +118,7 @@ _DDL = [
     END $$ LANGUAGE plpgsql
     """,
 ]
-for _table in ("evidence_records", "evidence_journal"):
+for _table in ("evidence_records", "evidence_journal", "evidence_calibrations"):
     _DDL += [
         f"DROP TRIGGER IF EXISTS {_table}_insert_only ON {_table}",
         f"CREATE TRIGGER {_table}_insert_only BEFORE UPDATE OR DELETE ON {_table} "
@@ -118,6 +130,9 @@ for _table in ("evidence_records", "evidence_journal"):
 _DDL += [
     "DROP TRIGGER IF EXISTS evidence_records_check ON evidence_records",
     "CREATE TRIGGER evidence_records_check BEFORE INSERT ON evidence_records "
+    "FOR EACH ROW EXECUTE FUNCTION evidence_check_record()",
+    "DROP TRIGGER IF EXISTS evidence_calibrations_check ON evidence_calibrations",
+    "CREATE TRIGGER evidence_calibrations_check BEFORE INSERT ON evidence_calibrations "
     "FOR EACH ROW EXECUTE FUNCTION evidence_check_record()",
     "DROP TRIGGER IF EXISTS evidence_journal_check ON evidence_journal",
     "CREATE TRIGGER evidence_journal_check BEFORE INSERT ON evidence_journal "

@@ -27,6 +27,7 @@ from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_pref
 from harness.history.migrate import INDEX_HEAD_REVISION, index_revision
 from harness.history.postgres import (
     PostgresStore,
+    calibrations_table,
     index_entry_of,
     install_schema,
     journal_table,
@@ -106,7 +107,8 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
         with server_step(engine, "creating the tables and triggers"):
             install_schema(engine)
         done.append(
-            "tables evidence_records, evidence_journal with insert-only triggers; "
+            "tables evidence_records, evidence_journal, evidence_calibrations with "
+            "insert-only triggers; "
             f"index tables at {INDEX_HEAD_REVISION}"
         )
         with server_step(engine, "indexing the records the index lacks"):
@@ -119,7 +121,7 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
             ).first()
             if exists is None:
                 connection.execute(text(f"CREATE ROLE {WRITER_ROLE} NOLOGIN"))
-            for table in (records_table.name, journal_table.name):
+            for table in (records_table.name, journal_table.name, calibrations_table.name):
                 connection.execute(text(f"REVOKE ALL ON {table} FROM {WRITER_ROLE}"))
                 connection.execute(text(f"GRANT SELECT, INSERT ON {table} TO {WRITER_ROLE}"))
             connection.execute(
@@ -296,6 +298,68 @@ def rebuild_server_index(store: PostgresStore) -> ServerRebuild:
         for entry in entries:
             insert_entry(connection, entry)
     return ServerRebuild(len(entries), errors, unregistered)
+
+
+def _require_calibrations(store: PostgresStore, connection) -> None:
+    from sqlalchemy import inspect
+
+    if not inspect(connection).has_table(calibrations_table.name):
+        raise HistoryError(
+            f"{server_name(store.engine.url)}: no table {calibrations_table.name} (set up "
+            "before calibrations were kept on servers); run `harness history init-db URL` "
+            "as its owner"
+        )
+
+
+def check_calibrations_table(store: PostgresStore) -> None:
+    """HistoryError naming ``init-db`` when the server cannot hold calibrations."""
+    with server_step(store.engine, "looking for the calibrations"), store.engine.connect() as c:
+        _require_calibrations(store, c)
+
+
+def store_calibration(store: PostgresStore, data: bytes) -> tuple[str, bool]:
+    """Store a calibration's bytes (the caller has validated them) on the server:
+    (its SHA-256, whether it was new); identical bytes are a no-op."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    sha256 = sha256_bytes(data)
+    with (
+        server_step(store.engine, f"storing calibration {sha256}"),
+        store.engine.begin() as connection,
+    ):
+        _require_calibrations(store, connection)
+        inserted = connection.execute(
+            pg_insert(calibrations_table)
+            .values(sha256=sha256, data=data)
+            .on_conflict_do_nothing(index_elements=["sha256"])
+            .returning(calibrations_table.c.sha256)
+        ).first()
+    return sha256, inserted is not None
+
+
+def server_calibration_label(store: PostgresStore, sha256: str) -> str:
+    """Where a server's calibration is, as comparisons print it (a folder's relative path)."""
+    return f"{server_name(store.engine.url)}/calibrations/{record_relpath(sha256)}"
+
+
+def iter_server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
+    """(sha256, bytes) of every calibration on the server whose bytes match its key, in
+    SHA-256 order; none on a database without the table (set up before them)."""
+    from sqlalchemy import inspect, select
+
+    with (
+        server_step(store.engine, "reading the calibrations"),
+        store.engine.connect() as connection,
+    ):
+        if not inspect(connection).has_table(calibrations_table.name):
+            return []
+        rows = connection.execute(
+            select(calibrations_table.c.sha256, calibrations_table.c.data).order_by(
+                calibrations_table.c.sha256
+            )
+        ).all()
+    # a tampered one is left out, as a folder's lookup leaves out a damaged file
+    return [(sha, bytes(data)) for sha, data in rows if sha256_bytes(bytes(data)) == sha]
 
 
 def server_record_label(store: PostgresStore, sha256: str) -> str:

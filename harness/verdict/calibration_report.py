@@ -284,11 +284,7 @@ def find_calibration(
             stored = _read_stored(
                 match_record(_calibration_layout(history_dir), prefix, what="calibration")
             )
-        if stored.doc["comparison_key"] != key:
-            raise UsageError(
-                f"calibration {stored.sha256[:12]} is for comparison key "
-                f"{stored.doc['comparison_key']}, not this comparison's {key}"
-            )
+        check_calibration_key(stored, key)
         return stored, "named with --calibration"
     if history_dir is None or not Path(history_dir).is_dir():
         return None, "no history to look calibrations up in"
@@ -304,6 +300,20 @@ def resolve_calibration(
     """What a comparison of ``candidate_doc`` uses: the named or newest matching calibration."""
     key = comparison_key(candidate_doc)
     stored, note = find_calibration(history_dir, prefix=prefix, key=key)
+    return calibration_use(stored, note)
+
+
+def check_calibration_key(stored: StoredCalibration, key: str) -> None:
+    """UsageError when a named calibration is for another comparison key than ``key``."""
+    if stored.doc["comparison_key"] != key:
+        raise UsageError(
+            f"calibration {stored.sha256[:12]} is for comparison key "
+            f"{stored.doc['comparison_key']}, not this comparison's {key}"
+        )
+
+
+def calibration_use(stored: StoredCalibration | None, note: str) -> CalibrationUse:
+    """What a comparison records of the calibration it uses (or of none, and why)."""
     if stored is None:
         return CalibrationUse(sha256=None, note=note)
     return CalibrationUse(
