@@ -80,6 +80,15 @@ def load_samples(samples: Path) -> list[dict]:
     return runs
 
 
+def _rechecked(base, cand, verdict, trials, **options):
+    """The verdict after a recheck of the cells ``verdict`` flagged, with ``trials``;
+    ``verdict`` itself when none was flagged."""
+    flagged = {cell.key: trials[cell.key] for cell in verdict if cell.flagged and trials[cell.key]}
+    if not flagged:
+        return verdict
+    return decide_cells(base, cand, threshold_percent=THRESHOLD, recheck=flagged, **options)
+
+
 def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     keys = sorted(runs[0])
@@ -120,51 +129,15 @@ def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
                 rule = [np.median(cand[k]) / np.median(base[k]) - 1 > THRESHOLD / 100 for k in keys]
                 mwu = decide_cells(base, cand, threshold_percent=THRESHOLD, bootstrap_resamples=100)
                 cal = decide_cells(base, cand, threshold_percent=THRESHOLD, calibration=nulls[s])
-                flagged = {
-                    cell.key: extra[cell.key] for cell in cal if cell.flagged and extra[cell.key]
-                }
-                rechecked = (
-                    decide_cells(
-                        base,
-                        cand,
-                        threshold_percent=THRESHOLD,
-                        calibration=nulls[s],
-                        recheck=flagged,
-                    )
-                    if flagged
-                    else cal
-                )
+                # calibrated, with the same-process recheck (the candidate run's next trials)
+                rechecked = _rechecked(base, cand, cal, extra, calibration=nulls[s])
                 # the demo's workflow: no calibration, the same-process recheck
-                plain_flags = {
-                    cell.key: extra[cell.key] for cell in mwu if cell.flagged and extra[cell.key]
-                }
-                plain = (
-                    decide_cells(
-                        base,
-                        cand,
-                        threshold_percent=THRESHOLD,
-                        recheck=plain_flags,
-                        bootstrap_resamples=100,
-                    )
-                    if plain_flags
-                    else mwu
-                )
+                plain = _rechecked(base, cand, mwu, extra, bootstrap_resamples=100)
                 # `harness recheck` later: the recheck's trials from another process and moment
                 later_trials = {
                     k: [v * (1 + slowdown) for v in runs[d][k][reps : reps + RECHECK]] for k in keys
                 }
-                later_flags = {key: later_trials[key] for key in flagged}
-                later = (
-                    decide_cells(
-                        base,
-                        cand,
-                        threshold_percent=THRESHOLD,
-                        calibration=nulls[s],
-                        recheck=later_flags,
-                    )
-                    if later_flags
-                    else cal
-                )
+                later = _rechecked(base, cand, cal, later_trials, calibration=nulls[s])
                 outcomes = {
                     "recheck_plain": [x.flagged for x in plain],
                     "recheck_later": [x.flagged for x in later],
