@@ -194,6 +194,49 @@ def test_verify_reports_a_superusers_edit(url: str, tmp_path: Path, tamper: str,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("statement", "differs"),
+    [
+        ("UPDATE trials SET seconds = seconds * 0.5 WHERE id = (SELECT min(t.id) FROM trials t "
+         "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)", "trials"),
+        ("UPDATE summaries SET median = median * 0.5 WHERE record_seq = "
+         "(SELECT seq FROM records WHERE sha256 = :s)", "summaries"),
+        ("UPDATE records SET performance = 'faster' WHERE sha256 = :s", "performance"),
+        ("DELETE FROM trials WHERE id = (SELECT max(t.id) FROM trials t "
+         "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)", "trials"),
+    ],
+    ids=["trial-seconds", "summary-median", "record-column", "trial-deleted"],
+)
+def test_verify_compares_each_index_row_with_its_record(
+    url: str, tmp_path: Path, statement: str, differs: str, capsys
+) -> None:
+    from sqlalchemy import text
+
+    reports = [_write_report(tmp_path, seed) for seed in range(3)]
+    assert main(["history", "register", *map(str, reports), "--history-url", url]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["history", "verify", "--history-url", url]) == EXIT_OK  # untouched: clean
+    assert "3 records checked: 0 errors" in capsys.readouterr().out
+    sha = sha256_bytes(reports[1].read_bytes())
+    engine = _engine(url)
+    with engine.begin() as connection:  # the owner edits the derived index by hand
+        assert connection.execute(text(statement), {"s": sha}).rowcount >= 1
+    with engine.connect() as connection:
+        before = connection.execute(text("SELECT count(*) FROM trials")).scalar()
+    assert main(["history", "verify", "--history-url", url]) == EXIT_FAILURE
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if "differs from its record" in line]
+    assert len(lines) == 1, captured.err  # the tampered record only, named by its SHA-256
+    assert f"index row {sha}: differs from its record in {differs}" in lines[0]
+    assert "1 errors" in captured.out
+    with engine.connect() as connection:  # verify is read-only
+        assert connection.execute(text("SELECT count(*) FROM trials")).scalar() == before
+    engine.dispose()
+    assert main(["history", "rebuild", "--history-url", url]) == EXIT_OK
+    assert main(["history", "verify", "--history-url", url]) == EXIT_OK
+
+
+@pytest.mark.slow
 def test_the_writer_role_may_insert_and_select_only(url: str, tmp_path: Path, capsys) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError

@@ -534,17 +534,67 @@ def snapshot_for_render(store: PostgresStore, folder: Path, index_path: Path) ->
 
 
 def check_server_index(store: PostgresStore) -> list[str]:
-    """The server's index against its records: every stored record indexed once, no
-    row for a record the server does not hold (the folder verify's set checks)."""
-    from sqlalchemy import select
+    """The server's index against its records, in one consistent snapshot (a REPEATABLE
+    READ transaction; registrations meanwhile are not half-seen), read-only: every
+    stored record indexed once, no row for a record the server does not hold (the
+    folder verify's set checks), and each sound record's records, trials and summaries
+    rows equal to what its bytes give (the folder verify's content check, with its
+    derivation: :func:`harness.history.verify.entry_of_record`). Records streamed."""
+    from sqlalchemy import func, select
 
+    from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS
+    from harness.history.verify import entry_of_record, index_row_differences, rows_by_seq
+
+    problems: list[str] = []
     with (
         server_step(store.engine, "checking the index"),
-        store.engine.connect() as connection,
+        store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+        connection.begin(),
     ):
-        stored = set(connection.execute(select(records_table.c.sha256)).scalars())
-        indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
-    problems = [
+        duplicates = connection.execute(
+            select(RecordRow.sha256, func.count())
+            .group_by(RecordRow.sha256)
+            .having(func.count() > 1)
+            .order_by(RecordRow.sha256)
+        ).all()
+        problems += [f"index row {sha}: {count} rows for one record" for sha, count in duplicates]
+        rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
+        trials_by_seq = rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
+        summaries_by_seq = rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
+        seqs = {row.seq for row in rows.values()}
+        for what, grouped in (("trial", trials_by_seq), ("summary", summaries_by_seq)):
+            problems += [
+                f"index {what} rows of seq {seq}: no records row (added by hand?)"
+                for seq in sorted(set(grouped) - seqs)
+            ]
+        stored = set()
+        mismatched = []
+        records = connection.execution_options(yield_per=500).execute(
+            select(records_table.c.sha256, records_table.c.data)
+        )
+        for sha256, data in records:
+            stored.add(sha256)
+            row = rows.get(sha256)
+            data = bytes(data)
+            if row is None or sha256_bytes(data) != sha256:
+                continue  # unindexed: below; tampered: the store's check reports it
+            try:
+                entry = entry_of_record(data, sha256=sha256, path=record_relpath(sha256))
+            except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
+                problems.append(f"record {sha256}: hash matches but it does not parse: {exc}")
+                continue
+            differing = index_row_differences(
+                entry, row, trials_by_seq.get(row.seq, []), summaries_by_seq.get(row.seq, [])
+            )
+            if differing:
+                mismatched.append((sha256, differing))
+    problems += [
+        f"index row {sha}: differs from its record in {', '.join(differing)} (run "
+        "`harness history rebuild --history-url URL` as its owner)"
+        for sha, differing in sorted(mismatched)
+    ]
+    indexed = set(rows)
+    problems += [
         f"index row {sha}: no such record on the server (added to the index by hand?)"
         for sha in sorted(indexed - stored)
     ]

@@ -205,13 +205,7 @@ def iter_scanned_records(
             )
             continue
         try:
-            # bytes equal to their name were strictly parsed and validated at registration
-            doc = json.loads(data)
-            version = schema_version_of(doc, relpath)
-            doc = migrate_report(doc, version, name=relpath)
-            entry = derive_entry(
-                doc, sha256=claimed, path=relpath, size_bytes=len(data), schema_version=version
-            )
+            entry = entry_of_record(data, sha256=claimed, path=relpath)
         except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
             detail = f"hash matches but it does not parse: {exc}"
             yield ScannedRecord(claimed, None, Problem(ProblemKind.UNREADABLE, relpath, detail))
@@ -222,6 +216,31 @@ def iter_scanned_records(
             detail = f"mode {stat.filemode(mode)}, expected read-only"
             problem = Problem(ProblemKind.WRITABLE, relpath, detail)
         yield ScannedRecord(claimed, entry, problem)
+
+
+def entry_of_record(data: bytes, *, sha256: str, path: str) -> IndexEntry:
+    """The index rows a record's bytes give (bytes equal to their name were strictly
+    parsed and validated at registration); raises ReportValidationError, KeyError,
+    TypeError or ValueError when they no longer parse."""
+    doc = json.loads(data)
+    version = schema_version_of(doc, path)
+    doc = migrate_report(doc, version, name=path)
+    return derive_entry(
+        doc, sha256=sha256, path=path, size_bytes=len(data), schema_version=version
+    )
+
+
+def index_row_differences(
+    entry: IndexEntry, row: Any, trials: list[tuple], summaries: list[tuple]
+) -> list[str]:
+    """What of a record's index rows (its records row, and its trials and summaries rows
+    as value tuples in insertion order) differs from what its bytes give; [] when none."""
+    differing = [k for k, v in entry.record.items() if getattr(row, k) != v]
+    if trials != [tuple(t[f] for f in TRIAL_FIELDS) for t in entry.trials]:
+        differing.append("trials")
+    if summaries != [tuple(s[f] for f in SUMMARY_FIELDS) for s in entry.summaries]:
+        differing.append("summaries")
+    return differing
 
 
 def scan_records(
@@ -428,8 +447,8 @@ def _compare_index(
             )
         )
     rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
-    trials_by_seq = _rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
-    summaries_by_seq = _rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
+    trials_by_seq = rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
+    summaries_by_seq = rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
     seqs = {row.seq for row in rows.values()}
     for seq in sorted(set(trials_by_seq) - seqs):
         problems.append(
@@ -451,13 +470,9 @@ def _compare_index(
         row = rows.get(sha256)
         if row is None:
             continue
-        differing = [k for k, v in entry.record.items() if getattr(row, k) != v]
-        expected_trials = [tuple(t[f] for f in TRIAL_FIELDS) for t in entry.trials]
-        if trials_by_seq.get(row.seq, []) != expected_trials:
-            differing.append("trials")
-        expected_summaries = [tuple(s[f] for f in SUMMARY_FIELDS) for s in entry.summaries]
-        if summaries_by_seq.get(row.seq, []) != expected_summaries:
-            differing.append("summaries")
+        differing = index_row_differences(
+            entry, row, trials_by_seq.get(row.seq, []), summaries_by_seq.get(row.seq, [])
+        )
         if differing:
             problems.append(
                 Problem(
@@ -546,11 +561,12 @@ def _check_plot_files(layout: HistoryLayout) -> list[Problem]:
     return problems
 
 
-def _rows_by_seq(connection: Any, model: Any, fields: tuple[str, ...]) -> dict[int, list[tuple]]:
+def rows_by_seq(connection: Any, model: Any, fields: tuple[str, ...]) -> dict[int, list[tuple]]:
     """Rows of a per-record table as value tuples grouped by record, in insertion order.
 
-    Read through the DB-API cursor (hundreds of thousands of rows); booleans come back
-    as 0/1, which compare equal to the records' True/False.
+    Read through the DB-API connection (hundreds of thousands of rows; SQLite's or
+    psycopg's, in the connection's transaction); SQLite's booleans come back as 0/1,
+    which compare equal to the records' True/False.
     """
     table = model.__tablename__
     columns = ", ".join(f'"{field}"' for field in fields)
