@@ -197,13 +197,22 @@ def test_verify_reports_a_superusers_edit(url: str, tmp_path: Path, tamper: str,
 @pytest.mark.parametrize(
     ("statement", "differs"),
     [
-        ("UPDATE trials SET seconds = seconds * 0.5 WHERE id = (SELECT min(t.id) FROM trials t "
-         "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)", "trials"),
-        ("UPDATE summaries SET median = median * 0.5 WHERE record_seq = "
-         "(SELECT seq FROM records WHERE sha256 = :s)", "summaries"),
+        (
+            "UPDATE trials SET seconds = seconds * 0.5 WHERE id = (SELECT min(t.id) FROM trials t "
+            "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)",
+            "trials",
+        ),
+        (
+            "UPDATE summaries SET median = median * 0.5 WHERE record_seq = "
+            "(SELECT seq FROM records WHERE sha256 = :s)",
+            "summaries",
+        ),
         ("UPDATE records SET performance = 'faster' WHERE sha256 = :s", "performance"),
-        ("DELETE FROM trials WHERE id = (SELECT max(t.id) FROM trials t "
-         "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)", "trials"),
+        (
+            "DELETE FROM trials WHERE id = (SELECT max(t.id) FROM trials t "
+            "JOIN records r ON r.seq = t.record_seq WHERE r.sha256 = :s)",
+            "trials",
+        ),
     ],
     ids=["trial-seconds", "summary-median", "record-column", "trial-deleted"],
 )

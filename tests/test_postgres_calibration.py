@@ -54,8 +54,7 @@ def _twin_with_calibration(tmp_path: Path, url: str):
     register_calibration(folder, data)
     assert main(["history", "init-db", url]) == EXIT_OK
     assert main(["history", "push", str(folder), "--history-url", url]) == EXIT_OK
-    with url_store(url) as store:
-        assert store_calibration(store, data) == (sha256_bytes(data), True)
+    with url_store(url) as store:  # push copied the calibration too
         assert store_calibration(store, data) == (sha256_bytes(data), False)  # no-op
     return folder, paths, data
 
@@ -174,3 +173,103 @@ def test_calibrate_on_a_server_then_compare_finds_it(postgres_url, tmp_path) -> 
     assert json.loads(result.stdout)["calibration"]["sha256"] == sha
     both = harness("calibrate", "io-scale", "--demo", "--history-url", url, "--history-dir", "h")
     assert both.returncode == EXIT_USAGE and "not both" in both.stderr
+
+
+def _calibration(tmp_path: Path, folder: Path, seeds: range, key_seed: int = 0) -> bytes:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in seeds:
+        path = tmp_path / f"aa{seed}.json"
+        path.write_bytes(dump_report(make_example_report(seed, reps=3, noise=0.02)))
+        paths.append(path)
+    results = register_reports(folder, paths)
+    runs = [(json.loads(p.read_bytes()), r.sha256) for p, r in zip(paths, results)]
+    return dump_calibration(
+        build_calibration(runs, regression_percent=20, alpha=0.05, command=[f"t{key_seed}"])
+    )
+
+
+def _server_calibration_shas(url: str) -> list[str]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        shas = connection.execute(
+            text("SELECT sha256 FROM evidence_calibrations ORDER BY sha256")
+        ).scalars()
+        shas = list(shas)
+    engine.dispose()
+    return shas
+
+
+def _folder_calibration_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.stem: p.read_bytes() for p in (folder / "calibrations").rglob("*.json")}
+
+
+@pytest.mark.slow
+def test_push_and_pull_copy_calibrations_both_ways_idempotently(
+    postgres_url,  # noqa: F811
+    tmp_path,
+    capsys,
+) -> None:
+    url = postgres_url
+    folder, back = tmp_path / "h", tmp_path / "back"
+    pushed = _calibration(tmp_path, folder, range(6), key_seed=1)
+    register_calibration(folder, pushed)
+    assert main(["history", "init-db", url]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["history", "push", str(folder), "--history-url", url]) == EXIT_OK
+    assert "and 1 calibrations (0 already there)" in capsys.readouterr().out
+    assert main(["history", "push", str(folder), "--history-url", url]) == EXIT_OK
+    assert "and 0 calibrations (1 already there)" in capsys.readouterr().out
+    assert _server_calibration_shas(url) == [sha256_bytes(pushed)]
+
+    # a second calibration stored only on the server; pull brings both, exact bytes
+    other = _calibration(tmp_path / "x", tmp_path / "x" / "h", range(10, 16), key_seed=2)
+    with url_store(url) as store:
+        assert store_calibration(store, other) == (sha256_bytes(other), True)
+    assert main(["history", "pull", url, "--history-dir", str(back)]) == EXIT_OK
+    assert "and 2 calibrations (0 already there)" in capsys.readouterr().out
+    assert main(["history", "pull", url, "--history-dir", str(back)]) == EXIT_OK
+    assert "and 0 calibrations (2 already there)" in capsys.readouterr().out
+    copied = _folder_calibration_bytes(back)
+    assert copied == {sha256_bytes(pushed): pushed, sha256_bytes(other): other}
+    assert main(["history", "verify", "--history-dir", str(back)]) == EXIT_OK
+    # pushing the pulled folder back: nothing new anywhere
+    assert main(["history", "push", str(back), "--history-url", url]) == EXIT_OK
+    assert "and 0 calibrations (2 already there)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_push_and_pull_refuse_a_tampered_calibration(postgres_url, tmp_path, capsys) -> None:  # noqa: F811
+    from sqlalchemy import create_engine, text
+
+    url = postgres_url
+    folder = tmp_path / "h"
+    data = _calibration(tmp_path, folder, range(6))
+    stored = register_calibration(folder, data)
+    assert main(["history", "init-db", url]) == EXIT_OK
+    stored.path.chmod(0o644)
+    stored.path.write_bytes(data + b" ")
+    capsys.readouterr()
+    assert main(["history", "push", str(folder), "--history-url", url]) != EXIT_OK
+    err = capsys.readouterr().err
+    assert f"calibration {stored.sha256} no longer matches its bytes; nothing copied" in err
+    assert main(["history", "head", "--history-url", url]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == "0" * 64  # no record copied either
+    assert _server_calibration_shas(url) == []
+
+    stored.path.write_bytes(data)  # repaired: push, then a superuser edits it on the server
+    assert main(["history", "push", str(folder), "--history-url", url]) == EXIT_OK
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("ALTER TABLE evidence_calibrations DISABLE TRIGGER USER"))
+        connection.execute(text("UPDATE evidence_calibrations SET data = data || ' '::bytea"))
+    engine.dispose()
+    back = tmp_path / "back"
+    capsys.readouterr()
+    assert main(["history", "pull", url, "--history-dir", str(back)]) != EXIT_OK
+    err = capsys.readouterr().err
+    assert f"calibration {stored.sha256} no longer matches its bytes; nothing copied" in err
+    assert not (back / "journal.jsonl").exists() or not (back / "journal.jsonl").read_bytes()
+    assert not (back / "calibrations").exists()

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from harness.commands.history_changes import (
     CHANGES_DESCRIPTION,
@@ -190,14 +191,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     init_db.set_defaults(func=run_init_db)
 
     push = commands.add_parser(
-        "push", help="copy a history folder's records to a server (idempotent, hashes checked)"
+        "push",
+        help="copy a history folder's records and calibrations to a server (idempotent, hashes checked)",
     )
     push.add_argument("folder", metavar="FOLDER", help="history folder to copy from")
     push.add_argument("--history-url", required=True, metavar="URL", help="server to copy to")
     push.set_defaults(func=run_push)
 
     pull = commands.add_parser(
-        "pull", help="copy a server's records into a history folder (idempotent, validated)"
+        "pull",
+        help="copy a server's records and calibrations into a history folder (idempotent, validated)",
     )
     pull.add_argument("url", metavar="URL", help="server to copy from")
     pull.add_argument("--history-dir", required=True, metavar="H", help="folder to copy into")
@@ -633,17 +636,35 @@ def run_init_db(args: argparse.Namespace) -> int:
 
 def run_push(args: argparse.Namespace) -> int:
     from harness.history.remote import push
+    from harness.verdict.calibration_report import CALIBRATIONS_DIR
 
     store = _open_url(args.history_url)
     try:
-        result = push(args.folder, store)
+        result = push(args.folder, store, calibrations_dir=Path(args.folder) / CALIBRATIONS_DIR)
     finally:
         store.engine.dispose()
     print(
-        f"pushed {result.copied} records ({result.present} already there); "
-        f"server journal head {result.head_to}"
+        f"pushed {result.copied} records ({result.present} already there) and "
+        f"{result.calibrations_copied} calibrations ({result.calibrations_present} already "
+        f"there); server journal head {result.head_to}"
     )
     return EXIT_OK
+
+
+def _folder_calibration_writer(history_dir: str | Path):
+    """Store a calibration's bytes in the folder (validated, write-once); whether new."""
+    from harness.history.layout import HistoryLayout
+    from harness.history.records import sha256_bytes
+    from harness.verdict.calibration_report import CALIBRATIONS_DIR, register_calibration
+
+    layout = HistoryLayout.at(Path(history_dir) / CALIBRATIONS_DIR)
+
+    def write(data: bytes) -> bool:
+        existed = layout.record_path(sha256_bytes(data)).is_file()
+        register_calibration(history_dir, data)
+        return not existed
+
+    return write
 
 
 def run_pull(args: argparse.Namespace) -> int:
@@ -652,11 +673,17 @@ def run_pull(args: argparse.Namespace) -> int:
 
     store = _open_url(args.url)
     try:
-        result = pull(store, args.history_dir, render=registration_renderer(args.plots))
+        result = pull(
+            store,
+            args.history_dir,
+            render=registration_renderer(args.plots),
+            store_calibration=_folder_calibration_writer(args.history_dir),
+        )
     finally:
         store.engine.dispose()
     print(
-        f"pulled {result.copied} records ({result.present} already there); "
-        f"folder journal head {result.head_to or '-'}"
+        f"pulled {result.copied} records ({result.present} already there) and "
+        f"{result.calibrations_copied} calibrations ({result.calibrations_present} already "
+        f"there); folder journal head {result.head_to or '-'}"
     )
     return EXIT_OK

@@ -17,12 +17,13 @@ reads into the output folder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HistoryError, ReportValidationError, UsageError
 from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry
-from harness.history.layout import HistoryLayout, record_relpath
+from harness.history.layout import HistoryLayout, record_relpath, sha256_of_record_name
 from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_prefix
 from harness.history.migrate import INDEX_HEAD_REVISION, index_revision
 from harness.history.postgres import (
@@ -155,16 +156,59 @@ class CopyResult:
     present: int
     head_from: str
     head_to: str
+    calibrations_copied: int = 0
+    calibrations_present: int = 0
 
 
-def _checked(sha256: str, data: bytes, where: str) -> bytes:
+def _checked(sha256: str, data: bytes, where: str, what: str = "record") -> bytes:
     if sha256_bytes(data) != sha256:
-        raise HistoryError(f"{where}: record {sha256} no longer matches its bytes; nothing copied")
+        raise HistoryError(f"{where}: {what} {sha256} no longer matches its bytes; nothing copied")
     return data
 
 
-def push(folder: str | Path, store: PostgresStore) -> CopyResult:
-    """Copy the folder's records to the server in journal order (source, time kept)."""
+def _folder_calibrations(calibrations_dir: Path | None) -> list[tuple[str, bytes]]:
+    """(sha256, bytes) of every calibration file of a folder, hash-checked, in SHA-256
+    order; HistoryError naming the file at the first one that is not sound."""
+    if calibrations_dir is None:
+        return []
+    layout = HistoryLayout.at(calibrations_dir)
+    found = []
+    for path in layout.iter_record_files():
+        claimed = sha256_of_record_name(path)
+        if claimed is None or path.is_symlink() or not path.is_file():
+            raise HistoryError(f"{path}: not a calibration record; nothing copied")
+        found.append((claimed, _checked(claimed, path.read_bytes(), str(path), "calibration")))
+    return sorted(found)
+
+
+def _server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
+    """(sha256, bytes) of every calibration on the server, hash-checked, in SHA-256 order
+    (none on a database set up before them); HistoryError at the first tampered one."""
+    from sqlalchemy import inspect, select
+
+    where = server_name(store.engine.url)
+    with (
+        server_step(store.engine, "reading the calibrations"),
+        store.engine.connect() as connection,
+    ):
+        if not inspect(connection).has_table(calibrations_table.name):
+            return []
+        rows = connection.execute(
+            select(calibrations_table.c.sha256, calibrations_table.c.data).order_by(
+                calibrations_table.c.sha256
+            )
+        ).all()
+    return [(sha, _checked(sha, bytes(data), where, "calibration")) for sha, data in rows]
+
+
+def push(
+    folder: str | Path, store: PostgresStore, *, calibrations_dir: Path | None = None
+) -> CopyResult:
+    """Copy the folder's records to the server in journal order (source, time kept), then
+    the calibrations under ``calibrations_dir`` (the command passes the folder's), in one
+    transaction. Every record and calibration is hash-checked before anything is copied."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
     from harness.history.evidence_store import FolderStore
     from harness.history.journal import read_journal
     from harness.history.lock import locked_history, require_history
@@ -177,6 +221,9 @@ def push(folder: str | Path, store: PostgresStore) -> CopyResult:
             raise HistoryError(f"{layout.journal}: the journal is damaged; run history verify")
         entries = list(journal.entries)
         head_from = journal.head
+        calibrations = _folder_calibrations(calibrations_dir)
+    if calibrations:
+        check_calibrations_table(store)  # before the first record is copied
     seen = set()
     copied = present = 0
     for entry in entries:
@@ -190,12 +237,37 @@ def push(folder: str | Path, store: PostgresStore) -> CopyResult:
         )
         copied += result.created
         present += not result.created
-    return CopyResult(copied, present, head_from, store.head())
+    stored = 0
+    if calibrations:
+        with (
+            server_step(store.engine, "copying the calibrations"),
+            store.engine.begin() as connection,
+        ):
+            for sha, data in calibrations:
+                stored += (
+                    connection.execute(
+                        pg_insert(calibrations_table)
+                        .values(sha256=sha, data=data)
+                        .on_conflict_do_nothing(index_elements=["sha256"])
+                        .returning(calibrations_table.c.sha256)
+                    ).first()
+                    is not None
+                )
+    return CopyResult(copied, present, head_from, store.head(), stored, len(calibrations) - stored)
 
 
-def pull(store: PostgresStore, folder: str | Path, *, render=None) -> CopyResult:
+def pull(
+    store: PostgresStore,
+    folder: str | Path,
+    *,
+    render=None,
+    store_calibration: Callable[[bytes], bool] | None = None,
+) -> CopyResult:
     """Copy the server's records into the folder in journal order, validated and indexed
-    (``render``: the registration renderer the command passes, as for ``register``)."""
+    (``render``: the registration renderer the command passes, as for ``register``), then
+    its calibrations through ``store_calibration`` (the command passes the folder's
+    validating write; it says whether the calibration was new). Every record and
+    calibration is hash-checked before anything is copied."""
     import json
 
     from harness.history.store import register_reports
@@ -209,10 +281,14 @@ def pull(store: PostgresStore, folder: str | Path, *, render=None) -> CopyResult
             labels.append(entry.get("source", entry["sha256"]))
     where = server_name(store.engine.url)
     data = [_checked(sha, store.read(sha), where) for sha in shas]
+    calibrations = _server_calibrations(store) if store_calibration is not None else []
     results = register_reports(folder, data, names=labels, render=render) if data else []
     copied = sum(r.created for r in results)
     head_to = results[-1].journal_head if results else ""
-    return CopyResult(copied, len(results) - copied, store.head(), head_to)
+    stored = sum(bool(store_calibration(blob)) for _, blob in calibrations)
+    return CopyResult(
+        copied, len(results) - copied, store.head(), head_to, stored, len(calibrations) - stored
+    )
 
 
 def index_unindexed(engine) -> int:

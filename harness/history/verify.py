@@ -225,9 +225,7 @@ def entry_of_record(data: bytes, *, sha256: str, path: str) -> IndexEntry:
     doc = json.loads(data)
     version = schema_version_of(doc, path)
     doc = migrate_report(doc, version, name=path)
-    return derive_entry(
-        doc, sha256=sha256, path=path, size_bytes=len(data), schema_version=version
-    )
+    return derive_entry(doc, sha256=sha256, path=path, size_bytes=len(data), schema_version=version)
 
 
 def index_row_differences(
