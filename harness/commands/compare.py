@@ -165,13 +165,12 @@ def resolve_server_calibration(store, prefix: str | None, candidate_doc: dict):
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
 
     from harness.commands.history import default_history_dir, history_url
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.verdict.calibration_report import resolve_calibration
-    from harness.verdict.present import print_text, render_json, render_markdown
+    from harness.verdict.present import print_comparison
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -194,15 +193,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")
-    output = "json" if args.json else args.format
-    if output is None:
-        output = "text" if sys.stdout.isatty() else "markdown"
-    if output == "json":
-        print(render_json(comparison))
-    elif output == "markdown":
-        print(render_markdown(comparison), end="")
-    else:
-        from rich.console import Console
-
-        print_text(comparison, Console())
+    print_comparison(comparison, "json" if args.json else args.format)
     return comparison.exit_code

@@ -153,21 +153,6 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
     yield root, manifest
 
 
-def _print(comparison, output: str | None) -> None:
-    from harness.verdict.present import print_text, render_json, render_markdown
-
-    if output is None:
-        output = "text" if sys.stdout.isatty() else "markdown"
-    if output == "json":
-        print(render_json(comparison))
-    elif output == "markdown":
-        print(render_markdown(comparison), end="")
-    else:
-        from rich.console import Console
-
-        print_text(comparison, Console())
-
-
 def _say(message: str, output: str | None) -> None:
     # json on stdout stays one document; everything else said goes to stderr then
     print(message, file=sys.stderr if output == "json" else sys.stdout)
@@ -181,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.report import BENCHMARK
     from harness.run.provenance import check_code_origin
     from harness.verdict.calibration_report import resolve_calibration
+    from harness.verdict.present import print_comparison
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -213,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         calibration = resolve_calibration(history, args.calibration, candidate.doc)
     first = compare_loaded(baseline, candidate, percent, calibration=calibration)
     if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
-        _print(first, args.format)
+        print_comparison(first, args.format)
         why = (
             "no cell is flagged"
             if first.verdict is Verdict.PASS
@@ -229,6 +215,7 @@ def _recheck(args, candidate, baseline, calibration, first, history: Path | str)
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.run.recheck import RecheckConfig, run_recheck
+    from harness.verdict.present import print_comparison
 
     cells = [cell.key for cell in first.flagged_cells]
     output_dir = args.output_dir or Path(f"recheck-{candidate.sha256[:12]}")
@@ -258,7 +245,7 @@ def _recheck(args, candidate, baseline, calibration, first, history: Path | str)
         )
     record = load_report(str(outcome.report_path), history_dir=None)
     final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
-    _print(final, args.format)
+    print_comparison(final, args.format)
     _say(f"report: {outcome.report_path}", args.format)
     if isinstance(history, Path):
         for result in outcome.registered:

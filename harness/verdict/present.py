@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 from harness.verdict.comparison import CellVerdict, Comparison
@@ -172,3 +173,18 @@ def print_text(comparison: Comparison, console: Any) -> None:
                 )
     for warning in comparison.warnings:
         console.print(plain(f"warning: {warning}", "yellow"))
+
+
+def print_comparison(comparison: Comparison, output: str | None) -> None:
+    """Print ``comparison`` as ``json``, ``markdown`` or ``text`` (a rich table); ``None``
+    picks text on a terminal and Markdown elsewhere (``compare`` and ``recheck`` alike)."""
+    if output is None:
+        output = "text" if sys.stdout.isatty() else "markdown"
+    if output == "json":
+        print(render_json(comparison))
+    elif output == "markdown":
+        print(render_markdown(comparison), end="")
+    else:
+        from rich.console import Console
+
+        print_text(comparison, Console())
