@@ -13,6 +13,11 @@ Write the data first (``python benchmarks/io_scale_campaign.py DATA_DIR``): the 
 the process's lifetime peak, so writing data in the same process would hide the run's.
 Targets (issue 10): peak RSS at most 4 GiB above the baseline; CUDA pool peak at most
 1.1x one decoded array.
+
+The report samples the pool after each load; ``--trace-pool`` (CUDA) also wraps CuPy's
+allocator to record the true in-use peak, whenever it happens, and prints every
+allocation of 1 GiB or more with its caller and what the pool held then (the wrapper costs
+a Python call per allocation, so keep it off when timing).
 """
 
 from __future__ import annotations
@@ -32,6 +37,37 @@ from harness.run.io_scale import IoScaleConfig, run_io_scale
 GIB = 1 << 30
 
 
+class PoolTrace:
+    """CuPy's default pool behind a wrapper that keeps the true in-use peak."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.pool = cupy.get_default_memory_pool()
+        self.peak = 0
+        self.large: list[str] = []
+        cupy.cuda.set_allocator(self.malloc)
+
+    def malloc(self, size: int):
+        import traceback
+
+        memory = self.pool.malloc(size)
+        used = self.pool.used_bytes()
+        self.peak = max(self.peak, used)
+        if size >= GIB:
+            stack = traceback.extract_stack()[-8:-1]
+            where = " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(stack))
+            self.large.append(
+                f"{size / GIB:.2f} GiB (in use then {used / GIB:.2f}, reserved "
+                f"{self.pool.total_bytes() / GIB:.2f}) from {where}"
+            )
+        return memory
+
+    def close(self) -> None:
+        self.cupy.cuda.set_allocator(self.pool.malloc)
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
@@ -47,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=list(CAMPAIGN_DTYPES))
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--load-only", action="store_true", help="skip the timed conversion")
+    parser.add_argument("--trace-pool", action="store_true", help="record the true pool peak")
     args = parser.parse_args(argv)
     manifest = prepare(args.data_dir, tuple(args.scan), tuple(args.detector), args.dtypes, None)
     baseline_rss = _rss_bytes()
+    trace = PoolTrace() if args.trace_pool and args.backend == "cuda" else None
     outcome = run_io_scale(
         IoScaleConfig(
             root=args.data_dir,
@@ -78,12 +116,19 @@ def main(argv: list[str] | None = None) -> int:
         used = memory["gpu_allocated_peak_bytes"]
         print(f"CUDA pool reserved  {pool / GIB:8.2f} GiB  ({pool / decoded:.2f}x one array)")
         print(f"CUDA pool in use    {used / GIB:8.2f} GiB  ({used / decoded:.2f}x one array)")
+    if trace is not None:
+        trace.close()
+        print(f"CUDA pool true peak {trace.peak / GIB:8.2f} GiB  ({trace.peak / decoded:.2f}x one"
+              " array, every allocation)")  # fmt: skip
+        for line in trace.large:
+            print(f"  allocation {line}")
     for s in doc["summaries"]:
         median = "-" if s["median"] is None else f"{s['median']:.3f} s"
         print(f"  {s['acquisition']:40s} {s['format']:5s} {s['cache_state']:7s} {median}")
     for failure in doc["status"]["failures"]:
         print(f"failure: {failure}")
-    print(json.dumps({"baseline_rss_bytes": baseline_rss, **memory}, sort_keys=True))
+    extra = {"gpu_true_in_use_peak_bytes": trace.peak} if trace is not None else {}
+    print(json.dumps({"baseline_rss_bytes": baseline_rss, **memory, **extra}, sort_keys=True))
     return outcome.exit_code
 
 

@@ -39,7 +39,9 @@ def release_cached_memory() -> None:
 
     ``Acquisition.close()`` drops every reference (CuPy's memory pool and the pinned
     staging cache keep the blocks, so the next load allocates nothing); call this to hand
-    the memory back, e.g. before another library needs the GPU.
+    the memory back, e.g. before another library needs the GPU. Pool chunks that still
+    hold a live array keep their free part too (CuPy returns whole chunks only). The iDPC
+    frequency grids are a cache of their own (``quantem.dpc.integrate.clear_cache``).
     """
     import cupy
 

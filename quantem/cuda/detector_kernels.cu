@@ -74,6 +74,81 @@ extern "C" __global__ void masked_sum_vec(const uint4* __restrict__ data, i64 n_
     if (lane == 0) out[frame] = total;
 }
 
+// Vector form of moments for frames whose rows are a whole number of 16-byte vectors (so
+// no vector straddles two rows): the same (vector index, element bits) list as
+// masked_sum_vec. Per vector, the masked values give s = sum(v) and w = sum(k * v) (k the
+// element's place in the vector); with the vector's first element at (row, col0) the
+// moments gain s, row * s and col0 * s + w. For 1- and 2-byte elements s and w fit in 32
+// bits (at most 16 * 255 and 8 * 65535; w at most 28 * 65535), so the per-vector work is
+// 32-bit and only the three accumulations are 64-bit (exact: every term is an integer).
+template <int SIZE> struct VecPart { typedef unsigned T; };
+template <> struct VecPart<4> { typedef u64 T; };
+typedef VecPart<sizeof(ELEM_T)>::T part_t;
+
+__device__ __forceinline__ void vector_moments(uint4 q, unsigned bits, part_t& s, part_t& w) {
+    const unsigned words[4] = {q.x, q.y, q.z, q.w};
+    const int per_word = 4 / sizeof(ELEM_T);
+    const unsigned full = (1u << ELEMS_PER_VEC) - 1u;
+    s = 0;
+    w = 0;
+    if (sizeof(ELEM_T) == 2 && bits == full) {
+        // Two elements per word: lo at place 2j, hi at 2j + 1, so the word adds
+        // lo + hi to s and 2j * (lo + hi) + hi to w.
+        unsigned hi_sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const unsigned lo = words[j] & 0xFFFFu, hi = words[j] >> 16;
+            const unsigned pair = lo + hi;
+            s += pair;
+            w += (unsigned)(2 * j) * pair;
+            hi_sum += hi;
+        }
+        w += hi_sum;
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < (int)ELEMS_PER_VEC; ++k) {
+        const unsigned word = words[k / per_word];
+        const int shift = (k % per_word) * 8 * sizeof(ELEM_T);
+        part_t value = (word >> shift) & (unsigned)((1ull << (8 * sizeof(ELEM_T))) - 1ull);
+        value = ((bits >> k) & 1u) ? value : (part_t)0;
+        s += value;
+        w += (part_t)k * value;
+    }
+}
+
+extern "C" __global__ void moments_vec(const uint4* __restrict__ data, i64 n_frames,
+                                       const unsigned* __restrict__ vec_index,
+                                       const unsigned* __restrict__ vec_bits, int n_vec,
+                                       u64* __restrict__ total_out, u64* __restrict__ row_out,
+                                       u64* __restrict__ col_out) {
+    const int lane = threadIdx.x & 31;
+    const i64 frame = (i64)blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5);
+    if (frame >= n_frames) return;
+    const uint4* f = data + frame * (i64)VECS_PER_FRAME;
+    u64 t = 0, r = 0, c = 0;
+#pragma unroll 4
+    for (int i = lane; i < n_vec; i += 32) {
+        const unsigned v = vec_index[i];
+        part_t s, w;
+        vector_moments(__ldg(f + v), vec_bits[i], s, w);
+        const unsigned first = v * (unsigned)ELEMS_PER_VEC;
+        const unsigned row = first / (unsigned)DET_C;
+        const unsigned col0 = first - row * (unsigned)DET_C;
+        t += (u64)s;
+        r += (u64)row * s;
+        c += (u64)col0 * s + w;
+    }
+    t = warp_sum(t);
+    r = warp_sum(r);
+    c = warp_sum(c);
+    if (lane == 0) {
+        total_out[frame] = t;
+        row_out[frame] = r;
+        col_out[frame] = c;
+    }
+}
+
 extern "C" __global__ void moments(const ELEM_T* __restrict__ data, i64 n_frames,
                                    const int* __restrict__ pixels, int n_pixels,
                                    u64* __restrict__ total_out, u64* __restrict__ row_out,

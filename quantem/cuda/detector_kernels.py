@@ -70,10 +70,10 @@ def _host_mask(mask2d: Any, det: tuple[int, int]) -> np.ndarray:
     return mask
 
 
-def _pixels(mask2d: Any, det: tuple[int, int]) -> Any:
-    import cupy
-
-    return cupy.asarray(np.flatnonzero(_host_mask(mask2d, det)).astype(np.int32))
+def _rows_are_vectors(flat: Any, det: tuple[int, int]) -> bool:
+    """Every detector row is whole 16-byte vectors and the data is 16-byte aligned."""
+    row_bytes = det[1] * flat.dtype.itemsize
+    return row_bytes % VECTOR_BYTES == 0 and flat.data.ptr % VECTOR_BYTES == 0
 
 
 def mask_vectors(mask: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
@@ -126,17 +126,22 @@ def moments(data4d: Any, mask2d_bool: Any) -> tuple[Any, Any, Any]:
     import cupy
 
     flat, scan, det = _frames(data4d)
-    pixels = _pixels(mask2d_bool, det)
+    mask = _host_mask(mask2d_bool, det)
     n = flat.shape[0]
     outs = [cupy.zeros(n, dtype=cupy.uint64) for _ in range(3)]
-    if n and pixels.size:
+    grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
+    if not n or not mask.any():
+        pass
+    elif _rows_are_vectors(flat, det):
+        index, bits = mask_vectors(mask, flat.dtype.itemsize)
+        kernel = _module(flat.dtype, det).get_function("moments_vec")
+        args = (flat, np.int64(n), cupy.asarray(index), cupy.asarray(bits), np.int32(index.size))
+        kernel((grid,), (32 * WARPS_PER_CTA,), (*args, *outs))
+    else:
+        pixels = cupy.asarray(np.flatnonzero(mask).astype(np.int32))
         kernel = _module(flat.dtype, det).get_function("moments")
-        grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
-        kernel(
-            (grid,),
-            (32 * WARPS_PER_CTA,),
-            (flat, np.int64(n), pixels, np.int32(pixels.size), *outs),
-        )
+        args = (flat, np.int64(n), pixels, np.int32(pixels.size))
+        kernel((grid,), (32 * WARPS_PER_CTA,), (*args, *outs))
     total, rows, cols = (o.reshape(scan) for o in outs)
     return total, rows, cols
 

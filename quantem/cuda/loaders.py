@@ -283,7 +283,6 @@ def _decode_qem_dense(
     from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, raise_block_error
     from quantem.io.qem.reader import parse_scan_region
 
-    decoder = QemBlockDecoder(qem)
     det = tuple(int(v) for v in qem.detector_shape)
     bf = int(qem.block_frames)
     index = qem.block_index
@@ -303,6 +302,10 @@ def _decode_qem_dense(
         out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
         dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
         region = (rows, cols, shape)
+    # The decoder's scratch and the tables after the output: a pool holding the freed
+    # output of an earlier load of the same size gives that block to this output (best
+    # fit) instead of carving the small buffers out of it and reserving a second one.
+    decoder = QemBlockDecoder(qem)
     status = cupy.zeros(block_ids.size, dtype=cupy.int32)
     # The block table of every batch, uploaded once before the transfer (sliced per batch:
     # no host-to-device uploads between the batches' launches).

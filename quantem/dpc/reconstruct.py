@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantem.arrays import array_module
+from quantem.arrays import array_module, to_numpy
 from quantem.detector.session import CenterOfMass
 from quantem.dpc.fields import divergence, rotate_field
 from quantem.dpc.integrate import DEFAULT_LOW_FREQUENCY_REGULARIZATION, integrate_gradient
@@ -102,11 +102,17 @@ def beam_shifts(
     if xp.__name__ == "numpy" and dtype != "float64":
         raise ComputeError("CPU outputs are float64; float32 is a CUDA option")
     valid = ~(xp.isnan(com.row) | xp.isnan(com.col))
-    n_valid = int(valid.sum())
+    # The count and the two sums reach the host together (one synchronisation).
+    n, sum_r, sum_c = to_numpy(
+        xp.stack(
+            [valid.sum(), xp.where(valid, com.row, 0).sum(), xp.where(valid, com.col, 0).sum()]
+        )
+    ).tolist()
+    n_valid = int(n)
     if n_valid == 0:
         raise ComputeError("no frame has counts in the CoM mask: the CoM is undefined")
-    mean_r = float(xp.where(valid, com.row, 0).sum()) / n_valid
-    mean_c = float(xp.where(valid, com.col, 0).sum()) / n_valid
+    mean_r = float(sum_r) / n_valid
+    mean_c = float(sum_c) / n_valid
     shift_r = xp.where(valid, com.row - mean_r, 0.0)
     shift_c = xp.where(valid, com.col - mean_c, 0.0)
     step, units = (1.0, 1.0), "px"
@@ -124,9 +130,11 @@ def beam_shifts(
 
 
 def _skewness(values: Any) -> float:
+    xp = array_module(values)
     centred = values - values.mean()
-    second = float((centred * centred).mean())
-    return float((centred * centred * centred).mean()) / second**1.5 if second > 0 else 0.0
+    square = centred * centred
+    second, third = to_numpy(xp.stack([square.mean(), (square * centred).mean()])).tolist()
+    return third / second**1.5 if second > 0 else 0.0
 
 
 def reconstruct(

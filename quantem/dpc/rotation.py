@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from quantem.dpc.fields import curl, divergence
+from quantem.arrays import array_module, to_numpy
+from quantem.dpc.fields import partials
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,9 @@ class RotationFit:
     residual_other: float | None
 
 
-def _solve(field_r: Any, field_c: Any, step: tuple[float, float]) -> tuple[float, float]:
-    c = curl(field_r, field_c, step)
-    d = divergence(field_r, field_c, step)
-    # Host float64 scalars from deterministic reductions (no atomics).
-    cc = float((c * c).sum())
-    cd = float((c * d).sum())
-    dd = float((d * d).sum())
+def _solve(sums: np.ndarray) -> tuple[float, float]:
+    """Angle and relative residual from ``(C.C, C.D, D.D)``."""
+    cc, cd, dd = (float(v) for v in sums)
     matrix = np.array([[cc, cd], [cd, dd]])
     values, vectors = np.linalg.eigh(matrix)
     cos, sin = vectors[:, 0]
@@ -76,10 +73,23 @@ def find_rotation(
     ``transpose``: True or False to fix it, None to choose the smaller residual curl.
     """
     choices = [False, True] if transpose is None else [bool(transpose)]
-    fits = []
+    # The four derivatives serve both axis choices: the curl and divergence of
+    # (field_r, field_c) are (dc/dr - dr/dc, dr/dr + dc/dc); swapping the axes gives
+    # (dr/dr - dc/dc, dc/dr + dr/dc).
+    rr, rc = partials(field_r, step)
+    cr, cc = partials(field_c, step)
+    fields = {False: (cr - rc, rr + cc), True: (rr - cc, cr + rc)}
+    xp = array_module(rr)
+    products = []
     for swap in choices:
-        a, b = (field_c, field_r) if swap else (field_r, field_c)
-        angle, residual = _solve(a, b, step)
+        c, d = fields[swap]
+        products += [c * c, c * d, d * d]
+    # One reduction per product, all brought to the host at once (deterministic: no
+    # atomics; one synchronisation instead of one per sum).
+    sums = to_numpy(xp.stack(products).reshape(len(products), -1).sum(axis=1))
+    fits = []
+    for k, swap in enumerate(choices):
+        angle, residual = _solve(sums[3 * k : 3 * k + 3])
         fits.append((residual, swap, angle))
     fits.sort(key=lambda item: (item[0], item[1]))
     residual, swap, angle = fits[0]

@@ -62,3 +62,24 @@ def test_empty_mask_gives_zeros_and_bad_inputs_raise():
         dk.masked_sum(data.astype(cupy.int16), np.ones((4, 5), bool))
     with pytest.raises(IndexError):
         dk.frame(data, 6)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_vector_moments_at_full_scale_values(dtype):
+    """The vector moments (rows of whole 16-byte vectors) on ARINA-sized frames: every
+    value at the dtype's maximum (the widest per-vector partial sums), a full mask with
+    scattered holes (partial vectors beside whole ones), and a disk."""
+    info = np.iinfo(dtype)
+    data = np.full((2, 3, 192, 192), info.max, dtype=dtype)
+    rng = np.random.default_rng(11)
+    data[1] = rng.integers(0, info.max, (3, 192, 192), dtype=dtype, endpoint=True)
+    gpu = cupy.asarray(data)
+    rr, cc = np.mgrid[:192, :192]
+    holes = np.ones((192, 192), bool)
+    holes.reshape(-1)[rng.choice(192 * 192, 300, replace=False)] = False
+    for mask in (np.ones((192, 192), bool), holes, (rr - 96) ** 2 + (cc - 90) ** 2 < 23**2):
+        total, sum_r, sum_c = reference_moments(data, mask)
+        t, r, c = dk.moments(gpu, mask)
+        np.testing.assert_array_equal(t.get(), total)
+        np.testing.assert_array_equal(r.get(), sum_r)
+        np.testing.assert_array_equal(c.get(), sum_c)
