@@ -17,7 +17,7 @@ reads into the output folder.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -609,19 +609,76 @@ def snapshot_for_render(store: PostgresStore, folder: Path, index_path: Path) ->
     return layout
 
 
+#: Rows fetched per round trip by the streamed index check's server-side cursors:
+#: trials and summaries rows, and records rows (each with its record's bytes).
+_CHECK_BATCH = 5_000
+_CHECK_RECORD_BATCH = 500
+
+
+def _iter_groups(cursor) -> Iterator[tuple[int, list[tuple]]]:
+    """(record_seq, [value tuples]) from a cursor of (record_seq, values...) rows in
+    (record_seq, id) order: one record's rows at a time."""
+    seq, group = None, []
+    for row in cursor:
+        if row[0] != seq:
+            if seq is not None:
+                yield seq, group
+            seq, group = row[0], []
+        group.append(row[1:])
+    if seq is not None:
+        yield seq, group
+
+
+class _Grouped:
+    """One per-record table (trials or summaries) read in record_seq order beside the
+    records: :meth:`take` gives a record's rows and notes the seqs skipped on the way
+    (rows of no records row)."""
+
+    def __init__(self, cursor) -> None:
+        self._groups = _iter_groups(cursor)
+        self._next = next(self._groups, None)
+        self.orphans: list[int] = []
+
+    def take(self, seq: int) -> list[tuple]:
+        while self._next is not None and self._next[0] < seq:
+            self.orphans.append(self._next[0])
+            self._next = next(self._groups, None)
+        if self._next is not None and self._next[0] == seq:
+            rows = self._next[1]
+            self._next = next(self._groups, None)
+            return rows
+        return []
+
+    def finish(self) -> list[int]:
+        while self._next is not None:
+            self.orphans.append(self._next[0])
+            self._next = next(self._groups, None)
+        return self.orphans
+
+
 def check_server_index(store: PostgresStore) -> list[str]:
     """The server's index against its records, in one consistent snapshot (a REPEATABLE
     READ transaction; registrations meanwhile are not half-seen), read-only: every
     stored record indexed once, no row for a record the server does not hold (the
     folder verify's set checks), and each sound record's records, trials and summaries
     rows equal to what its bytes give (the folder verify's content check, with its
-    derivation: :func:`harness.history.verify.entry_of_record`). Records streamed."""
+    derivation: :func:`harness.history.verify.entry_of_record`).
+
+    Streamed, so memory stays flat at any size: the records rows (each joined with its
+    record's bytes), the trials and the summaries are read through three server-side
+    cursors in record seq order and merged, one record at a time; only the problems
+    found are kept.
+    """
+    from psycopg.rows import namedtuple_row
     from sqlalchemy import func, select
 
     from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS
-    from harness.history.verify import entry_of_record, index_row_differences, rows_by_seq
+    from harness.history.verify import entry_of_record, index_row_differences
 
     problems: list[str] = []
+    mismatched: dict[str, list[str]] = {}
+    unparsed: list[str] = []
+    missing: list[str] = []
     with (
         server_step(store.engine, "checking the index"),
         store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
@@ -634,48 +691,74 @@ def check_server_index(store: PostgresStore) -> list[str]:
             .order_by(RecordRow.sha256)
         ).all()
         problems += [f"index row {sha}: {count} rows for one record" for sha, count in duplicates]
-        rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
-        trials_by_seq = rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
-        summaries_by_seq = rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
-        seqs = {row.seq for row in rows.values()}
-        for what, grouped in (("trial", trials_by_seq), ("summary", summaries_by_seq)):
-            problems += [
-                f"index {what} rows of seq {seq}: no records row (added by hand?)"
-                for seq in sorted(set(grouped) - seqs)
-            ]
-        stored = set()
-        mismatched = []
-        records = connection.execution_options(yield_per=500).execute(
-            select(records_table.c.sha256, records_table.c.data)
+        unindexed = list(
+            connection.execute(
+                select(records_table.c.sha256)
+                .where(records_table.c.sha256.not_in(select(RecordRow.sha256)))
+                .order_by(records_table.c.sha256)
+            ).scalars()
         )
-        for sha256, data in records:
-            stored.add(sha256)
-            row = rows.get(sha256)
-            data = bytes(data)
-            if row is None or sha256_bytes(data) != sha256:
-                continue  # unindexed: below; tampered: the store's check reports it
-            try:
-                entry = entry_of_record(data, sha256=sha256, path=record_relpath(sha256))
-            except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
-                problems.append(f"record {sha256}: hash matches but it does not parse: {exc}")
-                continue
-            differing = index_row_differences(
-                entry, row, trials_by_seq.get(row.seq, []), summaries_by_seq.get(row.seq, [])
+        # psycopg's named (server-side) cursors, all three open in this transaction
+        driver = connection.connection.driver_connection
+        cursors = []
+        try:
+            grouped = []
+            for name, table, fields in (
+                ("check_trials", TrialRow.__tablename__, TRIAL_FIELDS),
+                ("check_summaries", SummaryRow.__tablename__, SUMMARY_FIELDS),
+            ):
+                cursor = driver.cursor(name=name)
+                cursor.itersize = _CHECK_BATCH
+                columns = ", ".join(f'"{field}"' for field in fields)
+                cursor.execute(f"SELECT record_seq, {columns} FROM {table} ORDER BY record_seq, id")
+                cursors.append(cursor)
+                grouped.append(_Grouped(cursor))
+            trials, summaries = grouped
+            rows = driver.cursor(name="check_records", row_factory=namedtuple_row)
+            rows.itersize = _CHECK_RECORD_BATCH
+            cursors.append(rows)
+            rows.execute(
+                f"SELECT r.*, e.data AS record_data FROM {RecordRow.__tablename__} r "
+                f"LEFT JOIN {records_table.name} e ON e.sha256 = r.sha256 ORDER BY r.seq"
             )
-            if differing:
-                mismatched.append((sha256, differing))
+            for row in rows:
+                sha256 = row.sha256
+                row_trials, row_summaries = trials.take(row.seq), summaries.take(row.seq)
+                if row.record_data is None:
+                    missing.append(sha256)
+                    continue
+                data = bytes(row.record_data)
+                if sha256_bytes(data) != sha256:
+                    continue  # tampered: the store's check reports it
+                try:
+                    entry = entry_of_record(data, sha256=sha256, path=record_relpath(sha256))
+                except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
+                    unparsed.append(f"record {sha256}: hash matches but it does not parse: {exc}")
+                    continue
+                differing = index_row_differences(entry, row, row_trials, row_summaries)
+                if differing:
+                    mismatched.setdefault(sha256, differing)
+            orphans = (("trial", trials.finish()), ("summary", summaries.finish()))
+        finally:
+            for cursor in cursors:
+                cursor.close()
+    for what, seqs in orphans:
+        problems += [
+            f"index {what} rows of seq {seq}: no records row (added by hand?)"
+            for seq in sorted(seqs)
+        ]
+    problems += unparsed
     problems += [
         f"index row {sha}: differs from its record in {', '.join(differing)} (run "
         "`harness history rebuild --history-url URL` as its owner)"
-        for sha, differing in sorted(mismatched)
+        for sha, differing in sorted(mismatched.items())
     ]
-    indexed = set(rows)
     problems += [
         f"index row {sha}: no such record on the server (added to the index by hand?)"
-        for sha in sorted(indexed - stored)
+        for sha in sorted(set(missing))
     ]
     problems += [
         f"record {sha}: not in the index (run `harness history init-db URL` as its owner)"
-        for sha in sorted(stored - indexed)
+        for sha in unindexed
     ]
     return problems
