@@ -11,8 +11,8 @@ rules of :mod:`harness.history.postgres`) and the index (the folder's SQLAlchemy
 so ``list``, ``show``, ``changes``, ``compare`` and ``render index --out`` read it as
 they read a folder: :func:`load_server_report` is the server's twin of
 :func:`harness.history.lookup.load_report`, :func:`iter_server_reports` of the folder's
-record scan, and :func:`export_for_render` writes the records and journal the renderer
-reads into the output folder.
+record scan; :mod:`harness.history.snapshot` copies what the renderer reads into the
+output folder.
 """
 
 from __future__ import annotations
@@ -537,84 +537,6 @@ def iter_server_reports(store: PostgresStore):
                 yield sha256, parse_report(data, name=server_record_label(store, sha256))
             except ReportValidationError:
                 continue
-
-
-#: Rows per batch when copying the server's index into a SQLite snapshot.
-_SNAPSHOT_BATCH = 20_000
-
-
-def snapshot_for_render(store: PostgresStore, folder: Path, index_path: Path) -> HistoryLayout:
-    """What the renderer reads from a history folder, taken from the server in one
-    consistent snapshot (a REPEATABLE READ transaction: registrations by other hosts
-    meanwhile are not half-seen):
-
-    - the records (hash-checked), as ``folder/records/sha256/ab/<hex>.json``: the
-      dashboard's record pages link them, so the rendered folder stands alone; a file
-      already there with the right bytes is kept;
-    - the journal, as ``folder/journal.jsonl`` (its head is shown on the pages);
-    - the index, copied into a new SQLite index at ``index_path`` (the same models):
-      the renderer's bulk queries read SQLite through its DB-API cursor, and a copy
-      gives them the rows exactly as a folder's index holds them.
-    """
-    import os
-    import sqlite3
-
-    from sqlalchemy import select
-
-    from harness.fsio import replace_file
-    from harness.history.index_db import IndexMetaRow, forget_index, open_index
-
-    layout = HistoryLayout.at(folder)
-    where = server_name(store.engine.url)
-    open_index(index_path).dispose()  # the models' tables, stamped at the head revision
-    forget_index(index_path)
-    with (
-        server_step(store.engine, "reading the history to render"),
-        store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
-        connection.begin(),
-    ):
-        rows = connection.execution_options(yield_per=500).execute(
-            select(records_table.c.sha256, records_table.c.data)
-        )
-        for sha256, data in rows:
-            data = _checked(sha256, bytes(data), where)
-            path = layout.record_path(sha256)
-            try:
-                if path.stat().st_size == len(data) and path.read_bytes() == data:
-                    continue
-            except FileNotFoundError:
-                pass
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_name(f".{path.name}.{os.getpid()}")
-            temp.write_bytes(data)
-            os.replace(temp, path)
-        lines = connection.execute(
-            select(journal_table.c.line).order_by(journal_table.c.seq)
-        ).scalars()
-        replace_file(
-            layout.journal,
-            b"".join(bytes(line) for line in lines),
-            step="writing the journal to render",
-        )
-        target = sqlite3.connect(index_path)
-        try:
-            target.execute("DELETE FROM index_meta")
-            for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
-                table = model.__table__
-                names = [column.name for column in table.columns]
-                statement = (
-                    f"INSERT INTO {table.name} ({', '.join(names)}) "
-                    f"VALUES ({', '.join('?' * len(names))})"
-                )
-                result = connection.execution_options(yield_per=_SNAPSHOT_BATCH).execute(
-                    select(*table.columns).order_by(*table.primary_key.columns)
-                )
-                for batch in result.partitions():
-                    target.executemany(statement, [tuple(row) for row in batch])
-            target.commit()
-        finally:
-            target.close()
-    return layout
 
 
 #: Rows fetched per round trip by the streamed index check's server-side cursors:
