@@ -404,10 +404,13 @@ def update_snapshot(store: PostgresStore, folder: Path) -> SnapshotUpdate | Stal
             .order_by(journal_table.c.seq)
         ).all()
         head = held.journal_head
+        journalled = set()
         for line, link, _seq in new_lines:
             line = bytes(line)
             try:
-                prev = json.loads(line).get("prev")
+                entry = json.loads(line)
+                prev = entry.get("prev")
+                journalled.add(entry.get("sha256"))
             except (ValueError, AttributeError):
                 prev = None
             if prev != head or sha256_bytes(line) != link:
@@ -433,7 +436,15 @@ def update_snapshot(store: PostgresStore, folder: Path) -> SnapshotUpdate | Stal
             return Stale(f"{len(gone)} records {folder} holds are gone from {where} ({gone[0]})")
         repaired = [p for p in bad if sha256_of_record_name(p) in stored]
         wanted = sorted(stored - good)
+        # new to the folder: what it lacks, and what was registered since (a record
+        # file written by an update that failed before its commit is held already)
         new_shas = set(wanted) - {sha256_of_record_name(p) for p in repaired}
+        new_shas |= journalled & stored
+        new_shas |= set(
+            connection.execute(
+                select(RecordRow.sha256).where(RecordRow.seq > held.records_seq)
+            ).scalars()
+        )
         for first in range(0, len(wanted), 500):
             chunk = wanted[first : first + 500]
             rows = connection.execute(
