@@ -149,3 +149,23 @@ def test_the_streamed_check_reports_every_kind_of_problem(
     err = capsys.readouterr().err
     for problem in expected:
         assert problem in err
+
+
+def test_the_prefetching_thread_keeps_order_raises_its_error_and_stops_early() -> None:
+    import itertools
+    import threading
+
+    assert list(remote._prefetched(iter(range(1000)), batch=7, depth=2)) == list(range(1000))
+    assert list(remote._prefetched(iter([]))) == []
+
+    def failing():
+        yield 1
+        raise ValueError("the server went away")
+
+    with pytest.raises(ValueError, match="the server went away"):
+        list(remote._prefetched(failing(), batch=1))
+
+    endless = remote._prefetched(itertools.count(), batch=3, depth=1)
+    assert [next(endless) for _ in range(5)] == [0, 1, 2, 3, 4]
+    endless.close()  # the caller stops: the producer thread ends too
+    assert not any(t.name == "harness-prefetch" for t in threading.enumerate())

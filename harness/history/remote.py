@@ -586,6 +586,59 @@ class _Grouped:
         return self.orphans
 
 
+_DONE = object()
+
+
+def _prefetched(items: Iterator, *, batch: int = 100, depth: int = 16) -> Iterator:
+    """The items of ``items``, produced by a background thread in batches: reading the
+    server (whose own work runs on another core meanwhile) overlaps the caller's work on
+    the items. An exception of the producer is raised here; when the caller stops
+    early, the producer stops at its next batch."""
+    import queue
+    import threading
+
+    handoff: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(value) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        chunk = []
+        try:
+            for item in items:
+                chunk.append(item)
+                if len(chunk) >= batch:
+                    if not put(chunk):
+                        return
+                    chunk = []
+            if chunk and not put(chunk):
+                return
+            put(_DONE)
+        except BaseException as exc:  # handed to the caller, raised there
+            put(exc)
+
+    thread = threading.Thread(target=produce, name="harness-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            chunk = handoff.get()
+            if chunk is _DONE:
+                return
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield from chunk
+    finally:
+        stop.set()
+        thread.join()
+
+
 def check_server_index(store: PostgresStore) -> list[str]:
     """The server's index against its records, in one consistent snapshot (a REPEATABLE
     READ transaction; registrations meanwhile are not half-seen), read-only: every
@@ -596,8 +649,9 @@ def check_server_index(store: PostgresStore) -> list[str]:
 
     Streamed, so memory stays flat at any size: the records rows (each joined with its
     record's bytes), the trials and the summaries are read through three server-side
-    cursors in record seq order and merged, one record at a time; only the problems
-    found are kept.
+    cursors in record seq order and merged, one record at a time, by a background
+    thread while this one derives and compares the rows; only the problems found are
+    kept.
     """
     from psycopg.rows import namedtuple_row
     from sqlalchemy import func, select
@@ -651,9 +705,16 @@ def check_server_index(store: PostgresStore) -> list[str]:
                 f"SELECT r.*, e.data AS record_data FROM {RecordRow.__tablename__} r "
                 f"LEFT JOIN {records_table.name} e ON e.sha256 = r.sha256 ORDER BY r.seq"
             )
-            for row in rows:
+            orphans = []
+
+            def merged() -> Iterator[tuple]:
+                for row in rows:
+                    yield row, trials.take(row.seq), summaries.take(row.seq)
+                orphans.extend((("trial", trials.finish()), ("summary", summaries.finish())))
+
+            # the server's reading in a thread, the rows' derivation here, on two cores
+            for row, row_trials, row_summaries in _prefetched(merged()):
                 sha256 = row.sha256
-                row_trials, row_summaries = trials.take(row.seq), summaries.take(row.seq)
                 if row.record_data is None:
                     missing.append(sha256)
                     continue
@@ -668,7 +729,6 @@ def check_server_index(store: PostgresStore) -> list[str]:
                 differing = index_row_differences(entry, row, row_trials, row_summaries)
                 if differing:
                     mismatched.setdefault(sha256, differing)
-            orphans = (("trial", trials.finish()), ("summary", summaries.finish()))
         finally:
             for cursor in cursors:
                 cursor.close()
