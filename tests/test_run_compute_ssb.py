@@ -128,3 +128,82 @@ def test_ssb_workload_without_a_rotation_uses_and_records_the_dpc_estimate(tmp_p
     assert abs(rotation["rotation_deg"] - truth["rotation_deg"]) < 0.5, rotation
     assert rotation["residual_curl"] < 0.5
     assert fitted["calibration"]["rotation_deg"] == rotation["rotation_deg"]
+
+
+def _manifest(tmp_path: Path) -> Path:
+    data = load("thin", "high")
+    entry = manifest_entry("thin", MASTER, ROOT, data.shape[:2], data.shape[2:], str(data.dtype))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_bytes(dump_manifest([entry]))
+    return manifest
+
+
+def _run(tmp_path: Path, name: str, parameters: ComputeParameters):
+    return run_compute(
+        ComputeConfig(
+            workload="ssb",
+            root=ROOT,
+            manifest=_manifest(tmp_path),
+            backend="cpu",
+            storage_id="test",
+            output_dir=tmp_path / name,
+            reps=1,
+            parameters=parameters,
+            progress=False,
+        )
+    )
+
+
+@pytest.mark.slow
+def test_streamed_ssb_run_gives_the_in_memory_hashes(tmp_path: Path):
+    import dataclasses
+
+    dense = _run(tmp_path, "dense", PARAMETERS)
+    streamed = _run(tmp_path, "streamed", dataclasses.replace(PARAMETERS, scan_block_rows=5))
+    budget = _run(
+        tmp_path, "budget", dataclasses.replace(PARAMETERS, memory_budget_bytes=64 << 20)
+    )
+    assert dense.exit_code == streamed.exit_code == budget.exit_code == 0
+    docs = [parse_report(o.report_path) for o in (dense, streamed, budget)]
+    assert docs[1]["conditions"]["stages"][0] == "open"  # no dense load
+    assert docs[1]["conditions"]["parameters"]["scan_block_rows"] == 5
+    assert docs[2]["conditions"]["parameters"]["memory_budget_bytes"] == 64 << 20
+    outputs = [d["acquisitions"][0]["outputs"] for d in docs]
+    assert outputs[0] == outputs[1] == outputs[2]  # integer counts: bit-identical
+
+
+def test_ssb_streaming_options_are_checked(tmp_path: Path, capsys):
+    from harness.cli import main
+
+    common = ["run", "compute", "ssb", "--source", str(MASTER), "--output-dir"]
+    cal = ["--voltage-kv", "200", "--semiangle-mrad", "20", "--scan-step-a", "0.5"]
+    cases = [
+        (["dpc", "--memory-budget", "1GiB", "--backend", "cpu"], "ssb options"),
+        (["ssb", "--memory-budget", "1GiB", "--backend", "cuda"], "--backend cpu"),
+        (["ssb", "--memory-budget", "lots", "--backend", "cpu"], "is not a size"),
+        (["ssb", "--memory-budget", "0", "--backend", "cpu"], "not a positive size"),
+    ]
+    for k, (extra, message) in enumerate(cases):
+        argv = [*common[:2], extra[0], *common[3:], str(tmp_path / f"out{k}"), *extra[1:], *cal]
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's own errors
+            code = exit_.code
+        err = capsys.readouterr().err
+        assert code == 64 and message in err, (extra, code, err)
+        assert "Traceback" not in err
+        assert not (tmp_path / f"out{k}" / "compute.json").exists()
+
+
+def test_byte_size_parser():
+    import argparse
+
+    from harness.commands.run import byte_size
+
+    assert byte_size("8GiB") == 8 << 30
+    assert byte_size("512 MB") == 512 * 10**6
+    assert byte_size("1.5KiB") == 1536
+    assert byte_size("1000") == 1000
+    for bad in ("", "GiB", "-1", "3 parsecs", "0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            byte_size(bad)

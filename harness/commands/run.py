@@ -416,7 +416,43 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
         metavar=("ROWS", "COLS"),
         help="ssb: tiles of the regional fits",
     )
+    group.add_argument(
+        "--memory-budget",
+        type=byte_size,
+        metavar="SIZE",
+        help="ssb, cpu: stream the source in blocks of scan rows, holding at most SIZE "
+        "(bytes, or with KiB/MiB/GiB/KB/MB/GB) while preparing, instead of loading it whole",
+    )
+    group.add_argument(
+        "--scan-block-rows",
+        type=int,
+        metavar="N",
+        help="ssb, cpu: stream the source N scan rows at a time (instead of --memory-budget)",
+    )
     compute.set_defaults(func=run_compute_command)
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}  # fmt: skip
+
+
+def byte_size(text: str) -> int:
+    """``"8GiB"``, ``"512 MB"`` or ``"1000000"`` as a number of bytes (argparse type)."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (a number of bytes, optionally with KiB, MiB, GiB, KB, MB "
+            "or GB)"
+        )
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size")
+    return value
 
 
 def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
@@ -475,6 +511,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
         seed=args.seed,
         regions=tuple(args.regions),
         refine_evaluations=args.refine_evaluations,
+        memory_budget_bytes=args.memory_budget,
+        scan_block_rows=args.scan_block_rows,
     )
     console = Console()
     source = Path(args.source)

@@ -91,7 +91,7 @@ class ComputeRun:
     def __init__(self, config: ComputeConfig) -> None:
         self.config = config
         self.log = FailureLog()
-        self.workload = workload_for(config.workload)
+        self.workload = workload_for(config.workload, config.parameters)
         self.profile: BackendProfile | None = None
         self.memory: MemoryTracker | None = None
         self.trials: list[dict] = []
@@ -119,6 +119,18 @@ class ComputeRun:
             raise UsageError("--accept-output-change needs --baseline")
         if cfg.backend not in ("cpu", "cuda"):
             raise UsageError(f"compute runs on --backend cpu or cuda, not {cfg.backend!r}")
+        if cfg.parameters.streaming and cfg.backend != "cpu":
+            raise UsageError(
+                "ssb streaming (--memory-budget, --scan-block-rows) runs on --backend cpu; "
+                "on cuda the whole acquisition is loaded"
+            )
+        if cfg.parameters.scan_block_rows is not None and cfg.parameters.scan_block_rows < 1:
+            raise UsageError("--scan-block-rows must be at least 1")
+        if (
+            cfg.parameters.memory_budget_bytes is not None
+            and cfg.parameters.memory_budget_bytes < 1
+        ):
+            raise UsageError("--memory-budget must be positive")
         if cfg.parameters.dtype == "float32" and cfg.backend == "cpu":
             raise UsageError("--dtype float32 is a cuda option (cpu outputs are float64)")
         if (

@@ -44,6 +44,23 @@ class ComputeParameters:
     seed: int = 0
     regions: tuple[int, int] = (2, 2)
     refine_evaluations: int | None = None
+    # ssb on the CPU: stream the source in blocks of scan rows (quantem.ssb.prepare's
+    # streaming mode) instead of loading it whole; either one selects it.
+    memory_budget_bytes: int | None = None
+    scan_block_rows: int | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self.memory_budget_bytes is not None or self.scan_block_rows is not None
+
+    def streaming_options(self) -> dict:
+        """The streaming arguments of ``quantem.ssb.prepare`` (empty when not streaming)."""
+        options = {}
+        if self.memory_budget_bytes is not None:
+            options["memory_budget_bytes"] = int(self.memory_budget_bytes)
+        if self.scan_block_rows is not None:
+            options["scan_block_rows"] = int(self.scan_block_rows)
+        return options
 
     def calibration(self):
         from quantem.virtual import Calibration
@@ -290,12 +307,29 @@ def _ssb_calibration(state: dict):
     )
 
 
+def _ssb_source(state: dict) -> Any:
+    """The dense array (after ``load``) or, streaming, the master file's path."""
+    return state["path"] if state["parameters"].streaming else state["acq"].array
+
+
+def _ssb_open(state: dict) -> None:
+    """Streaming: open the source's scan rows (shape, dtype) without reading the frames."""
+    from quantem.ssb.stream import open_scan_rows
+
+    state["ssb_rows_shape"] = tuple(open_scan_rows(state["path"]).shape)
+
+
 def _ssb_prepare(state: dict) -> None:
     from quantem.ssb import prepare
 
     p = state["parameters"]
     state["ssb_calibration"] = _ssb_calibration(state)
-    state["ssb"] = prepare(state["acq"].array, state["ssb_calibration"], detector_bin=p.bin_factor)
+    state["ssb"] = prepare(
+        _ssb_source(state),
+        state["ssb_calibration"],
+        detector_bin=p.bin_factor,
+        **p.streaming_options(),
+    )
 
 
 def _ssb_reconstruct(state: dict) -> None:
@@ -324,17 +358,18 @@ def _ssb_fit(name: str, parameters_attr: str) -> Stage:
 
 
 def _ssb_regions(state: dict) -> None:
-    from quantem.ssb import STANDARD_PARAMETERS, fit_regions
+    from quantem.ssb import STANDARD_PARAMETERS, fit_regions, split_regions
 
     p = state["parameters"]
     state["ssb_regions"] = fit_regions(
-        state["acq"].array,
+        _ssb_source(state),
         state["ssb_calibration"],
-        tuple(p.regions),
+        split_regions(tuple(state["ssb"].scan_shape), tuple(p.regions)),
         prepare_options={
             "disk": state["ssb"].disk,
             "rotation": state["ssb"].rotation,
             "detector_bin": p.bin_factor,
+            **p.streaming_options(),
         },
         parameters=STANDARD_PARAMETERS,
         n_trials=p.trials,
@@ -442,13 +477,29 @@ WORKLOADS = {
 }
 
 
-def workload_for(name: str) -> Workload:
+#: ``ssb`` streamed from the source (``--memory-budget`` / ``--scan-block-rows``): no dense
+#: load; ``open`` reads the scan's shape, ``prepare`` reads the frames in blocks of scan rows.
+SSB_STREAMING = Workload(
+    "ssb",
+    (("open", _ssb_open), *WORKLOADS["ssb"].stages[1:]),
+    _ssb_outputs,
+    _ssb_fitted,
+)
+
+
+def workload_for(name: str, parameters: ComputeParameters | None = None) -> Workload:
+    """The workload ``name``; ``ssb`` with streaming parameters is :data:`SSB_STREAMING`."""
     try:
-        return WORKLOADS[name]
+        workload = WORKLOADS[name]
     except KeyError:
         raise UsageError(
             f"unknown compute workload {name!r}; choose one of {', '.join(WORKLOADS)}"
         ) from None
+    if parameters is not None and parameters.streaming:
+        if name != "ssb":
+            raise UsageError("--memory-budget and --scan-block-rows are ssb options")
+        return SSB_STREAMING
+    return workload
 
 
 def as_host(array: Any) -> np.ndarray:
@@ -457,4 +508,11 @@ def as_host(array: Any) -> np.ndarray:
     return np.ascontiguousarray(to_numpy(array))
 
 
-__all__ = ["WORKLOADS", "ComputeParameters", "Workload", "as_host", "workload_for"]
+__all__ = [
+    "SSB_STREAMING",
+    "WORKLOADS",
+    "ComputeParameters",
+    "Workload",
+    "as_host",
+    "workload_for",
+]
