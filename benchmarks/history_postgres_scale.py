@@ -15,13 +15,22 @@ their index rows (records, 40 trials, 8 summaries each; trials by COPY). Then me
 - ``history list`` (``--limit 50``, ``--group KEY --limit 50``, and all records) and
   ``compare --baseline`` in-process (``harness.cli.main``, output to /dev/null),
   median of 5, and once each in a fresh process;
-- ``harness history head`` and ``harness history verify`` on the URL (fresh processes);
-- ``harness render index --out DIR --history-url`` (fresh process; ``--render-timeout``
-  seconds at most, reported as not finished past it).
+- ``harness history head`` and ``harness history verify`` on the URL (fresh processes;
+  verify's peak RSS too);
+- ``harness render index --out DIR --history-url`` into a new folder (fresh process;
+  ``--render-timeout`` seconds at most, reported as not finished past it), then, for each
+  N of ``--rerender``, N more reports registered and the same folder rendered again
+  (incremental: only what was registered since is fetched and drawn).
+
+``--only`` picks phases (register, list, verify, render); ``--url URL --reuse``
+measures a database an earlier run filled (no init-db, no fill), so repeated
+measurements need not refill it.
 
 Usage::
 
     python benchmarks/history_postgres_scale.py --records 100000 --work /tmp/pg-bench
+    python benchmarks/history_postgres_scale.py --records 100000 --work /tmp/pg-bench2 \
+        --url 'postgresql+psycopg://harness@/bench?host=/tmp/pg-bench' --reuse --only render
 """
 
 from __future__ import annotations
@@ -165,18 +174,41 @@ def fill(url: str, records: int, batch: int = 1000) -> float:
     return time.perf_counter() - start
 
 
+#: Peak resident memory (MB) of the last command run by :func:`_cli`.
+PEAK_RSS_MB = {"last": None}
+
+
 def _cli(
     *args: str, timeout: float | None = None
 ) -> tuple[float, subprocess.CompletedProcess | None]:
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-            timeout=timeout,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return time.perf_counter() - start, None
-    return time.perf_counter() - start, done
+    """Run ``python -m harness ARGS`` in a fresh process: (seconds, the completed process,
+    or None past ``timeout``); its peak RSS in ``PEAK_RSS_MB["last"]`` (from wait4)."""
+    import tempfile
+
+    argv = [sys.executable, "-m", "harness", *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=out, stderr=err)
+        deadline = None if timeout is None else start + timeout
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                process.kill()
+                os.wait4(process.pid, 0)
+                process.returncode = -9
+                return time.perf_counter() - start, None
+            time.sleep(0.05)
+        seconds = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        PEAK_RSS_MB["last"] = usage.ru_maxrss // 1024
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(
+            argv, process.returncode, out.read().decode(), err.read().decode()
+        )
+    return seconds, done
 
 
 def _in_process(args: list[str], repeat: int = 5) -> tuple[float, int]:
@@ -201,13 +233,29 @@ def main() -> int:
     parser.add_argument("--url", help="an existing, empty database (skips the server start)")
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--render-timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --url: the database was filled by an earlier run (no init-db, no fill)",
+    )
+    parser.add_argument(
+        "--only",
+        default="register,list,verify,render",
+        help="phases to measure, comma-separated (default: all of register,list,verify,render)",
+    )
+    parser.add_argument(
+        "--rerender",
+        default="0,1,100",
+        help="after the first render: register this many more reports, then render the "
+        "same folder again, for each number in turn (default 0,1,100)",
+    )
     args = parser.parse_args()
+    phases = set(args.only.split(","))
+    if args.reuse and args.url is None:
+        parser.error("--reuse needs --url")
+    args.work.mkdir(parents=True, exist_ok=True)
 
-    from sqlalchemy import create_engine
-
-    from harness.history.postgres import PostgresStore
     from harness.history.remote import init_database
-    from harness.history.store import prepare_report
 
     stop = None
     url = args.url
@@ -221,80 +269,130 @@ def main() -> int:
         (args.work / "results.json").write_text(json.dumps(results, indent=2))
 
     try:
-        init_database(url)
-        note("fill_s", round(fill(url, args.records), 1))
+        if not args.reuse:
+            init_database(url)
+            note("fill_s", round(fill(url, args.records), 1))
         templates = _templates()
-        store = PostgresStore(create_engine(url, pool_pre_ping=True))
-        times = []
-        for number in range(args.repeat):
-            _doc, data = _unique(templates, 10**6 + number)
-            start = time.perf_counter()
-            store.register(data, source="one-more.json", registered_utc="2026-12-01T00:00:00Z")
-            times.append(time.perf_counter() - start)
-        validation, transaction = [], []
-        for number in range(args.repeat):
-            data = _unique(templates, 3 * 10**6 + number)[1]
-            start = time.perf_counter()
-            prepared = prepare_report(data, name="prepared.json")
-            validation.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            store.register(data, source="prepared.json",
-                           registered_utc="2026-12-01T00:00:00Z", prepared=prepared)  # fmt: skip
-            transaction.append(time.perf_counter() - start)
-        note("validation_median_ms", round(statistics.median(validation) * 1000, 1))
-        note("register_prepared_median_ms", round(statistics.median(transaction) * 1000, 1))
-        store.engine.dispose()
-        note("register_in_process_median_ms", round(statistics.median(times) * 1000, 1))
-        note("register_in_process_min_max_ms",
-             [round(min(times) * 1000, 1), round(max(times) * 1000, 1)])  # fmt: skip
-        report = args.work / "one-more.json"
-        cli_register = []
-        for number in range(5):
-            report.write_bytes(_unique(templates, 2 * 10**6 + number)[1])
-            seconds, done = _cli("history", "register", str(report), "--history-url", url)
-            assert done.returncode == 0, done.stderr
-            cli_register.append(seconds)
-        note("register_cli_median_s", round(statistics.median(cli_register), 2))
-        from harness.history.records import sha256_bytes
-
-        base = sha256_bytes(_unique(templates, 0)[1])[:12]
-        candidate = sha256_bytes(_unique(templates, 4 * (args.records // 4 - 1))[1])[:12]
-        key = f"--group={_group_key(url)}"
-        for name, command in (
-            ("list_limit50", ["history", "list", "--limit", "50"]),
-            ("list_group_limit50", ["history", "list", key, "--limit", "50"]),
-            ("list_all", ["history", "list"]),
-            ("compare_baseline", ["compare", candidate, "--baseline", base, "--format", "json"]),
-            ("compare_baseline_newest", ["compare", "--baseline", base, "--format", "json"]),
-        ):
-            seconds, code = _in_process([*command, "--history-url", url])
-            note(f"{name}_in_process_median_ms", [round(seconds * 1000, 1), f"exit {code}"])
-            cli_s, done = _cli(*command, "--history-url", url)
-            note(f"{name}_cli_s", [round(cli_s, 2), f"exit {done.returncode}"])
-        head_s, done = _cli("history", "head", "--history-url", url)
-        assert done.returncode == 0, done.stderr
-        note("head_cli_s", round(head_s, 2))
-        verify_s, done = _cli("history", "verify", "--history-url", url)
-        assert done.returncode == 0, done.stdout + done.stderr
-        note("verify_cli_s", round(verify_s, 1))
-        note("verify_summary", done.stdout.strip().splitlines()[-1])
-        out = args.work / "dashboard"
-        render_s, done = _cli("render", "index", "--out", str(out), "--history-url", url,
-                              timeout=args.render_timeout)  # fmt: skip
-        if done is None:
-            pages = len(list((out / "dashboard" / "records").glob("*.html")))
-            records = sum(1 for _ in (out / "records").rglob("*.json"))
-            note("render_index_cli_s",
-                 f"not finished after {render_s:.0f} s ({records} records exported, "
-                 f"{pages} record pages in the final folder)")  # fmt: skip
-        else:
+        if "register" in phases:
+            _measure_registration(url, templates, args, note)
+        if "list" in phases:
+            _measure_lookups(url, templates, args, note)
+        if "verify" in phases:
+            verify_s, done = _cli("history", "verify", "--history-url", url)
             assert done.returncode == 0, done.stdout + done.stderr
-            note("render_index_cli_s", round(render_s, 1))
+            note("verify_cli_s", round(verify_s, 1))
+            note("verify_peak_rss_mb", PEAK_RSS_MB["last"])
+            note("verify_summary", done.stdout.strip().splitlines()[-1])
+        if "render" in phases:
+            _measure_render(url, templates, args, note)
     finally:
         if stop is not None:
             stop()
     print(json.dumps(results, indent=2))
     return 0
+
+
+def _measure_registration(url: str, templates: list[dict], args, note) -> None:
+    from sqlalchemy import create_engine
+
+    from harness.history.postgres import PostgresStore
+    from harness.history.store import prepare_report
+
+    store = PostgresStore(create_engine(url, pool_pre_ping=True))
+    times = []
+    for number in range(args.repeat):
+        _doc, data = _unique(templates, 10**6 + number)
+        start = time.perf_counter()
+        store.register(data, source="one-more.json", registered_utc="2026-12-01T00:00:00Z")
+        times.append(time.perf_counter() - start)
+    validation, transaction = [], []
+    for number in range(args.repeat):
+        data = _unique(templates, 3 * 10**6 + number)[1]
+        start = time.perf_counter()
+        prepared = prepare_report(data, name="prepared.json")
+        validation.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        store.register(data, source="prepared.json",
+                       registered_utc="2026-12-01T00:00:00Z", prepared=prepared)  # fmt: skip
+        transaction.append(time.perf_counter() - start)
+    note("validation_median_ms", round(statistics.median(validation) * 1000, 1))
+    note("register_prepared_median_ms", round(statistics.median(transaction) * 1000, 1))
+    store.engine.dispose()
+    note("register_in_process_median_ms", round(statistics.median(times) * 1000, 1))
+    note("register_in_process_min_max_ms",
+         [round(min(times) * 1000, 1), round(max(times) * 1000, 1)])  # fmt: skip
+    report = args.work / "one-more.json"
+    cli_register = []
+    for number in range(5):
+        report.write_bytes(_unique(templates, 2 * 10**6 + number)[1])
+        seconds, done = _cli("history", "register", str(report), "--history-url", url)
+        assert done.returncode == 0, done.stderr
+        cli_register.append(seconds)
+    note("register_cli_median_s", round(statistics.median(cli_register), 2))
+
+
+def _measure_lookups(url: str, templates: list[dict], args, note) -> None:
+    from harness.history.records import sha256_bytes
+
+    base = sha256_bytes(_unique(templates, 0)[1])[:12]
+    candidate = sha256_bytes(_unique(templates, 4 * (args.records // 4 - 1))[1])[:12]
+    key = f"--group={_group_key(url)}"
+    for name, command in (
+        ("list_limit50", ["history", "list", "--limit", "50"]),
+        ("list_group_limit50", ["history", "list", key, "--limit", "50"]),
+        ("list_all", ["history", "list"]),
+        ("compare_baseline", ["compare", candidate, "--baseline", base, "--format", "json"]),
+        ("compare_baseline_newest", ["compare", "--baseline", base, "--format", "json"]),
+    ):
+        seconds, code = _in_process([*command, "--history-url", url])
+        note(f"{name}_in_process_median_ms", [round(seconds * 1000, 1), f"exit {code}"])
+        cli_s, done = _cli(*command, "--history-url", url)
+        note(f"{name}_cli_s", [round(cli_s, 2), f"exit {done.returncode}"])
+    head_s, done = _cli("history", "head", "--history-url", url)
+    assert done.returncode == 0, done.stderr
+    note("head_cli_s", round(head_s, 2))
+
+
+def _measure_render(url: str, templates: list[dict], args, note) -> None:
+    """A first render into a new folder, then re-renders of the same folder after
+    registering more reports (``--rerender``), each in a fresh process."""
+    from sqlalchemy import create_engine
+
+    from harness.history.postgres import PostgresStore
+
+    out = args.work / "dashboard"
+    if out.exists():
+        shutil.rmtree(out)
+    command = ("render", "index", "--out", str(out), "--history-url", url,
+               "--git-repo", str(args.work))  # fmt: skip
+    render_s, done = _cli(*command, timeout=args.render_timeout)
+    if done is None:
+        pages = len(list((out / "dashboard" / "records").glob("*.html")))
+        records = sum(1 for _ in (out / "records").rglob("*.json"))
+        note("render_index_cli_s",
+             f"not finished after {render_s:.0f} s ({records} records exported, "
+             f"{pages} record pages in the final folder)")  # fmt: skip
+        return
+    assert done.returncode == 0, done.stdout + done.stderr
+    note("render_index_cli_s", round(render_s, 1))
+    note("render_index_peak_rss_mb", PEAK_RSS_MB["last"])
+    store = PostgresStore(create_engine(url, pool_pre_ping=True))
+    number = 5 * 10**6 + 1000 * (int(time.time()) % 10**5)  # new reports in every run
+    try:
+        for count in (int(n) for n in args.rerender.split(",") if n):
+            for _ in range(count):
+                number += 1
+                data = _unique(templates, number)[1]
+                store.register(data, source="more.json", registered_utc="2026-12-01T00:00:00Z")
+            again_s, done = _cli(*command, timeout=args.render_timeout)
+            if done is None:
+                note(f"rerender_after_{count}_cli_s", f"not finished after {again_s:.0f} s")
+                continue
+            assert done.returncode == 0 and "note:" not in done.stderr, done.stdout + done.stderr
+            note(f"rerender_after_{count}_cli_s", round(again_s, 1))
+            note(f"rerender_after_{count}_says", done.stdout.strip().splitlines()[-1][:120])
+    finally:
+        store.engine.dispose()
 
 
 def _group_key(url: str) -> str:

@@ -7,6 +7,8 @@ work straight from ``file://``; serving is only a convenience).
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from harness.errors import EXIT_OK, UsageError
@@ -62,36 +64,123 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError("render needs a subcommand: index")
 
 
-def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: str) -> None:
-    """The dashboard of a history on a server, rendered into ``out`` from one snapshot of
-    its records, journal and index (:func:`harness.history.remote.snapshot_for_render`)."""
-    import tempfile
+#: The ``index_meta`` key, in a server render's snapshot, of the options it was rendered
+#: with: whether plots were drawn, and a digest of the git order of records.
+_META_RENDER_OPTIONS = "render.options"
+#: Seconds to wait for another render into the same folder.
+_RENDER_LOCK_TIMEOUT = 600.0
+
+
+def _render_options(plots: str, repository: Path) -> dict:
+    from harness.history.records import sha256_bytes
+    from harness.render.keys import git_positions
+
+    order = json.dumps(sorted(git_positions(repository).items())).encode("ascii")
+    return {"plots": plots != "none", "git_order": sha256_bytes(order)}
+
+
+def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: str) -> str:
+    """The dashboard of a history on a server, rendered into ``out`` from a snapshot of
+    its records, journal and index that ``out`` keeps (:mod:`harness.history.snapshot`).
+
+    A folder rendered from the same server before is brought up to date: only what was
+    registered since is fetched, and only what it changed is drawn again
+    (:func:`harness.render.update.render_increment`); the result is the folder a whole
+    render gives. When the folder's copy no longer matches the server (its journal does
+    not extend the held one, its index was rebuilt, a file was edited, the options
+    differ), everything is fetched and drawn again, and a note says why. What was done,
+    as a line for the user.
+    """
+    from filelock import FileLock, Timeout
 
     from harness.commands.history import url_store
-    from harness.history.index_db import forget_index, open_index
-    from harness.history.remote import snapshot_for_render
+    from harness.errors import HistoryError
+    from harness.fsio import ensure_dir
+    from harness.history.index_db import forget_index, open_index, read_meta_json, write_meta
+    from harness.history.layout import HistoryLayout
+    from harness.history.snapshot import (
+        Stale,
+        mark_complete,
+        snapshot_path,
+        take_snapshot,
+        update_snapshot,
+    )
     from harness.render import render_all
+    from harness.render.update import render_increment
 
-    with tempfile.TemporaryDirectory(prefix="harness-render-") as temp:
-        index_path = Path(temp) / "index.sqlite"
+    repository = Path(args.git_repo)
+    index_path = snapshot_path(out)
+    ensure_dir(index_path.parent, step="creating the render snapshot folder")
+    lock = FileLock(str(index_path.parent / "lock"), timeout=_RENDER_LOCK_TIMEOUT)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise HistoryError(
+            f"{out}: another render into this folder has held it for "
+            f"{_RENDER_LOCK_TIMEOUT:.0f} s; try again when it is done"
+        ) from None
+    try:
+        options = _render_options(plots, repository)
+        rendered_before = index_path.exists()
         with url_store(url) as store:
-            layout = snapshot_for_render(store, out, index_path)
+            update = update_snapshot(store, out) if rendered_before else Stale("first render")
+            if not isinstance(update, Stale):
+                engine = open_index(index_path, create=False)
+                try:
+                    with engine.connect() as connection:
+                        held = read_meta_json(connection, _META_RENDER_OPTIONS)
+                finally:
+                    engine.dispose()
+                    forget_index(index_path)
+                if held is None or held["plots"] != options["plots"]:
+                    update = Stale(f"{out} was rendered with other options (plots or not)")
+            if isinstance(update, Stale):
+                if rendered_before:
+                    print(f"note: {out}: rendering everything again: {update.reason}",
+                          file=sys.stderr)  # fmt: skip
+                take_snapshot(store, out, prune=rendered_before)
+        layout = HistoryLayout.at(out)
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
             # index --full --all-plots` draws in a folder with the same records, change
-            # points detected, with its bookkeeping in the snapshot, thrown away after
-            render_all(
-                layout,
-                engine,
-                out=None,
-                plots="none" if plots == "none" else "all",
-                full=True,
-                repository=Path(args.git_repo),
-            )
+            # points detected, with its bookkeeping in the snapshot
+            if isinstance(update, Stale):
+                render_all(
+                    layout,
+                    engine,
+                    out=None,
+                    plots="none" if plots == "none" else "all",
+                    full=True,
+                    repository=repository,
+                )
+                done = "rendered every record"
+            else:
+                render_increment(
+                    layout,
+                    engine,
+                    new_seqs=update.new_seqs,
+                    new_shas=update.new_shas,
+                    draw_keys=options["plots"],
+                    redraw_all_keys=held["git_order"] != options["git_order"],
+                    repository=repository,
+                )
+                for path in update.repaired:
+                    print(f"note: {path}: not the server's bytes; written again",
+                          file=sys.stderr)  # fmt: skip
+                done = (
+                    f"{len(update.new_seqs)} records new since the last render; rendered "
+                    "what they changed"
+                )
+            with engine.begin() as connection:
+                write_meta(connection, _META_RENDER_OPTIONS, json.dumps(options))
         finally:
             engine.dispose()
             forget_index(index_path)
+        mark_complete(index_path)
+    finally:
+        lock.release()
+    return done
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,8 +199,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("render index --history-url needs --out DIR (where to render)")
         if (out / "history.json").exists():
             raise UsageError(f"--out {out} is a history folder; render a server into a new folder")
-        _render_from_server(url, out, args, plots)
-        print(f"rendered {out}; open {out / 'index.html'}")
+        done = _render_from_server(url, out, args, plots)
+        print(f"rendered {out} ({done}); open {out / 'index.html'}")
         if args.serve:
             serve(out, args.port)
         return EXIT_OK

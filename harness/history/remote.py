@@ -11,13 +11,13 @@ rules of :mod:`harness.history.postgres`) and the index (the folder's SQLAlchemy
 so ``list``, ``show``, ``changes``, ``compare`` and ``render index --out`` read it as
 they read a folder: :func:`load_server_report` is the server's twin of
 :func:`harness.history.lookup.load_report`, :func:`iter_server_reports` of the folder's
-record scan, and :func:`export_for_render` writes the records and journal the renderer
-reads into the output folder.
+record scan; :mod:`harness.history.snapshot` copies what the renderer reads into the
+output folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,6 +291,15 @@ def pull(
     )
 
 
+def _indexed(sha256):
+    """``EXISTS`` an index row for the record ``sha256``: an anti-join when negated
+    (``NOT IN`` a subquery is not: past ``work_mem`` PostgreSQL rescans the subquery for
+    every record, which took minutes at 100,000 records)."""
+    from sqlalchemy import exists
+
+    return exists().where(RecordRow.sha256 == sha256)
+
+
 def index_unindexed(engine) -> int:
     """Index every stored record the index lacks, in journal order (a database set up
     before the index was on the server, or a record stored by hand); how many."""
@@ -302,7 +311,6 @@ def index_unindexed(engine) -> int:
     count = 0
     with engine.begin() as connection:
         connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
-        indexed = select(RecordRow.sha256)
         order = (
             select(journal_table.c.sha256, func.min(journal_table.c.seq).label("first"))
             .group_by(journal_table.c.sha256)
@@ -311,7 +319,7 @@ def index_unindexed(engine) -> int:
         rows = connection.execute(
             select(records_table.c.sha256, records_table.c.data)
             .join(order, order.c.sha256 == records_table.c.sha256, isouter=True)
-            .where(records_table.c.sha256.not_in(indexed))
+            .where(~_indexed(records_table.c.sha256))
             .order_by(order.c.first, records_table.c.sha256)
         ).all()
         for sha256, data in rows:
@@ -531,82 +539,104 @@ def iter_server_reports(store: PostgresStore):
                 continue
 
 
-#: Rows per batch when copying the server's index into a SQLite snapshot.
-_SNAPSHOT_BATCH = 20_000
+#: Rows fetched per round trip by the streamed index check's server-side cursors:
+#: trials and summaries rows, and records rows (each with its record's bytes).
+_CHECK_BATCH = 5_000
+_CHECK_RECORD_BATCH = 500
 
 
-def snapshot_for_render(store: PostgresStore, folder: Path, index_path: Path) -> HistoryLayout:
-    """What the renderer reads from a history folder, taken from the server in one
-    consistent snapshot (a REPEATABLE READ transaction: registrations by other hosts
-    meanwhile are not half-seen):
+def _iter_groups(cursor) -> Iterator[tuple[int, list[tuple]]]:
+    """(record_seq, [value tuples]) from a cursor of (record_seq, values...) rows in
+    (record_seq, id) order: one record's rows at a time."""
+    seq, group = None, []
+    for row in cursor:
+        if row[0] != seq:
+            if seq is not None:
+                yield seq, group
+            seq, group = row[0], []
+        group.append(row[1:])
+    if seq is not None:
+        yield seq, group
 
-    - the records (hash-checked), as ``folder/records/sha256/ab/<hex>.json``: the
-      dashboard's record pages link them, so the rendered folder stands alone; a file
-      already there with the right bytes is kept;
-    - the journal, as ``folder/journal.jsonl`` (its head is shown on the pages);
-    - the index, copied into a new SQLite index at ``index_path`` (the same models):
-      the renderer's bulk queries read SQLite through its DB-API cursor, and a copy
-      gives them the rows exactly as a folder's index holds them.
-    """
-    import os
-    import sqlite3
 
-    from sqlalchemy import select
+class _Grouped:
+    """One per-record table (trials or summaries) read in record_seq order beside the
+    records: :meth:`take` gives a record's rows and notes the seqs skipped on the way
+    (rows of no records row)."""
 
-    from harness.fsio import replace_file
-    from harness.history.index_db import IndexMetaRow, forget_index, open_index
+    def __init__(self, cursor) -> None:
+        self._groups = _iter_groups(cursor)
+        self._next = next(self._groups, None)
+        self.orphans: list[int] = []
 
-    layout = HistoryLayout.at(folder)
-    where = server_name(store.engine.url)
-    open_index(index_path).dispose()  # the models' tables, stamped at the head revision
-    forget_index(index_path)
-    with (
-        server_step(store.engine, "reading the history to render"),
-        store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
-        connection.begin(),
-    ):
-        rows = connection.execution_options(yield_per=500).execute(
-            select(records_table.c.sha256, records_table.c.data)
-        )
-        for sha256, data in rows:
-            data = _checked(sha256, bytes(data), where)
-            path = layout.record_path(sha256)
+    def take(self, seq: int) -> list[tuple]:
+        while self._next is not None and self._next[0] < seq:
+            self.orphans.append(self._next[0])
+            self._next = next(self._groups, None)
+        if self._next is not None and self._next[0] == seq:
+            rows = self._next[1]
+            self._next = next(self._groups, None)
+            return rows
+        return []
+
+    def finish(self) -> list[int]:
+        while self._next is not None:
+            self.orphans.append(self._next[0])
+            self._next = next(self._groups, None)
+        return self.orphans
+
+
+_DONE = object()
+
+
+def _prefetched(items: Iterator, *, batch: int = 100, depth: int = 16) -> Iterator:
+    """The items of ``items``, produced by a background thread in batches: reading the
+    server (whose own work runs on another core meanwhile) overlaps the caller's work on
+    the items. An exception of the producer is raised here; when the caller stops
+    early, the producer stops at its next batch."""
+    import queue
+    import threading
+
+    handoff: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(value) -> bool:
+        while not stop.is_set():
             try:
-                if path.stat().st_size == len(data) and path.read_bytes() == data:
-                    continue
-            except FileNotFoundError:
-                pass
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_name(f".{path.name}.{os.getpid()}")
-            temp.write_bytes(data)
-            os.replace(temp, path)
-        lines = connection.execute(
-            select(journal_table.c.line).order_by(journal_table.c.seq)
-        ).scalars()
-        replace_file(
-            layout.journal,
-            b"".join(bytes(line) for line in lines),
-            step="writing the journal to render",
-        )
-        target = sqlite3.connect(index_path)
+                handoff.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        chunk = []
         try:
-            target.execute("DELETE FROM index_meta")
-            for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
-                table = model.__table__
-                names = [column.name for column in table.columns]
-                statement = (
-                    f"INSERT INTO {table.name} ({', '.join(names)}) "
-                    f"VALUES ({', '.join('?' * len(names))})"
-                )
-                result = connection.execution_options(yield_per=_SNAPSHOT_BATCH).execute(
-                    select(*table.columns).order_by(*table.primary_key.columns)
-                )
-                for batch in result.partitions():
-                    target.executemany(statement, [tuple(row) for row in batch])
-            target.commit()
-        finally:
-            target.close()
-    return layout
+            for item in items:
+                chunk.append(item)
+                if len(chunk) >= batch:
+                    if not put(chunk):
+                        return
+                    chunk = []
+            if chunk and not put(chunk):
+                return
+            put(_DONE)
+        except BaseException as exc:  # handed to the caller, raised there
+            put(exc)
+
+    thread = threading.Thread(target=produce, name="harness-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            chunk = handoff.get()
+            if chunk is _DONE:
+                return
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield from chunk
+    finally:
+        stop.set()
+        thread.join()
 
 
 def check_server_index(store: PostgresStore) -> list[str]:
@@ -615,13 +645,24 @@ def check_server_index(store: PostgresStore) -> list[str]:
     stored record indexed once, no row for a record the server does not hold (the
     folder verify's set checks), and each sound record's records, trials and summaries
     rows equal to what its bytes give (the folder verify's content check, with its
-    derivation: :func:`harness.history.verify.entry_of_record`). Records streamed."""
+    derivation: :func:`harness.history.verify.entry_of_record`).
+
+    Streamed, so memory stays flat at any size: the records rows (each joined with its
+    record's bytes), the trials and the summaries are read through three server-side
+    cursors in record seq order and merged, one record at a time, by a background
+    thread while this one derives and compares the rows; only the problems found are
+    kept.
+    """
+    from psycopg.rows import namedtuple_row
     from sqlalchemy import func, select
 
     from harness.history.entries import SUMMARY_FIELDS, TRIAL_FIELDS
-    from harness.history.verify import entry_of_record, index_row_differences, rows_by_seq
+    from harness.history.verify import entry_of_record, index_row_differences
 
     problems: list[str] = []
+    mismatched: dict[str, list[str]] = {}
+    unparsed: list[str] = []
+    missing: list[str] = []
     with (
         server_step(store.engine, "checking the index"),
         store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
@@ -634,48 +675,80 @@ def check_server_index(store: PostgresStore) -> list[str]:
             .order_by(RecordRow.sha256)
         ).all()
         problems += [f"index row {sha}: {count} rows for one record" for sha, count in duplicates]
-        rows = {row.sha256: row for row in connection.execute(select(RecordRow.__table__))}
-        trials_by_seq = rows_by_seq(connection, TrialRow, TRIAL_FIELDS)
-        summaries_by_seq = rows_by_seq(connection, SummaryRow, SUMMARY_FIELDS)
-        seqs = {row.seq for row in rows.values()}
-        for what, grouped in (("trial", trials_by_seq), ("summary", summaries_by_seq)):
-            problems += [
-                f"index {what} rows of seq {seq}: no records row (added by hand?)"
-                for seq in sorted(set(grouped) - seqs)
-            ]
-        stored = set()
-        mismatched = []
-        records = connection.execution_options(yield_per=500).execute(
-            select(records_table.c.sha256, records_table.c.data)
+        unindexed = list(
+            connection.execute(
+                select(records_table.c.sha256)
+                .where(~_indexed(records_table.c.sha256))
+                .order_by(records_table.c.sha256)
+            ).scalars()
         )
-        for sha256, data in records:
-            stored.add(sha256)
-            row = rows.get(sha256)
-            data = bytes(data)
-            if row is None or sha256_bytes(data) != sha256:
-                continue  # unindexed: below; tampered: the store's check reports it
-            try:
-                entry = entry_of_record(data, sha256=sha256, path=record_relpath(sha256))
-            except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
-                problems.append(f"record {sha256}: hash matches but it does not parse: {exc}")
-                continue
-            differing = index_row_differences(
-                entry, row, trials_by_seq.get(row.seq, []), summaries_by_seq.get(row.seq, [])
+        # psycopg's named (server-side) cursors, all three open in this transaction
+        driver = connection.connection.driver_connection
+        cursors = []
+        try:
+            grouped = []
+            for name, table, fields in (
+                ("check_trials", TrialRow.__tablename__, TRIAL_FIELDS),
+                ("check_summaries", SummaryRow.__tablename__, SUMMARY_FIELDS),
+            ):
+                cursor = driver.cursor(name=name)
+                cursor.itersize = _CHECK_BATCH
+                columns = ", ".join(f'"{field}"' for field in fields)
+                cursor.execute(f"SELECT record_seq, {columns} FROM {table} ORDER BY record_seq, id")
+                cursors.append(cursor)
+                grouped.append(_Grouped(cursor))
+            trials, summaries = grouped
+            rows = driver.cursor(name="check_records", row_factory=namedtuple_row)
+            rows.itersize = _CHECK_RECORD_BATCH
+            cursors.append(rows)
+            rows.execute(
+                f"SELECT r.*, e.data AS record_data FROM {RecordRow.__tablename__} r "
+                f"LEFT JOIN {records_table.name} e ON e.sha256 = r.sha256 ORDER BY r.seq"
             )
-            if differing:
-                mismatched.append((sha256, differing))
+            orphans = []
+
+            def merged() -> Iterator[tuple]:
+                for row in rows:
+                    yield row, trials.take(row.seq), summaries.take(row.seq)
+                orphans.extend((("trial", trials.finish()), ("summary", summaries.finish())))
+
+            # the server's reading in a thread, the rows' derivation here, on two cores
+            for row, row_trials, row_summaries in _prefetched(merged()):
+                sha256 = row.sha256
+                if row.record_data is None:
+                    missing.append(sha256)
+                    continue
+                data = bytes(row.record_data)
+                if sha256_bytes(data) != sha256:
+                    continue  # tampered: the store's check reports it
+                try:
+                    entry = entry_of_record(data, sha256=sha256, path=record_relpath(sha256))
+                except (ReportValidationError, KeyError, TypeError, ValueError) as exc:
+                    unparsed.append(f"record {sha256}: hash matches but it does not parse: {exc}")
+                    continue
+                differing = index_row_differences(entry, row, row_trials, row_summaries)
+                if differing:
+                    mismatched.setdefault(sha256, differing)
+        finally:
+            for cursor in cursors:
+                cursor.close()
+    for what, seqs in orphans:
+        problems += [
+            f"index {what} rows of seq {seq}: no records row (added by hand?)"
+            for seq in sorted(seqs)
+        ]
+    problems += unparsed
     problems += [
         f"index row {sha}: differs from its record in {', '.join(differing)} (run "
         "`harness history rebuild --history-url URL` as its owner)"
-        for sha, differing in sorted(mismatched)
+        for sha, differing in sorted(mismatched.items())
     ]
-    indexed = set(rows)
     problems += [
         f"index row {sha}: no such record on the server (added to the index by hand?)"
-        for sha in sorted(indexed - stored)
+        for sha in sorted(set(missing))
     ]
     problems += [
         f"record {sha}: not in the index (run `harness history init-db URL` as its owner)"
-        for sha in sorted(stored - indexed)
+        for sha in unindexed
     ]
     return problems

@@ -56,7 +56,7 @@ def update_index_json(
     newest = max_seq(connection)
     tail = _index_json_tail(head)
     if (
-        appendable(state, size, new_seqs, newest)
+        appendable(connection, state, size, new_seqs, newest)
         and size > len(_index_json_head()) + _INDEX_JSON_TAIL_LENGTH
     ):
         entries = connection.execute(

@@ -287,6 +287,11 @@ class RecordPages:
             shutil.rmtree(self._fresh, ignore_errors=True)
 
 
+#: Up to this many seqs are selected by an IN list; more are filtered while reading
+#: (SQLite caps a statement's parameters, at 32,766 in recent versions).
+_IN_LIST_SEQS = 1000
+
+
 def start_record_pages(
     connection: Connection,
     layout: HistoryLayout,
@@ -304,10 +309,15 @@ def start_record_pages(
     than building it). When the record folder does not exist yet, the pages go into a
     fresh folder that is moved into place at the end, so none is ever half-written.
     """
-    query = select(RecordRow.sha256, RecordRow.comparison_key).order_by(RecordRow.seq)
-    if seqs is not None:
-        query = query.where(RecordRow.seq.in_(list(seqs)))
-    rows = [tuple(row) for row in connection.execute(query)]
+    query = select(RecordRow.seq, RecordRow.sha256, RecordRow.comparison_key)
+    wanted = None if seqs is None else set(seqs)
+    if wanted is not None and len(wanted) <= _IN_LIST_SEQS:
+        query = query.where(RecordRow.seq.in_(sorted(wanted)))
+    rows = [
+        (sha256, key)
+        for seq, sha256, key in connection.execute(query.order_by(RecordRow.seq))
+        if wanted is None or seq in wanted
+    ]
     folder = targets.record_page("x").parent
     if not folder.exists():
         mode = "new"

@@ -61,15 +61,18 @@ def max_seq(connection: Connection) -> int:
     return connection.execute(select(func.max(RecordRow.seq))).scalar() or 0
 
 
-def appendable(state: Any, size: int, new_seqs: list[int], newest: int) -> bool:
-    """True when a file holds exactly what was rendered up to the seq before ``new_seqs``."""
-    return bool(
-        new_seqs
-        and state is not None
-        and state.get("bytes") == size
-        and state.get("seq") == min(new_seqs) - 1
-        and max(new_seqs) == newest
-    )
+def appendable(
+    connection: Connection, state: Any, size: int, new_seqs: list[int], newest: int
+) -> bool:
+    """True when a file holds exactly what was rendered up to the seq before ``new_seqs``
+    (the largest one below them: a server's seqs may have gaps, a registration that
+    failed there used one up)."""
+    if not (new_seqs and state is not None and state.get("bytes") == size):
+        return False
+    before = connection.execute(
+        select(func.max(RecordRow.seq)).where(RecordRow.seq < min(new_seqs))
+    ).scalar()
+    return state.get("seq") == (before or 0) and max(new_seqs) == newest
 
 
 def all_keys(connection: Connection) -> list[str]:

@@ -114,7 +114,7 @@ def update_timings_csv(connection: Connection, path: Path, new_seqs: list[int]) 
     state = read_meta_json(connection, META_TIMINGS)
     size = path.stat().st_size if path.exists() else -1
     newest = max_seq(connection)
-    if appendable(state, size, new_seqs, newest):
+    if appendable(connection, state, size, new_seqs, newest):
         data = timings_csv_text(_timings_rows(connection, min_seq=min(new_seqs)), header=False)
         with open(path, "ab") as handle:
             handle.write(data)

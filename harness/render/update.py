@@ -125,6 +125,75 @@ def render_after_registration(
         _write_index_pages(connection, targets, head)
 
 
+def render_increment(
+    layout: HistoryLayout,
+    engine: Engine,
+    *,
+    new_seqs: list[int],
+    new_shas: set[str],
+    draw_keys: bool = True,
+    redraw_all_keys: bool = False,
+    repository: Path | None = None,
+) -> None:
+    """Bring a rendered folder that plays the history (a server's dashboard, rendered
+    from the folder's snapshot) up to date after ``new_seqs`` were added to its index and
+    the records ``new_shas`` to its folder: the result is the folder :func:`render_all`
+    (``plots="all"``, ``full=True``) draws from the same state, without redrawing what did
+    not change.
+
+    Redrawn: the pages of the new records and of the records whose declared baseline
+    is new (a page compares a record with its baseline when that is present), the
+    plots and key pages of the keys that gained records (all keys with
+    ``redraw_all_keys``: the git order of records changed), with change points
+    detected again; index.json and timings.csv gain the new rows; README and the
+    overview are redrawn. Without ``draw_keys`` no plot or key page is drawn (as
+    ``render_all(plots="none")``).
+    """
+    targets = RenderTargets(layout.root)
+    head = journal_head(layout)
+    with engine.begin() as connection:
+        write_assets(targets)
+        pages = set(new_seqs)
+        if new_shas:  # few declare a baseline: read those, keep the ones that are new
+            pages.update(
+                seq
+                for seq, baseline in connection.execute(
+                    select(RecordRow.seq, RecordRow.baseline_sha256).where(
+                        RecordRow.baseline_sha256.is_not(None)
+                    )
+                )
+                if baseline in new_shas
+            )
+        write_record_pages(connection, layout, targets, sorted(pages), rewrite=True)
+        if not draw_keys:
+            keys = set()
+        elif redraw_all_keys:
+            keys = set(all_keys(connection))
+        elif new_seqs:  # every row from the first new one is new (the index only grows)
+            keys = set(
+                connection.execute(
+                    select(RecordRow.comparison_key)
+                    .where(RecordRow.seq >= min(new_seqs))
+                    .distinct()
+                ).scalars()
+            )
+        else:
+            keys = set()
+        if keys:
+            positions = git_positions(repository or default_repository())
+            _render_keys(
+                connection,
+                targets,
+                keys,
+                record_state=True,
+                positions=positions,
+                detect_changes=True,
+            )
+        update_timings_csv(connection, targets.timings_csv, new_seqs)
+        update_index_json(connection, targets.index_json, new_seqs, head)
+        _write_index_pages(connection, targets, head)
+
+
 def render_all(
     layout: HistoryLayout,
     engine: Engine,

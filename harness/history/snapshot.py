@@ -1,0 +1,494 @@
+"""A rendered folder's copy of a server's history (``render index --out DIR --history-url``).
+
+The dashboard of a server is rendered from a local copy of what the renderer reads in
+a history folder, and the folder keeps that copy, so that the next render fetches only
+what was registered since (``docs/postgres.md``, "Rendering a server's dashboard"):
+
+- the records, as ``DIR/records/sha256/ab/<hex>.json`` (the record pages link them);
+- the journal, as ``DIR/journal.jsonl`` (its head is shown on the pages);
+- the index, as a SQLite index at ``DIR/.harness-render/index.sqlite`` (the same
+  models; the renderer's bookkeeping lives there too), whose ``index_meta`` row
+  ``render.source`` (:class:`SnapshotSource`) says which server it was taken from and
+  how far: the journal's last held line (seq, head, a digest of every held line) and
+  the index's last held row (seq, a digest of every held (seq, sha256), the trials'
+  and summaries' counts and largest ids).
+
+:func:`take_snapshot` copies everything (a first render, or a fallback);
+:func:`update_snapshot` first checks that the server still extends what the folder
+holds (the held journal lines and index rows are the server's, byte for byte by
+digest, and the new lines chain on from the held head), then appends only the new
+lines, records and index rows. When anything does not match it changes nothing and
+says why (:class:`Stale`), and the caller takes a whole snapshot instead: never a
+dashboard of a state the server does not have.
+
+Both read the server in one REPEATABLE READ transaction (registrations by other hosts
+meanwhile are not half-seen) and hash-check every record they copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from sqlalchemy import Connection, func, select, text
+
+from harness.errors import HistoryError
+from harness.fsio import ensure_dir, replace_file
+from harness.history.index_db import (
+    IndexMetaRow,
+    RecordRow,
+    SummaryRow,
+    TrialRow,
+    forget_index,
+    open_index,
+)
+from harness.history.journal import GENESIS_HEAD
+from harness.history.layout import HistoryLayout, sha256_of_record_name
+from harness.history.postgres import PostgresStore, journal_table, records_table, server_step
+from harness.history.records import sha256_bytes
+from harness.history.remote import server_name
+
+#: The folder, inside a rendered folder, that holds its copy of the server's index.
+SNAPSHOT_DIR = ".harness-render"
+SNAPSHOT_NAME = "index.sqlite"
+#: The ``index_meta`` key of the snapshot's :class:`SnapshotSource` (JSON).
+META_SOURCE = "render.source"
+#: Version of :class:`SnapshotSource`; a snapshot of another version is taken again.
+SOURCE_VERSION = 1
+
+#: Rows per batch when copying the server's index into the snapshot.
+_SNAPSHOT_BATCH = 20_000
+
+
+def snapshot_path(folder: Path) -> Path:
+    return folder / SNAPSHOT_DIR / SNAPSHOT_NAME
+
+
+@dataclass(frozen=True)
+class SnapshotSource:
+    """What a snapshot holds of its server: the prefix of the journal and of the index
+    that a later update must find unchanged on the server."""
+
+    server: str
+    journal_seq: int  # the server's seq of the last held journal line (0: none)
+    journal_lines: int
+    journal_digest: str  # SHA-256 of the held lines, concatenated (DIR/journal.jsonl)
+    journal_head: str
+    records_seq: int  # the largest held index seq (0: none)
+    records_count: int
+    records_digest: str  # SHA-256 of "seq:sha256" of every held index row, joined by ","
+    trials_count: int
+    trials_max_id: int
+    summaries_count: int
+    summaries_max_id: int
+    meta_digest: str  # SHA-256 of the server's index_meta rows
+    #: False from the moment new rows are in the snapshot until the render of them is done
+    complete: bool = False
+    version: int = SOURCE_VERSION
+
+
+@dataclass(frozen=True)
+class Stale:
+    """The snapshot cannot be brought up to date; why (for the user)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SnapshotUpdate:
+    """What an update added: the index seqs and the records new to the folder, and the
+    folder's record files that were not the server's bytes and were written again."""
+
+    new_seqs: list[int]
+    new_shas: set[str]
+    repaired: list[Path]
+    head: str
+
+
+# --- the server's side ------------------------------------------------------------------
+
+_JOURNAL_PREFIX = (
+    "SELECT count(*), coalesce(max(seq), 0), encode(sha256(coalesce(string_agg(line, "
+    "''::bytea ORDER BY seq), ''::bytea)), 'hex') FROM evidence_journal WHERE seq <= :seq"
+)
+_RECORDS_PREFIX = (
+    "SELECT count(*), coalesce(max(seq), 0), encode(sha256(convert_to(coalesce(string_agg("
+    "seq::text || ':' || sha256, ',' ORDER BY seq), ''), 'UTF8')), 'hex') "
+    "FROM records WHERE seq <= :seq"
+)
+_ROWS_PREFIX = "SELECT count(*), coalesce(max(id), 0) FROM {table} WHERE record_seq <= :seq"
+
+
+def _meta_digest(connection: Connection) -> str:
+    rows = connection.execute(
+        select(IndexMetaRow.key, IndexMetaRow.value).order_by(IndexMetaRow.key)
+    ).all()
+    return sha256_bytes(json.dumps([list(row) for row in rows]).encode("utf-8"))
+
+
+def _prefix(
+    connection: Connection, server: str, journal_seq: int, records_seq: int
+) -> SnapshotSource:
+    """The server's journal up to ``journal_seq`` and index up to ``records_seq``, as a
+    :class:`SnapshotSource` (the same queries for a whole snapshot and an update)."""
+    lines, last_seq, digest = connection.execute(text(_JOURNAL_PREFIX), {"seq": journal_seq}).one()
+    head = (
+        connection.execute(
+            text("SELECT link FROM evidence_journal WHERE seq = :seq"), {"seq": last_seq}
+        ).scalar()
+        if lines
+        else None
+    )
+    count, seq, records_digest = connection.execute(
+        text(_RECORDS_PREFIX), {"seq": records_seq}
+    ).one()
+    rows = {
+        model: connection.execute(
+            text(_ROWS_PREFIX.format(table=model.__tablename__)), {"seq": records_seq}
+        ).one()
+        for model in (TrialRow, SummaryRow)
+    }
+    return SnapshotSource(
+        server=server,
+        journal_seq=last_seq,
+        journal_lines=lines,
+        journal_digest=digest,
+        journal_head=head or GENESIS_HEAD,
+        records_seq=seq,
+        records_count=count,
+        records_digest=records_digest,
+        trials_count=rows[TrialRow][0],
+        trials_max_id=rows[TrialRow][1],
+        summaries_count=rows[SummaryRow][0],
+        summaries_max_id=rows[SummaryRow][1],
+        meta_digest=_meta_digest(connection),
+    )
+
+
+@contextmanager
+def _server_snapshot(store: PostgresStore, step: str) -> Iterator[Connection]:
+    """A REPEATABLE READ connection to the server, in a transaction, inside its step."""
+    with (
+        server_step(store.engine, step),
+        store.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+        connection.begin(),
+    ):
+        yield connection
+
+
+def _tampered(sha256: str, where: str) -> HistoryError:
+    return HistoryError(
+        f"{where}: record {sha256} no longer matches its bytes (tampered; run `harness "
+        "history verify --history-url URL`); nothing rendered"
+    )
+
+
+def _checked(sha256: str, data: bytes, where: str) -> bytes:
+    if sha256_bytes(data) != sha256:
+        raise _tampered(sha256, where)
+    return data
+
+
+def _write_record(layout: HistoryLayout, sha256: str, data: bytes) -> None:
+    path = layout.record_path(sha256)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def _copy_rows(connection: Connection, target: sqlite3.Connection, model, where=None) -> int:
+    """Copy a model's rows (``where``: a clause on them) from the server into the
+    snapshot in primary-key order, in batches; how many."""
+    table = model.__table__
+    names = [column.name for column in table.columns]
+    statement = (
+        f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+    )
+    query = select(*table.columns).order_by(*table.primary_key.columns)
+    if where is not None:
+        query = query.where(where)
+    copied = 0
+    result = connection.execution_options(yield_per=_SNAPSHOT_BATCH).execute(query)
+    for batch in result.partitions():
+        target.executemany(statement, [tuple(row) for row in batch])
+        copied += len(batch)
+    return copied
+
+
+# --- the folder's side ------------------------------------------------------------------
+
+
+def read_source(index_path: Path) -> SnapshotSource | None:
+    """The snapshot's :class:`SnapshotSource`; None when there is none or it is unreadable."""
+    if not index_path.is_file():
+        return None
+    try:
+        connection = sqlite3.connect(f"{index_path.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            row = connection.execute(
+                "SELECT value FROM index_meta WHERE key = ?", (META_SOURCE,)
+            ).fetchone()
+        finally:
+            connection.close()
+        if row is None:
+            return None
+        fields = json.loads(row[0])
+        if fields.get("version") != SOURCE_VERSION:
+            return None
+        return SnapshotSource(**fields)
+    except (sqlite3.Error, ValueError, TypeError):
+        return None
+
+
+def _write_source(target: sqlite3.Connection, source: SnapshotSource) -> None:
+    target.execute(
+        "INSERT INTO index_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (META_SOURCE, json.dumps(asdict(source), sort_keys=True)),
+    )
+
+
+def mark_complete(index_path: Path) -> None:
+    """Record that the render of everything the snapshot holds is done."""
+    source = read_source(index_path)
+    if source is None:
+        raise HistoryError(f"{index_path}: the render snapshot lost its source; render again")
+    target = sqlite3.connect(index_path)
+    try:
+        _write_source(target, replace(source, complete=True))
+        target.commit()
+    finally:
+        target.close()
+
+
+def _remove_index_files(index_path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{index_path}{suffix}").unlink(missing_ok=True)
+
+
+def _hash_file(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def held_records(layout: HistoryLayout) -> tuple[set[str], list[Path]]:
+    """The records the folder holds whose bytes match their names, and the files that
+    do not (edited, truncated, or not a record's name): every file re-hashed (4.6 s
+    for 100,000 records of 18 KB in the page cache on the 2-core VM; threads were
+    slower, the files being small)."""
+    good, bad = set(), []
+    for path in layout.iter_record_files():
+        digest = _hash_file(path)
+        claimed = sha256_of_record_name(path)
+        if claimed is not None and digest == claimed and not path.is_symlink():
+            good.add(claimed)
+        else:
+            bad.append(path)
+    return good, bad
+
+
+def take_snapshot(store: PostgresStore, folder: Path, *, prune: bool = False) -> SnapshotSource:
+    """Copy the server's records, journal and index into ``folder`` (the index into a new
+    snapshot at :func:`snapshot_path`), in one consistent read; its source, not yet
+    complete. A record file already there with the right bytes is kept; with ``prune``
+    (the folder was rendered from a server before) record files the server does not
+    hold are removed, so the folder mirrors the server."""
+    layout = HistoryLayout.at(folder)
+    where = server_name(store.engine.url)
+    index_path = snapshot_path(folder)
+    ensure_dir(index_path.parent, step="creating the render snapshot folder")
+    forget_index(index_path)
+    _remove_index_files(index_path)
+    open_index(index_path).dispose()  # the models' tables, stamped at the head revision
+    forget_index(index_path)
+    with _server_snapshot(store, "reading the history to render") as connection:
+        stored = set()
+        rows = connection.execution_options(yield_per=500).execute(
+            select(records_table.c.sha256, records_table.c.data)
+        )
+        for sha256, data in rows:
+            stored.add(sha256)
+            data = _checked(sha256, bytes(data), where)
+            path = layout.record_path(sha256)
+            try:
+                if path.stat().st_size == len(data) and path.read_bytes() == data:
+                    continue
+            except FileNotFoundError:
+                pass
+            _write_record(layout, sha256, data)
+        if prune:
+            for path in list(layout.iter_record_files()):
+                if sha256_of_record_name(path) not in stored:
+                    path.unlink()
+        lines = connection.execute(
+            select(journal_table.c.line).order_by(journal_table.c.seq)
+        ).scalars()
+        replace_file(
+            layout.journal,
+            b"".join(bytes(line) for line in lines),
+            step="writing the journal to render",
+        )
+        journal_seq = connection.execute(select(func.coalesce(func.max(journal_table.c.seq), 0)))
+        records_seq = connection.execute(select(func.coalesce(func.max(RecordRow.seq), 0)))
+        source = _prefix(connection, where, journal_seq.scalar(), records_seq.scalar())
+        target = sqlite3.connect(index_path)
+        try:
+            target.execute("DELETE FROM index_meta")
+            for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
+                _copy_rows(connection, target, model)
+            _write_source(target, source)
+            target.commit()
+        finally:
+            target.close()
+    return source
+
+
+def update_snapshot(store: PostgresStore, folder: Path) -> SnapshotUpdate | Stale:
+    """Bring the folder's snapshot up to date with what the server registered since it
+    was taken, or say why it cannot be (:class:`Stale`; nothing changed then).
+
+    Checked first, against the server: every record's bytes match its key (re-hashed
+    by the server: HistoryError naming the first that does not, as a whole snapshot
+    fails), the held journal lines are the server's first
+    lines (count and digest), the held index rows are the server's rows up to the held
+    seq (digest of (seq, sha256), counts and largest ids of trials and summaries), the
+    index's own metadata is unchanged, every held record is still on the server, and
+    the new journal lines chain on from the held head. Against the folder: its journal
+    is the held one, and every record file is re-hashed; one that is not the server's
+    bytes is fetched and written again (``repaired``).
+    """
+    layout = HistoryLayout.at(folder)
+    where = server_name(store.engine.url)
+    index_path = snapshot_path(folder)
+    held = read_source(index_path)
+    if held is None:
+        return Stale(f"{index_path}: no snapshot of a server this harness reads")
+    if not held.complete:
+        return Stale(f"{index_path}: the last render into {folder} did not finish")
+    if held.server != where:
+        return Stale(f"{folder} was rendered from {held.server}, not {where}")
+    try:
+        journal = layout.journal.read_bytes()
+    except FileNotFoundError:
+        return Stale(f"{layout.journal}: missing")
+    if sha256_bytes(journal) != held.journal_digest:
+        return Stale(f"{layout.journal}: not the journal {folder} was rendered from")
+    good, bad = held_records(layout)
+
+    with _server_snapshot(store, "reading what was registered since") as connection:
+        now = _prefix(connection, where, held.journal_seq, held.records_seq)
+        compared = ("server", "journal_seq", "journal_lines", "journal_digest", "journal_head")
+        if any(getattr(now, f) != getattr(held, f) for f in compared):
+            return Stale(
+                f"the journal of {where} no longer begins with the {held.journal_lines} lines "
+                f"{folder} was rendered from (head {held.journal_head[:16]}...)"
+            )
+        if asdict(replace(now, complete=held.complete)) != asdict(held):
+            return Stale(
+                f"the index of {where} is not the one {folder} was rendered from up to its "
+                "seq (rebuilt or edited since)"
+            )
+        new_lines = connection.execute(
+            select(journal_table.c.line, journal_table.c.link, journal_table.c.seq)
+            .where(journal_table.c.seq > held.journal_seq)
+            .order_by(journal_table.c.seq)
+        ).all()
+        head = held.journal_head
+        journalled = set()
+        for line, link, _seq in new_lines:
+            line = bytes(line)
+            try:
+                entry = json.loads(line)
+                prev = entry.get("prev")
+                journalled.add(entry.get("sha256"))
+            except (ValueError, AttributeError):
+                prev = None
+            if prev != head or sha256_bytes(line) != link:
+                return Stale(
+                    f"the journal of {where} does not chain on from the head "
+                    f"{head[:16]}... {folder} was rendered from"
+                )
+            head = link
+        # every record re-hashed by the server itself (3-4 s for 1.8 GB at 100,000
+        # records; the bytes stay there): a record edited on the server fails the
+        # render as it fails a whole one
+        tampered = connection.execute(
+            select(records_table.c.sha256)
+            .where(func.encode(func.sha256(records_table.c.data), "hex") != records_table.c.sha256)
+            .order_by(records_table.c.sha256)
+            .limit(1)
+        ).scalar()
+        if tampered is not None:
+            raise _tampered(tampered, where)
+        stored = set(connection.execute(select(records_table.c.sha256)).scalars())
+        if good - stored:
+            gone = sorted(good - stored)
+            return Stale(f"{len(gone)} records {folder} holds are gone from {where} ({gone[0]})")
+        repaired = [p for p in bad if sha256_of_record_name(p) in stored]
+        wanted = sorted(stored - good)
+        # new to the folder: what it lacks, and what was registered since (a record
+        # file written by an update that failed before its commit is held already)
+        new_shas = set(wanted) - {sha256_of_record_name(p) for p in repaired}
+        new_shas |= journalled & stored
+        new_shas |= set(
+            connection.execute(
+                select(RecordRow.sha256).where(RecordRow.seq > held.records_seq)
+            ).scalars()
+        )
+        for first in range(0, len(wanted), 500):
+            chunk = wanted[first : first + 500]
+            rows = connection.execute(
+                select(records_table.c.sha256, records_table.c.data).where(
+                    records_table.c.sha256.in_(chunk)
+                )
+            )
+            for sha256, data in rows:
+                _write_record(layout, sha256, _checked(sha256, bytes(data), where))
+        for path in bad:
+            if path not in repaired:
+                path.unlink(missing_ok=True)  # not a record's name, or not on the server
+        last_seq = connection.execute(select(func.max(journal_table.c.seq))).scalar() or 0
+        last_index = connection.execute(select(func.max(RecordRow.seq))).scalar() or 0
+        source = _prefix(connection, where, last_seq, last_index)
+        target = sqlite3.connect(index_path)
+        try:
+            new_seqs = [row[0] for row in connection.execute(
+                select(RecordRow.seq).where(RecordRow.seq > held.records_seq).order_by(RecordRow.seq)
+            )]  # fmt: skip
+            _copy_rows(connection, target, RecordRow, RecordRow.seq > held.records_seq)
+            for model, max_id in (
+                (TrialRow, held.trials_max_id),
+                (SummaryRow, held.summaries_max_id),
+            ):
+                low = connection.execute(
+                    select(func.count()).select_from(model)
+                    .where(model.record_seq > held.records_seq, model.id <= max_id)
+                ).scalar_one()  # fmt: skip
+                if low:
+                    target.rollback()
+                    return Stale(
+                        f"the index of {where} has {model.__tablename__} rows of new records "
+                        "placed before held ones (rebuilt or edited since)"
+                    )
+                _copy_rows(connection, target, model, model.record_seq > held.records_seq)
+            _write_source(target, source)
+            target.commit()
+        finally:
+            target.close()
+        if new_lines:
+            replace_file(
+                layout.journal,
+                journal + b"".join(bytes(line) for line, _link, _seq in new_lines),
+                step="writing the journal to render",
+            )
+    return SnapshotUpdate(new_seqs, new_shas, repaired, head or GENESIS_HEAD)

@@ -1,0 +1,289 @@
+"""``render index --out DIR --history-url URL`` into a folder rendered before (issue 15):
+only what was registered since is fetched and drawn, and the folder is then byte for
+byte the one a whole render of the same server state gives in a new folder. When the
+folder's copy no longer matches the server (another server, an edited or rebuilt
+server, an edited folder, an unfinished render), everything is rendered again, with a
+note saying why, and the result is again the whole render's; a record tampered with on
+the server fails the render as it fails a whole one."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from _postgres import postgres_socket, postgres_url  # noqa: F401 (fixtures)
+
+from harness.cli import main
+from harness.errors import EXIT_OK
+from harness.history.records import sha256_bytes
+from harness.history.snapshot import META_SOURCE, SNAPSHOT_DIR, snapshot_path
+from harness.report import dump_report
+from harness.testing import make_example_report
+
+
+def _report(folder: Path, seed: int, **fields) -> Path:
+    created = f"2026-11-30T{8 + seed // 60:02d}:{seed % 60:02d}:00Z"
+    doc = make_example_report(seed, reps=2, created_utc=created, **fields)
+    path = folder / f"r{seed}.json"
+    path.write_bytes(dump_report(doc))
+    return path
+
+
+def _register(url: str, *paths: Path) -> None:
+    for path in paths:  # one at a time: one journal line each, in this order
+        assert main(["history", "register", str(path), "--history-url", url]) == EXIT_OK
+
+
+def _render(url: str, out: Path, repo: Path, capsys) -> tuple[str, str]:
+    code = main(
+        ["render", "index", "--out", str(out), "--history-url", url, "--git-repo", str(repo)]
+    )
+    captured = capsys.readouterr()
+    assert code == EXIT_OK, captured.err
+    return captured.out, captured.err
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file of a rendered folder but its snapshot (whose bookkeeping may differ)."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and SNAPSHOT_DIR not in path.relative_to(root).parts
+    }
+
+
+def _assert_same_as_whole_render(url: str, out: Path, tmp_path: Path, capsys) -> None:
+    fresh = tmp_path / f"fresh-{len(list(tmp_path.glob('fresh-*')))}"
+    _render(url, fresh, tmp_path, capsys)
+    held, whole = _files(out), _files(fresh)
+    assert sorted(held) == sorted(whole)
+    differing = [name for name in whole if held[name] != whole[name]]
+    assert not differing, differing
+
+
+@pytest.fixture
+def server(postgres_url: str, tmp_path: Path) -> tuple[str, Path]:  # noqa: F811
+    assert main(["history", "init-db", postgres_url]) == EXIT_OK
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    return postgres_url, reports
+
+
+@pytest.mark.slow  # a server start
+def test_a_rerender_fetches_only_what_is_new_and_equals_a_whole_render(
+    server, tmp_path: Path, capsys
+) -> None:
+    from sqlalchemy import create_engine, text
+
+    url, reports = server
+    late_baseline = _report(reports, 40, backend="cuda")  # registered last
+    _register(url, *(_report(reports, seed) for seed in range(3)))
+    declares = _report(
+        reports,
+        3,
+        slowdown=1.5,
+        baseline={"sha256": sha256_bytes(late_baseline.read_bytes()), "path": None,
+                  "regression_percent": 20.0},
+    )  # fmt: skip
+    _register(url, declares)
+    out = tmp_path / "dash"
+    stdout, _ = _render(url, out, tmp_path, capsys)
+    assert "rendered every record" in stdout
+    source = json.loads(
+        sqlite3.connect(snapshot_path(out))
+        .execute("SELECT value FROM index_meta WHERE key = ?", (META_SOURCE,))
+        .fetchone()[0]
+    )
+    assert source["complete"] and source["journal_lines"] == 4 and source["records_count"] == 4
+    page = out / "dashboard" / "records" / f"{sha256_bytes(declares.read_bytes())}.html"
+    before = page.read_bytes()
+
+    engine = create_engine(url)
+    with engine.begin() as connection:  # a registration that failed used a seq up
+        connection.execute(text("SELECT nextval('records_seq_seq')"))
+    engine.dispose()
+    # new records in an existing key and in a new one, and the late baseline, which
+    # changes the page of the record that declared it
+    _register(url, _report(reports, 4, slowdown=1.3), _report(reports, 5, backend="cuda"))
+    _register(url, late_baseline)
+    stdout, err = _render(url, out, tmp_path, capsys)
+    assert "3 records new since the last render" in stdout, stdout
+    assert "note:" not in err
+    assert page.read_bytes() != before  # now compared with its baseline
+    _assert_same_as_whole_render(url, out, tmp_path, capsys)
+
+    stdout, _ = _render(url, out, tmp_path, capsys)  # nothing new: still the same
+    assert "0 records new since the last render" in stdout
+    _assert_same_as_whole_render(url, out, tmp_path, capsys)
+
+
+def _superuser(url: str, *statements: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        for statement in statements:
+            connection.execute(text(statement))
+    engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change",
+    [
+        "journal-edited",
+        "index-rebuilt",
+        "folder-journal-edited",
+        "render-unfinished",
+        "other-options",
+    ],
+)
+def test_a_folder_that_no_longer_matches_its_server_is_rendered_again_whole(
+    server, tmp_path: Path, change: str, capsys
+) -> None:
+    url, reports = server
+    _register(url, *(_report(reports, seed) for seed in range(3)))
+    out = tmp_path / "dash"
+    _render(url, out, tmp_path, capsys)
+    _register(url, _report(reports, 3, slowdown=1.4))
+    expected = {
+        "journal-edited": "no longer begins with the 3 lines",
+        "index-rebuilt": "rebuilt or edited since",
+        "folder-journal-edited": "journal.jsonl: not the journal",
+        "render-unfinished": "did not finish",
+        "other-options": "other options",
+    }[change]
+    args = []
+    if change == "journal-edited":
+        _superuser(
+            url,
+            "ALTER TABLE evidence_journal DISABLE TRIGGER USER",
+            "UPDATE evidence_journal SET line = convert_to(replace(convert_from(line, 'UTF8'), "
+            "'r1.json', 'rX.json'), 'UTF8') WHERE seq = 2",
+        )
+    elif change == "index-rebuilt":
+        assert main(["history", "rebuild", "--history-url", url]) == EXIT_OK
+    elif change == "folder-journal-edited":
+        journal = out / "journal.jsonl"
+        journal.write_bytes(journal.read_bytes().replace(b"r1.json", b"rX.json"))
+    elif change == "render-unfinished":  # as if killed between the update and its render
+        connection = sqlite3.connect(snapshot_path(out))
+        value = json.loads(
+            connection.execute(
+                "SELECT value FROM index_meta WHERE key = ?", (META_SOURCE,)
+            ).fetchone()[0]
+        )
+        connection.execute(
+            "UPDATE index_meta SET value = ? WHERE key = ?",
+            (json.dumps({**value, "complete": False}), META_SOURCE),
+        )
+        connection.commit()
+        connection.close()
+    else:
+        args = ["--no-plots"]
+    command = [
+        "render",
+        "index",
+        "--out",
+        str(out),
+        "--history-url",
+        url,
+        "--git-repo",
+        str(tmp_path),
+    ]
+    code = main([*command, *args])
+    captured = capsys.readouterr()
+    assert code == EXIT_OK, captured.err
+    assert "rendering everything again" in captured.err and expected in captured.err, captured.err
+    assert "rendered every record" in captured.out
+    if change == "other-options":  # rendered without plots now: the next one builds on it
+        code = main([*command, *args])
+        captured = capsys.readouterr()
+        assert code == EXIT_OK and "0 records new since the last render" in captured.out
+        return
+    _assert_same_as_whole_render(url, out, tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_a_folder_rendered_from_another_server_mirrors_the_new_one(
+    server,
+    postgres_socket,  # noqa: F811
+    tmp_path: Path,
+    capsys,
+) -> None:
+    import uuid
+
+    import psycopg
+
+    url, reports = server
+    _register(url, *(_report(reports, seed) for seed in range(3)))
+    out = tmp_path / "dash"
+    _render(url, out, tmp_path, capsys)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(host=str(postgres_socket), user="harness", dbname="postgres",
+                         autocommit=True) as connection:  # fmt: skip
+        connection.execute(f'CREATE DATABASE "{name}"')
+    other = f"postgresql+psycopg://harness@/{name}?host={postgres_socket}"
+    try:
+        assert main(["history", "init-db", other]) == EXIT_OK
+        _register(other, _report(reports, 1), _report(reports, 7, backend="cuda"))
+        _, err = _render(other, out, tmp_path, capsys)
+        assert "rendering everything again" in err and "was rendered from" in err
+        # the first server's records are gone from the folder: it mirrors the second
+        _assert_same_as_whole_render(other, out, tmp_path, capsys)
+        assert len(list((out / "records").rglob("*.json"))) == 2
+    finally:
+        with psycopg.connect(host=str(postgres_socket), user="harness", dbname="postgres",
+                             autocommit=True) as connection:  # fmt: skip
+            connection.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.mark.slow
+def test_an_edited_record_file_in_the_folder_is_written_again(
+    server, tmp_path: Path, capsys
+) -> None:
+    url, reports = server
+    paths = [_report(reports, seed) for seed in range(3)]
+    _register(url, *paths)
+    out = tmp_path / "dash"
+    _render(url, out, tmp_path, capsys)
+    sha = sha256_bytes(paths[1].read_bytes())
+    record = out / "records" / "sha256" / sha[:2] / f"{sha}.json"
+    record.chmod(0o644)
+    record.write_bytes(record.read_bytes().replace(b'"cold"', b'"warm"', 1))
+    _register(url, _report(reports, 3))
+    stdout, err = _render(url, out, tmp_path, capsys)
+    assert f"{record}: not the server's bytes; written again" in err
+    assert "1 records new since the last render" in stdout
+    assert sha256_bytes(record.read_bytes()) == sha
+    _assert_same_as_whole_render(url, out, tmp_path, capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["held", "new"])
+def test_a_record_tampered_with_on_the_server_fails_the_render(
+    server, tmp_path: Path, which: str, capsys
+) -> None:
+    url, reports = server
+    paths = [_report(reports, seed) for seed in range(3)]
+    _register(url, *paths)
+    out = tmp_path / "dash"
+    _render(url, out, tmp_path, capsys)
+    late = _report(reports, 3)
+    _register(url, late)
+    sha = sha256_bytes((paths[1] if which == "held" else late).read_bytes())
+    _superuser(
+        url,
+        "ALTER TABLE evidence_records DISABLE TRIGGER USER",
+        f"UPDATE evidence_records SET data = data || ' '::bytea WHERE sha256 = '{sha}'",
+    )
+    html = (out / "index.html").read_bytes()
+    code = main(
+        ["render", "index", "--out", str(out), "--history-url", url, "--git-repo", str(tmp_path)]
+    )
+    err = capsys.readouterr().err
+    assert code != EXIT_OK
+    assert f"record {sha} no longer matches its bytes" in err and "Traceback" not in err
+    assert (out / "index.html").read_bytes() == html  # the dashboard is left as it was
