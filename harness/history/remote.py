@@ -184,9 +184,18 @@ def _folder_calibrations(calibrations_dir: Path | None) -> list[tuple[str, bytes
 def _server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
     """(sha256, bytes) of every calibration on the server, hash-checked, in SHA-256 order
     (none on a database set up before them); HistoryError at the first tampered one."""
-    from sqlalchemy import inspect, select
 
     where = server_name(store.engine.url)
+    return [
+        (sha, _checked(sha, data, where, "calibration")) for sha, data in _calibration_rows(store)
+    ]
+
+
+def _calibration_rows(store: PostgresStore) -> list[tuple[str, bytes]]:
+    """(key, bytes) of every calibration row as stored, unchecked, in SHA-256 order; none on
+    a database without the table (set up before calibrations were kept on servers)."""
+    from sqlalchemy import inspect, select
+
     with (
         server_step(store.engine, "reading the calibrations"),
         store.engine.connect() as connection,
@@ -198,7 +207,7 @@ def _server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
                 calibrations_table.c.sha256
             )
         ).all()
-    return [(sha, _checked(sha, bytes(data), where, "calibration")) for sha, data in rows]
+    return [(sha, bytes(data)) for sha, data in rows]
 
 
 def push(
@@ -429,21 +438,8 @@ def server_calibration_label(store: PostgresStore, sha256: str) -> str:
 def iter_server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
     """(sha256, bytes) of every calibration on the server whose bytes match its key, in
     SHA-256 order; none on a database without the table (set up before them)."""
-    from sqlalchemy import inspect, select
-
-    with (
-        server_step(store.engine, "reading the calibrations"),
-        store.engine.connect() as connection,
-    ):
-        if not inspect(connection).has_table(calibrations_table.name):
-            return []
-        rows = connection.execute(
-            select(calibrations_table.c.sha256, calibrations_table.c.data).order_by(
-                calibrations_table.c.sha256
-            )
-        ).all()
     # a tampered one is left out, as a folder's lookup leaves out a damaged file
-    return [(sha, bytes(data)) for sha, data in rows if sha256_bytes(bytes(data)) == sha]
+    return [(sha, data) for sha, data in _calibration_rows(store) if sha256_bytes(data) == sha]
 
 
 def server_record_label(store: PostgresStore, sha256: str) -> str:
