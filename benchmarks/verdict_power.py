@@ -99,7 +99,7 @@ def collect_paired(samples: Path, sessions: int, rounds: int) -> None:
         spec = PairedSpec(
             root=str(suite.root), manifest=str(suite.manifest), backend="cpu",
             storage_id=DEMO_STORAGE_ID, representation="dense", fresh_index=False,
-            threads=None, first_index=0, acquisitions=("demo-u8", "demo-u16"),
+            threads=None, first_index=1, acquisitions=("demo-u8", "demo-u16"),
         )  # fmt: skip
         for i in range(1, sessions + 1):
             out = folder / f"s{i:02d}.json"
@@ -238,6 +238,30 @@ def simulate(runs: list[dict], draws: int, seed: int, paired=()) -> list[dict]:
     return rows
 
 
+def spread_table(
+    runs: list[dict], paired: list[tuple[dict, dict]], reps: int = RECHECK
+) -> list[str]:
+    """Per cell: the spread (sd of log ratio of medians of ``reps`` trials) between two
+    independent runs, and between the two workers of one paired session (same code)."""
+    lines = [
+        f"| cell | between runs: sd of log ratio ({reps} trials each) "
+        "| within a paired session: sd of log ratio |",
+        "|---|---:|---:|",
+    ]
+    for key in sorted(runs[0]):
+        medians = [float(np.median(r[key][:reps])) for r in runs]
+        between = [
+            np.log(medians[j] / medians[i])
+            for i in range(len(runs))
+            for j in range(len(runs))
+            if i != j
+        ]
+        within = [np.log(np.median(c[key][:reps]) / np.median(b[key][:reps])) for b, c in paired]
+        inside = f"{np.std(within):.3f}" if within else "-"
+        lines.append(f"| {'/'.join(key)} | {np.std(between):.3f} | {inside} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=Path, required=True, help="folder of A/A demo runs")
@@ -287,6 +311,9 @@ def main() -> int:
             f"| {r['paired_comparison']:.1%} / {r['paired_cells']:.1%} "
             f"| {r['paired_slower_comparison']:.1%} / {r['paired_slower_cells']:.1%} |"
         )
+    print()
+    for line in spread_table(runs, paired):
+        print(line)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

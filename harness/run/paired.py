@@ -148,31 +148,42 @@ class PairedWorker:
             stderr=self._stderr,
             text=True,
         )
-        self._send({**asdict(spec), "scratch": str(scratch / side)})
-        ready = self._receive()
+        try:
+            self._send({**asdict(spec), "scratch": str(scratch / side)})
+            ready = self._receive()
+        except (HarnessError, OSError):
+            self.close()
+            raise
         self.fingerprint = ready.get("source_fingerprint")
         if not ready.get("ready"):
             failures = "; ".join(ready.get("failures") or []) or "not prepared"
             self.close()
             raise HarnessError(f"paired recheck: the {side} worker could not prepare: {failures}")
 
+    def _died(self) -> HarnessError:
+        """The error for a worker that ended early: its status and last words."""
+        self._process.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+        return HarnessError(
+            f"paired recheck: the {self.side} worker exited with status "
+            f"{self._process.returncode}: " + (" | ".join(tail) or "no message")
+        )
+
     def _send(self, message: dict[str, Any]) -> None:
         assert self._process.stdin is not None
-        self._process.stdin.write(json.dumps(message) + "\n")
-        self._process.stdin.flush()
+        try:
+            self._process.stdin.write(json.dumps(message) + "\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            raise self._died() from None
 
     def _receive(self) -> dict[str, Any]:
         stdout: IO[str] | None = self._process.stdout
         assert stdout is not None
         line = stdout.readline()
         if not line:
-            self._process.wait()
-            self._stderr.seek(0)
-            tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            raise HarnessError(
-                f"paired recheck: the {self.side} worker exited with status "
-                f"{self._process.returncode}: " + (" | ".join(tail) or "no message")
-            )
+            raise self._died()
         return json.loads(line)
 
     def trial(self, cell: CellKey, index: int) -> dict[str, Any]:
@@ -189,6 +200,11 @@ class PairedWorker:
             if self._process.poll() is None and self._process.stdin is not None:
                 self._process.stdin.close()
                 final = self._receive()
+            elif self._process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self._process.stdin.close()
+        except (HarnessError, OSError):
+            pass  # a worker that died says nothing more; its failure is already raised
         finally:
             try:
                 self._process.wait(timeout=60)
