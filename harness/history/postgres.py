@@ -265,8 +265,9 @@ def prepare_evidence_schema(connection, where: str) -> list[str]:
         if left:
             raise HistoryError(f"{where}: could not restore {'; '.join(left)}; nothing changed")
         done += [
-            f"restored: {problem} (changed by a superuser? a missing table's rows are lost; "
-            "run `harness history verify --history-url URL`)"
+            f"restored: {problem} ("
+            + ("created empty: whatever it held is lost; " if problem.startswith("table ") else "")
+            + "a superuser's change? run `harness history verify --history-url URL`)"
             for problem in restorable
         ]
     return done
