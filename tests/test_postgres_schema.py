@@ -401,3 +401,25 @@ def test_an_older_init_db_on_a_new_server_leaves_it_usable(postgres_url, tmp_pat
     report = _reports(tmp_path)[0]
     assert main(["history", "register", str(report), "--history-url", url]) == EXIT_OK
     assert main(["history", "verify", "--history-url", url]) == EXIT_OK
+
+
+@pytest.mark.slow  # a server start and four subprocesses
+def test_init_db_runs_at_once_wait_for_each_other(postgres_url, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    url = postgres_url
+    legacy_init_db(url, calibrations=False)  # each run would stamp and migrate it
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    runs = [
+        subprocess.Popen([sys.executable, "-m", "harness", "history", "init-db", url],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(4)
+    ]  # fmt: skip
+    results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+    assert [code for code, _out, _err in results] == [0] * 4, results
+    outputs = [out for _code, out, _err in results]
+    assert sum("recognised as evidence_v1 and stamped" in out for out in outputs) == 1, outputs
+    assert sum("migrated from evidence_v1" in out for out in outputs) == 1, outputs
+    assert _versions(url) == ([(EVIDENCE_HEAD_REVISION,)], [(INDEX_HEAD_REVISION,)])

@@ -99,8 +99,9 @@ calibrations_table = Table(
 #: Key of the advisory lock that serialises journal appends (any constant, once).
 _JOURNAL_LOCK = 0x71E5_C0DE
 
-#: Key of the advisory lock that serialises two ``init-db`` runs on one database.
-_SCHEMA_LOCK = 0x71E5_5C4E
+#: Key of the advisory lock that serialises two ``init-db`` runs on one database (its
+#: schema step and its privileges step).
+SCHEMA_LOCK = 0x71E5_5C4E
 
 #: The server's rules, by table: each trigger and the function it runs. The DDL itself
 #: is in the evidence revisions (``harness/history/migrations/evidence``); this is what
@@ -223,7 +224,7 @@ def prepare_evidence_schema(connection, where: str) -> list[str]:
     or table is put back, each one named in the lines (a superuser's doing: the caller
     says to run verify); a table whose columns differ is refused.
     """
-    connection.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
+    connection.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK)))
     done = []
     revision = evidence_revision(connection)
     if revision is not None and revision not in EVIDENCE_REVISIONS:

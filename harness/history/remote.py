@@ -35,6 +35,7 @@ from harness.history.migrate import (
     index_revision,
 )
 from harness.history.postgres import (
+    SCHEMA_LOCK,
     PostgresStore,
     calibrations_table,
     index_entry_of,
@@ -153,6 +154,8 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
         if indexed:
             done.append(f"indexed {indexed} records the index lacked")
         with server_step(engine, f"creating role {WRITER_ROLE}"), engine.begin() as connection:
+            # two init-db runs at once: concurrent GRANTs on one table can fail in PostgreSQL
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
             exists = connection.execute(
                 text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": WRITER_ROLE}
             ).first()
