@@ -49,14 +49,14 @@ def test_built_wheel_carries_the_data_and_the_installed_harness_finds_it(tmp_pat
         assert expected and expected <= names, sorted(expected - names)
     assert any(n.startswith("quantem/cuda/") and n.endswith(".cu") for n in names)
     migrations = {
-        "harness/history/migrations/env.py",
-        "harness/history/migrations/script.py.mako",
-        *(
-            f"harness/history/migrations/versions/{p.name}"
-            for p in (REPO_ROOT / "harness/history/migrations/versions").glob("*.py")
-        ),
+        f"harness/history/migrations/{chain}{name}"
+        for chain in ("", "evidence/")
+        for name in ("env.py", "script.py.mako", "alembic.ini")
+    } | {
+        p.relative_to(REPO_ROOT).as_posix()
+        for p in (REPO_ROOT / "harness/history/migrations").glob("**/versions/*.py")
     }
-    assert len(migrations) > 3 and migrations <= names, sorted(migrations - names)
+    assert len(migrations) > 9 and migrations <= names, sorted(migrations - names)
 
     target = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:

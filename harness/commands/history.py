@@ -178,7 +178,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     init_db = commands.add_parser(
         "init-db",
-        help="set up a PostgreSQL database as a history (tables, insert-only triggers, role)",
+        help=(
+            "set up or migrate a PostgreSQL database as a history (evidence schema and "
+            "index by their Alembic chains, insert-only triggers, writer role)"
+        ),
     )
     init_db.add_argument("url", metavar="URL", help="postgresql+psycopg://OWNER@HOST/DB")
     init_db.add_argument(

@@ -3,8 +3,9 @@
 The evidence tables are SQLAlchemy Core tables; the index beside them is the history
 index of :mod:`harness.history.index_db` (the same ORM models and Alembic migrations
 as a folder's SQLite index), so ``list``, ``show``, ``compare`` and ``render`` read a
-server exactly as a folder. What only a server can enforce is PostgreSQL DDL run by
-:func:`install_schema`:
+server exactly as a folder. What only a server can enforce is PostgreSQL DDL, kept in
+the evidence schema's own Alembic chain (``harness/history/migrations/evidence``, version
+table ``evidence_alembic_version``) and run by :func:`install_schema`:
 
 - ``evidence_records``, ``evidence_journal`` and ``evidence_calibrations`` are insert-only: a trigger refuses every
   UPDATE and DELETE (and TRUNCATE), whoever the client;
@@ -35,6 +36,7 @@ from sqlalchemy import (
     String,
     Table,
     func,
+    inspect,
     select,
     text,
 )
@@ -52,6 +54,14 @@ from harness.history.evidence_store import (
 from harness.history.index_db import RecordRow, insert_entry, prepare_index_schema
 from harness.history.journal import GENESIS_HEAD
 from harness.history.layout import record_relpath
+from harness.history.migrate import (
+    EVIDENCE_HEAD_REVISION,
+    EVIDENCE_REVISIONS,
+    evidence_revision,
+    evidence_rules,
+    stamp_evidence,
+    upgrade_evidence,
+)
 from harness.history.records import sha256_bytes
 from harness.history.store import PreparedReport, prepare_report
 
@@ -77,8 +87,8 @@ journal_table = Table(
 #: Calibration reports (``harness calibrate --history-url``): exact bytes keyed by SHA-256,
 #: insert-only and key-checked as the records are. A calibration is a record of its own
 #: (a folder keeps them apart too, under ``calibrations/``), not journalled: a folder's
-#: journal does not list them either. Created by ``init-db`` beside the other evidence
-#: tables; a database set up before it gains it when ``init-db`` runs again.
+#: journal does not list them either. Evidence revision ``evidence_v2``: a database set up
+#: before it gains it when ``init-db`` runs again.
 calibrations_table = Table(
     "evidence_calibrations",
     metadata,
@@ -89,65 +99,190 @@ calibrations_table = Table(
 #: Key of the advisory lock that serialises journal appends (any constant, once).
 _JOURNAL_LOCK = 0x71E5_C0DE
 
-_DDL = [
-    """
-    CREATE OR REPLACE FUNCTION evidence_refuse_change() RETURNS trigger AS $$
-    BEGIN
-        RAISE EXCEPTION 'evidence is insert-only: % on % refused', TG_OP, TG_TABLE_NAME
-            USING ERRCODE = 'insufficient_privilege';
-    END $$ LANGUAGE plpgsql
-    """,
-    """
-    CREATE OR REPLACE FUNCTION evidence_check_record() RETURNS trigger AS $$
-    BEGIN
-        IF encode(sha256(NEW.data), 'hex') <> NEW.sha256 THEN
-            RAISE EXCEPTION 'record key % does not match the SHA-256 of its bytes (%)',
-                NEW.sha256, encode(sha256(NEW.data), 'hex') USING ERRCODE = 'check_violation';
-        END IF;
-        RETURN NEW;
-    END $$ LANGUAGE plpgsql
-    """,
-    """
-    CREATE OR REPLACE FUNCTION evidence_check_journal() RETURNS trigger AS $$
-    BEGIN
-        IF encode(sha256(NEW.line), 'hex') <> NEW.link THEN
-            RAISE EXCEPTION 'journal link % does not match the SHA-256 of its line', NEW.link
-                USING ERRCODE = 'check_violation';
-        END IF;
-        RETURN NEW;
-    END $$ LANGUAGE plpgsql
-    """,
-]
-for _table in ("evidence_records", "evidence_journal", "evidence_calibrations"):
-    _DDL += [
-        f"DROP TRIGGER IF EXISTS {_table}_insert_only ON {_table}",
-        f"CREATE TRIGGER {_table}_insert_only BEFORE UPDATE OR DELETE ON {_table} "
-        "FOR EACH ROW EXECUTE FUNCTION evidence_refuse_change()",
-        f"DROP TRIGGER IF EXISTS {_table}_no_truncate ON {_table}",
-        f"CREATE TRIGGER {_table}_no_truncate BEFORE TRUNCATE ON {_table} "
-        "FOR EACH STATEMENT EXECUTE FUNCTION evidence_refuse_change()",
+#: Key of the advisory lock that serialises two ``init-db`` runs on one database (its
+#: schema step and its privileges step).
+SCHEMA_LOCK = 0x71E5_5C4E
+
+#: The server's rules, by table: each trigger and the function it runs. The DDL itself
+#: is in the evidence revisions (``harness/history/migrations/evidence``); this is what
+#: a database is checked against (tests/test_postgres_schema.py proves the two agree).
+EVIDENCE_TRIGGERS = {
+    table: {
+        f"{table}_insert_only": "evidence_refuse_change",
+        f"{table}_no_truncate": "evidence_refuse_change",
+        f"{table}_check": "evidence_check_journal"
+        if table == "evidence_journal"
+        else "evidence_check_record",
+    }
+    for table in ("evidence_records", "evidence_journal", "evidence_calibrations")
+}
+EVIDENCE_FUNCTIONS = ("evidence_refuse_change", "evidence_check_record", "evidence_check_journal")
+#: The evidence tables of each revision of the evidence chain.
+EVIDENCE_TABLES_AT = {
+    "evidence_v1": ("evidence_records", "evidence_journal"),
+    "evidence_v2": ("evidence_records", "evidence_journal", "evidence_calibrations"),
+}
+
+
+def _table_differences(connection, tables) -> list[str]:
+    """How the columns and keys of ``tables`` (present ones) differ from the models'."""
+    inspector = inspect(connection)
+    found = []
+    for name in tables:
+        model = metadata.tables[name]
+        expected = {
+            column.name: (column.type.compile(connection.dialect), column.nullable)
+            for column in model.columns
+        }
+        actual = {
+            column["name"]: (column["type"].compile(connection.dialect), column["nullable"])
+            for column in inspector.get_columns(name)
+        }
+        if actual != expected:
+            found.append(
+                f"table {name} has columns {sorted(actual.items())}, not {sorted(expected.items())}"
+            )
+        key = inspector.get_pk_constraint(name)["constrained_columns"]
+        if key != [column.name for column in model.primary_key]:
+            found.append(f"table {name}: primary key {key or 'none'}")
+    return found
+
+
+def evidence_schema_problems(connection, revision: str) -> tuple[list[str], list[str]]:
+    """What a database lacks of evidence revision ``revision``, in two lists: tables whose
+    columns or key differ (nothing a migration may repair: they hold evidence), and what
+    can be put back without touching a row (a missing table, function or trigger, a
+    trigger disabled or running another function). Function bodies are not compared."""
+    tables = EVIDENCE_TABLES_AT[revision]
+    present = set(inspect(connection).get_table_names())
+    restorable = [f"table {name} is missing" for name in tables if name not in present]
+    differing = _table_differences(connection, [name for name in tables if name in present])
+    functions = set(
+        connection.execute(
+            text(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = current_schema() AND p.proname = ANY(:names)"
+            ),
+            {"names": list(EVIDENCE_FUNCTIONS)},
+        ).scalars()
+    )
+    restorable += [
+        f"function {name}() is missing" for name in EVIDENCE_FUNCTIONS if name not in functions
     ]
-_DDL += [
-    "DROP TRIGGER IF EXISTS evidence_records_check ON evidence_records",
-    "CREATE TRIGGER evidence_records_check BEFORE INSERT ON evidence_records "
-    "FOR EACH ROW EXECUTE FUNCTION evidence_check_record()",
-    "DROP TRIGGER IF EXISTS evidence_calibrations_check ON evidence_calibrations",
-    "CREATE TRIGGER evidence_calibrations_check BEFORE INSERT ON evidence_calibrations "
-    "FOR EACH ROW EXECUTE FUNCTION evidence_check_record()",
-    "DROP TRIGGER IF EXISTS evidence_journal_check ON evidence_journal",
-    "CREATE TRIGGER evidence_journal_check BEFORE INSERT ON evidence_journal "
-    "FOR EACH ROW EXECUTE FUNCTION evidence_check_journal()",
-]
+    triggers = {
+        (table, name): (function, enabled)
+        for table, name, function, enabled in connection.execute(
+            text(
+                "SELECT c.relname, t.tgname, p.proname, t.tgenabled FROM pg_trigger t "
+                "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE NOT t.tgisinternal AND n.nspname = current_schema() "
+                "AND c.relname = ANY(:tables)"
+            ),
+            {"tables": list(tables)},
+        )
+    }
+    for table in tables:
+        if table not in present:
+            continue
+        for name, function in EVIDENCE_TRIGGERS[table].items():
+            found = triggers.get((table, name))
+            if found is None:
+                restorable.append(f"trigger {name} on {table} is missing")
+            elif found[0] != function:
+                restorable.append(f"trigger {name} on {table} runs {found[0]}(), not {function}()")
+            elif found[1] == "D":
+                restorable.append(f"trigger {name} on {table} is disabled")
+    return differing, restorable
 
 
-def install_schema(engine: Engine) -> None:
-    """Create the evidence tables and their server-side rules, and create or migrate the
-    index tables (Alembic); idempotent; needs a schema owner."""
-    with engine.begin() as connection:
-        metadata.create_all(connection)
-        for statement in _DDL:
+def _recognise_unstamped(connection, where: str, present: set[str]) -> str:
+    """The revision of evidence tables set up by ``init-db`` before the evidence chain
+    existed (no version table): ``evidence_v2`` with calibrations, ``evidence_v1``
+    without; HistoryError when the tables are not one of those schemas."""
+    revision = "evidence_v2" if calibrations_table.name in present else "evidence_v1"
+    missing = [name for name in EVIDENCE_TABLES_AT[revision] if name not in present]
+    differing, _ = evidence_schema_problems(connection, revision)
+    if missing or differing:
+        raise HistoryError(
+            f"{where}: evidence tables without a version table that are not a schema an "
+            f"earlier init-db made ({'; '.join([*(f'no table {m}' for m in missing), *differing])}); "
+            "nothing changed"
+        )
+    return revision
+
+
+def prepare_evidence_schema(connection, where: str) -> list[str]:
+    """Bring the evidence schema to :data:`~harness.history.migrate.EVIDENCE_HEAD_REVISION`
+    with its own Alembic chain, on ``connection`` (the caller's transaction); what was
+    done, as lines (none when it was current and whole).
+
+    An empty database gets every revision. Evidence tables that an earlier ``init-db``
+    made before the chain existed (no version table) are checked column by column and
+    stamped with the revision they are, never re-created. A revision this harness does
+    not know (a newer harness's) is refused, nothing changed. At the head, a missing rule
+    or table is put back, each one named in the lines (a superuser's doing: the caller
+    says to run verify); a table whose columns differ is refused.
+    """
+    connection.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK)))
+    done = []
+    revision = evidence_revision(connection)
+    if revision is not None and revision not in EVIDENCE_REVISIONS:
+        raise HistoryError(
+            f"{where}: its evidence schema is at revision {revision}, which this harness "
+            f"does not know (it knows {', '.join(EVIDENCE_REVISIONS)}; set up by a newer "
+            "harness?); nothing changed: upgrade quantem-harness"
+        )
+    if revision is None:
+        present = set(inspect(connection).get_table_names()) & set(metadata.tables)
+        if present:
+            revision = _recognise_unstamped(connection, where, present)
+            stamp_evidence(connection, revision)
+            done.append(
+                f"evidence tables set up before the evidence migrations: recognised as "
+                f"{revision} and stamped (nothing re-created)"
+            )
+    if revision != EVIDENCE_HEAD_REVISION:
+        upgrade_evidence(connection)
+        done.append(
+            f"evidence schema migrated from {revision or 'an empty database'} to "
+            f"{EVIDENCE_HEAD_REVISION}"
+        )
+    differing, restorable = evidence_schema_problems(connection, EVIDENCE_HEAD_REVISION)
+    if differing:
+        raise HistoryError(
+            f"{where}: the evidence schema at {EVIDENCE_HEAD_REVISION} differs from this "
+            f"harness's ({'; '.join(differing)}); nothing changed"
+        )
+    if restorable:
+        present = set(inspect(connection).get_table_names())
+        for name in EVIDENCE_TABLES_AT[EVIDENCE_HEAD_REVISION]:
+            if name not in present:
+                metadata.tables[name].create(connection)  # the head's table, as the models
+        for statement in evidence_rules(EVIDENCE_HEAD_REVISION):
             connection.execute(text(statement))
-        prepare_index_schema(connection, engine.url.render_as_string(hide_password=True))
+        differing, left = evidence_schema_problems(connection, EVIDENCE_HEAD_REVISION)
+        left += differing
+        if left:
+            raise HistoryError(f"{where}: could not restore {'; '.join(left)}; nothing changed")
+        done += [
+            f"restored: {problem} ("
+            + ("created empty: whatever it held is lost; " if problem.startswith("table ") else "")
+            + "a superuser's change? run `harness history verify --history-url URL`)"
+            for problem in restorable
+        ]
+    return done
+
+
+def install_schema(engine: Engine) -> list[str]:
+    """Create or migrate the evidence schema (its Alembic chain) and the index tables
+    (theirs), in one transaction; idempotent; needs a schema owner. What was done to the
+    evidence schema, as lines."""
+    where = engine.url.render_as_string(hide_password=True)
+    with engine.begin() as connection:
+        done = prepare_evidence_schema(connection, where)
+        prepare_index_schema(connection, where)
+    return done
 
 
 def index_entry_of(prepared: PreparedReport):

@@ -25,8 +25,17 @@ from harness.errors import HistoryError, ReportValidationError, UsageError
 from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry
 from harness.history.layout import HistoryLayout, record_relpath, sha256_of_record_name
 from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_prefix
-from harness.history.migrate import INDEX_HEAD_REVISION, index_revision
+from harness.history.migrate import (
+    EVIDENCE_HEAD_REVISION,
+    EVIDENCE_REVISIONS,
+    EVIDENCE_VERSION_TABLE,
+    INDEX_HEAD_REVISION,
+    VERSION_TABLE,
+    evidence_revision,
+    index_revision,
+)
 from harness.history.postgres import (
+    SCHEMA_LOCK,
     PostgresStore,
     calibrations_table,
     index_entry_of,
@@ -81,6 +90,7 @@ def open_url_store(url_text: str) -> PostgresStore:
     with server_step(engine, "connecting"), engine.connect() as connection:
         tables = set(inspect(connection).get_table_names())
         revision = index_revision(connection)
+        evidence = evidence_revision(connection)
     missing = {records_table.name, journal_table.name} - tables
     if missing:
         engine.dispose()
@@ -88,6 +98,9 @@ def open_url_store(url_text: str) -> PostgresStore:
             f"{server_name(engine.url)}: not an evidence store (no table "
             f"{', '.join(sorted(missing))}); run `harness history init-db URL` as its owner"
         )
+    if evidence != EVIDENCE_HEAD_REVISION:
+        engine.dispose()
+        raise HistoryError(_evidence_revision_refusal(server_name(engine.url), evidence))
     if revision != INDEX_HEAD_REVISION:
         engine.dispose()
         raise HistoryError(
@@ -98,18 +111,42 @@ def open_url_store(url_text: str) -> PostgresStore:
     return PostgresStore(engine)
 
 
+def _evidence_revision_refusal(where: str, revision: str | None) -> str:
+    """Why a client refuses a server whose evidence schema is not at this harness's head."""
+    if revision is not None and revision not in EVIDENCE_REVISIONS:
+        return (
+            f"{where}: its evidence schema is at revision {revision}, which this harness does "
+            f"not know (it needs {EVIDENCE_HEAD_REVISION}; set up by a newer harness?); "
+            "upgrade quantem-harness (`harness history init-db URL` does not change a newer "
+            "schema)"
+        )
+    state = revision or "none (set up before the evidence migrations)"
+    return (
+        f"{where}: its evidence schema is at revision {state}, this harness needs "
+        f"{EVIDENCE_HEAD_REVISION}; run `harness history init-db URL` as its owner (it "
+        "migrates the schema, or recognises and stamps it; no record is changed)"
+    )
+
+
 def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
-    """Create tables, triggers and the writer role (idempotent); what was done, as lines."""
+    """Create or migrate the evidence schema and the index (each by its Alembic chain),
+    create the writer role and set its privileges (idempotent); what was done, as lines.
+
+    The role is created here, not by a migration: roles belong to the server (the
+    cluster), shared by every database on it and outliving any one of them, so they are
+    no part of one database's schema. Its privileges on the tables are set on every run
+    (REVOKE ALL, then GRANT SELECT, INSERT), so one given by hand is taken back.
+    """
     from sqlalchemy import text
 
     engine = _engine_for(url_text)
     done = []
     try:
-        with server_step(engine, "creating the tables and triggers"):
-            install_schema(engine)
+        with server_step(engine, "creating or migrating the tables and triggers"):
+            done += install_schema(engine)
         done.append(
-            "tables evidence_records, evidence_journal, evidence_calibrations with "
-            "insert-only triggers; "
+            f"evidence schema at {EVIDENCE_HEAD_REVISION} (evidence_records, evidence_journal, "
+            "evidence_calibrations: insert-only, keys checked by the server); "
             f"index tables at {INDEX_HEAD_REVISION}"
         )
         with server_step(engine, "indexing the records the index lacks"):
@@ -117,6 +154,8 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
         if indexed:
             done.append(f"indexed {indexed} records the index lacked")
         with server_step(engine, f"creating role {WRITER_ROLE}"), engine.begin() as connection:
+            # two init-db runs at once: concurrent GRANTs on one table can fail in PostgreSQL
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
             exists = connection.execute(
                 text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": WRITER_ROLE}
             ).first()
@@ -137,7 +176,7 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
                 connection.execute(
                     text(f"GRANT USAGE ON SEQUENCE {name}_{key}_seq TO {WRITER_ROLE}")
                 )
-            for name in ("index_meta", "alembic_version"):
+            for name in ("index_meta", VERSION_TABLE, EVIDENCE_VERSION_TABLE):
                 connection.execute(text(f"REVOKE ALL ON {name} FROM {WRITER_ROLE}"))
                 connection.execute(text(f"GRANT SELECT ON {name} TO {WRITER_ROLE}"))
             for user in grant_to:

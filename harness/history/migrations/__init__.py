@@ -9,4 +9,8 @@ of that version is stamped ``index_v2`` and upgraded in place; a version-1 index
 no migration and is rebuilt from the records. :mod:`harness.history.migrate` runs
 them; a developer adds one with ``alembic -c harness/history/migrations/alembic.ini
 revision -m "..." --rev-id index_vN`` and bumps ``INDEX_SCHEMA_VERSION``.
+
+The evidence tables of a PostgreSQL history are not in this chain: they have one of
+their own in :mod:`harness.history.migrations.evidence` (its own scripts and version
+table), so that nothing server-only ever reaches a folder's index.
 """
