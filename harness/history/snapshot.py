@@ -64,6 +64,8 @@ SOURCE_VERSION = 1
 
 #: Rows per batch when copying the server's index into the snapshot.
 _SNAPSHOT_BATCH = 20_000
+#: Records per batch when copying the server's records (18 KB each at 100,000 records).
+_RECORDS_BATCH = 500
 
 
 def snapshot_path(folder: Path) -> Path:
@@ -211,7 +213,7 @@ def _write_record(
 
 
 def _server_rows(
-    connection: Connection, query, name: str, *, binary: bool = False
+    connection: Connection, query, name: str, *, binary: bool = False, batch: int = _SNAPSHOT_BATCH
 ) -> Iterator[list]:
     """The rows of ``query`` in batches, through a server-side cursor of the driver's
     own in the connection's transaction: plain tuples, without SQLAlchemy's per-row
@@ -221,9 +223,9 @@ def _server_rows(
     compiled = query.compile(dialect=connection.dialect)
     driver = connection.connection.driver_connection
     with driver.cursor(name=name, binary=binary) as cursor:
-        cursor.itersize = _SNAPSHOT_BATCH
+        cursor.itersize = batch
         cursor.execute(str(compiled), compiled.params)
-        while rows := cursor.fetchmany(_SNAPSHOT_BATCH):
+        while rows := cursor.fetchmany(batch):
             yield rows
 
 
@@ -348,7 +350,9 @@ def take_snapshot(
         stored = set()
         made: set[Path] = set()
         query = select(records_table.c.sha256, records_table.c.data)
-        for rows in _server_rows(connection, query, "snapshot_records", binary=True):
+        for rows in _server_rows(
+            connection, query, "snapshot_records", binary=True, batch=_RECORDS_BATCH
+        ):
             for sha256, data in rows:
                 stored.add(sha256)
                 data = _checked(sha256, bytes(data), where)
