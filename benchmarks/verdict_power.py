@@ -13,12 +13,18 @@ a slowdown injected into the candidate's trials, then reports for
 - the demo's own workflow, no calibration with the same-process recheck (exit 2),
 - the calibrated verdict with the recheck's 5 trials taken from a third run (another
   process and moment, as ``harness recheck`` later measures them): the exit-2 rate,
+- the verdict with a *paired* recheck of 5 (``--recheck 5 --paired``): the flagged
+  cells' baseline and candidate trials from one paired session (two worker processes of
+  the same code asked in turn, as :mod:`harness.run.paired` measures them; the
+  slowdown injected into the candidate side): the exit-2 rate and the confirmed
+  ``slower`` rate,
 
 the false-positive rate per comparison (any of the 8 cells flagged or confirmed) and
 the detection rate per slowdown (the fraction of cells flagged or confirmed) at 3, 5
 and 9 reps. Usage::
 
     python benchmarks/verdict_power.py --collect 24 --samples /var/tmp/aa   # 24 demo runs, 14 reps
+    python benchmarks/verdict_power.py --collect-paired 20 --samples /var/tmp/aa  # paired sessions
     python benchmarks/verdict_power.py --samples /var/tmp/aa [--draws 1000]
 """
 
@@ -38,6 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import git_revision
 
+from harness.run.demo import DEMO_STORAGE_ID, demo_folder, write_demo_suite
+from harness.run.paired import BaselineCode, PairedSpec, measure_paired
+from harness.run.provenance import SourceTracker
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.cells import decide_cells
 from harness.verdict.comparison import collect_cells
@@ -72,6 +81,54 @@ def collect(samples: Path, runs: int, reps: int) -> None:
         print(f"collected run {i}/{runs}", file=sys.stderr)
 
 
+def collect_paired(samples: Path, sessions: int, rounds: int) -> None:
+    """``sessions`` paired sessions of this code against itself: every demo cell, ``rounds``
+    rounds, two worker processes asked in turn (the paired recheck's own measurement)."""
+    folder = samples / "paired"
+    folder.mkdir(parents=True, exist_ok=True)
+    tracker = SourceTracker().start()
+    checkout, fingerprint = tracker.checkout, tracker.start_fingerprint
+    with demo_folder() as demo:
+        suite = write_demo_suite(demo)
+        cells = [
+            (acq, fmt, cache)
+            for acq in ("demo-u8", "demo-u16")
+            for fmt in ("hdf5", "qem")
+            for cache in ("cold", "cached")
+        ]
+        spec = PairedSpec(
+            root=str(suite.root), manifest=str(suite.manifest), backend="cpu",
+            storage_id=DEMO_STORAGE_ID, representation="dense", fresh_index=False,
+            threads=None, first_index=0, acquisitions=("demo-u8", "demo-u16"),
+        )  # fmt: skip
+        for i in range(1, sessions + 1):
+            out = folder / f"s{i:02d}.json"
+            if out.exists():
+                continue
+            measured = measure_paired(
+                spec, cells, rounds,
+                baseline=BaselineCode(checkout, "this checkout"), candidate_tree=checkout,
+                expected={"baseline": fingerprint, "candidate": fingerprint},
+                scratch=demo / f"workers{i}",
+            )  # fmt: skip
+            out.write_text(json.dumps(measured))
+            print(f"collected paired session {i}/{sessions}", file=sys.stderr)
+
+
+def load_paired(samples: Path) -> list[tuple[dict, dict]]:
+    """(baseline cells, candidate cells) of each paired session under ``samples/paired``."""
+    sessions = []
+    for path in sorted((samples / "paired").glob("s*.json")):
+        doc = json.loads(path.read_text())
+        sessions.append(
+            (
+                collect_cells({"trials": doc["baseline_trials"]}),
+                collect_cells({"trials": doc["candidate_trials"]}),
+            )
+        )
+    return sessions
+
+
 def load_samples(samples: Path) -> list[dict]:
     runs = []
     for path in sorted(samples.glob("*/loading.json")):
@@ -89,7 +146,23 @@ def _rechecked(base, cand, verdict, trials, **options):
     return decide_cells(base, cand, threshold_percent=THRESHOLD, recheck=flagged, **options)
 
 
-def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
+def _paired(base, cand, verdict, session, slowdown):
+    """The verdict after a paired recheck of the flagged cells, from one paired session."""
+    flagged = [cell.key for cell in verdict if cell.flagged]
+    if not flagged:
+        return verdict
+    pb, pc = session
+    return decide_cells(
+        base,
+        cand,
+        threshold_percent=THRESHOLD,
+        recheck={k: [v * (1 + slowdown) for v in pc[k][:RECHECK]] for k in flagged},
+        paired_baseline={k: pb[k][:RECHECK] for k in flagged},
+        bootstrap_resamples=100,
+    )
+
+
+def simulate(runs: list[dict], draws: int, seed: int, paired=()) -> list[dict]:
     rng = np.random.default_rng(seed)
     keys = sorted(runs[0])
     n_runs = len(runs)
@@ -115,6 +188,8 @@ def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
                     "recheck_slower",
                     "recheck_plain",
                     "recheck_later",
+                    "paired",
+                    "paired_slower",
                 )
             }
             for _ in range(n):
@@ -138,7 +213,11 @@ def simulate(runs: list[dict], draws: int, seed: int) -> list[dict]:
                     k: [v * (1 + slowdown) for v in runs[d][k][reps : reps + RECHECK]] for k in keys
                 }
                 later = _rechecked(base, cand, cal, later_trials, calibration=nulls[s])
+                session = paired[int(rng.integers(len(paired)))] if paired else None
+                pair = _paired(base, cand, mwu, session, slowdown) if session else mwu
                 outcomes = {
+                    "paired": [x.flagged for x in pair],
+                    "paired_slower": [x.verdict.value == "slower" for x in pair],
                     "recheck_plain": [x.flagged for x in plain],
                     "recheck_later": [x.flagged for x in later],
                     "rule": rule,
@@ -164,20 +243,27 @@ def main() -> int:
     parser.add_argument("--samples", type=Path, required=True, help="folder of A/A demo runs")
     parser.add_argument("--collect", type=int, default=0, metavar="N", help="collect N runs first")
     parser.add_argument("--collect-reps", type=int, default=max(REPS) + RECHECK)
+    parser.add_argument(
+        "--collect-paired", type=int, default=0, metavar="N", help="collect N paired sessions"
+    )
     parser.add_argument("--draws", type=int, default=1000, help="A/A comparisons per rep count")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     if args.collect:
         collect(args.samples, args.collect, args.collect_reps)
+    if args.collect_paired:
+        collect_paired(args.samples, args.collect_paired, RECHECK * 2)
     runs = load_samples(args.samples)
+    paired = load_paired(args.samples)
     if len(runs) < CALIBRATION_RUNS + 2:
         parser.error(f"need at least {CALIBRATION_RUNS + 2} runs in {args.samples}")
     started = time.perf_counter()
-    rows = simulate(runs, args.draws, args.seed)
+    rows = simulate(runs, args.draws, args.seed, paired)
     load = os.getloadavg()[0]
     print(
-        f"# {len(runs)} A/A runs from {args.samples}, revision {git_revision()}, "
+        f"# {len(runs)} A/A runs and {len(paired)} paired sessions from {args.samples}, "
+        f"revision {git_revision()}, "
         f"load average {load:.1f}, {time.perf_counter() - started:.0f} s"
     )
     print(
@@ -185,9 +271,10 @@ def main() -> int:
         "| verdict (calibrated): any / cells | calibrated + recheck 5, exit 2: any / cells "
         "| calibrated + recheck 5, confirmed: any / cells "
         "| no calibration + recheck 5, exit 2: any / cells "
-        "| calibrated + recheck 5 in another run, exit 2: any / cells |"
+        "| calibrated + recheck 5 in another run, exit 2: any / cells "
+        "| paired recheck 5, exit 2: any / cells | paired recheck 5, confirmed: any / cells |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['reps']} | {r['slowdown']:.0%} | {r['rule_comparison']:.1%} / {r['rule_cells']:.1%} "
@@ -196,7 +283,9 @@ def main() -> int:
             f"| {r['recheck_comparison']:.1%} / {r['recheck_cells']:.1%} "
             f"| {r['recheck_slower_comparison']:.1%} / {r['recheck_slower_cells']:.1%} "
             f"| {r['recheck_plain_comparison']:.1%} / {r['recheck_plain_cells']:.1%} "
-            f"| {r['recheck_later_comparison']:.1%} / {r['recheck_later_cells']:.1%} |"
+            f"| {r['recheck_later_comparison']:.1%} / {r['recheck_later_cells']:.1%} "
+            f"| {r['paired_comparison']:.1%} / {r['paired_cells']:.1%} "
+            f"| {r['paired_slower_comparison']:.1%} / {r['paired_slower_cells']:.1%} |"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -52,6 +52,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"rounds of the flagged cells (default {DEFAULT_RECHECK_ROUNDS})",
     )
     parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="measure the baseline's code too, alternately with the candidate's, and judge "
+        "the flagged cells on those paired trials (the baseline's code: --baseline-tree, else "
+        "its git revision exported from this repository; checked by source fingerprint)",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="with --paired: a folder holding the baseline's code (default: git archive of "
+        "its recorded revision)",
+    )
+    parser.add_argument(
         "--regression-percent",
         type=float,
         default=20.0,
@@ -175,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--recheck must be at least 1, not {args.recheck}")
     if args.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
+    if args.baseline_tree is not None and not args.paired:
+        raise UsageError("--baseline-tree needs --paired")
+    if args.baseline_tree is not None and not args.baseline_tree.is_dir():
+        raise UsageError(f"--baseline-tree {args.baseline_tree} is not a folder")
     check_code_origin()
     url = history_url(args)
     if url is not None:
@@ -241,6 +259,8 @@ def _recheck(args, candidate, baseline, calibration, first, history: Path | str)
                 lock_dir=args.lock_dir,
                 lock_timeout=args.lock_timeout,
                 command=["harness", *sys.argv[1:]],
+                paired=args.paired,
+                baseline_tree=args.baseline_tree,
             )
         )
     record = load_report(str(outcome.report_path), history_dir=None)

@@ -86,6 +86,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --baseline: measure every flagged cell K more times right away",
     )
     io.add_argument(
+        "--paired",
+        action="store_true",
+        help="with --recheck: measure the baseline's code too, alternately with this code, and "
+        "judge the flagged cells on those paired trials (docs/verdicts.md)",
+    )
+    io.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="with --paired: a folder holding the baseline's code (default: git archive of its "
+        "recorded revision)",
+    )
+    io.add_argument(
         "--lock-dir",
         type=Path,
         metavar="DIR",
@@ -224,6 +237,8 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         regression_percent=args.regression_percent,
         calibration=args.calibration,
         recheck=args.recheck,
+        paired=args.paired,
+        baseline_tree=args.baseline_tree,
         lock_dir=args.lock_dir,
         lock_timeout=args.lock_timeout,
         fresh_index=args.fresh_index,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import HarnessError, IncomparableError, UsageError
 from harness.history.store import RegistrationRenderer
 from harness.report import summarise_trials
 from harness.run import conversion, io_steps, trials
@@ -34,6 +34,7 @@ from harness.run.io_steps import AcquisitionState, TrialContext, loader_stages
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
+from harness.run.paired import Pairing, check_workers, paired_recheck
 from harness.run.reporting import REPORT_NAME, RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.workspace import TEMP_PREFIX, Workspace, temporary_area
@@ -73,6 +74,10 @@ class IoScaleConfig:
     calibration: str | None = None
     #: with a baseline: measure each flagged cell this many more rounds, right away
     recheck: int = 0
+    #: ``--paired``: the recheck measures the baseline's code too, alternately (harness.run.paired)
+    paired: bool = False
+    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
+    baseline_tree: Path | None = None
     lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
     lock_timeout: float = 600.0
     fresh_index: bool = False
@@ -109,6 +114,10 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--recheck must not be negative")
     if cfg.recheck and not cfg.baseline:
         raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
+    if cfg.paired and not cfg.recheck:
+        raise UsageError("--paired needs --recheck K (it is a kind of recheck)")
+    if cfg.baseline_tree is not None and not cfg.paired:
+        raise UsageError("--baseline-tree needs --paired")
     if cfg.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
     if cfg.representation not in ("dense", "encoded"):
@@ -244,6 +253,45 @@ class IoScaleRun:
         rechecked = self.trials[first:]
         del self.trials[first:]  # the recheck is its own block, never mixed into the trials
         return rechecked
+
+    def paired_recheck_cells(
+        self, workspace: Workspace, cells: Sequence, rounds: int, pairing: Pairing
+    ) -> tuple[list[dict], dict | None]:
+        """``--paired``: ``cells`` with the baseline's code and this run's, alternately.
+
+        Returns this code's trials and the ``recheck.paired`` block (None when a worker
+        failed: that is an execution failure of the run).
+        """
+        wanted = {key[0] for key in cells}
+        try:
+            trials_, block = paired_recheck(
+                self.config,
+                [s.selected.id for s in self.states if s.selected.id in wanted],
+                list(cells),
+                rounds,
+                code=pairing.code,
+                baseline_doc=pairing.baseline.doc,
+                baseline_sha256=pairing.baseline.sha256,
+                candidate_fingerprint=pairing.fingerprint,
+                checkout=pairing.checkout,
+                scratch_parent=workspace.folder,
+                on_trial=workspace.progress.advance,
+            )
+        except IncomparableError:
+            raise
+        except HarnessError as exc:
+            self.log.execution(str(exc))
+            return [], None
+        check_workers(self.log, block["workers"], None)
+        products = block["workers"].get("candidate", {}).get("products", {})
+        for state in self.states:
+            ours, seen = products.get(state.selected.id), state.expected.products
+            if ours and seen and ours != seen[0]:
+                self.log.correctness(
+                    f"{state.selected.id}: paired recheck product {ours[:12]} differs from "
+                    f"this run's {seen[0][:12]}"
+                )
+        return trials_, block
 
     def prepare_qem(self, ctx: TrialContext, state: AcquisitionState) -> bool:
         """Write the disposable QEM (timed as the conversion workflow unless --load-only).

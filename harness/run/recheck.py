@@ -40,6 +40,13 @@ from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.io_scale import IoScaleConfig, IoScaleRun
 from harness.run.manifest import SelectionManifest, check_master_hashes, parse_manifest
+from harness.run.paired import (
+    BaselineCode,
+    baseline_checked_out,
+    check_pairable,
+    check_workers,
+    paired_recheck,
+)
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
@@ -48,7 +55,7 @@ from harness.run.runner import (
     recheck_block,
     say_waiting,
 )
-from harness.run.workspace import claim_output_dir, open_workspace
+from harness.run.workspace import claim_output_dir, open_workspace, progress_bar
 
 CellKey = tuple[str, str, str]
 
@@ -87,6 +94,10 @@ class RecheckConfig:
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
+    #: ``--paired``: measure the baseline's code too, alternately (:mod:`harness.run.paired`)
+    paired: bool = False
+    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
+    baseline_tree: Path | None = None
 
 
 def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
@@ -188,6 +199,8 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
     if cfg.rounds < 1:
         raise ValueError("a recheck needs at least one round")
     candidate = cfg.candidate
+    if cfg.paired:
+        check_pairable(cfg.baseline.doc, cfg.baseline.sha256, cfg.baseline_tree)
     kind = IoScaleRun(kind_config(cfg))
     kind.check_config()
     tracker = SourceTracker().start()
@@ -214,7 +227,17 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             on_wait=say_waiting,
         ):
             created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            rechecked = _measure(kind, cfg, acquisitions, environment)
+            if cfg.paired:
+                assert tracker.checkout is not None  # started
+                with baseline_checked_out(
+                    cfg.baseline.doc,
+                    cfg.baseline.sha256,
+                    tree=cfg.baseline_tree,
+                    checkout=tracker.checkout,
+                ) as code:
+                    rechecked = _measure_paired(kind, cfg, acquisitions, environment, tracker, code)
+            else:
+                rechecked = _measure(kind, cfg, acquisitions, environment)
             provenance, stable = finish_provenance(tracker, kind.log)
             doc = _recheck_record(cfg, kind, rechecked, created, provenance, stable)
             exit_code = judge(
@@ -222,7 +245,8 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
                 cfg.baseline,
                 cfg.regression_percent,
                 calibration=cfg.calibration,
-                recheck=collect_cells({"trials": rechecked["trials"]}),
+                # a paired block is read from the record itself, as `harness compare` reads it
+                recheck=None if cfg.paired else collect_cells({"trials": rechecked["trials"]}),
             )
             report_path = write_report(doc, cfg.output_dir)
     outcome = RunOutcome(doc, report_path, exit_code)
@@ -267,6 +291,50 @@ def _measure(kind: IoScaleRun, cfg: RecheckConfig, acquisitions, environment: di
     return {"trials": trials, "contention": contention_section(before, after)}
 
 
+def _measure_paired(
+    kind: IoScaleRun,
+    cfg: RecheckConfig,
+    acquisitions,
+    environment: dict,
+    tracker: SourceTracker,
+    code: BaselineCode,
+) -> dict:
+    """The flagged cells with the baseline's code and the candidate's, alternately."""
+    gpu = environment["device"].get("kind") == "gpu"
+    uuid = environment["device"].get("uuid")
+    assert tracker.checkout is not None  # started
+    trials: list[dict] = []
+    block: dict = {}
+    with progress_bar("paired recheck trials", len(cfg.cells) * cfg.rounds, cfg.progress) as bar:
+        before = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+        try:
+            trials, block = paired_recheck(
+                kind.config,
+                [a.id for a in acquisitions],
+                list(cfg.cells),
+                cfg.rounds,
+                code=code,
+                baseline_doc=cfg.baseline.doc,
+                baseline_sha256=cfg.baseline.sha256,
+                candidate_fingerprint=cfg.candidate.doc["provenance"]["source_fingerprint_end"],
+                checkout=tracker.checkout,
+                scratch_parent=cfg.output_dir,
+                on_trial=bar.advance,
+            )
+        except IncomparableError:
+            raise
+        except HarnessError as exc:
+            kind.log.execution(str(exc))
+        after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
+    if block:
+        check_workers(kind.log, block["workers"], cfg.candidate.doc)
+    return {
+        "trials": trials,
+        "contention": contention_section(before, after),
+        "paired": block or None,
+    }
+
+
 def _recheck_record(
     cfg: RecheckConfig,
     kind: IoScaleRun,
@@ -281,6 +349,8 @@ def _recheck_record(
     doc["baseline"] = None
     contention = measured["contention"]
     block = recheck_block(cfg.rounds, list(cfg.cells), measured["trials"])
+    if measured.get("paired"):
+        block["paired"] = measured["paired"]
     block.update(
         {
             "candidate_sha256": cfg.candidate.sha256,

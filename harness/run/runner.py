@@ -24,8 +24,10 @@ says how to add one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -39,6 +41,7 @@ from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
+from harness.run.paired import Pairing, baseline_checked_out
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
 from harness.run.workspace import Workspace, claim_output_dir, open_workspace
@@ -116,15 +119,16 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
         )
         environment = collect_environment(cfg.backend, cfg.root, cfg.storage_id)
         resources = resources_for([environment["device"].get("uuid")], cfg.storage_id)
-        with host_locks(
+        locks = host_locks(
             resources,
             lock_dir=cfg.lock_dir,
             timeout=cfg.lock_timeout,
             command=[str(a) for a in cfg.command],
             on_wait=say_waiting,
-        ):
+        )
+        with _pairing(cfg, baseline, tracker) as pairing, locks:
             outcome = _measure_and_report(
-                kind, manifest, tracker, baseline, calibration, environment
+                kind, manifest, tracker, baseline, calibration, environment, pairing
             )
     registered = (
         register_reports(cfg.history_dir, [outcome.report_path], render=cfg.render)
@@ -135,6 +139,19 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     return outcome
 
 
+@contextlib.contextmanager
+def _pairing(cfg, baseline, tracker: SourceTracker) -> Iterator[Pairing | None]:
+    """``--paired``: the baseline's code, checked before anything is measured."""
+    if not getattr(cfg, "paired", False) or baseline is None:
+        yield None
+        return
+    assert tracker.checkout is not None and tracker.start_fingerprint is not None
+    with baseline_checked_out(
+        baseline.doc, baseline.sha256, tree=cfg.baseline_tree, checkout=tracker.checkout
+    ) as code:
+        yield Pairing(baseline, code, tracker.checkout, tracker.start_fingerprint)
+
+
 def say_waiting(resource, holder: str) -> None:
     """Tell the user (stderr) which run holds the GPU or storage this one waits for."""
     print(
@@ -143,7 +160,9 @@ def say_waiting(resource, holder: str) -> None:
     )
 
 
-def _measure_and_report(kind, manifest, tracker, baseline, calibration, environment) -> RunOutcome:
+def _measure_and_report(
+    kind, manifest, tracker, baseline, calibration, environment, pairing=None
+) -> RunOutcome:
     """Steps 5 and 6 of the module docstring, with the host locks held."""
     cfg, log = kind.config, kind.log
     created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -151,6 +170,7 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
     uuid = environment["device"].get("uuid")
     rechecked: list[dict] = []
     flagged: list = []
+    paired: dict | None = None
     with open_workspace(
         cfg.output_dir,
         title=kind.title,
@@ -177,7 +197,12 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
             )
             if flagged:
                 workspace.progress.add_total(len(flagged) * cfg.recheck)
-                rechecked = kind.recheck_cells(workspace, flagged, cfg.recheck)
+                if pairing is not None:
+                    rechecked, paired = kind.paired_recheck_cells(
+                        workspace, flagged, cfg.recheck, pairing
+                    )
+                else:
+                    rechecked = kind.recheck_cells(workspace, flagged, cfg.recheck)
         after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
         kind.after_trials(workspace)
     provenance, stable = finish_provenance(tracker, log)
@@ -204,7 +229,10 @@ def _measure_and_report(kind, manifest, tracker, baseline, calibration, environm
     recheck = None
     if flagged:
         doc["recheck"] = recheck_block(cfg.recheck, flagged, rechecked)
-        recheck = collect_cells({"trials": rechecked})
+        if paired is not None:
+            doc["recheck"]["paired"] = paired  # judged from the block, as `compare` reads it
+        else:
+            recheck = collect_cells({"trials": rechecked})
     exit_code = judge(
         doc,
         baseline,

@@ -155,6 +155,7 @@ def decide_cells(
     alpha: float = DEFAULT_ALPHA,
     calibration: CalibratedNull | None = None,
     recheck: Mapping[CellKey, Sequence[float]] | None = None,
+    paired_baseline: Mapping[CellKey, Sequence[float]] | None = None,
     bootstrap_resamples: int = DEFAULT_RESAMPLES,
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
@@ -162,17 +163,29 @@ def decide_cells(
     ``recheck`` holds the recheck trials of flagged cells: the verdict of such a cell is
     taken on original plus recheck trials, and a flag the recheck does not confirm (its
     own median, or the pooled one, within the threshold) is cleared.
+
+    ``paired_baseline`` holds, for cells rechecked with ``--paired``, the baseline code's
+    trials measured alternately with that cell's recheck trials: the verdict of such a
+    cell is taken on those two sets alone (one moment, both codes; the calibrated null,
+    which is between runs, does not apply, so Mann-Whitney U), and its flag is cleared
+    when the paired change is within the threshold.
     """
     keys = sorted(baseline)
     recheck = recheck or {}
+    paired_baseline = paired_baseline or {}
+    paired = {k for k in keys if recheck.get(k) and paired_baseline.get(k)}
     limit = threshold_percent
     pooled = {k: list(candidate[k]) + list(recheck.get(k, ())) for k in keys}
+    sides = {
+        k: (list(paired_baseline[k]), list(recheck[k])) if k in paired else (baseline[k], pooled[k])
+        for k in keys
+    }
     evidence = {
         k: _evidence(
             k,
-            baseline[k],
-            pooled[k],
-            calibration,
+            sides[k][0],
+            sides[k][1],
+            None if k in paired else calibration,
             threshold_percent=threshold_percent,
             alpha=alpha,
             cells=len(keys),
@@ -188,12 +201,33 @@ def decide_cells(
     results = []
     for key in keys:
         ev = evidence[key]
-        base, cand = list(baseline[key]), pooled[key]
+        base, cand = list(sides[key][0]), list(sides[key][1])
         change = (ev.ratio - 1) * 100
         notes: list[str] = []
         recheck_info = None
         cleared = False
-        if recheck.get(key):
+        if key in paired:
+            original_change = (median(candidate[key]) / median(baseline[key]) - 1) * 100
+            recheck_info = {
+                "n": len(recheck[key]),
+                "median": median(recheck[key]),
+                "change_percent": change,
+                "original_change_percent": original_change,
+                "paired": True,
+                "baseline_n": len(base),
+                "baseline_median": median(base),
+            }
+            notes.append(
+                f"judged on a paired recheck ({len(base)} baseline and {len(cand)} candidate "
+                f"trials measured alternately): {change:+.1f}%, original {original_change:+.1f}%"
+            )
+            if original_change > limit and change <= limit:
+                cleared = True
+                notes.append(
+                    f"flag cleared by the paired recheck: original {original_change:+.1f}%, "
+                    f"paired {change:+.1f}% (threshold {limit:g}%)"
+                )
+        elif recheck.get(key):
             original_change = (median(candidate[key]) / median(base) - 1) * 100
             own_change = (median(recheck[key]) / median(base) - 1) * 100
             recheck_info = {
@@ -220,7 +254,13 @@ def decide_cells(
                         ev, adjusted_slower[key], alpha, len(base), len(cand), len(keys), limit
                     )
                 )
-                if recheck_info is not None:
+                if recheck_info is not None and key in paired:
+                    notes[-1] = notes[-1].replace(
+                        "recheck (--recheck K) to confirm or clear",
+                        "still past the threshold in a paired recheck; more paired rounds "
+                        "(--recheck K --paired) can confirm it",
+                    )
+                elif recheck_info is not None:
                     notes[-1] = notes[-1].replace(
                         "recheck (--recheck K) to confirm or clear",
                         f"still past the threshold after a recheck of {recheck_info['n']} trials "

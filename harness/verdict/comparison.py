@@ -332,8 +332,10 @@ def compare_reports(
         )
     comparison.differences = differences
     if not differences:
+        paired_baseline = None
         if recheck is None and candidate_doc.get("recheck"):
             recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
+            paired_baseline = _paired_baseline(comparison, candidate_doc["recheck"])
         comparison.cells = decide_cells(
             base_cells,
             cand_cells,
@@ -341,6 +343,7 @@ def compare_reports(
             alpha=alpha,
             calibration=calibration.null if calibration else None,
             recheck=recheck,
+            paired_baseline=paired_baseline,
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -349,6 +352,22 @@ def compare_reports(
     elif comparison.flagged_cells:
         comparison.verdict = Verdict.REVIEW
     return comparison
+
+
+def _paired_baseline(
+    comparison: Comparison, block: Mapping[str, Any]
+) -> dict[CellKey, list[float]] | None:
+    """The baseline trials of a paired recheck, when it paired against this baseline."""
+    paired = block.get("paired")
+    if not paired:
+        return None
+    if comparison.baseline_sha256 and paired["baseline_sha256"] == comparison.baseline_sha256:
+        return collect_cells({"trials": paired["baseline_trials"]})
+    comparison.warnings.append(
+        f"the paired recheck was measured against baseline {paired['baseline_sha256'][:12]}, "
+        "not this one: its trials are pooled as an unpaired recheck"
+    )
+    return None
 
 
 def flagged_for_recheck(
