@@ -150,7 +150,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     try:
                         with engine.connect() as connection:
                             pages = start_record_pages(
-                                connection, layout, RenderTargets(out), None, rewrite=True
+                                connection, layout, RenderTargets(layout.root), None, rewrite=True
                             )
                     finally:
                         engine.dispose()
