@@ -287,3 +287,78 @@ def test_a_record_tampered_with_on_the_server_fails_the_render(
     assert code != EXIT_OK
     assert f"record {sha} no longer matches its bytes" in err and "Traceback" not in err
     assert (out / "index.html").read_bytes() == html  # the dashboard is left as it was
+
+
+@pytest.mark.slow
+def test_a_first_render_with_pages_in_workers_equals_one_without(
+    server, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first render starts the record pages in worker processes as soon as the records
+    are in DIR, while the index is still being copied (forked beside an open server
+    transaction); the folder is the one pages written in the render's own process give,
+    and the snapshot holds exactly the server's index rows."""
+    from sqlalchemy import create_engine, select
+
+    import harness.history.snapshot as snapshot
+    from harness.history.index_db import IndexMetaRow, RecordRow, SummaryRow, TrialRow
+    from harness.render import record_pages
+
+    url, reports = server
+    late = _report(reports, 9, backend="cuda")
+    _register(url, late, *(_report(reports, seed) for seed in range(4)))
+    declares = _report(
+        reports,
+        5,
+        slowdown=1.4,
+        baseline={"sha256": sha256_bytes(late.read_bytes()), "path": None,
+                  "regression_percent": 20.0},
+    )  # fmt: skip
+    _register(url, declares)
+    monkeypatch.setattr(record_pages, "PARALLEL_PAGES", 10**9)
+    alone = tmp_path / "alone"
+    _render(url, alone, tmp_path, capsys)
+
+    events = []
+    copy_rows, start_pages = snapshot._copy_rows, record_pages.start_record_pages
+
+    def copying(connection, target, model, where=None):
+        events.append(model.__tablename__)
+        return copy_rows(connection, target, model, where)
+
+    def starting(*args, **kwargs):
+        events.append("pages")
+        return start_pages(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot, "_copy_rows", copying)
+    monkeypatch.setattr(record_pages, "start_record_pages", starting)
+    monkeypatch.setattr(record_pages, "PARALLEL_PAGES", 1)
+    monkeypatch.setattr(record_pages, "PAGES_PER_TASK", 2)
+    monkeypatch.setattr(record_pages, "render_processes", lambda: 2)
+    workers = tmp_path / "workers"
+    stdout, _ = _render(url, workers, tmp_path, capsys)
+    assert "rendered every record" in stdout
+    assert events == ["index_meta", "records", "pages", "trials", "summaries"]
+    held, whole = _files(workers), _files(alone)
+    assert sorted(held) == sorted(whole)
+    assert [name for name in whole if held[name] != whole[name]] == []
+    assert len([name for name in held if name.startswith("dashboard/records/")]) == 6
+
+    engine = create_engine(url)
+    local = sqlite3.connect(snapshot_path(workers))
+    try:
+        with engine.connect() as connection:
+            for model in (RecordRow, TrialRow, SummaryRow):
+                table = model.__table__
+                order = ", ".join(c.name for c in table.primary_key.columns)
+                names = ", ".join(c.name for c in table.columns)
+                ours = local.execute(f"SELECT {names} FROM {table.name} ORDER BY {order}")
+                theirs = connection.execute(
+                    select(*table.columns).order_by(*table.primary_key.columns)
+                )
+                assert [tuple(r) for r in ours] == [tuple(r) for r in theirs], table.name
+            meta = dict(connection.execute(select(IndexMetaRow.key, IndexMetaRow.value)).all())
+        held_meta = dict(local.execute("SELECT key, value FROM index_meta"))
+        assert all(held_meta[key] == value for key, value in meta.items())
+    finally:
+        local.close()
+        engine.dispose()

@@ -81,3 +81,33 @@ def test_timings_csv_matches_the_pandas_bytes_on_crafted_text(tmp_path: Path) ->
     assert "e-06" in text  # floats in exponent form, as repr writes them
     # the registration's appended file is the same bytes as the full rewrite
     assert (history / "timings.csv").read_bytes() == reference
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_the_streamed_file_is_the_bytes_built_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """A render writes timings.csv a batch of trials at a time; batch boundaries (also
+    between a record's rows, and among rows that need quoting) change no byte."""
+    from harness.render import timings
+
+    history = tmp_path / "h"
+    reports = [
+        make_example_report(0, reps=2, acquisition_ids=CRAFTED_IDS[:2]),
+        make_example_report(1, reps=3, storage_id="plain"),
+        make_example_report(2, reps=2, acquisition_ids=CRAFTED_IDS[2:]),
+    ]
+    register_reports(
+        history, [dump_report(r) for r in reports], render=registration_renderer("defer")
+    )
+    monkeypatch.setattr(timings, "_TIMINGS_BATCH", batch)
+    engine = open_index(HistoryLayout.at(history).index_db, create=False)
+    out = tmp_path / "timings.csv"
+    try:
+        with engine.begin() as connection:
+            whole = build_timings_csv(connection)
+            size = timings.stream_timings_csv(connection, out)
+    finally:
+        engine.dispose()
+    assert out.read_bytes() == whole == _reference_csv(HistoryLayout.at(history).index_db)
+    assert size == len(whole) and whole.count(b"\n") > 10  # more rows than a small batch

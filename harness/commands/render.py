@@ -105,7 +105,8 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
         take_snapshot,
         update_snapshot,
     )
-    from harness.render import render_all
+    from harness.render import RenderTargets, render_all
+    from harness.render.record_pages import start_record_pages
     from harness.render.update import render_increment
 
     repository = Path(args.git_repo)
@@ -119,6 +120,8 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
             f"{out}: another render into this folder has held it for "
             f"{_RENDER_LOCK_TIMEOUT:.0f} s; try again when it is done"
         ) from None
+    layout = HistoryLayout.at(out)
+    pages = None  # a first render's record pages, started once the records are in DIR
     try:
         options = _render_options(plots, repository)
         rendered_before = index_path.exists()
@@ -138,8 +141,22 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                 if rendered_before:
                     print(f"note: {out}: rendering everything again: {update.reason}",
                           file=sys.stderr)  # fmt: skip
-                take_snapshot(store, out, prune=rendered_before)
-        layout = HistoryLayout.at(out)
+
+                def start_pages() -> None:
+                    # every record file is in place: the pages are written by worker
+                    # processes while the index is copied and the keys are drawn
+                    nonlocal pages
+                    engine = open_index(index_path, create=False)
+                    try:
+                        with engine.connect() as connection:
+                            pages = start_record_pages(
+                                connection, layout, RenderTargets(layout.root), None, rewrite=True
+                            )
+                    finally:
+                        engine.dispose()
+                        forget_index(index_path)
+
+                take_snapshot(store, out, prune=rendered_before, records_ready=start_pages)
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
@@ -153,6 +170,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     plots="none" if plots == "none" else "all",
                     full=True,
                     repository=repository,
+                    record_pages=pages,
                 )
                 done = "rendered every record"
             else:
@@ -179,6 +197,8 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
             forget_index(index_path)
         mark_complete(index_path)
     finally:
+        if pages is not None:
+            pages.close()  # stops its workers when the render failed before finishing them
         lock.release()
     return done
 

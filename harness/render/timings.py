@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Connection
 
+from harness.fsio import replacing
 from harness.history.entries import TRIAL_FIELDS
 from harness.history.index_db import RecordRow, TrialRow, read_meta_json, write_meta
-from harness.render.targets import appendable, max_seq, write_atomic
+from harness.render.targets import RENDERED_MODE, appendable, max_seq
 
 #: Columns of timings.csv, in order (``docs/history-format.md`` "timings.csv"): the record's
 #: identity, then every trial field.
@@ -66,8 +69,14 @@ def _bool_text(value: object) -> str:
     return "True" if value else "False"
 
 
-def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[str]:
-    """The lines of timings.csv (without its header) for the trials of records from ``min_seq``.
+#: Trials read from the index per batch while timings.csv is written (and lines per write).
+_TIMINGS_BATCH = 20_000
+
+
+def iter_timings_lines(connection: Connection, min_seq: int | None = None) -> Iterator[str]:
+    """The lines of timings.csv (without its header) for the trials of records from
+    ``min_seq``, read from the index in batches (4,000,000 trials at 100,000 records:
+    held all at once they were most of a render's 3.1 GB peak).
 
     Each line is what pandas' ``to_csv`` wrote for the row before this replaced it (it
     spent most of a 10,000-record render building a frame of 400,000 rows and writing it
@@ -75,26 +84,31 @@ def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[st
     as their shortest repr, NULL as an empty field (``tests/test_timings_csv.py`` compares
     both on crafted text). A record's own fields are formatted once, not once per trial.
     """
-    cursor = connection.connection.driver_connection.cursor()
+    driver = connection.connection.driver_connection
     start = min_seq or 0
     prefixes = {
         seq: _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
-        for seq, sha, created, revision, dirty, key in cursor.execute(_RECORDS_SQL, (start,))
+        for seq, sha, created, revision, dirty, key in driver.execute(_RECORDS_SQL, (start,))
     }
-    rows = cursor.execute(_TRIALS_SQL, (start,)).fetchall()
+    trials = driver.execute(_TRIALS_SQL, (start,))
+    # the trials whose text needs quoting, in the same order, on a cursor of their own
     special = None
-    lines = []
-    for seq, text, seconds, counts, residency in rows:
-        if text is None:
-            if special is None:
-                special = iter(cursor.execute(_SPECIAL_TRIALS_SQL, (start,)).fetchall())
-            *fields, kept = next(special)
-            text = _csv_line((*fields, _bool_text(kept)))
-        lines.append(
-            f"{prefixes[seq]}{text},{seconds!r},{counts},"
-            f"{'' if residency is None else repr(residency)}\n"
-        )
-    return lines
+    while rows := trials.fetchmany(_TIMINGS_BATCH):
+        for seq, text, seconds, counts, residency in rows:
+            if text is None:
+                if special is None:
+                    special = driver.execute(_SPECIAL_TRIALS_SQL, (start,))
+                *fields, kept = special.fetchone()
+                text = _csv_line((*fields, _bool_text(kept)))
+            yield (
+                f"{prefixes[seq]}{text},{seconds!r},{counts},"
+                f"{'' if residency is None else repr(residency)}\n"
+            )
+
+
+def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[str]:
+    """Every line of :func:`iter_timings_lines` (few: the rows a registration appends)."""
+    return list(iter_timings_lines(connection, min_seq))
 
 
 def timings_csv_text(rows: list[str], *, header: bool) -> bytes:
@@ -122,16 +136,31 @@ def update_timings_csv(connection: Connection, path: Path, new_seqs: list[int]) 
     elif state is not None and state.get("bytes") == size and state.get("seq") == newest:
         return  # already current
     else:
-        data = build_timings_csv(connection)
-        write_atomic(path, data)
-        size = len(data)
+        size = stream_timings_csv(connection, path)
     write_meta(connection, META_TIMINGS, json.dumps({"bytes": size, "seq": newest}))
 
 
+def stream_timings_csv(connection: Connection, path: Path) -> int:
+    """Replace ``path`` with timings.csv, written a batch of lines at a time (the bytes of
+    :func:`build_timings_csv`, never all in memory); how many bytes."""
+    size = 0
+    with replacing(path, step=f"rendering {path.name}", mode=RENDERED_MODE) as handle:
+        lines = iter_timings_lines(connection)
+        batch = [",".join(TIMINGS_COLUMNS) + "\n"]
+        while True:
+            batch.extend(itertools.islice(lines, _TIMINGS_BATCH))
+            if not batch:
+                break
+            data = "".join(batch).encode("utf-8")
+            handle.write(data)
+            size += len(data)
+            batch = []
+    return size
+
+
 def write_timings_csv(connection: Connection, path: Path, *, record_state: bool) -> None:
-    data = build_timings_csv(connection)
-    write_atomic(path, data)
+    size = stream_timings_csv(connection, path)
     if record_state:
         write_meta(
-            connection, META_TIMINGS, json.dumps({"bytes": len(data), "seq": max_seq(connection)})
+            connection, META_TIMINGS, json.dumps({"bytes": size, "seq": max_seq(connection)})
         )

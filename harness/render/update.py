@@ -34,7 +34,7 @@ from harness.render.pages import (
     write_assets,
 )
 from harness.render.plots import render_plot
-from harness.render.record_pages import start_record_pages, write_record_pages
+from harness.render.record_pages import RecordPages, start_record_pages, write_record_pages
 from harness.render.targets import (
     RenderTargets,
     all_keys,
@@ -202,6 +202,7 @@ def render_all(
     plots: str = "stale",
     full: bool = True,
     repository: Path | None = None,
+    record_pages: RecordPages | None = None,
 ) -> None:
     """Render every view; ``plots`` is ``"all"``, ``"stale"`` (only pending ones) or ``"none"``.
 
@@ -209,6 +210,9 @@ def render_all(
     With ``full=False`` (history only), index.json and timings.csv are rewritten only
     when their bookkeeping (size and last record) does not match, and record pages
     that exist are kept; README, the overview and pending keys are always redrawn.
+    ``record_pages``: every record's pages, started already by the caller
+    (:func:`start_record_pages` with ``rewrite=full``, e.g. while it copied the index);
+    finished, or closed on an error, here.
     """
     targets = RenderTargets(out if out is not None else layout.root)
     in_history = out is None
@@ -217,7 +221,8 @@ def render_all(
         write_assets(targets)
         keys = all_keys(connection)
         # record pages are written by worker processes meanwhile (in large histories)
-        record_pages = start_record_pages(connection, layout, targets, None, rewrite=full)
+        if record_pages is None:
+            record_pages = start_record_pages(connection, layout, targets, None, rewrite=full)
         try:
             if plots != "none":
                 drawn = keys
