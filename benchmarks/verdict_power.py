@@ -115,17 +115,26 @@ def collect_paired(samples: Path, sessions: int, rounds: int) -> None:
             print(f"collected paired session {i}/{sessions}", file=sys.stderr)
 
 
-def load_paired(samples: Path) -> list[tuple[dict, dict]]:
-    """(baseline cells, candidate cells) of each paired session under ``samples/paired``."""
+def load_paired(samples: Path) -> list[dict]:
+    """Per cell, the (baseline, candidate) seconds of each round of each paired session
+    under ``samples/paired`` (kept trials of the same trial index)."""
     sessions = []
     for path in sorted((samples / "paired").glob("s*.json")):
         doc = json.loads(path.read_text())
-        sessions.append(
-            (
-                collect_cells({"trials": doc["baseline_trials"]}),
-                collect_cells({"trials": doc["candidate_trials"]}),
-            )
-        )
+
+        def by_round(trials):
+            return {
+                ((t["acquisition"], t["format"], t["cache_state"]), t["trial_index"]): t["seconds"]
+                for t in trials
+                if t["kept"]
+            }
+
+        base, cand = by_round(doc["baseline_trials"]), by_round(doc["candidate_trials"])
+        pairs: dict = {}
+        for (key, index), seconds in sorted(cand.items()):
+            if (key, index) in base:
+                pairs.setdefault(key, []).append((base[key, index], seconds))
+        sessions.append(pairs)
     return sessions
 
 
@@ -151,13 +160,11 @@ def _paired(base, cand, verdict, session, slowdown):
     flagged = [cell.key for cell in verdict if cell.flagged]
     if not flagged:
         return verdict
-    pb, pc = session
     return decide_cells(
         base,
         cand,
         threshold_percent=THRESHOLD,
-        recheck={k: [v * (1 + slowdown) for v in pc[k][:RECHECK]] for k in flagged},
-        paired_baseline={k: pb[k][:RECHECK] for k in flagged},
+        paired={k: [(b, c * (1 + slowdown)) for b, c in session[k][:RECHECK]] for k in flagged},
         bootstrap_resamples=100,
     )
 
@@ -238,14 +245,13 @@ def simulate(runs: list[dict], draws: int, seed: int, paired=()) -> list[dict]:
     return rows
 
 
-def spread_table(
-    runs: list[dict], paired: list[tuple[dict, dict]], reps: int = RECHECK
-) -> list[str]:
-    """Per cell: the spread (sd of log ratio of medians of ``reps`` trials) between two
-    independent runs, and between the two workers of one paired session (same code)."""
+def spread_table(runs: list[dict], paired: list[dict], reps: int = RECHECK) -> list[str]:
+    """Per cell: the spread (sd of the log ratio of medians of ``reps`` trials) between two
+    independent runs; within a paired session of the same code, the sd of the log of the
+    median pair ratio (the paired verdict's change) of ``reps`` rounds."""
     lines = [
-        f"| cell | between runs: sd of log ratio ({reps} trials each) "
-        "| within a paired session: sd of log ratio |",
+        f"| cell | between runs: sd of log ratio of medians ({reps} trials each) "
+        f"| paired session: sd of log median pair ratio ({reps} rounds) |",
         "|---|---:|---:|",
     ]
     for key in sorted(runs[0]):
@@ -256,7 +262,7 @@ def spread_table(
             for j in range(len(runs))
             if i != j
         ]
-        within = [np.log(np.median(c[key][:reps]) / np.median(b[key][:reps])) for b, c in paired]
+        within = [np.median([np.log(c / b) for b, c in session[key][:reps]]) for session in paired]
         inside = f"{np.std(within):.3f}" if within else "-"
         lines.append(f"| {'/'.join(key)} | {np.std(between):.3f} | {inside} |")
     return lines

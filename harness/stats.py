@@ -1,4 +1,5 @@
-"""Small statistics for comparing trial timings: Mann-Whitney U and relative spread.
+"""Small statistics for comparing trial timings: Mann-Whitney U, the Wilcoxon signed-rank
+test of paired differences, and relative spread.
 
 Written here rather than pulled from scipy to keep the harness's runtime dependency
 set small (the device images carry no scipy); the tests check the values against
@@ -146,6 +147,88 @@ def smallest_possible_p(n1: int, n2: int, *, alternative: str = "two-sided") -> 
     """The smallest exact p-value samples of these sizes can give (no ties)."""
     sides = 2 if alternative == "two-sided" else 1
     return min(1.0, sides / math.comb(n1 + n2, n1))
+
+
+@dataclass(frozen=True)
+class SignedRankResult:
+    """Wilcoxon's W+ (the sum of the ranks of the positive differences), p and method."""
+
+    w_plus: float
+    p_value: float
+    method: str  # "exact" or "normal"
+    n: int  # differences used (zeros dropped)
+
+
+#: Largest number of differences for which the exact signed-rank distribution is used.
+SIGNED_RANK_EXACT_MAX_N = 25
+
+
+@cache
+def _w_counts(n: int) -> tuple[int, ...]:
+    """Number of sign assignments giving each W+ = 0..n(n+1)/2 (ranks 1..n, no ties)."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = counts + [0] * rank
+        for w, c in enumerate(counts):
+            grown[w + rank] += c
+        counts = grown
+    return tuple(counts)
+
+
+def wilcoxon_signed_rank(
+    differences: Sequence[float], *, alternative: str = "two-sided"
+) -> SignedRankResult:
+    """Wilcoxon signed-rank test that the differences are centred on zero.
+
+    ``alternative="greater"``: they tend to be positive (a paired slowdown, when each
+    difference is log(candidate / baseline) less the threshold's log). Zero differences
+    are dropped (Wilcoxon's rule, scipy's ``zero_method="wilcox"``). Exact (every sign
+    assignment, counted by dynamic programming) without ties up to
+    :data:`SIGNED_RANK_EXACT_MAX_N` differences; otherwise the normal approximation with
+    tie and continuity correction. No differences left: p = 1.
+    """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, not {alternative!r}")
+    kept = [float(d) for d in differences if d != 0]
+    n = len(kept)
+    if n == 0:
+        return SignedRankResult(w_plus=0.0, p_value=1.0, method="exact", n=0)
+    magnitudes = [abs(d) for d in kept]
+    ranks = rank_with_ties(magnitudes)
+    w_plus = sum(r for r, d in zip(ranks, kept) if d > 0)
+    has_ties = len(set(magnitudes)) < n
+    if not has_ties and n <= SIGNED_RANK_EXACT_MAX_N:
+        counts = _w_counts(n)
+        total = 2**n
+        w = round(w_plus)
+        upper = sum(counts[w:]) / total  # P(W+ >= w)
+        lower = sum(counts[: w + 1]) / total  # P(W+ <= w)
+        if alternative == "greater":
+            p_value = upper
+        elif alternative == "less":
+            p_value = lower
+        else:
+            p_value = min(1.0, 2 * min(upper, lower))
+        return SignedRankResult(w_plus=w_plus, p_value=p_value, method="exact", n=n)
+    mean = n * (n + 1) / 4
+    tie_term = sum(t**3 - t for t in (magnitudes.count(v) for v in set(magnitudes)))
+    variance = n * (n + 1) * (2 * n + 1) / 24 - tie_term / 48
+    if variance <= 0:
+        return SignedRankResult(w_plus=w_plus, p_value=1.0, method="normal", n=n)
+    sd = math.sqrt(variance)
+    if alternative == "two-sided":
+        z = (abs(w_plus - mean) - 0.5) / sd
+        p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
+    else:
+        z = (w_plus - mean - 0.5) / sd if alternative == "greater" else (mean - w_plus - 0.5) / sd
+        p_value = 0.5 * math.erfc(z / math.sqrt(2))
+    return SignedRankResult(w_plus=w_plus, p_value=min(1.0, p_value), method="normal", n=n)
+
+
+def smallest_signed_rank_p(n: int, *, alternative: str = "two-sided") -> float:
+    """The smallest exact p-value ``n`` paired differences can give (no ties, no zeros)."""
+    sides = 2 if alternative == "two-sided" else 1
+    return min(1.0, sides / 2**n) if n else 1.0
 
 
 def median(values: Sequence[float]) -> float:

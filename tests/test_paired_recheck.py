@@ -48,13 +48,14 @@ def test_a_paired_recheck_within_the_threshold_clears_the_flag() -> None:
         baseline,
         candidate,
         threshold_percent=20,
-        recheck={KEY: _spread(1.53, 5)},
-        paired_baseline={KEY: _spread(1.50, 5)},
+        paired={KEY: list(zip(_spread(1.50, 5), _spread(1.53, 5)))},
     )
     cell = next(c for c in cells if c.key == KEY)
     assert cell.verdict is CellVerdict.UNCHANGED
     assert cell.recheck["paired"] is True
-    assert cell.change_percent == pytest.approx((1.53 / 1.50 - 1) * 100)
+    # the median of the pairs' ratios (each pair: the same moment)
+    ratios = sorted(c / b for b, c in zip(_spread(1.50, 5), _spread(1.53, 5)))
+    assert cell.change_percent == pytest.approx((ratios[2] - 1) * 100)
     assert cell.recheck["original_change_percent"] == pytest.approx(50.0)
     assert cell.n_baseline == 5 and cell.baseline_median == pytest.approx(1.50)
     assert any("flag cleared by the paired recheck" in n for n in cell.notes)
@@ -72,21 +73,31 @@ def test_a_paired_slowdown_beyond_the_threshold_is_confirmed_slower() -> None:
         baseline,
         candidate,
         threshold_percent=20,
-        recheck={KEY: _spread(0.9, 7)},
-        paired_baseline={KEY: _spread(0.6, 7)},  # +50% at the same moment, no overlap
+        paired={KEY: list(zip(_spread(0.6, 8), _spread(0.9, 8)))},  # +50% in every round
     )
     cell = next(c for c in cells if c.key == KEY)
     assert cell.verdict is CellVerdict.SLOWER
-    assert cell.p_method.startswith("mann-whitney")
+    assert cell.p_method == "wilcoxon-signed-rank-exact"
+    assert cell.p_value == pytest.approx(1 / 2**8)  # every pair past the threshold
     assert cell.p_adjusted <= 0.05
+    # 5 rounds can never confirm over 2 cells at 0.05 (1/32 * 2 > 0.05): possibly slower
+    few = decide_cells(
+        baseline,
+        candidate,
+        threshold_percent=20,
+        paired={KEY: list(zip(_spread(0.6, 5), _spread(0.9, 5)))},
+    )
+    cell = next(c for c in few if c.key == KEY)
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    assert any("5 paired rounds cannot confirm" in w for w in cell.warnings)
     # with overlapping paired trials the flag stays, unconfirmed
     cells = decide_cells(
         baseline,
         candidate,
         threshold_percent=20,
-        recheck={KEY: [0.75, 1.0, 0.8, 1.05, 0.7]},
-        paired_baseline={KEY: [0.6, 0.5, 0.9, 0.55, 0.7]},
-    )
+        paired={KEY: list(zip([0.6, 0.5, 0.9, 0.55, 0.7, 0.6, 0.8, 0.7],
+                              [0.75, 1.0, 0.8, 1.05, 0.7, 0.8, 1.0, 0.75]))},
+    )  # fmt: skip
     assert next(c for c in cells if c.key == KEY).verdict is CellVerdict.POSSIBLY_SLOWER
 
 
@@ -279,17 +290,13 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
         (c["acquisition"], c["format"], c["cache_state"]): c for c in doc["comparison"]["cells"]
     }
     for key in cells:
-        mine = [
-            t["seconds"]
-            for t in block["trials"]
-            if (t["acquisition"], t["format"], t["cache_state"]) == key
-        ]
-        theirs = [
-            t["seconds"]
-            for t in paired["baseline_trials"]
-            if (t["acquisition"], t["format"], t["cache_state"]) == key
-        ]
-        change = (sorted(mine)[1] / sorted(theirs)[1] - 1) * 100
+        pairs = {}
+        for side, trials in (("b", paired["baseline_trials"]), ("c", block["trials"])):
+            for t in trials:
+                if (t["acquisition"], t["format"], t["cache_state"]) == key:
+                    pairs.setdefault(t["trial_index"], {})[side] = t["seconds"]
+        ratios = sorted(p["c"] / p["b"] for p in pairs.values())
+        change = (ratios[1] - 1) * 100
         assert by_key[key]["recheck"]["paired"] is True
         assert by_key[key]["change_percent"] == pytest.approx(change)
     capsys.readouterr()

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness.stats import mann_whitney_u, smallest_possible_p
+from harness.stats import (
+    mann_whitney_u,
+    smallest_possible_p,
+    smallest_signed_rank_p,
+    wilcoxon_signed_rank,
+)
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.changes import divergence_curve, e_divisive
 from harness.verdict.holm import holm_adjust
@@ -80,6 +85,39 @@ def _holm_sequential(p: list[float], alpha: float) -> list[bool]:
             break
         rejected[index] = True
     return rejected
+
+
+@pytest.mark.parametrize("alternative", ["two-sided", "less", "greater"])
+def test_signed_rank_matches_scipy_exact_and_normal(alternative: str) -> None:
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 5, 8, 13, 25, 26, 40):
+        d = rng.normal(0.2, 1.0, n)
+        ours = wilcoxon_signed_rank(d, alternative=alternative)
+        method = "exact" if n <= 25 else "approx"
+        theirs = scipy.stats.wilcoxon(d, alternative=alternative, method=method, correction=True)
+        assert ours.method == ("exact" if n <= 25 else "normal")
+        assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9, abs=1e-12)
+    # ties and zeros: the normal approximation with tie correction, zeros dropped
+    d = [0.0, 0.1, -0.1, 0.2, 0.2, 0.3, -0.05, 0.4, 0.4, 0.5]
+    ours = wilcoxon_signed_rank(d, alternative=alternative)
+    theirs = scipy.stats.wilcoxon(
+        d, alternative=alternative, method="approx", correction=True, zero_method="wilcox"
+    )
+    assert ours.method == "normal" and ours.n == 9
+    assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9)
+
+
+def test_signed_rank_exact_tail_by_enumeration() -> None:
+    d = [0.3, -0.1, 0.5, 0.2, -0.4, 0.6]
+    ranks = {abs(v): i + 1 for i, v in enumerate(sorted(d, key=abs))}
+    observed = sum(ranks[abs(v)] for v in d if v > 0)
+    count = 0
+    for signs in itertools.product((1, -1), repeat=len(d)):
+        w = sum(ranks[abs(v)] for v, s in zip(d, signs) if s > 0)
+        count += w >= observed
+    assert wilcoxon_signed_rank(d, alternative="greater").p_value == count / 2 ** len(d)
+    assert smallest_signed_rank_p(5, alternative="greater") == 1 / 32
+    assert wilcoxon_signed_rank([0.0, 0.0]).p_value == 1.0
 
 
 def test_holm_adjusted_values_agree_with_the_sequential_rule() -> None:

@@ -23,13 +23,25 @@ Rules (docs/verdicts.md):
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.stats import mann_whitney_u, median, relative_spread, smallest_possible_p
+from harness.stats import (
+    mann_whitney_u,
+    median,
+    relative_spread,
+    smallest_possible_p,
+    smallest_signed_rank_p,
+    wilcoxon_signed_rank,
+)
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.holm import holm_adjust
-from harness.verdict.resampling import DEFAULT_RESAMPLES, ratio_of_medians_interval
+from harness.verdict.resampling import (
+    DEFAULT_RESAMPLES,
+    paired_ratio_interval,
+    ratio_of_medians_interval,
+)
 
 CellKey = tuple[str, str, str]
 DEFAULT_ALPHA = 0.05
@@ -147,6 +159,28 @@ def _evidence(
     )
 
 
+def _paired_evidence(
+    pairs: Sequence[tuple[float, float]], *, threshold_percent: float, resamples: int
+) -> _Evidence:
+    """A paired recheck's evidence: each (baseline, candidate) pair shares its moment, so
+    the change is the median of the pairs' ratios and the test Wilcoxon's signed-rank test
+    of their logarithms (against the threshold's for ``p_slower``)."""
+    logs = [math.log(c / b) for b, c in pairs]
+    shift = math.log(1 + threshold_percent / 100)
+    slower = wilcoxon_signed_rank([d - shift for d in logs], alternative="greater")
+    return _Evidence(
+        ratio=math.exp(median(logs)),
+        interval=paired_ratio_interval(logs, confidence=CONFIDENCE, resamples=resamples),
+        p_slower=slower.p_value,
+        p_faster=wilcoxon_signed_rank([d + shift for d in logs], alternative="less").p_value,
+        p_change_up=wilcoxon_signed_rank(logs, alternative="greater").p_value,
+        p_change_down=wilcoxon_signed_rank(logs, alternative="less").p_value,
+        method=f"wilcoxon-signed-rank-{slower.method}",
+        noise_floor=None,
+        mdc=None,
+    )
+
+
 def decide_cells(
     baseline: Mapping[CellKey, Sequence[float]],
     candidate: Mapping[CellKey, Sequence[float]],
@@ -155,7 +189,7 @@ def decide_cells(
     alpha: float = DEFAULT_ALPHA,
     calibration: CalibratedNull | None = None,
     recheck: Mapping[CellKey, Sequence[float]] | None = None,
-    paired_baseline: Mapping[CellKey, Sequence[float]] | None = None,
+    paired: Mapping[CellKey, Sequence[tuple[float, float]]] | None = None,
     bootstrap_resamples: int = DEFAULT_RESAMPLES,
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
@@ -164,28 +198,35 @@ def decide_cells(
     taken on original plus recheck trials, and a flag the recheck does not confirm (its
     own median, or the pooled one, within the threshold) is cleared.
 
-    ``paired_baseline`` holds, for cells rechecked with ``--paired``, the baseline code's
-    trials measured alternately with that cell's recheck trials: the verdict of such a
-    cell is taken on those two sets alone (one moment, both codes; the calibrated null,
-    which is between runs, does not apply, so Mann-Whitney U), and its flag is cleared
-    when the paired change is within the threshold.
+    ``paired`` holds, for cells rechecked with ``--paired``, the (baseline, candidate)
+    seconds of each paired round (the two codes measured one after the other): the
+    verdict of such a cell is taken on those pairs alone, as a paired design: the change
+    is the median of the pairs' ratios, significance Wilcoxon's signed-rank test (the
+    calibrated null, which is between runs, does not apply); its flag is cleared when
+    the paired change is within the threshold.
     """
     keys = sorted(baseline)
     recheck = recheck or {}
-    paired_baseline = paired_baseline or {}
-    paired = {k for k in keys if recheck.get(k) and paired_baseline.get(k)}
+    pairs_of = {k: list(v) for k, v in (paired or {}).items() if v}
+    paired_keys = {k for k in keys if k in pairs_of}
     limit = threshold_percent
     pooled = {k: list(candidate[k]) + list(recheck.get(k, ())) for k in keys}
     sides = {
-        k: (list(paired_baseline[k]), list(recheck[k])) if k in paired else (baseline[k], pooled[k])
+        k: ([b for b, _ in pairs_of[k]], [c for _, c in pairs_of[k]])
+        if k in paired_keys
+        else (baseline[k], pooled[k])
         for k in keys
     }
     evidence = {
-        k: _evidence(
+        k: _paired_evidence(
+            pairs_of[k], threshold_percent=threshold_percent, resamples=bootstrap_resamples
+        )
+        if k in paired_keys
+        else _evidence(
             k,
             sides[k][0],
             sides[k][1],
-            None if k in paired else calibration,
+            calibration,
             threshold_percent=threshold_percent,
             alpha=alpha,
             cells=len(keys),
@@ -206,11 +247,11 @@ def decide_cells(
         notes: list[str] = []
         recheck_info = None
         cleared = False
-        if key in paired:
+        if key in paired_keys:
             original_change = (median(candidate[key]) / median(baseline[key]) - 1) * 100
             recheck_info = {
-                "n": len(recheck[key]),
-                "median": median(recheck[key]),
+                "n": len(cand),
+                "median": median(cand),
                 "change_percent": change,
                 "original_change_percent": original_change,
                 "paired": True,
@@ -218,8 +259,9 @@ def decide_cells(
                 "baseline_median": median(base),
             }
             notes.append(
-                f"judged on a paired recheck ({len(base)} baseline and {len(cand)} candidate "
-                f"trials measured alternately): {change:+.1f}%, original {original_change:+.1f}%"
+                f"judged on a paired recheck ({len(cand)} rounds, the two codes measured one "
+                f"after the other): median pair ratio {change:+.1f}%, original "
+                f"{original_change:+.1f}%"
             )
             if original_change > limit and change <= limit:
                 cleared = True
@@ -254,7 +296,7 @@ def decide_cells(
                         ev, adjusted_slower[key], alpha, len(base), len(cand), len(keys), limit
                     )
                 )
-                if recheck_info is not None and key in paired:
+                if recheck_info is not None and key in paired_keys:
                     notes[-1] = notes[-1].replace(
                         "recheck (--recheck K) to confirm or clear",
                         "still past the threshold in a paired recheck; more paired rounds "
@@ -286,6 +328,16 @@ def decide_cells(
                 "a pass does not rule out smaller ones"
             )
         warnings = _warnings(ev, len(base), len(cand), len(keys), alpha, limit, base, cand)
+        if (
+            key in paired_keys
+            and smallest_signed_rank_p(len(cand), alternative="greater") * len(keys) > alpha
+        ):
+            warnings = (
+                f"{len(cand)} paired rounds cannot confirm `slower` over {len(keys)} cells "
+                f"(the smallest signed-rank p is 1/{2 ** len(cand)}); a flag past the threshold "
+                "stays possibly_slower",
+                *warnings,
+            )
         low, high = ev.interval
         results.append(
             CellComparison(
@@ -325,7 +377,7 @@ def _warnings(
     cand: Sequence[float],
 ) -> tuple[str, ...]:
     warnings = []
-    if ev.method != "calibrated" and (
+    if ev.method.startswith("mann-whitney") and (
         smallest_possible_p(n_c, n_b, alternative="greater") * cells > alpha
     ):
         warnings.append(
@@ -346,13 +398,18 @@ def _possibly_advice(
     ev: _Evidence, adjusted: float, alpha: float, n_b: int, n_c: int, cells: int, limit: float
 ) -> str:
     if (
-        ev.method != "calibrated"
+        ev.method.startswith("mann-whitney")
         and smallest_possible_p(n_c, n_b, alternative="greater") * cells > alpha
     ):
         reason = (
             f"{n_b} vs {n_c} trials cannot reach significance over {cells} cells without a "
             "calibration"
         )
+    elif (
+        ev.method.startswith("wilcoxon")
+        and smallest_signed_rank_p(n_c, alternative="greater") * cells > alpha
+    ):
+        reason = f"{n_c} paired rounds cannot reach significance over {cells} cells"
     else:
         reason = f"not significant (Holm-adjusted p = {adjusted:.3g} > {alpha:g})"
     if ev.mdc is not None and ev.mdc > limit:

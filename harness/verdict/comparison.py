@@ -332,10 +332,10 @@ def compare_reports(
         )
     comparison.differences = differences
     if not differences:
-        paired_baseline = None
+        paired = None
         if recheck is None and candidate_doc.get("recheck"):
             recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
-            paired_baseline = _paired_baseline(comparison, candidate_doc["recheck"])
+            paired = _paired_trials(comparison, candidate_doc["recheck"])
         comparison.cells = decide_cells(
             base_cells,
             cand_cells,
@@ -343,7 +343,7 @@ def compare_reports(
             alpha=alpha,
             calibration=calibration.null if calibration else None,
             recheck=recheck,
-            paired_baseline=paired_baseline,
+            paired=paired,
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -354,20 +354,36 @@ def compare_reports(
     return comparison
 
 
-def _paired_baseline(
+def _paired_trials(
     comparison: Comparison, block: Mapping[str, Any]
-) -> dict[CellKey, list[float]] | None:
-    """The baseline trials of a paired recheck, when it paired against this baseline."""
+) -> dict[CellKey, list[tuple[float, float]]] | None:
+    """(baseline, candidate) seconds per paired round of a paired recheck, per cell, when it
+    paired against this baseline: the kept trials of the same cell and trial index."""
     paired = block.get("paired")
     if not paired:
         return None
-    if comparison.baseline_sha256 and paired["baseline_sha256"] == comparison.baseline_sha256:
-        return collect_cells({"trials": paired["baseline_trials"]})
-    comparison.warnings.append(
-        f"the paired recheck was measured against baseline {paired['baseline_sha256'][:12]}, "
-        "not this one: its trials are pooled as an unpaired recheck"
-    )
-    return None
+    if not (comparison.baseline_sha256 and paired["baseline_sha256"] == comparison.baseline_sha256):
+        comparison.warnings.append(
+            f"the paired recheck was measured against baseline {paired['baseline_sha256'][:12]}, "
+            "not this one: its trials are pooled as an unpaired recheck"
+        )
+        return None
+
+    def by_round(trials: list[dict]) -> dict[tuple[CellKey, int], float]:
+        return {
+            ((t["acquisition"], t["format"], t["cache_state"]), int(t["trial_index"])): float(
+                t["seconds"]
+            )
+            for t in trials
+            if t.get("kept")
+        }
+
+    base, cand = by_round(paired["baseline_trials"]), by_round(block["trials"])
+    pairs: dict[CellKey, list[tuple[float, float]]] = {}
+    for (key, index), seconds in sorted(cand.items()):
+        if (key, index) in base:
+            pairs.setdefault(key, []).append((base[key, index], seconds))
+    return pairs
 
 
 def flagged_for_recheck(

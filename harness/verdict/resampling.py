@@ -57,3 +57,21 @@ def ratio_of_medians_interval(
     tail = (1 - confidence) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
     return float(low), float(high)
+
+
+def paired_ratio_interval(
+    log_ratios: Sequence[float],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of exp(median(log ratios)) of paired trials, the
+    pairs resampled together (each pair shares its moment)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), not {confidence!r}")
+    rng = np.random.default_rng(seed)
+    medians = resampled_medians(log_ratios, len(log_ratios), resamples, rng)
+    tail = (1 - confidence) / 2
+    low, high = np.exp(np.quantile(medians, [tail, 1 - tail]))
+    return float(low), float(high)
