@@ -120,15 +120,21 @@ def mann_whitney_u(
     variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
     if variance <= 0:
         return MannWhitneyResult(u=u1, p_value=1.0, method="normal")
-    sd = math.sqrt(variance)
+    p_value = _normal_p(u1, mean, math.sqrt(variance), alternative)
+    return MannWhitneyResult(u=u1, p_value=p_value, method="normal")
+
+
+def _normal_p(statistic: float, mean: float, sd: float, alternative: str) -> float:
+    """Normal-approximation p-value of a rank statistic, with continuity correction
+    (towards the mean for one-sided tests, as scipy does)."""
     if alternative == "two-sided":
-        z = (abs(u1 - mean) - 0.5) / sd
-        p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
+        z = (abs(statistic - mean) - 0.5) / sd
+        return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+    if alternative == "greater":
+        z = (statistic - mean - 0.5) / sd
     else:
-        # continuity correction towards the mean, as scipy does for one-sided tests
-        z = (u1 - mean - 0.5) / sd if alternative == "greater" else (mean - u1 - 0.5) / sd
-        p_value = 0.5 * math.erfc(z / math.sqrt(2))
-    return MannWhitneyResult(u=u1, p_value=min(1.0, p_value), method="normal")
+        z = (mean - statistic - 0.5) / sd
+    return min(1.0, 0.5 * math.erfc(z / math.sqrt(2)))
 
 
 def _exact_p(u1: float, n1: int, n2: int, alternative: str) -> float:
@@ -215,14 +221,8 @@ def wilcoxon_signed_rank(
     variance = n * (n + 1) * (2 * n + 1) / 24 - tie_term / 48
     if variance <= 0:
         return SignedRankResult(w_plus=w_plus, p_value=1.0, method="normal", n=n)
-    sd = math.sqrt(variance)
-    if alternative == "two-sided":
-        z = (abs(w_plus - mean) - 0.5) / sd
-        p_value = math.erfc(max(z, 0.0) / math.sqrt(2))
-    else:
-        z = (w_plus - mean - 0.5) / sd if alternative == "greater" else (mean - w_plus - 0.5) / sd
-        p_value = 0.5 * math.erfc(z / math.sqrt(2))
-    return SignedRankResult(w_plus=w_plus, p_value=min(1.0, p_value), method="normal", n=n)
+    p_value = _normal_p(w_plus, mean, math.sqrt(variance), alternative)
+    return SignedRankResult(w_plus=w_plus, p_value=p_value, method="normal", n=n)
 
 
 def smallest_signed_rank_p(n: int, *, alternative: str = "two-sided") -> float:

@@ -15,9 +15,11 @@ Alembic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, create_engine, inspect, text
 
 #: The Alembic revision of this harness's index schema (``index_v<INDEX_SCHEMA_VERSION>``);
 #: tests/test_history_migrations.py checks that it is the head of the chain.
@@ -110,3 +112,24 @@ def evidence_rules(through: str) -> list[str]:
     scripts = evidence_scripts()
     chain = list(scripts.iterate_revisions(through, "base"))
     return [statement for script in reversed(chain) for statement in script.module.RULES]
+
+
+def run_environment(context: Any, options: Callable[[Connection], dict[str, Any]]) -> None:
+    """The body of both chains' ``env.py``: run the migrations on the connection the harness
+    passes (``config.attributes["connection"]``), or on ``sqlalchemy.url`` when a developer
+    runs the ``alembic`` command; ``options(connection)`` adds to ``context.configure``."""
+
+    def run(connection: Connection) -> None:
+        context.configure(connection=connection, **options(connection))
+        with context.begin_transaction():
+            context.run_migrations()
+
+    config = context.config
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    with engine.begin() as own_connection:
+        run(own_connection)
+    engine.dispose()

@@ -5,29 +5,15 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
 
 from harness.history.index_db import Base
+from harness.history.migrate import run_environment
 
-config = context.config
-
-
-def _run(connection) -> None:
+run_environment(
+    context,
     # batch mode: SQLite alters a table by copying it (it has no ALTER for most changes)
-    context.configure(
-        connection=connection,
-        target_metadata=Base.metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-
-
-connection = config.attributes.get("connection")
-if connection is not None:
-    _run(connection)
-else:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
-    with engine.begin() as own_connection:
-        _run(own_connection)
-    engine.dispose()
+    lambda connection: {
+        "target_metadata": Base.metadata,
+        "render_as_batch": connection.dialect.name == "sqlite",
+    },
+)

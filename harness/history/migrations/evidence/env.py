@@ -6,29 +6,11 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
 
-from harness.history.migrate import EVIDENCE_VERSION_TABLE
+from harness.history.migrate import EVIDENCE_VERSION_TABLE, run_environment
 from harness.history.postgres import metadata
 
-config = context.config
-
-
-def _run(connection) -> None:
-    context.configure(
-        connection=connection,
-        target_metadata=metadata,
-        version_table=EVIDENCE_VERSION_TABLE,
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-
-
-connection = config.attributes.get("connection")
-if connection is not None:
-    _run(connection)
-else:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
-    with engine.begin() as own_connection:
-        _run(own_connection)
-    engine.dispose()
+run_environment(
+    context,
+    lambda connection: {"target_metadata": metadata, "version_table": EVIDENCE_VERSION_TABLE},
+)
