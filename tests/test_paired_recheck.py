@@ -239,6 +239,16 @@ def test_paired_options_are_checked(tmp_path: Path, capsys) -> None:
     )  # fmt: skip
     assert code == 64
     assert "--baseline-tree needs --paired" in capsys.readouterr().err
+    binary = tmp_path / "qem-native-load"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    code = main(
+        ["run", "io-scale", "--demo", "--backend", "native", "--native-binary", str(binary),
+         "--output-dir", str(tmp_path / "n"), "--baseline", "a" * 12, "--recheck", "2",
+         "--paired"]
+    )  # fmt: skip
+    assert code == 64
+    assert "--paired needs --backend cpu or cuda" in capsys.readouterr().err
 
 
 # -- end to end --------------------------------------------------------------------------

@@ -118,6 +118,11 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--paired needs --recheck K (it is a kind of recheck)")
     if cfg.baseline_tree is not None and not cfg.paired:
         raise UsageError("--baseline-tree needs --paired")
+    if cfg.paired and not profile.in_process:
+        raise UsageError(
+            "--paired needs --backend cpu or cuda (a native load runs this checkout's built "
+            "binary, which is not the baseline's code)"
+        )
     if cfg.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
     if cfg.representation not in ("dense", "encoded"):

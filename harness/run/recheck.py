@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.compare import CalibrationUse, collect_cells
-from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError
+from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
 from harness.history.lookup import LoadedReport
 from harness.history.store import register_reports
 from harness.run.contention import collect_contention_sample, contention_section
@@ -200,6 +200,11 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
         raise ValueError("a recheck needs at least one round")
     candidate = cfg.candidate
     if cfg.paired:
+        if candidate.doc["conditions"]["backend"] == "native":
+            raise UsageError(
+                "--paired needs a cpu or cuda candidate (a native load runs this checkout's "
+                "built binary, which is not the baseline's code)"
+            )
         check_pairable(cfg.baseline.doc, cfg.baseline.sha256, cfg.baseline_tree)
     kind = IoScaleRun(kind_config(cfg))
     kind.check_config()
