@@ -161,3 +161,21 @@ def check_native_load(
         )
     if shape and shape != expected.shape:
         log.correctness(f"{sel_id}: native shape {shape} != {expected.shape}")
+
+
+def check_products_match(
+    log: FailureLog,
+    ours: dict[str, str | None],
+    theirs: dict[str, str | None],
+    *,
+    what: str,
+    whose: str,
+) -> None:
+    """Every acquisition's indexed product of ``what`` (a recheck) must be ``whose`` (the
+    candidate's, this run's): same data, same code, same product."""
+    for acquisition, mine in ours.items():
+        other = theirs.get(acquisition)
+        if mine and other and mine != other:
+            log.correctness(
+                f"{acquisition}: {what} product {mine[:12]} differs from {whose} {other[:12]}"
+            )

@@ -27,14 +27,19 @@ from harness.history.store import RegistrationRenderer
 from harness.report import summarise_trials
 from harness.run import conversion, io_steps, trials
 from harness.run.backends import BackendProfile, LoadSettings, describe_devices, profile_for
-from harness.run.checks import Expected, FailureLog, check_products_consistent
+from harness.run.checks import (
+    Expected,
+    FailureLog,
+    check_products_consistent,
+    check_products_match,
+)
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
 from harness.run.conversion import REFERENCE_HEADER_DIR, ConversionSettings
 from harness.run.io_steps import AcquisitionState, TrialContext, loader_stages
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
-from harness.run.paired import Pairing, check_workers, paired_recheck
+from harness.run.paired import Pairing, candidate_products, check_workers, paired_recheck
 from harness.run.reporting import REPORT_NAME, RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.workspace import TEMP_PREFIX, Workspace, temporary_area
@@ -287,15 +292,14 @@ class IoScaleRun:
         except HarnessError as exc:
             self.log.execution(str(exc))
             return [], None
-        check_workers(self.log, block["workers"], None)
-        products = block["workers"].get("candidate", {}).get("products", {})
-        for state in self.states:
-            ours, seen = products.get(state.selected.id), state.expected.products
-            if ours and seen and ours != seen[0]:
-                self.log.correctness(
-                    f"{state.selected.id}: paired recheck product {ours[:12]} differs from "
-                    f"this run's {seen[0][:12]}"
-                )
+        check_workers(self.log, block["workers"])
+        check_products_match(
+            self.log,
+            candidate_products(block),
+            {s.selected.id: s.expected.products[0] for s in self.states if s.expected.products},
+            what="paired recheck",
+            whose="this run's",
+        )
         return trials_, block
 
     def prepare_qem(self, ctx: TrialContext, state: AcquisitionState) -> bool:

@@ -35,6 +35,7 @@ from harness.compare import CalibrationUse, collect_cells
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
 from harness.history.lookup import LoadedReport
 from harness.history.store import register_reports
+from harness.run.checks import check_products_match
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
@@ -43,6 +44,7 @@ from harness.run.manifest import SelectionManifest, check_master_hashes, parse_m
 from harness.run.paired import (
     BaselineCode,
     baseline_checked_out,
+    candidate_products,
     check_pairable,
     check_workers,
     paired_recheck,
@@ -181,17 +183,16 @@ def check_same_place(environment: dict, candidate: LoadedReport) -> None:
         )
 
 
+def _recorded_products(candidate: LoadedReport) -> dict[str, str | None]:
+    return {a["id"]: a.get("indexed_product_sha256") for a in candidate.doc["acquisitions"]}
+
+
 def _check_products(kind: IoScaleRun, candidate: LoadedReport) -> None:
     """The recheck's indexed products must be the candidate's (same data, same code)."""
-    recorded = {a["id"]: a.get("indexed_product_sha256") for a in candidate.doc["acquisitions"]}
-    for state in kind.states:
-        ours = state.expected.products[0] if state.expected.products else None
-        theirs = recorded.get(state.selected.id)
-        if ours and theirs and ours != theirs:
-            kind.log.correctness(
-                f"{state.selected.id}: recheck product {ours[:12]} differs from the "
-                f"candidate's {theirs[:12]}"
-            )
+    ours = {s.selected.id: s.expected.products[0] for s in kind.states if s.expected.products}
+    check_products_match(
+        kind.log, ours, _recorded_products(candidate), what="recheck", whose="the candidate's"
+    )
 
 
 def run_recheck(cfg: RecheckConfig) -> RunOutcome:
@@ -332,7 +333,14 @@ def _measure_paired(
             kind.log.execution(str(exc))
         after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
     if block:
-        check_workers(kind.log, block["workers"], cfg.candidate.doc)
+        check_workers(kind.log, block["workers"])
+        check_products_match(
+            kind.log,
+            candidate_products(block),
+            _recorded_products(cfg.candidate),
+            what="paired recheck",
+            whose="the candidate's",
+        )
     return {
         "trials": trials,
         "contention": contention_section(before, after),
