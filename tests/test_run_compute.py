@@ -14,7 +14,8 @@ from harness.compare import compare_reports
 from harness.errors import ReportValidationError, UsageError
 from harness.report import parse_report
 from harness.run import compute_workloads
-from harness.run.compute import ComputeConfig, run_compute
+from harness.run.compute import run_compute
+from harness.run.compute_config import ComputeConfig
 from harness.run.compute_workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
 from quantem.arrays import array_digest

@@ -11,7 +11,8 @@ from _ssb_abtem import ROOT, calibration, load
 
 import quantem.io
 from harness.report import parse_report
-from harness.run.compute import ComputeConfig, run_compute
+from harness.run.compute import run_compute
+from harness.run.compute_config import ComputeConfig
 from harness.run.compute_workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
 from quantem.arrays import array_digest

@@ -495,7 +495,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
 
     from harness.errors import UsageError
     from harness.render import registration_renderer
-    from harness.run.compute import ComputeConfig, run_compute
+    from harness.run.compute import run_compute
+    from harness.run.compute_config import ComputeConfig
     from harness.run.compute_workloads import ComputeParameters
     from harness.run.provenance import check_code_origin
 

@@ -15,26 +15,29 @@ deterministic, docs/compute.md). ``--save-outputs DIR`` writes the arrays of rou
 Against a baseline of the same workload on the same backend and device, output hashes
 that differ make the correctness status ``outputs_changed`` (exit 1) unless
 ``--accept-output-change`` was given, which the report records.
+
+The configuration and its checks are :mod:`harness.run.compute_config`; what a round
+produces (hashes, determinism, saved outputs, output changes) is
+:mod:`harness.run.compute_outputs`.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
-
-from harness.compare import DEFAULT_REGRESSION_PERCENT, output_changes
 from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
-from harness.errors import UsageError
-from harness.history.store import RegistrationRenderer
 from harness.report import quantile
-from harness.run.backends import BackendProfile, profile_for
+from harness.run.backends import BackendProfile
 from harness.run.checks import FailureLog
-from harness.run.compute_workloads import ComputeParameters, as_host, workload_for
+from harness.run.compute_config import ComputeConfig, check_config
+from harness.run.compute_outputs import (
+    check_deterministic,
+    jsonable,
+    judge_output_change,
+    output_digest,
+    save_outputs,
+)
+from harness.run.compute_workloads import as_host, workload_for
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
@@ -44,42 +47,6 @@ from harness.run.workspace import Workspace
 
 COMPUTE_REPORT_NAME = "compute.json"
 FIRST, WARM = "first", "warm"
-
-
-@dataclass
-class ComputeConfig:
-    """Everything a compute run needs; built by the CLI or by tests."""
-
-    workload: str
-    root: Path
-    manifest: Path
-    backend: str
-    storage_id: str
-    output_dir: Path
-    reps: int = 5
-    parameters: ComputeParameters = field(default_factory=ComputeParameters)
-    save_outputs: Path | None = None
-    accept_output_change: bool = False
-    history_dir: Path | None = None
-    #: Brings the history's rendered files up to date after registration (see IoScaleConfig).
-    render: RegistrationRenderer | None = None
-    baseline: str | None = None
-    regression_percent: float = DEFAULT_REGRESSION_PERCENT
-    #: Read by the runner frame: calibration record for significance, recheck rounds of
-    #: flagged cells (compute reruns none: 0), host locks.
-    calibration: str | None = None
-    recheck: int = 0
-    lock_dir: Path | None = None
-    lock_timeout: float = 600.0
-    command: Sequence[str] = ()
-    progress: bool | None = None
-    on_event: Callable[[str, dict], None] | None = None
-
-
-def output_digest(array: np.ndarray) -> dict:
-    from quantem.arrays import array_digest
-
-    return array_digest(array)
 
 
 class ComputeRun:
@@ -108,39 +75,7 @@ class ComputeRun:
 
     # -- BenchmarkKind -----------------------------------------------------------------
     def check_config(self) -> None:
-        cfg = self.config
-        if cfg.reps < 1:
-            raise UsageError("--reps must be at least 1")
-        if cfg.regression_percent <= 0:
-            raise UsageError("--regression-percent must be positive")
-        if not cfg.storage_id.strip():
-            raise UsageError("--storage-id must not be empty")
-        if cfg.accept_output_change and cfg.baseline is None:
-            raise UsageError("--accept-output-change needs --baseline")
-        if cfg.backend not in ("cpu", "cuda"):
-            raise UsageError(f"compute runs on --backend cpu or cuda, not {cfg.backend!r}")
-        if cfg.parameters.streaming and cfg.backend != "cpu":
-            raise UsageError(
-                "ssb streaming (--memory-budget, --scan-block-rows) runs on --backend cpu; "
-                "on cuda the whole acquisition is loaded"
-            )
-        if cfg.parameters.scan_block_rows is not None and cfg.parameters.scan_block_rows < 1:
-            raise UsageError("--scan-block-rows must be at least 1")
-        if (
-            cfg.parameters.memory_budget_bytes is not None
-            and cfg.parameters.memory_budget_bytes < 1
-        ):
-            raise UsageError("--memory-budget must be positive")
-        if cfg.parameters.dtype == "float32" and cfg.backend == "cpu":
-            raise UsageError("--dtype float32 is a cuda option (cpu outputs are float64)")
-        if (
-            cfg.save_outputs is not None
-            and cfg.save_outputs.exists()
-            and any(cfg.save_outputs.iterdir())
-        ):
-            raise UsageError(f"--save-outputs {cfg.save_outputs} is not empty")
-        self.profile = profile_for(cfg.backend)
-        self.profile.require()
+        self.profile = check_config(self.config)
         self.memory = MemoryTracker(self.profile)
 
     def total_trials(self, n_acquisitions: int) -> int:
@@ -210,36 +145,16 @@ class ComputeRun:
         digests = {name: output_digest(a) for name, a in outputs.items()}
         if index == 0:
             entry["outputs"] = digests
-            entry["fitted"] = _jsonable(self.workload.fitted(state))
+            entry["fitted"] = jsonable(self.workload.fitted(state))
             if self.config.save_outputs is not None:
-                self._save(selected, outputs, entry)
-            return
-        for name, digest in digests.items():
-            if digest != entry["outputs"].get(name):
-                entry["deterministic"] = False
-                self.log.correctness(
-                    f"{selected.id}: output {name} of round {index} differs from round 0 "
-                    f"({digest['sha256'][:12]} vs {entry['outputs'][name]['sha256'][:12]}): "
-                    "the workload is not deterministic"
+                folder = self.config.save_outputs
+                if self._n_acquisitions > 1:
+                    folder = folder / selected.id
+                save_outputs(
+                    folder, self.workload.name, selected.id, outputs, entry, self.config.parameters
                 )
-
-    def _save(self, selected, outputs: dict[str, np.ndarray], entry: dict) -> None:
-        folder = self.config.save_outputs
-        if self._n_acquisitions > 1:
-            folder = folder / selected.id
-        folder.mkdir(parents=True, exist_ok=True)
-        name = self.workload.name
-        for output, array in outputs.items():
-            np.save(folder / f"{name}.{output}.npy", array, allow_pickle=False)
-        meta = {
-            "workload": name,
-            "acquisition": selected.id,
-            "calibration": self.config.parameters.calibration().to_dict(),
-            "parameters": self.config.parameters.to_dict(),
-            "fitted": entry["fitted"],
-            "outputs": entry["outputs"],
-        }
-        (folder / f"{name}.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            return
+        check_deterministic(self.log, selected.id, entry, digests, index)
 
     _n_acquisitions = 1
 
@@ -251,20 +166,7 @@ class ComputeRun:
 
     def judge_hook(self, doc: dict, baseline) -> None:
         """Output hashes against a same-backend, same-device baseline (module docstring)."""
-        changed = output_changes(baseline.doc, doc)
-        if not changed:
-            return
-        doc["output_change"] = {
-            "accepted": bool(self.config.accept_output_change),
-            "changed": changed,
-            "baseline_sha256": baseline.sha256,
-        }
-        if not self.config.accept_output_change:
-            doc["status"]["correctness"] = "outputs_changed"
-            doc["status"]["failures"].append(
-                "outputs_changed: output hashes differ from the baseline on the same backend "
-                f"and device: {', '.join(changed)} (pass --accept-output-change to accept)"
-            )
+        judge_output_change(doc, baseline, self.config.accept_output_change)
 
     def after_trials(self, workspace: Workspace) -> None:
         pass
@@ -310,7 +212,7 @@ class ComputeRun:
                 "cache_states": [name for name, _ in self.workload.stages],
                 "stages": [name for name, _ in self.workload.stages],
                 "reps": cfg.reps,
-                "parameters": _jsonable(cfg.parameters.to_dict()),
+                "parameters": jsonable(cfg.parameters.to_dict()),
                 "calibration": cfg.parameters.calibration().to_dict(),
             },
             "acquisitions": self.acquisitions,
@@ -327,24 +229,9 @@ class ComputeRun:
         return run_benchmark(self)
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if v == v and abs(v) != float("inf") else None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    return value
-
-
 def run_compute(config: ComputeConfig) -> RunOutcome:
     """Run a compute workload as configured (module docstring)."""
     return ComputeRun(config).execute()
 
 
-__all__ = ["COMPUTE_REPORT_NAME", "ComputeConfig", "ComputeRun", "run_compute"]
+__all__ = ["COMPUTE_REPORT_NAME", "ComputeRun", "run_compute"]

@@ -1,0 +1,82 @@
+"""What a ``harness run compute`` run is asked to do, and whether it may run.
+
+:class:`ComputeConfig` is built by the CLI (``harness.commands.run``) or by tests;
+:func:`check_config` refuses a bad one (UsageError) and requires the backend, once.
+The kind that runs it is :mod:`harness.run.compute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.compare import DEFAULT_REGRESSION_PERCENT
+from harness.errors import UsageError
+from harness.history.store import RegistrationRenderer
+from harness.run.backends import BackendProfile, profile_for
+from harness.run.compute_workloads import ComputeParameters
+
+
+@dataclass
+class ComputeConfig:
+    """Everything a compute run needs; built by the CLI or by tests."""
+
+    workload: str
+    root: Path
+    manifest: Path
+    backend: str
+    storage_id: str
+    output_dir: Path
+    reps: int = 5
+    parameters: ComputeParameters = field(default_factory=ComputeParameters)
+    save_outputs: Path | None = None
+    accept_output_change: bool = False
+    history_dir: Path | None = None
+    #: Brings the history's rendered files up to date after registration (see IoScaleConfig).
+    render: RegistrationRenderer | None = None
+    baseline: str | None = None
+    regression_percent: float = DEFAULT_REGRESSION_PERCENT
+    #: Read by the runner frame: calibration record for significance, recheck rounds of
+    #: flagged cells (compute reruns none: 0), host locks.
+    calibration: str | None = None
+    recheck: int = 0
+    lock_dir: Path | None = None
+    lock_timeout: float = 600.0
+    command: Sequence[str] = ()
+    progress: bool | None = None
+    on_event: Callable[[str, dict], None] | None = None
+
+
+def check_config(cfg: ComputeConfig) -> BackendProfile:
+    """Refuse a bad configuration (UsageError); return the backend's profile, required once."""
+    if cfg.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    if cfg.regression_percent <= 0:
+        raise UsageError("--regression-percent must be positive")
+    if not cfg.storage_id.strip():
+        raise UsageError("--storage-id must not be empty")
+    if cfg.accept_output_change and cfg.baseline is None:
+        raise UsageError("--accept-output-change needs --baseline")
+    if cfg.backend not in ("cpu", "cuda"):
+        raise UsageError(f"compute runs on --backend cpu or cuda, not {cfg.backend!r}")
+    if cfg.parameters.streaming and cfg.backend != "cpu":
+        raise UsageError(
+            "ssb streaming (--memory-budget, --scan-block-rows) runs on --backend cpu; "
+            "on cuda the whole acquisition is loaded"
+        )
+    if cfg.parameters.scan_block_rows is not None and cfg.parameters.scan_block_rows < 1:
+        raise UsageError("--scan-block-rows must be at least 1")
+    if cfg.parameters.memory_budget_bytes is not None and cfg.parameters.memory_budget_bytes < 1:
+        raise UsageError("--memory-budget must be positive")
+    if cfg.parameters.dtype == "float32" and cfg.backend == "cpu":
+        raise UsageError("--dtype float32 is a cuda option (cpu outputs are float64)")
+    if (
+        cfg.save_outputs is not None
+        and cfg.save_outputs.exists()
+        and any(cfg.save_outputs.iterdir())
+    ):
+        raise UsageError(f"--save-outputs {cfg.save_outputs} is not empty")
+    profile = profile_for(cfg.backend)
+    profile.require()
+    return profile

@@ -1,0 +1,69 @@
+"""The ``dpc`` compute workload's stages: centre of mass, beam shifts, rotation, integration.
+
+Each stage is one call into :mod:`quantem.dpc` over the workload's shared state (the
+registry, :mod:`harness.run.compute_workloads`, orders them after ``load`` and
+``prepare``); ``dpc_outputs`` and ``dpc_fitted`` are what a round hashes and records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def dpc_com(state: dict) -> None:
+    from quantem.dpc import measure_com
+
+    state["com"] = measure_com(state["frames"])
+
+
+def dpc_shifts(state: dict) -> None:
+    from quantem.dpc import beam_shifts
+
+    p = state["parameters"]
+    state["shifts"] = beam_shifts(state["com"], p.calibration(), p.dtype)
+
+
+def dpc_rotation(state: dict) -> None:
+    from quantem.dpc import RotationFit, find_rotation
+
+    p, shifts = state["parameters"], state["shifts"]
+    if p.rotation_deg is None:
+        state["rotation"] = find_rotation(
+            shifts.row, shifts.col, transpose=p.transpose, step=shifts.step
+        )
+    else:
+        state["rotation"] = RotationFit(p.rotation_deg, bool(p.transpose), float("nan"), None)
+
+
+def dpc_integration(state: dict) -> None:
+    from quantem.dpc import reconstruct
+
+    p = state["parameters"]
+    state["dpc"] = reconstruct(
+        state["shifts"], state["rotation"], resolve_half_turn=p.rotation_deg is None
+    )
+
+
+def dpc_outputs(state: dict) -> dict[str, Any]:
+    grad_r, grad_c, phase, div, _, _ = state["dpc"]
+    return {
+        "com_row": state["com"].row,
+        "com_col": state["com"].col,
+        "gradient_row": grad_r,
+        "gradient_col": grad_c,
+        "phase": phase,
+        "divergence": div,
+    }
+
+
+def dpc_fitted(state: dict) -> dict:
+    _, _, _, _, angle, flipped = state["dpc"]
+    rotation = state["rotation"]
+    return {
+        "rotation_deg": angle,
+        "transpose": rotation.transpose,
+        "half_turn_flipped": flipped,
+        "residual_curl": None if rotation.residual != rotation.residual else rotation.residual,
+        "gradient_units": state["shifts"].units,
+        "mean_com_px": list(state["shifts"].mean_com),
+    }

@@ -1,0 +1,79 @@
+"""The ``parallax`` compute workload's stages: image stack, alignment, fit, reconstruction.
+
+Each stage is one call into :mod:`quantem.parallax` over the workload's shared state
+(ordered by :mod:`harness.run.compute_workloads`); ``parallax_outputs`` and
+``parallax_fitted`` are what a round hashes and records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def parallax_stack(state: dict) -> None:
+    from quantem.parallax import build_stack
+
+    state["stack"] = build_stack(state["frames"], bin_factor=state["parameters"].bin_factor)
+
+
+def parallax_align(state: dict) -> None:
+    from quantem.parallax import align
+
+    state["alignment"] = align(state["stack"].images, max_shift=state["parameters"].max_shift)
+
+
+def parallax_fit(state: dict) -> None:
+    from quantem.arrays import to_numpy
+    from quantem.parallax import fit_aberrations
+
+    p = state["parameters"]
+    calibration = p.calibration().with_disk_radius(state["stack"].radius)
+    state["calibration"] = calibration
+    angles = state["stack"].positions * (calibration.detector_mrad_per_pixel * 1e-3)
+    state["fit"] = fit_aberrations(
+        to_numpy(state["alignment"].shifts), angles, calibration.scan_step, transpose=p.transpose
+    )
+
+
+def parallax_reconstruct(state: dict) -> None:
+    from quantem.arrays import module_for_backend
+    from quantem.parallax import shift_and_sum
+    from quantem.parallax.reconstruct import aberration_sign
+
+    p, stack = state["parameters"], state["stack"]
+    xp = module_for_backend(state["backend"])
+    shifts = xp.asarray(state["fit"].fitted_shifts)
+    state["image"] = shift_and_sum(stack.images, shifts, upsample=p.upsample)
+    if p.correct_aberrations:
+        step = state["calibration"].scan_step
+        sign = aberration_sign(
+            state["image"].shape,
+            (step[0] / p.upsample, step[1] / p.upsample),
+            state["fit"],
+            state["calibration"].wavelength_angstrom,
+            xp,
+        )
+        state["image_corrected"] = shift_and_sum(
+            stack.images, shifts, upsample=p.upsample, correction=sign
+        )
+
+
+def parallax_outputs(state: dict) -> dict[str, Any]:
+    out = {
+        "positions": state["stack"].positions,
+        "shifts": state["alignment"].shifts,
+        "fitted_shifts": state["fit"].fitted_shifts,
+        "image": state["image"],
+    }
+    if "image_corrected" in state:
+        out["image_corrected"] = state["image_corrected"]
+    return out
+
+
+def parallax_fitted(state: dict) -> dict:
+    return {
+        **state["fit"].to_dict(),
+        "n_images": len(state["stack"].positions),
+        "disk_center_px": list(state["stack"].center),
+        "disk_radius_px": state["stack"].radius,
+    }

@@ -1,0 +1,147 @@
+"""The ``ssb`` compute workload's stages (single-sideband ptychography, :mod:`quantem.ssb`).
+
+Stages: the scan transform, one uncorrected reconstruction, the standard fit (C10, C12)
+and the default fit (C10 to C30) with a seeded TPE search + Nelder-Mead, and the regional
+fits (--regions tiles, standard parameters). quantem.ssb (docs/ssb.md) does the work.
+Without --rotation-deg the rotation is quantem.dpc's curl-minimising estimate, found in
+the prepare stage, shared by the regions and recorded (fitted["rotation"]). Streamed
+(``--memory-budget`` / ``--scan-block-rows``), ``ssb_open`` replaces the dense load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harness.errors import UsageError
+
+
+def _ssb_calibration(state: dict):
+    from quantem.ssb import Calibration
+
+    p = state["parameters"]
+    missing = [
+        flag
+        for flag, value in (
+            ("--energy-ev/--voltage-kv", p.energy_ev),
+            ("--convergence-mrad/--semiangle-mrad", p.convergence_mrad),
+            ("--scan-step/--scan-step-a", p.scan_step_angstrom),
+        )
+        if value is None
+    ]
+    if missing:
+        raise UsageError(f"ssb needs {', '.join(missing)}")
+    return Calibration(
+        energy_ev=p.energy_ev,
+        semiangle_mrad=p.convergence_mrad,
+        scan_step_a=p.scan_step_angstrom,
+        rotation_deg=p.rotation_deg,
+        detector_sampling_mrad=p.mrad_per_pixel,
+        transpose=p.transpose,
+    )
+
+
+def _ssb_source(state: dict) -> Any:
+    """The dense array (after ``load``) or, streaming, the master file's path."""
+    return state["path"] if state["parameters"].streaming else state["acq"].array
+
+
+def ssb_open(state: dict) -> None:
+    """Streaming: open the source's scan rows (shape, dtype) without reading the frames."""
+    from quantem.ssb.stream import open_scan_rows
+
+    state["ssb_rows_shape"] = tuple(open_scan_rows(state["path"]).shape)
+
+
+def ssb_prepare(state: dict) -> None:
+    from quantem.ssb import prepare
+
+    p = state["parameters"]
+    state["ssb_calibration"] = _ssb_calibration(state)
+    state["ssb"] = prepare(
+        _ssb_source(state),
+        state["ssb_calibration"],
+        detector_bin=p.bin_factor,
+        **p.streaming_options(),
+    )
+
+
+def ssb_reconstruct(state: dict) -> None:
+    from quantem.ssb import reconstruct
+
+    state["ssb_uncorrected"] = reconstruct(state["ssb"])
+
+
+def ssb_fit(name: str, parameters_attr: str) -> tuple[str, Callable[[dict], None]]:
+    def stage(state: dict) -> None:
+        import quantem.ssb as ssb
+        from quantem.ssb import fit_aberrations, reconstruct
+
+        p = state["parameters"]
+        fit = fit_aberrations(
+            state["ssb"],
+            parameters=getattr(ssb, parameters_attr),
+            n_trials=p.trials,
+            seed=p.seed,
+            refine_max_evaluations=p.refine_evaluations,
+        )
+        state[f"ssb_{name}"] = fit
+        state[f"ssb_{name}_result"] = reconstruct(state["ssb"], fit.aberrations)
+
+    return (f"{name}_fit", stage)
+
+
+def ssb_regions(state: dict) -> None:
+    from quantem.ssb import STANDARD_PARAMETERS, fit_regions, split_regions
+
+    p = state["parameters"]
+    state["ssb_regions"] = fit_regions(
+        _ssb_source(state),
+        state["ssb_calibration"],
+        split_regions(tuple(state["ssb"].scan_shape), tuple(p.regions)),
+        prepare_options={
+            "disk": state["ssb"].disk,
+            "rotation": state["ssb"].rotation,
+            "detector_bin": p.bin_factor,
+            **p.streaming_options(),
+        },
+        parameters=STANDARD_PARAMETERS,
+        n_trials=p.trials,
+        seed=p.seed,
+        refine_max_evaluations=p.refine_evaluations,
+    )
+
+
+def ssb_outputs(state: dict) -> dict[str, Any]:
+    return {
+        "object": state["ssb_default_result"].object,
+        "phase": state["ssb_default_result"].phase,
+        "standard_phase": state["ssb_standard_result"].phase,
+        "uncorrected_phase": state["ssb_uncorrected"].phase,
+    }
+
+
+def ssb_fitted(state: dict) -> dict:
+    def record(fit) -> dict:
+        return {
+            "aberrations": fit.aberrations.to_dict(),
+            "aberrations_polar": fit.aberrations.to_polar(),
+            "loss": fit.loss,
+            "n_trials": fit.n_trials,
+            "n_evaluations": fit.n_evaluations,
+            "seed": fit.seed,
+            "refine": fit.refine,
+            "trajectory_sha256": fit.trajectory_sha256(),
+        }
+
+    return {
+        "calibration": state["ssb"].calibration.to_dict(),
+        "rotation": state["ssb"].rotation.to_dict(),
+        "bf_disk": {"center": list(state["ssb"].disk.center), "radius": state["ssb"].disk.radius},
+        "uncorrected_loss": state["ssb_uncorrected"].loss,
+        "standard_fit": record(state["ssb_standard"]),
+        "default_fit": record(state["ssb_default"]),
+        "regional_fits": [
+            {"region": list(r.region), **record(r.result)} for r in state["ssb_regions"]
+        ],
+    }
