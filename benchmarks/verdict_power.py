@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import git_revision
 
 from harness.run.demo import DEMO_STORAGE_ID, demo_folder, write_demo_suite
-from harness.run.paired import BaselineCode, PairedSpec, measure_paired
+from harness.run.paired_code import BaselineCode
+from harness.run.paired_trials import PairedSpec, measure_paired
 from harness.run.provenance import SourceTracker
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.cells import decide_cells

@@ -21,9 +21,9 @@ from harness.compare import compare_reports
 from harness.errors import EXIT_REVIEW, IncomparableError
 from harness.history.records import sha256_bytes
 from harness.report import dump_report, summarise_trials
-from harness.run import paired as paired_module
-from harness.run import runner
-from harness.run.paired import WORKER_FILE, baseline_code, check_pairable, order_of_round
+from harness.run import paired_trials, runner
+from harness.run.paired_code import WORKER_FILE, baseline_code, check_pairable
+from harness.run.paired_trials import order_of_round
 from harness.run.provenance import compute_source_fingerprint
 from harness.testing import make_example_report
 from harness.verdict.cells import CellVerdict, decide_cells
@@ -348,13 +348,13 @@ def test_a_worker_that_cannot_start_fails_the_recheck_cleanly(tmp_path: Path, mo
     tree = tmp_path / "tree"
     (tree / WORKER_FILE).parent.mkdir(parents=True)
     (tree / WORKER_FILE).write_text("")
-    spec = paired_module.PairedSpec(
+    spec = paired_trials.PairedSpec(
         root=str(tmp_path), manifest=str(tmp_path / "m.json"), backend="cpu", storage_id="s",
         representation="dense", fresh_index=False, threads=None, first_index=3,
         acquisitions=("a",),
     )  # fmt: skip
     monkeypatch.setenv("PYTHONPATH", "")
     broken = shutil.which("false") or "/bin/false"
-    monkeypatch.setattr(paired_module.sys, "executable", broken)
-    with pytest.raises(paired_module.HarnessError, match="baseline worker exited with status 1"):
-        paired_module.PairedWorker("baseline", tree, spec, tmp_path / "w")
+    monkeypatch.setattr(paired_trials.sys, "executable", broken)
+    with pytest.raises(paired_trials.HarnessError, match="baseline worker exited with status 1"):
+        paired_trials.PairedWorker("baseline", tree, spec, tmp_path / "w")

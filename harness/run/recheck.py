@@ -41,14 +41,8 @@ from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.io_scale import IoScaleConfig, IoScaleRun
 from harness.run.manifest import SelectionManifest, check_master_hashes, parse_manifest
-from harness.run.paired import (
-    BaselineCode,
-    baseline_checked_out,
-    candidate_products,
-    check_pairable,
-    check_workers,
-    paired_recheck,
-)
+from harness.run.paired import candidate_products, check_workers, paired_recheck
+from harness.run.paired_code import BaselineCode, baseline_checked_out, check_pairable
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (

@@ -41,7 +41,8 @@ from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
-from harness.run.paired import Pairing, baseline_checked_out
+from harness.run.paired import Pairing
+from harness.run.paired_code import baseline_checked_out
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
 from harness.run.workspace import Workspace, claim_output_dir, open_workspace

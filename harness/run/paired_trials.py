@@ -1,0 +1,191 @@
+"""The paired trials: two worker processes, one per code tree, asked in turn for one trial.
+
+:class:`PairedWorker` starts ``python -m harness.run.paired_worker`` in a code tree and
+speaks its protocol (the spec, then one trial request per line; the worker module's
+docstring); :func:`measure_paired` asks the baseline's and the candidate's workers in turn
+(:func:`order_of_round`: the baseline first in even rounds, the candidate first in odd
+ones), so that drift hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from harness.errors import HarnessError, IncomparableError
+from harness.run.paired_code import BaselineCode
+
+CellKey = tuple[str, str, str]
+WORKER_MODULE = "harness.run.paired_worker"
+SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class PairedSpec:
+    """What both workers prepare and measure (the candidate's conditions)."""
+
+    root: str
+    manifest: str
+    backend: str
+    storage_id: str
+    representation: str
+    fresh_index: bool
+    threads: int | None
+    first_index: int
+    acquisitions: tuple[str, ...]
+
+
+class PairedWorker:
+    """A worker process in ``tree``; :meth:`trial` asks it for one trial."""
+
+    def __init__(self, side: str, tree: Path, spec: PairedSpec, scratch: Path) -> None:
+        self.side = side
+        scratch.mkdir(parents=True, exist_ok=True)
+        self._stderr = open(scratch / f"{side}-worker.log", "w+b")  # noqa: SIM115 (closed in close())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+        env.pop("COVERAGE_PROCESS_START", None)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE],
+            cwd=tree,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        try:
+            self._send({**asdict(spec), "scratch": str(scratch / side)})
+            ready = self._receive()
+        except (HarnessError, OSError):
+            self.close()
+            raise
+        self.fingerprint = ready.get("source_fingerprint")
+        if not ready.get("ready"):
+            failures = "; ".join(ready.get("failures") or []) or "not prepared"
+            self.close()
+            raise HarnessError(f"paired recheck: the {side} worker could not prepare: {failures}")
+
+    def _died(self) -> HarnessError:
+        """The error for a worker that ended early: its status and last words."""
+        self._process.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+        return HarnessError(
+            f"paired recheck: the {self.side} worker exited with status "
+            f"{self._process.returncode}: " + (" | ".join(tail) or "no message")
+        )
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps(message) + "\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            raise self._died() from None
+
+    def _receive(self) -> dict[str, Any]:
+        stdout: IO[str] | None = self._process.stdout
+        assert stdout is not None
+        line = stdout.readline()
+        if not line:
+            raise self._died()
+        return json.loads(line)
+
+    def trial(self, cell: CellKey, index: int) -> dict[str, Any]:
+        self._send({"cell": list(cell), "index": index})
+        answer = self._receive()
+        if "error" in answer:
+            raise HarnessError(f"paired recheck: {self.side} trial {index}: {answer['error']}")
+        return answer["trial"]
+
+    def close(self) -> dict[str, Any]:
+        """End the worker; its final message (fingerprint at the end, failures, products)."""
+        final: dict[str, Any] = {}
+        try:
+            if self._process.poll() is None and self._process.stdin is not None:
+                self._process.stdin.close()
+                final = self._receive()
+            elif self._process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self._process.stdin.close()
+        except (HarnessError, OSError):
+            pass  # a worker that died says nothing more; its failure is already raised
+        finally:
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._stderr.close()
+        return final
+
+
+def order_of_round(index: int) -> tuple[str, str]:
+    """Which side goes first: the baseline in even rounds, the candidate in odd ones."""
+    return SIDES if index % 2 == 0 else SIDES[::-1]
+
+
+def measure_paired(
+    spec: PairedSpec,
+    cells: Sequence[CellKey],
+    rounds: int,
+    *,
+    baseline: BaselineCode,
+    candidate_tree: Path,
+    expected: dict[str, str],
+    scratch: Path,
+    on_trial: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Measure ``cells`` ``rounds`` rounds with both codes, alternately.
+
+    ``expected`` is each side's recorded source fingerprint: a worker whose imported code
+    fingerprints otherwise (an installed copy shadowing the tree, say) is refused
+    (:class:`IncomparableError`) before any trial.
+
+    Returns ``{"baseline_trials", "candidate_trials", "workers"}``: the trials of each
+    side (trial indices from ``spec.first_index``) and each worker's fingerprints,
+    stability, failures and products. Both workers are ended whatever happens.
+    """
+    workers: dict[str, PairedWorker] = {}
+    trials: dict[str, list[dict]] = {side: [] for side in SIDES}
+    finals: dict[str, dict] = {}
+    try:
+        workers["baseline"] = PairedWorker("baseline", baseline.tree, spec, scratch)
+        workers["candidate"] = PairedWorker("candidate", candidate_tree, spec, scratch)
+        for side, worker in workers.items():
+            if worker.fingerprint != expected[side]:
+                raise IncomparableError(
+                    f"paired recheck: the {side} worker measures code with fingerprint "
+                    f"{str(worker.fingerprint)[:12]}, not the {side}'s {expected[side][:12]}"
+                )
+        for index in range(spec.first_index, spec.first_index + rounds):
+            for cell in cells:
+                for side in order_of_round(index):
+                    trials[side].append(workers[side].trial(tuple(cell), index))
+                if on_trial is not None:
+                    on_trial()
+    finally:
+        for side, worker in workers.items():
+            finals[side] = worker.close()
+    return {
+        "baseline_trials": trials["baseline"],
+        "candidate_trials": trials["candidate"],
+        "workers": {
+            side: {
+                "source_fingerprint_start": workers[side].fingerprint,
+                "source_fingerprint_end": finals[side].get("source_fingerprint_end"),
+                "stable": bool(finals[side].get("stable")),
+                "failures": list(finals[side].get("failures") or []),
+                "products": dict(finals[side].get("products") or {}),
+            }
+            for side in workers
+        },
+    }
