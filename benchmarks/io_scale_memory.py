@@ -32,7 +32,8 @@ import numpy as np
 from _common import git_revision
 from io_scale_campaign import CAMPAIGN_DTYPES, prepare
 
-from harness.run.io_scale import IoScaleConfig, run_io_scale
+from harness.run.io_scale import run_io_scale
+from harness.run.io_scale_config import IoScaleConfig
 
 GIB = 1 << 30
 

@@ -15,7 +15,8 @@ from harness.history.lookup import load_report
 from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import IoScaleConfig, run_io_scale
+from harness.run.io_scale import run_io_scale
+from harness.run.io_scale_config import IoScaleConfig
 from harness.verdict.changes import collect_series, iter_history_records
 
 #: One small acquisition: a run of 2 reps is well under a second.

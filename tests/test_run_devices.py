@@ -14,7 +14,7 @@ from harness import comparability
 from harness.commands.run import _parse_devices_flag
 from harness.errors import ReportValidationError, UsageError
 from harness.report import validate_report
-from harness.run import io_scale, io_steps, trials
+from harness.run import io_scale_config, io_steps, trials
 from harness.run.backends import PROFILES
 from harness.testing import make_example_report
 
@@ -38,7 +38,7 @@ def _config(tmp_path, **overrides):
         output_dir=tmp_path / "out",
     )  # fmt: skip
     values.update(overrides)
-    return io_scale.IoScaleConfig(**values)
+    return io_scale_config.IoScaleConfig(**values)
 
 
 @pytest.fixture
@@ -47,23 +47,23 @@ def gpus(monkeypatch):
 
     def install(n: int) -> None:
         monkeypatch.setattr(type(PROFILES["cuda"]), "require", lambda self: None)
-        monkeypatch.setattr(io_scale, "device_count", lambda: n)
+        monkeypatch.setattr(io_scale_config, "device_count", lambda: n)
 
     return install
 
 
 def test_check_config_resolves_devices_and_refuses_bad_ones(tmp_path, gpus):
     gpus(2)
-    profile = io_scale.check_config(_config(tmp_path, devices=(1, 0)))
+    profile = io_scale_config.check_config(_config(tmp_path, devices=(1, 0)))
     assert profile.devices == (1, 0)
-    assert io_scale.check_config(_config(tmp_path, devices="all")).devices == (0, 1)
-    assert io_scale.check_config(_config(tmp_path)).devices is None
+    assert io_scale_config.check_config(_config(tmp_path, devices="all")).devices == (0, 1)
+    assert io_scale_config.check_config(_config(tmp_path)).devices is None
     with pytest.raises(UsageError, match=r"^--devices: GPU 5 does not exist; this host has 2"):
-        io_scale.check_config(_config(tmp_path, devices=(5,)))
+        io_scale_config.check_config(_config(tmp_path, devices=(5,)))
     with pytest.raises(UsageError, match="GPU 0 is listed twice"):
-        io_scale.check_config(_config(tmp_path, devices=(0, 0)))
+        io_scale_config.check_config(_config(tmp_path, devices=(0, 0)))
     with pytest.raises(UsageError, match="--devices needs --backend cuda"):
-        io_scale.check_config(_config(tmp_path, backend="cpu", devices=(0,)))
+        io_scale_config.check_config(_config(tmp_path, backend="cpu", devices=(0,)))
 
 
 def test_one_gpu_reports_keep_their_comparison_key():

@@ -16,14 +16,11 @@ from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from _run_helpers import real_disk_dir, tmpfs_dir
 
 from harness.run import provenance
+from harness.run.conversion import REFERENCE_HEADER_DIR
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import (
-    REFERENCE_HEADER_DIR,
-    TEMP_PREFIX,
-    IoScaleConfig,
-    run_io_scale,
-    temporary_area,
-)
+from harness.run.io_scale import run_io_scale
+from harness.run.io_scale_config import IoScaleConfig
+from harness.run.workspace import TEMP_PREFIX, temporary_area
 
 REPO = Path(__file__).resolve().parents[1]
 #: Small enough for the default tier: two acquisitions, a few shards each.
@@ -536,7 +533,7 @@ def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
 
 
 def test_loader_reported_stages_are_folded_into_trials():
-    from harness.run.io_scale import loader_stages
+    from harness.run.io_steps import loader_stages
 
     class Loaded:
         def __init__(self) -> None:
@@ -614,7 +611,7 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     measuring (cuda accepts it: tests/hardware/test_cuda_verify_source.py)."""
     import quantem.io
     from harness.errors import UsageError
-    from harness.run.io_scale import check_config
+    from harness.run.io_scale_config import check_config
 
     folder, suite = disk_suite
     seen = []

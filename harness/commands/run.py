@@ -220,7 +220,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 
 def _config_from_args(args: argparse.Namespace, **overrides):
     from harness.render import registration_renderer
-    from harness.run.io_scale import IoScaleConfig
+    from harness.run.io_scale_config import IoScaleConfig
 
     values = dict(
         root=Path(args.root) if args.root else None,

@@ -8,25 +8,21 @@ backend, interleaved (so drift hits all cells alike), each followed, outside the
 timing, by the indexed product; optional cold reloads and one profiled reload.
 
 This module is the io-scale *kind* (:class:`harness.run.runner.BenchmarkKind`): its
-config, its order of steps and its report body. The frame around it (provenance,
-manifest, output-dir claim, baseline, workspace, writing and registering) is
-:mod:`harness.run.runner`; the steps are :mod:`harness.run.io_steps`; what the
-backend means is :mod:`harness.run.backends`.
+order of steps and its report body. Its configuration and the checks of it are
+:mod:`harness.run.io_scale_config`; the frame around it (provenance, manifest,
+output-dir claim, baseline, workspace, writing and registering) is
+:mod:`harness.run.runner`; the steps are :mod:`harness.run.io_steps`; what the backend
+means is :mod:`harness.run.backends`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 
-from harness.errors import HarnessError, IncomparableError, UsageError
-from harness.history.store import RegistrationRenderer
+from harness.errors import HarnessError, IncomparableError
 from harness.report import summarise_trials
 from harness.run import conversion, io_steps, trials
-from harness.run.backends import BackendProfile, LoadSettings, describe_devices, profile_for
+from harness.run.backends import BackendProfile, LoadSettings, describe_devices
 from harness.run.checks import (
     Expected,
     FailureLog,
@@ -34,128 +30,20 @@ from harness.run.checks import (
     check_products_match,
 )
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
-from harness.run.conversion import REFERENCE_HEADER_DIR, ConversionSettings
-from harness.run.io_steps import AcquisitionState, TrialContext, loader_stages
+from harness.run.conversion import ConversionSettings
+from harness.run.io_scale_config import IoScaleConfig, check_config
+from harness.run.io_steps import AcquisitionState, TrialContext
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
 from harness.run.paired import Pairing, candidate_products, check_workers, paired_recheck
-from harness.run.reporting import REPORT_NAME, RunOutcome
+from harness.run.reporting import RunOutcome
 from harness.run.runner import run_benchmark
-from harness.run.workspace import TEMP_PREFIX, Workspace, temporary_area
-from quantem.cuda.sharded import device_count, parse_devices
+from harness.run.workspace import Workspace
 
 CACHE_STATES = (trials.COLD, trials.CACHED)
 
-__all__ = [
-    "REFERENCE_HEADER_DIR",
-    "REPORT_NAME",
-    "TEMP_PREFIX",
-    "IoScaleConfig",
-    "IoScaleRun",
-    "RunOutcome",
-    "loader_stages",
-    "run_io_scale",
-    "temporary_area",
-]
-
-
-@dataclass
-class IoScaleConfig:
-    """Everything a run needs; built by the CLI (``harness.commands.run``) or by tests."""
-
-    root: Path
-    manifest: Path
-    backend: str
-    storage_id: str
-    output_dir: Path
-    reps: int = 5
-    load_only: bool = False
-    representation: str = "dense"
-    history_dir: Path | None = None
-    baseline: str | None = None
-    regression_percent: float = 20.0
-    #: calibration SHA-256 prefix (None: the newest matching one in the history)
-    calibration: str | None = None
-    #: with a baseline: measure each flagged cell this many more rounds, right away
-    recheck: int = 0
-    #: ``--paired``: the recheck measures the baseline's code too, alternately (harness.run.paired)
-    paired: bool = False
-    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
-    baseline_tree: Path | None = None
-    lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
-    lock_timeout: float = 600.0
-    fresh_index: bool = False
-    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
-    verify_source: bool = False
-    cold_reloads: int = 0
-    verify: bool = True
-    source_hashes: bool = True
-    reloads: int = 1
-    profile_reload: bool = False
-    native_binary: Path | None = None
-    threads: int | None = None
-    #: ``--devices``: shard every cuda load over these GPUs or ``"all"`` (None: one GPU).
-    devices: tuple[int, ...] | str | None = None
-    command: Sequence[str] = ()
-    progress: bool | None = None  # None: only on a TTY
-    #: Called with (event, details) at stage boundaries; tests use it to act mid-run.
-    on_event: Callable[[str, dict], None] | None = None
-    #: Brings the history's rendered files up to date after registration (the CLI passes
-    #: ``registration_renderer()``; the run layer does not import the views). None: no render.
-    render: RegistrationRenderer | None = None
-
-
-def check_config(cfg: IoScaleConfig) -> BackendProfile:
-    """Refuse a bad configuration (UsageError); return the backend's profile, required once."""
-    profile = profile_for(cfg.backend)
-    if cfg.reps < 1:
-        raise UsageError("--reps must be at least 1")
-    if cfg.cold_reloads < 0 or cfg.reloads < 0:
-        raise UsageError("--cold-reloads and --reloads must not be negative")
-    if cfg.regression_percent <= 0:
-        raise UsageError("--regression-percent must be positive")
-    if cfg.recheck < 0:
-        raise UsageError("--recheck must not be negative")
-    if cfg.recheck and not cfg.baseline:
-        raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
-    if cfg.paired and not cfg.recheck:
-        raise UsageError("--paired needs --recheck K (it is a kind of recheck)")
-    if cfg.baseline_tree is not None and not cfg.paired:
-        raise UsageError("--baseline-tree needs --paired")
-    if cfg.paired and not profile.in_process:
-        raise UsageError(
-            "--paired needs --backend cpu or cuda (a native load runs this checkout's built "
-            "binary, which is not the baseline's code)"
-        )
-    if cfg.lock_timeout < 0:
-        raise UsageError("--lock-timeout must not be negative")
-    if cfg.representation not in ("dense", "encoded"):
-        raise UsageError(f"unknown representation {cfg.representation!r}")
-    if cfg.representation == "encoded" and not profile.device_pool:
-        raise UsageError("--representation encoded needs --backend cuda")
-    if cfg.verify_source and not profile.in_process:
-        raise UsageError(
-            "--verify-source needs --backend cpu or cuda (the native reader reads .qem, "
-            "which has block checksums)"
-        )
-    if not profile.in_process and cfg.native_binary is None:
-        raise UsageError("--backend native needs --native-binary PATH")
-    if cfg.native_binary is not None and not os.access(cfg.native_binary, os.X_OK):
-        raise UsageError(f"--native-binary {cfg.native_binary} is not an executable file")
-    if not cfg.storage_id.strip():
-        raise UsageError("--storage-id must not be empty")
-    profile.require()  # BackendUnavailableError (exit 1) saying why
-    if cfg.devices is not None:
-        if cfg.backend != "cuda":
-            raise UsageError("--devices needs --backend cuda")
-        try:
-            spec = cfg.devices if isinstance(cfg.devices, str) else list(cfg.devices)
-            ids = parse_devices(spec, device_count())
-        except ValueError as exc:
-            raise UsageError(f"--{exc}") from None  # "--devices: GPU 5 does not exist; ..."
-        profile = dataclasses.replace(profile, devices=tuple(ids))
-    return profile
+__all__ = ["IoScaleRun", "run_io_scale"]
 
 
 class IoScaleRun:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.run import io_steps
-from harness.run.io_scale import IoScaleConfig, IoScaleRun
+from harness.run.io_scale import IoScaleRun
+from harness.run.io_scale_config import IoScaleConfig
 from harness.run.manifest import check_master_hashes, parse_manifest
 from harness.run.provenance import SourceTracker
 from harness.run.runner import EXECUTION_ERRORS

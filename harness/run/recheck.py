@@ -39,7 +39,8 @@ from harness.run.checks import check_products_match
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
-from harness.run.io_scale import IoScaleConfig, IoScaleRun
+from harness.run.io_scale import IoScaleRun
+from harness.run.io_scale_config import IoScaleConfig
 from harness.run.manifest import SelectionManifest, check_master_hashes, parse_manifest
 from harness.run.paired import candidate_products, check_workers, paired_recheck
 from harness.run.paired_code import BaselineCode, baseline_checked_out, check_pairable

@@ -1,0 +1,119 @@
+"""What a ``harness run io-scale`` run is asked to do, and whether it may run.
+
+:class:`IoScaleConfig` is built by the CLI (``harness.commands.run``), by ``harness
+recheck`` and the paired worker (from a report's conditions) or by tests;
+:func:`check_config` refuses a bad one (UsageError), requires the backend once and
+returns its :class:`~harness.run.backends.BackendProfile` (with the ``--devices`` a
+sharded cuda load uses). The kind that runs it is :mod:`harness.run.io_scale`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.history.store import RegistrationRenderer
+from harness.run.backends import BackendProfile, profile_for
+from quantem.cuda.sharded import device_count, parse_devices
+
+
+@dataclass
+class IoScaleConfig:
+    """Everything a run needs; built by the CLI (``harness.commands.run``) or by tests."""
+
+    root: Path
+    manifest: Path
+    backend: str
+    storage_id: str
+    output_dir: Path
+    reps: int = 5
+    load_only: bool = False
+    representation: str = "dense"
+    history_dir: Path | None = None
+    baseline: str | None = None
+    regression_percent: float = 20.0
+    #: calibration SHA-256 prefix (None: the newest matching one in the history)
+    calibration: str | None = None
+    #: with a baseline: measure each flagged cell this many more rounds, right away
+    recheck: int = 0
+    #: ``--paired``: the recheck measures the baseline's code too, alternately (harness.run.paired)
+    paired: bool = False
+    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
+    baseline_tree: Path | None = None
+    lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
+    lock_timeout: float = 600.0
+    fresh_index: bool = False
+    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
+    verify_source: bool = False
+    cold_reloads: int = 0
+    verify: bool = True
+    source_hashes: bool = True
+    reloads: int = 1
+    profile_reload: bool = False
+    native_binary: Path | None = None
+    threads: int | None = None
+    #: ``--devices``: shard every cuda load over these GPUs or ``"all"`` (None: one GPU).
+    devices: tuple[int, ...] | str | None = None
+    command: Sequence[str] = ()
+    progress: bool | None = None  # None: only on a TTY
+    #: Called with (event, details) at stage boundaries; tests use it to act mid-run.
+    on_event: Callable[[str, dict], None] | None = None
+    #: Brings the history's rendered files up to date after registration (the CLI passes
+    #: ``registration_renderer()``; the run layer does not import the views). None: no render.
+    render: RegistrationRenderer | None = None
+
+
+def check_config(cfg: IoScaleConfig) -> BackendProfile:
+    """Refuse a bad configuration (UsageError); return the backend's profile, required once."""
+    profile = profile_for(cfg.backend)
+    if cfg.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    if cfg.cold_reloads < 0 or cfg.reloads < 0:
+        raise UsageError("--cold-reloads and --reloads must not be negative")
+    if cfg.regression_percent <= 0:
+        raise UsageError("--regression-percent must be positive")
+    if cfg.recheck < 0:
+        raise UsageError("--recheck must not be negative")
+    if cfg.recheck and not cfg.baseline:
+        raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
+    if cfg.paired and not cfg.recheck:
+        raise UsageError("--paired needs --recheck K (it is a kind of recheck)")
+    if cfg.baseline_tree is not None and not cfg.paired:
+        raise UsageError("--baseline-tree needs --paired")
+    if cfg.paired and not profile.in_process:
+        raise UsageError(
+            "--paired needs --backend cpu or cuda (a native load runs this checkout's built "
+            "binary, which is not the baseline's code)"
+        )
+    if cfg.lock_timeout < 0:
+        raise UsageError("--lock-timeout must not be negative")
+    if cfg.representation not in ("dense", "encoded"):
+        raise UsageError(f"unknown representation {cfg.representation!r}")
+    if cfg.representation == "encoded" and not profile.device_pool:
+        raise UsageError("--representation encoded needs --backend cuda")
+    if cfg.verify_source and not profile.in_process:
+        raise UsageError(
+            "--verify-source needs --backend cpu or cuda (the native reader reads .qem, "
+            "which has block checksums)"
+        )
+    if not profile.in_process and cfg.native_binary is None:
+        raise UsageError("--backend native needs --native-binary PATH")
+    if cfg.native_binary is not None and not os.access(cfg.native_binary, os.X_OK):
+        raise UsageError(f"--native-binary {cfg.native_binary} is not an executable file")
+    if not cfg.storage_id.strip():
+        raise UsageError("--storage-id must not be empty")
+    profile.require()  # BackendUnavailableError (exit 1) saying why
+    if cfg.devices is not None:
+        if cfg.backend != "cuda":
+            raise UsageError("--devices needs --backend cuda")
+        try:
+            spec = cfg.devices if isinstance(cfg.devices, str) else list(cfg.devices)
+            ids = parse_devices(spec, device_count())
+        except ValueError as exc:
+            raise UsageError(f"--{exc}") from None  # "--devices: GPU 5 does not exist; ..."
+        profile = dataclasses.replace(profile, devices=tuple(ids))
+    return profile
