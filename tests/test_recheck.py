@@ -193,7 +193,7 @@ def test_recheck_usage_errors_exit_64(tmp_path, capsys, extra, message):
 
 def test_recheck_refuses_another_host_device_or_storage(measured):
     from harness.errors import IncomparableError
-    from harness.run.recheck import check_same_place
+    from harness.run.recheck_guards import check_same_place
 
     candidate = load_report(str(measured[4]), history_dir=None)
     here = json.loads(json.dumps(candidate.doc["environment"]))

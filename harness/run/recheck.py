@@ -8,28 +8,27 @@ io-scale kind's own preparation and trial loop (:class:`harness.run.io_scale.IoS
 
 What is measured must be what the candidate measured, or the pooled verdict means
 nothing; so before any measurement (each refusal is an :class:`IncomparableError`,
-exit 2):
+exit 2, :mod:`harness.run.recheck_guards`):
 
 - the source fingerprint of this checkout equals the candidate's;
 - the selection manifest and every master file's SHA-256 are those the candidate names;
-- host, device and storage (:data:`SAME_PLACE_FIELDS`) equal the candidate's.
+- host, device and storage (``recheck_guards.SAME_PLACE_FIELDS``) equal the candidate's.
 
-The new record is the candidate's content (never rewritten on disk) plus a ``recheck``
-block like the in-process one, with the candidate's SHA-256, when and by which command
-the recheck ran, its own contention samples and fingerprints; the comparison is taken
-again on original plus recheck trials and the record is written as a new file, then
-registered like any other. Host locks and contention sampling are those of
-:mod:`harness.run.runner`.
+The new record (:mod:`harness.run.recheck_record`) is the candidate's content (never
+rewritten on disk) plus a ``recheck`` block like the in-process one, with the
+candidate's SHA-256, when and by which command the recheck ran, its own contention
+samples and fingerprints; the comparison is taken again on original plus recheck trials
+and the record is written as a new file, then registered like any other. Host locks and
+contention sampling are those of :mod:`harness.run.runner`. This module is the order of
+that work and the measurement (alone or paired).
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.compare import CalibrationUse, collect_cells
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
@@ -41,34 +40,26 @@ from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.io_scale import IoScaleRun
 from harness.run.io_scale_config import IoScaleConfig
-from harness.run.manifest import SelectionManifest, check_master_hashes, parse_manifest
+from harness.run.manifest import parse_manifest
 from harness.run.paired import candidate_products, check_workers, paired_recheck
 from harness.run.paired_code import BaselineCode, baseline_checked_out, check_pairable
 from harness.run.provenance import SourceTracker
+from harness.run.recheck_guards import (
+    check_same_inputs,
+    check_same_place,
+    check_same_source,
+    recorded_products,
+)
+from harness.run.recheck_record import recheck_record
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
     EXECUTION_ERRORS,
     finish_provenance,
-    recheck_block,
     say_waiting,
 )
 from harness.run.workspace import claim_output_dir, open_workspace, progress_bar
 
 CellKey = tuple[str, str, str]
-
-#: Where the recheck runs must be where the candidate ran: (name, how to read it from
-#: a report's ``environment``). The device and storage id are comparison-key fields;
-#: the host name and the storage's filesystem and mount are checked too, because a
-#: storage id is only a label a user gives.
-SAME_PLACE_FIELDS: tuple[tuple[str, Callable[[dict], Any]], ...] = (
-    ("environment.host.hostname", lambda e: e["host"].get("hostname")),
-    ("environment.device.kind", lambda e: e["device"].get("kind")),
-    ("environment.device.name", lambda e: e["device"].get("name")),
-    ("environment.device.uuid", lambda e: e["device"].get("uuid")),
-    ("environment.storage.storage_id", lambda e: e["storage"].get("storage_id")),
-    ("environment.storage.filesystem", lambda e: e["storage"].get("filesystem")),
-    ("environment.storage.mount_source", lambda e: e["storage"].get("mount_source")),
-)
 
 
 @dataclass
@@ -119,74 +110,11 @@ def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
     )
 
 
-def check_same_source(tracker: SourceTracker, candidate: LoadedReport) -> None:
-    """IncomparableError unless this checkout fingerprints as the candidate's did."""
-    provenance = candidate.doc["provenance"]
-    expected = provenance["source_fingerprint_end"]
-    if tracker.start_fingerprint != expected:
-        revision = provenance.get("git_revision") or "unknown"
-        raise IncomparableError(
-            f"recheck: the source here (fingerprint {tracker.start_fingerprint[:12]}) is not the "
-            f"code candidate {candidate.sha256[:12]} measured (fingerprint {expected[:12]}, git "
-            f"revision {revision[:12]}{' with local changes' if provenance.get('git_dirty') else ''})"
-            "; check out that code to recheck it"
-        )
-
-
-def check_same_inputs(manifest: SelectionManifest, candidate: LoadedReport) -> None:
-    """IncomparableError unless the manifest and master files are those the candidate measured."""
-    try:
-        check_master_hashes(manifest)
-    except ManifestError as exc:
-        raise IncomparableError(
-            f"recheck: the inputs of candidate {candidate.sha256[:12]} changed: {exc}"
-        ) from exc
-    selected = {a.id: a for a in manifest.acquisitions}
-    problems = []
-    for entry in candidate.doc["acquisitions"]:
-        found = selected.get(entry["id"])
-        if found is None:
-            problems.append(f"{entry['id']}: not selected by {manifest.path}")
-        elif found.source_master_sha256 != entry["source_master_sha256"]:
-            problems.append(
-                f"{entry['id']}: master SHA-256 {found.source_master_sha256[:12]} in the "
-                f"manifest, the candidate measured {entry['source_master_sha256'][:12]}"
-            )
-        elif found.filename != entry["filename"]:
-            problems.append(
-                f"{entry['id']}: file {found.filename}, the candidate measured {entry['filename']}"
-            )
-    if problems:
-        raise IncomparableError(
-            f"recheck: {manifest.path} does not select what candidate {candidate.sha256[:12]} "
-            "measured: " + "; ".join(problems)
-        )
-
-
-def check_same_place(environment: dict, candidate: LoadedReport) -> None:
-    """IncomparableError unless host, device and storage are the candidate's."""
-    theirs = candidate.doc["environment"]
-    differences = [
-        f"{name} {read(environment)!r} here, {read(theirs)!r} in the candidate"
-        for name, read in SAME_PLACE_FIELDS
-        if read(environment) != read(theirs)
-    ]
-    if differences:
-        raise IncomparableError(
-            f"recheck: not where candidate {candidate.sha256[:12]} was measured: "
-            + "; ".join(differences)
-        )
-
-
-def _recorded_products(candidate: LoadedReport) -> dict[str, str | None]:
-    return {a["id"]: a.get("indexed_product_sha256") for a in candidate.doc["acquisitions"]}
-
-
 def _check_products(kind: IoScaleRun, candidate: LoadedReport) -> None:
     """The recheck's indexed products must be the candidate's (same data, same code)."""
     ours = {s.selected.id: s.expected.products[0] for s in kind.states if s.expected.products}
     check_products_match(
-        kind.log, ours, _recorded_products(candidate), what="recheck", whose="the candidate's"
+        kind.log, ours, recorded_products(candidate), what="recheck", whose="the candidate's"
     )
 
 
@@ -240,7 +168,17 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             else:
                 rechecked = _measure(kind, cfg, acquisitions, environment)
             provenance, stable = finish_provenance(tracker, kind.log)
-            doc = _recheck_record(cfg, kind, rechecked, created, provenance, stable)
+            doc = recheck_record(
+                candidate,
+                rounds=cfg.rounds,
+                cells=cfg.cells,
+                command=cfg.command,
+                measured=rechecked,
+                created=created,
+                provenance=provenance,
+                stable=stable,
+                log=kind.log,
+            )
             exit_code = judge(
                 doc,
                 cfg.baseline,
@@ -332,7 +270,7 @@ def _measure_paired(
         check_products_match(
             kind.log,
             candidate_products(block),
-            _recorded_products(cfg.candidate),
+            recorded_products(cfg.candidate),
             what="paired recheck",
             whose="the candidate's",
         )
@@ -341,44 +279,3 @@ def _measure_paired(
         "contention": contention_section(before, after),
         "paired": block or None,
     }
-
-
-def _recheck_record(
-    cfg: RecheckConfig,
-    kind: IoScaleRun,
-    measured: dict,
-    created: str,
-    provenance: dict,
-    stable: bool,
-) -> dict:
-    """The candidate's content, a ``recheck`` block, and the status with the recheck's failures."""
-    doc = copy.deepcopy(cfg.candidate.doc)
-    doc.pop("comparison", None)  # judged again below, on original plus recheck trials
-    doc["baseline"] = None
-    contention = measured["contention"]
-    block = recheck_block(cfg.rounds, list(cfg.cells), measured["trials"])
-    if measured.get("paired"):
-        block["paired"] = measured["paired"]
-    block.update(
-        {
-            "candidate_sha256": cfg.candidate.sha256,
-            "created_utc": created,
-            "command": [str(a) for a in cfg.command],
-            "source_fingerprint_start": provenance["source_fingerprint_start"],
-            "source_fingerprint_end": provenance["source_fingerprint_end"],
-            "contention": contention,
-        }
-    )
-    doc["recheck"] = block
-    status = doc["status"]
-    log = kind.log
-    if log.execution_failed:
-        status["execution"] = "failed"
-    if log.correctness_failed:
-        status["correctness"] = "failed"
-    if not stable:
-        status["source_stability"] = "changed"
-    status["failures"] = [*status["failures"], *(f"recheck: {f}" for f in log.failures)]
-    if contention["contended"]:
-        status["host_load"] = "contended"
-    return doc
