@@ -1,9 +1,14 @@
-"""The benchmark runner: the frame every kind runs in, and the io-scale kind.
+"""The benchmark runner: the frame every kind runs in, and the io-scale and compute kinds.
 
 One module, one job (docs/architecture.md has the map):
 :mod:`~harness.run.runner` (the frame: provenance, manifest, output-dir claim,
-baseline, workspace, report), :mod:`~harness.run.io_scale` (the io-scale kind) and
-:mod:`~harness.run.io_steps` (its per-acquisition steps), :mod:`~harness.run.loop`
+baseline, workspace, report), :mod:`~harness.run.io_scale` (the io-scale kind),
+:mod:`~harness.run.io_scale_config` (its configuration and checks) and
+:mod:`~harness.run.io_steps` (its per-acquisition steps), :mod:`~harness.run.compute`
+(the compute kind; ``compute_*``: its configuration, outputs, workload registry and one
+module of stages per workload), :mod:`~harness.run.recheck` (``harness recheck``;
+``recheck_guards``, ``recheck_record``), :mod:`~harness.run.paired` (paired rechecks;
+``paired_code``, ``paired_trials``, ``paired_worker``), :mod:`~harness.run.loop`
 (interleaved rounds of cells), :mod:`~harness.run.backends` (what a backend means),
 :mod:`~harness.run.checks` (failure log, product checks), :mod:`~harness.run.conversion`
 (the disposable QEM, the timed conversion, reference headers),
