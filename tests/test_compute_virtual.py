@@ -120,3 +120,23 @@ def test_streamed_products_equal_dense_bit_for_bit(tmp_path, batch_frames):
 def test_bad_source_is_refused():
     with pytest.raises(ComputeError, match="cannot compute from a int"):
         open_frames(3)
+
+
+def test_stream_backend_is_checked(tmp_path):
+    acq, _ = make_acquisition()
+    with pytest.raises(ComputeError, match="backend must be 'cpu' or 'cuda'"):
+        open_frames(acq, backend="gpu")
+    with pytest.raises(ComputeError, match="the acquisition is on 'cpu', not 'cuda'"):
+        open_frames(acq, backend="cuda")
+    assert open_frames(acq, backend="cpu").backend == "cpu"
+    master = synthetic.write_synthetic_arina(
+        tmp_path, "b", SCAN, DETECTOR, "uint16", frames_per_shard=17, processes=1
+    )
+    assert open_frames(master, backend="cpu").batch_frames == 512
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        from quantem.errors import BackendUnavailableError
+
+        with pytest.raises(BackendUnavailableError):
+            open_frames(master, backend="cuda")

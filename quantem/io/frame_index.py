@@ -17,6 +17,10 @@ them). A rebuild because a shard's size or mtime changed keeps the checksums of 
 observation (from an intact version-3 sidecar of the same master and shards), so a chunk
 edited in place is still reported by ``verify_source``. A sidecar whose JSON or shard stats do not match the current files is ignored and
 rebuilt.
+A process remembers a sidecar it has read and verified while both of its files keep
+their stat (device, inode, size, modification and change times), and only when they had
+not changed within 2 s of the read (file times tick coarsely); its arrays are then
+read-only, since every later open shares them.
 While it matches, :func:`cached_shard_layout` also spares a load from opening every shard
 with h5py to learn what the sidecar already records (frames, frame shape, dtype); those
 shards were checked (chunking, filter) when the sidecar was built, and a shard whose
