@@ -156,8 +156,9 @@ def _rechecked(base, cand, verdict, trials, **options):
     return decide_cells(base, cand, threshold_percent=THRESHOLD, recheck=flagged, **options)
 
 
-def _paired(base, cand, verdict, session, slowdown):
-    """The verdict after a paired recheck of the flagged cells, from one paired session."""
+def _paired(base, cand, verdict, session, slowdown, rounds=RECHECK):
+    """The verdict after a paired recheck of the flagged cells (``rounds`` rounds), from
+    one paired session."""
     flagged = [cell.key for cell in verdict if cell.flagged]
     if not flagged:
         return verdict
@@ -165,12 +166,14 @@ def _paired(base, cand, verdict, session, slowdown):
         base,
         cand,
         threshold_percent=THRESHOLD,
-        paired={k: [(b, c * (1 + slowdown)) for b, c in session[k][:RECHECK]] for k in flagged},
+        paired={k: [(b, c * (1 + slowdown)) for b, c in session[k][:rounds]] for k in flagged},
         bootstrap_resamples=100,
     )
 
 
-def simulate(runs: list[dict], draws: int, seed: int, paired=()) -> list[dict]:
+def simulate(
+    runs: list[dict], draws: int, seed: int, paired=(), paired_rounds: int = RECHECK
+) -> list[dict]:
     rng = np.random.default_rng(seed)
     keys = sorted(runs[0])
     n_runs = len(runs)
@@ -222,7 +225,9 @@ def simulate(runs: list[dict], draws: int, seed: int, paired=()) -> list[dict]:
                 }
                 later = _rechecked(base, cand, cal, later_trials, calibration=nulls[s])
                 session = paired[int(rng.integers(len(paired)))] if paired else None
-                pair = _paired(base, cand, mwu, session, slowdown) if session else mwu
+                pair = (
+                    _paired(base, cand, mwu, session, slowdown, paired_rounds) if session else mwu
+                )
                 outcomes = {
                     "paired": [x.flagged for x in pair],
                     "paired_slower": [x.verdict.value == "slower" for x in pair],
@@ -280,6 +285,13 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=1000, help="A/A comparisons per rep count")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--paired-rounds",
+        type=int,
+        default=RECHECK,
+        metavar="K",
+        help=f"rounds of the simulated paired recheck (default {RECHECK}; sessions hold 10)",
+    )
     args = parser.parse_args()
     if args.collect:
         collect(args.samples, args.collect, args.collect_reps)
@@ -290,7 +302,7 @@ def main() -> int:
     if len(runs) < CALIBRATION_RUNS + 2:
         parser.error(f"need at least {CALIBRATION_RUNS + 2} runs in {args.samples}")
     started = time.perf_counter()
-    rows = simulate(runs, args.draws, args.seed, paired)
+    rows = simulate(runs, args.draws, args.seed, paired, args.paired_rounds)
     load = os.getloadavg()[0]
     print(
         f"# {len(runs)} A/A runs and {len(paired)} paired sessions from {args.samples}, "
@@ -303,7 +315,8 @@ def main() -> int:
         "| calibrated + recheck 5, confirmed: any / cells "
         "| no calibration + recheck 5, exit 2: any / cells "
         "| calibrated + recheck 5 in another run, exit 2: any / cells "
-        "| paired recheck 5, exit 2: any / cells | paired recheck 5, confirmed: any / cells |"
+        f"| paired recheck {args.paired_rounds}, exit 2: any / cells "
+        f"| paired recheck {args.paired_rounds}, confirmed: any / cells |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

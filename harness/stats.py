@@ -231,6 +231,18 @@ def smallest_signed_rank_p(n: int, *, alternative: str = "two-sided") -> float:
     return min(1.0, sides / 2**n) if n else 1.0
 
 
+def hodges_lehmann(values: Sequence[float]) -> float:
+    """The Hodges-Lehmann estimate of the centre of ``values``: the median of the Walsh
+    averages ``(x_i + x_j) / 2`` over ``i <= j`` (the pseudo-median that Wilcoxon's
+    signed-rank test is about; for symmetric data about 95% as efficient as the mean,
+    where the median is 64%)."""
+    data = [float(v) for v in values]
+    if not data:
+        raise ValueError("the Hodges-Lehmann estimate needs at least one value")
+    n = len(data)
+    return median([(data[i] + data[j]) / 2 for i in range(n) for j in range(i, n)])
+
+
 def median(values: Sequence[float]) -> float:
     """Median with linear interpolation (the harness's one quantile rule)."""
     if not values:

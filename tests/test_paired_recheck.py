@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -53,9 +54,11 @@ def test_a_paired_recheck_within_the_threshold_clears_the_flag() -> None:
     cell = next(c for c in cells if c.key == KEY)
     assert cell.verdict is CellVerdict.UNCHANGED
     assert cell.recheck["paired"] is True
-    # the median of the pairs' ratios (each pair: the same moment)
-    ratios = sorted(c / b for b, c in zip(_spread(1.50, 5), _spread(1.53, 5)))
-    assert cell.change_percent == pytest.approx((ratios[2] - 1) * 100)
+    # the Hodges-Lehmann pseudo-median of the pairs' log ratios (each pair: the same
+    # moment): the median of the 15 Walsh averages, by hand
+    logs = [math.log(c / b) for b, c in zip(_spread(1.50, 5), _spread(1.53, 5))]
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(5) for j in range(i, 5))
+    assert cell.change_percent == pytest.approx((math.exp(walsh[7]) - 1) * 100, rel=1e-12)
     assert cell.recheck["original_change_percent"] == pytest.approx(50.0)
     assert cell.n_baseline == 5 and cell.baseline_median == pytest.approx(1.50)
     assert any("flag cleared by the paired recheck" in n for n in cell.notes)
@@ -64,6 +67,26 @@ def test_a_paired_recheck_within_the_threshold_clears_the_flag() -> None:
         baseline, candidate, threshold_percent=20, recheck={KEY: _spread(1.53, 5)}
     )
     assert next(c for c in unpaired if c.key == KEY).flagged
+
+
+def test_the_pooled_trials_clear_a_paired_flag_too() -> None:
+    # Paired alone +22.5% (past 20%), but the pooled trials (each side's original ones
+    # with its paired ones) are within it: cleared, as an unpaired recheck would be.
+    baseline = {KEY: [1.0] * 5, OTHER: _spread(1.0, 5)}
+    candidate = {KEY: [1.0, 1.0, 1.3, 1.3, 1.3], OTHER: _spread(1.0, 5)}  # +30%: flagged
+    pairs = list(zip([1.2] * 5, [1.2, 1.2, 1.8, 1.8, 1.8]))
+    cell = next(c for c in decide_cells(baseline, candidate, threshold_percent=20,
+                                        paired={KEY: pairs}) if c.key == KEY)  # fmt: skip
+    assert cell.recheck["change_percent"] == pytest.approx((math.sqrt(1.5) - 1) * 100)
+    # pooled: candidate median 1.3, baseline median 1.1
+    assert cell.recheck["pooled_change_percent"] == pytest.approx((1.3 / 1.1 - 1) * 100)
+    assert cell.verdict is CellVerdict.UNCHANGED
+    assert any("pooled +18.2%" in n for n in cell.notes)
+    # with the paired moment as fast as the original one, the pooled trials agree: flagged
+    pairs = list(zip([1.0] * 5, [1.0, 1.0, 1.5, 1.5, 1.5]))
+    cell = next(c for c in decide_cells(baseline, candidate, threshold_percent=20,
+                                        paired={KEY: pairs}) if c.key == KEY)  # fmt: skip
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
 
 
 def test_a_paired_slowdown_beyond_the_threshold_is_confirmed_slower() -> None:

@@ -11,6 +11,7 @@ import pytest
 import scipy.stats
 
 from harness.stats import (
+    hodges_lehmann,
     mann_whitney_u,
     smallest_possible_p,
     smallest_signed_rank_p,
@@ -19,7 +20,7 @@ from harness.stats import (
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.changes import divergence_curve, e_divisive
 from harness.verdict.holm import holm_adjust
-from harness.verdict.resampling import ratio_of_medians_interval
+from harness.verdict.resampling import paired_ratio_interval, ratio_of_medians_interval
 
 # --- Mann-Whitney U, one-sided and two-sided -------------------------------------------
 
@@ -159,6 +160,44 @@ def test_bootstrap_interval_is_deterministic_and_agrees_with_scipy() -> None:
     assert first[0] == pytest.approx(theirs.low, rel=0.01)
     assert first[1] == pytest.approx(theirs.high, rel=0.01)
     assert first[0] < np.median(cand) / np.median(base) < first[1]
+
+
+# --- the paired change: Hodges-Lehmann ------------------------------------------------
+
+
+def test_hodges_lehmann_by_hand_and_as_the_signed_rank_balance() -> None:
+    # Walsh averages of [1, 2, 3, 10]: 1, 1.5, 2, 5.5, 2, 2.5, 6, 3, 6.5, 10 -> median 2.75
+    assert hodges_lehmann([1, 2, 3, 10]) == 2.75
+    assert hodges_lehmann([4.0]) == 4.0
+    with pytest.raises(ValueError):
+        hodges_lehmann([])
+    rng = np.random.default_rng(7)
+    for n in (5, 8, 11):
+        x = rng.normal(0.1, 0.05, n)
+        est = hodges_lehmann(x)
+        walsh = [(x[i] + x[j]) / 2 for i, j in itertools.combinations_with_replacement(range(n), 2)]
+        assert est == pytest.approx(float(np.median(walsh)), abs=0)
+        assert hodges_lehmann(x + 3.0) == pytest.approx(est + 3.0)  # shift-equivariant
+        # the estimate is where scipy's signed-rank statistic of the shifted data balances
+        w = scipy.stats.wilcoxon(x - est, method="exact" if n < 10 else "approx").statistic
+        assert abs(w - n * (n + 1) / 4) <= n / 2 + 1
+
+
+def test_paired_interval_brackets_the_estimate_and_is_seeded() -> None:
+    logs = list(np.log(np.random.default_rng(3).normal(1.25, 0.04, 8)))
+    low, high = paired_ratio_interval(logs, resamples=4000)
+    assert (low, high) == paired_ratio_interval(logs, resamples=4000)
+    assert low < math.exp(hodges_lehmann(logs)) < high
+    theirs = scipy.stats.bootstrap(
+        (np.asarray(logs),),
+        lambda x, axis: np.apply_along_axis(hodges_lehmann, axis, x),
+        n_resamples=4000,
+        method="percentile",
+        random_state=np.random.default_rng(11),
+    ).confidence_interval
+    assert low == pytest.approx(math.exp(theirs.low), rel=0.01)
+    assert high == pytest.approx(math.exp(theirs.high), rel=0.01)
+    assert paired_ratio_interval([0.1] * 5) == pytest.approx((math.exp(0.1), math.exp(0.1)))
 
 
 # --- calibrated null --------------------------------------------------------------------
