@@ -108,3 +108,42 @@ def test_contention_sample_and_thresholds() -> None:
     assert any("PID 77 (make)" in r for r in reasons)
     section = contention_section(quiet, busy)
     assert section["contended"] and section["thresholds"] == THRESHOLDS
+
+
+def test_pressure_thresholds_use_the_sample_window_not_avg10() -> None:
+    # right after cold reads avg10 still holds them; the sample's own window does not
+    after_cold_reads = {
+        "cores": 16,
+        "load1": 1.0,
+        "procs_running": 1,
+        "cpu_pressure": {"some_avg10": 0.5, "some_window": 0.0},
+        "io_pressure": {"some_avg10": 63.0, "some_window": 0.4},
+        "top_processes": [],
+        "gpu": None,
+    }
+    assert assess_contention({"after": after_cold_reads}) == []
+    reading = dict(after_cold_reads, io_pressure={"some_avg10": 5.0, "some_window": 45.0})
+    assert assess_contention({"before": reading}) == ["before: IO pressure % 45 > 20"]
+    # a sample without a window (a report from before it) falls back to avg10
+    old = dict(after_cold_reads, io_pressure={"some_avg10": 63.0})
+    assert assess_contention({"after": old}) == ["after: IO pressure avg10 % 63 > 20"]
+
+
+def test_pressure_window_from_the_stall_counters(monkeypatch) -> None:
+    from harness.run import contention
+
+    first = {"some_avg10": 9.0, "some_total": 1_000_000.0, "full_total": 500_000.0}
+    second = {"some_avg10": 9.5, "some_total": 1_100_000.0, "full_total": 500_000.0}
+    # 0.1 s stalled in a 0.25 s window: 40%; nothing fully stalled
+    assert contention._pressure(first, second, 0.25) == {
+        "some_avg10": 9.5,
+        "some_window": 40.0,
+        "full_window": 0.0,
+    }
+    assert contention._pressure(None, second, 0.25) == {"some_avg10": 9.5}
+    assert contention._pressure(first, None, 0.25) is None
+    # a real sample on this host: the window is measured wherever the kernel has PSI
+    sample = collect_contention_sample()
+    assert sample["pressure_window_seconds"] >= contention.CPU_WINDOW_SECONDS / 2
+    if Path("/proc/pressure/io").exists():
+        assert 0.0 <= sample["io_pressure"]["some_window"] <= 100.0

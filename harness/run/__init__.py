@@ -17,6 +17,8 @@ module of stages per workload), :mod:`~harness.run.recheck` (``harness recheck``
 :mod:`~harness.run.memory`; below them :mod:`~harness.run.trials` (one timed load and
 its label), :mod:`~harness.run.cache`, :mod:`~harness.run.proc_io`,
 :mod:`~harness.run.timers`, :mod:`~harness.run.provenance`,
-:mod:`~harness.run.environment`, :mod:`~harness.run.manifest`, and
+:mod:`~harness.run.environment`, :mod:`~harness.run.manifest`,
+:mod:`~harness.run.host_lock`, :mod:`~harness.run.contention` (with
+:mod:`~harness.run.contention_gpu`), and
 :mod:`~harness.run.summary`, :mod:`~harness.run.demo`.
 """

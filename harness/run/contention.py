@@ -5,8 +5,13 @@ run records None, never fails the run):
 
 - ``load1`` (1-minute load average) and ``procs_running`` (run-queue length, from
   ``/proc/stat``), with the host's core count;
-- CPU and IO pressure (``/proc/pressure/cpu`` and ``/proc/pressure/io``, the ``some``
-  and ``full`` avg10 percentages) where the kernel has PSI;
+- CPU and IO pressure (``/proc/pressure/cpu`` and ``/proc/pressure/io``) where the
+  kernel has PSI: the ``some`` and ``full`` percentages over the sample's own window
+  (``*_window``: the change of PSI's stall-time counters across the 0.25 s the sample
+  waits for the process CPU figures, while this run does nothing) and the kernel's
+  ``avg10``. The thresholds look at the window: ``avg10`` decays over about 10 s, so
+  right after a run's own cold reads (or a previous run's) it reports them as if
+  something else were reading;
 - the top CPU-consuming other processes (psutil, over a short window), with PID,
   name and CPU percent;
 - GPU: other processes on the device with their memory, utilisation and SM/memory
@@ -21,19 +26,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.run.contention_gpu import gpu_sample
+
 #: Limits above which a run is marked contended (docs/verdicts.md, "Host locks and load").
 THRESHOLDS: dict[str, float] = {
     "load1_per_core": 1.0,  # 1-minute load average divided by cores
     "procs_running_per_core": 1.5,  # runnable tasks (this run included) per core
-    "cpu_pressure_some_avg10": 20.0,  # percent of time some task waited for a CPU
-    "io_pressure_some_avg10": 20.0,  # percent of time some task waited for IO
+    # percent of the sample's window in which some task waited for a CPU / for IO (PSI;
+    # avg10 only where the window could not be measured)
+    "cpu_pressure_some_percent": 20.0,
+    "io_pressure_some_percent": 20.0,
     "other_process_cpu_percent": 50.0,  # one other process using half a core or more
     "gpu_other_processes": 0,  # any other process holding GPU memory
     "gpu_utilization_percent": 10.0,  # busy GPU before/after our own work
@@ -42,7 +49,9 @@ TOP_PROCESSES = 5
 CPU_WINDOW_SECONDS = 0.25
 
 
-def _pressure(name: str) -> dict[str, float] | None:
+def _pressure_counters(name: str) -> dict[str, float] | None:
+    """``{some,full}_avg10`` (percent) and ``{some,full}_total`` (stall microseconds
+    since boot) of ``/proc/pressure/NAME``; None without PSI."""
     try:
         text = Path(f"/proc/pressure/{name}").read_text(encoding="ascii")
     except OSError:
@@ -52,8 +61,26 @@ def _pressure(name: str) -> dict[str, float] | None:
         kind, *fields = line.split()
         for field in fields:
             key, _, value = field.partition("=")
-            if key == "avg10":
-                values[f"{kind}_avg10"] = float(value)
+            if key in ("avg10", "total"):
+                with contextlib.suppress(ValueError):
+                    values[f"{kind}_{key}"] = float(value)
+    return values
+
+
+def _pressure(
+    first: dict[str, float] | None, second: dict[str, float] | None, seconds: float
+) -> dict[str, float] | None:
+    """The sample's pressure record: the kernel's avg10 (from ``second``) and the
+    percentage of the ``seconds`` between the two readings spent stalled."""
+    if second is None:
+        return None
+    values = {k: v for k, v in second.items() if k.endswith("_avg10")}
+    if first is not None and seconds > 0:
+        for kind in ("some", "full"):
+            key = f"{kind}_total"
+            if key in first and key in second:
+                stalled = max(second[key] - first[key], 0.0) / 1e6
+                values[f"{kind}_window"] = round(min(100.0, 100.0 * stalled / seconds), 2)
     return values
 
 
@@ -104,100 +131,6 @@ def _own_pids() -> set[int]:
     return own
 
 
-def _gpu_nvml(uuid: str | None, own: set[int]) -> dict[str, Any] | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVML raises its own error types for "no driver"
-        return None
-    try:
-        handle = (
-            pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
-        )
-        utilization = pynvml.nvmlDeviceGetUtilizationRates(handle)
-        processes = []
-        for getter in (
-            pynvml.nvmlDeviceGetComputeRunningProcesses,
-            pynvml.nvmlDeviceGetGraphicsRunningProcesses,
-        ):
-            for proc in getter(handle):
-                if proc.pid not in own:
-                    processes.append({"pid": proc.pid, "memory_bytes": proc.usedGpuMemory})
-        return {
-            "source": "nvml",
-            "utilization_percent": float(utilization.gpu),
-            "memory_utilization_percent": float(utilization.memory),
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "memory_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-            "other_processes": processes,
-        }
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
-def _gpu_smi(uuid: str | None, own: set[int]) -> dict[str, Any] | None:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    target = ["-i", uuid] if uuid else ["-i", "0"]
-    try:
-        gpu = (
-            subprocess.run(
-                [
-                    smi,
-                    *target,
-                    "--query-gpu=utilization.gpu,utilization.memory,clocks.sm,clocks.mem",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=10,
-            )
-            .stdout.strip()
-            .split(",")
-        )
-        apps = (
-            subprocess.run(
-                [
-                    smi,
-                    *target,
-                    "--query-compute-apps=pid,used_memory",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=10,
-            )
-            .stdout.strip()
-            .splitlines()
-        )
-        processes = []
-        for line in apps:
-            pid, memory = (part.strip() for part in line.split(","))
-            if int(pid) not in own:
-                processes.append(
-                    {"pid": int(pid), "memory_bytes": int(float(memory)) * 1024 * 1024}
-                )
-        return {
-            "source": "nvidia-smi",
-            "utilization_percent": float(gpu[0]),
-            "memory_utilization_percent": float(gpu[1]),
-            "sm_clock_mhz": int(float(gpu[2])),
-            "memory_clock_mhz": int(float(gpu[3])),
-            "other_processes": processes,
-        }
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
 def collect_contention_sample(*, gpu_uuid: str | None = None, gpu: bool = False) -> dict[str, Any]:
     """One best-effort sample of competing activity (see the module docstring)."""
     own = _own_pids()
@@ -205,18 +138,25 @@ def collect_contention_sample(*, gpu_uuid: str | None = None, gpu: bool = False)
         load1 = os.getloadavg()[0]
     except OSError:
         load1 = None
+    started = time.monotonic()
+    counters = {name: _pressure_counters(name) for name in ("cpu", "io")}
+    top = _top_processes(own)  # waits CPU_WINDOW_SECONDS when psutil is there
+    if time.monotonic() - started < CPU_WINDOW_SECONDS / 2:
+        time.sleep(CPU_WINDOW_SECONDS)
+    window = time.monotonic() - started
     sample: dict[str, Any] = {
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cores": os.cpu_count() or 1,
         "load1": load1,
         "procs_running": _procs_running(),
-        "cpu_pressure": _pressure("cpu"),
-        "io_pressure": _pressure("io"),
-        "top_processes": _top_processes(own),
+        "cpu_pressure": _pressure(counters["cpu"], _pressure_counters("cpu"), window),
+        "io_pressure": _pressure(counters["io"], _pressure_counters("io"), window),
+        "pressure_window_seconds": round(window, 3),
+        "top_processes": top,
         "gpu": None,
     }
     if gpu:
-        sample["gpu"] = _gpu_nvml(gpu_uuid, own) or _gpu_smi(gpu_uuid, own)
+        sample["gpu"] = gpu_sample(gpu_uuid, own)
     return sample
 
 
@@ -240,14 +180,17 @@ def assess_contention(
             )
         for name in ("cpu", "io"):
             pressure = sample.get(f"{name}_pressure") or {}
-            if "some_avg10" in pressure:
-                checks.append(
-                    (
-                        f"{name}_pressure_some_avg10",
-                        pressure["some_avg10"],
-                        f"{name.upper()} pressure %",
+            # the sample's own window; avg10 for samples without one (older reports)
+            for field, label in (("some_window", "pressure %"), ("some_avg10", "pressure avg10 %")):
+                if field in pressure:
+                    checks.append(
+                        (
+                            f"{name}_pressure_some_percent",
+                            pressure[field],
+                            f"{name.upper()} {label}",
+                        )
                     )
-                )
+                    break
         top = sample.get("top_processes") or []
         if top:
             checks.append(
