@@ -137,3 +137,36 @@ def test_hashes_equal_the_per_shard_definition(master, tmp_path):
         assert frame_index._index_digests(mixed, n)[1] == expected
     finally:
         frame_index._HASH_THREADS = monkeypatch_threads
+
+
+def test_concurrent_opens_of_more_sources_than_are_remembered(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(frame_index, "_RACY_NS", 0)
+    frame_index._VERIFIED.clear()
+    masters = [
+        write_synthetic_arina(
+            tmp_path / f"acq{i}",
+            scan_shape=SCAN,
+            detector_shape=DET,
+            frames_per_shard=5,
+            processes=1,
+            seed=i,
+        )
+        for i in range(frame_index._VERIFIED_MAX + 4)
+    ]
+    index_dir = tmp_path / "index"
+    expected = [open_arina(m, index_dir=index_dir).index.frame_offset.copy() for m in masters]
+    time.sleep(0.05)
+
+    def open_all(k):
+        for j in range(len(masters)):
+            i = (j + k) % len(masters)
+            np.testing.assert_array_equal(
+                open_arina(masters[i], index_dir=index_dir).index.frame_offset, expected[i]
+            )
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(open_all, range(6)))
+    assert len(frame_index._VERIFIED) == frame_index._VERIFIED_MAX
+    frame_index._VERIFIED.clear()

@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+import threading
 import time
 import warnings
 import zipfile
@@ -345,6 +346,8 @@ def load_or_build_frame_index(
 #: re-hashing ~11 MB per 262,144 frames while neither file has changed.
 _VERIFIED: OrderedDict[tuple, tuple[bytes, FrameIndex]] = OrderedDict()
 _VERIFIED_MAX = 8
+#: Sources may be opened from several threads at once (sharded loads).
+_VERIFIED_LOCK = threading.Lock()
 #: A sidecar whose files changed less than this long before they were read is not
 #: remembered: file times come from a coarse clock, so a same-size rewrite within a
 #: tick could otherwise keep the stat that was verified ("racy" entries, as in git).
@@ -367,10 +370,11 @@ def _read_sidecar_once(npz_path: Path, json_path: Path, expected: dict) -> Frame
     stat (device, inode, size, modification and change times) they had when read."""
     key = _sidecar_stat(npz_path, json_path)
     facts = _canonical(expected)
-    remembered = _VERIFIED.get(key) if key is not None else None
-    if remembered is not None and remembered[0] == facts:
-        _VERIFIED.move_to_end(key)
-        return remembered[1]
+    with _VERIFIED_LOCK:
+        remembered = _VERIFIED.get(key) if key is not None else None
+        if remembered is not None and remembered[0] == facts:
+            _VERIFIED.move_to_end(key)
+            return remembered[1]
     started = time.time_ns()
     index = _read_sidecar(npz_path, json_path, expected)
     if index is None or key is None:
@@ -379,9 +383,10 @@ def _read_sidecar_once(npz_path: Path, json_path: Path, expected: dict) -> Frame
         for array in (index.frame_shard, index.frame_offset, index.frame_nbytes, index.chunk_xxh3):
             if array is not None:
                 array.setflags(write=False)
-        _VERIFIED[key] = (facts, index)
-        while len(_VERIFIED) > _VERIFIED_MAX:
-            _VERIFIED.popitem(last=False)
+        with _VERIFIED_LOCK:
+            _VERIFIED[key] = (facts, index)
+            while len(_VERIFIED) > _VERIFIED_MAX:
+                _VERIFIED.popitem(last=False)
     return index
 
 
