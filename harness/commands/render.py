@@ -107,6 +107,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
     )
     from harness.render import RenderTargets, render_all
     from harness.render.record_pages import start_record_pages
+    from harness.render.timings import TimingsFromRows
     from harness.render.update import render_increment
 
     repository = Path(args.git_repo)
@@ -156,7 +157,20 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                         engine.dispose()
                         forget_index(index_path)
 
-                take_snapshot(store, out, prune=rendered_before, records_ready=start_pages)
+                # timings.csv is written from the trial rows as they are copied
+                timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+                try:
+                    take_snapshot(
+                        store,
+                        out,
+                        prune=rendered_before,
+                        records_ready=start_pages,
+                        rows_copied=timings.rows,
+                    )
+                    timings_size = timings.finish()
+                except BaseException:
+                    timings.abort()
+                    raise
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
@@ -171,6 +185,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     full=True,
                     repository=repository,
                     record_pages=pages,
+                    timings_csv_size=timings_size,
                 )
                 done = "rendered every record"
             else:

@@ -229,7 +229,24 @@ def _server_rows(
             yield rows
 
 
-def _copy_rows(connection: Connection, target: sqlite3.Connection, model, where=None) -> int:
+#: Called with a table's name and each batch of its rows as they are copied (the
+#: model's columns, in order): what a render derives from the rows as they pass.
+RowsCopied = Callable[[str, list], None]
+
+
+class _Tee:
+    """A snapshot connection for :func:`_copy_rows` that also hands each batch of a
+    table's rows to ``rows_copied`` once it is inserted."""
+
+    def __init__(self, target: sqlite3.Connection, table: str, rows_copied: RowsCopied) -> None:
+        self._target, self._table, self._rows_copied = target, table, rows_copied
+
+    def executemany(self, statement: str, batch: list) -> None:
+        self._target.executemany(statement, batch)
+        self._rows_copied(self._table, batch)
+
+
+def _copy_rows(connection: Connection, target: sqlite3.Connection | _Tee, model, where=None) -> int:
     """Copy a model's rows (``where``: a clause on them) from the server into the
     snapshot in primary-key order, in batches; how many."""
     table = model.__table__
@@ -241,7 +258,10 @@ def _copy_rows(connection: Connection, target: sqlite3.Connection, model, where=
     if where is not None:
         query = query.where(where)
     copied = 0
-    for batch in _server_rows(connection, query, f"snapshot_{table.name}"):
+    # binary: the server sends floats and integers as they are held, not formatted as
+    # text for the client to parse back (the same values: its text is the shortest
+    # exact form)
+    for batch in _server_rows(connection, query, f"snapshot_{table.name}", binary=True):
         target.executemany(statement, batch)
         copied += len(batch)
     return copied
@@ -328,6 +348,7 @@ def take_snapshot(
     *,
     prune: bool = False,
     records_ready: Callable[[], None] | None = None,
+    rows_copied: RowsCopied | None = None,
 ) -> SnapshotSource:
     """Copy the server's records, journal and index into ``folder`` (the index into a new
     snapshot at :func:`snapshot_path`), in one consistent read; its source, not yet
@@ -337,7 +358,9 @@ def take_snapshot(
 
     ``records_ready`` is called once every record file is in place and the snapshot's
     records table is committed (its trials and summaries not yet): the render starts
-    writing record pages then, beside the rest of the copy."""
+    writing record pages then, beside the rest of the copy. ``rows_copied`` sees every
+    batch of index rows copied (index_meta, records, trials, summaries, in that order,
+    each in primary-key order)."""
     layout = HistoryLayout.at(folder)
     where = server_name(store.engine.url)
     index_path = snapshot_path(folder)
@@ -381,14 +404,20 @@ def take_snapshot(
         target = sqlite3.connect(index_path)
         try:
             target.execute("DELETE FROM index_meta")
+
+            def into(model) -> sqlite3.Connection | _Tee:
+                if rows_copied is None:
+                    return target
+                return _Tee(target, model.__tablename__, rows_copied)
+
             for model in (IndexMetaRow, RecordRow):
-                _copy_rows(connection, target, model)
+                _copy_rows(connection, into(model), model)
             if records_ready is not None:
                 # without its source the snapshot reads as unfinished until the end
                 target.commit()
                 records_ready()
             for model in (TrialRow, SummaryRow):
-                _copy_rows(connection, target, model)
+                _copy_rows(connection, into(model), model)
             _write_source(target, source)
             target.commit()
         finally:

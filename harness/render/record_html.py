@@ -57,43 +57,53 @@ def _count(value: Any) -> str:
 
 
 def trial_rows_html(trials: list[Mapping[str, Any]], seconds: Callable[[Any], str]) -> str:
-    """``<tr>`` rows of the trials table: cache-state evidence, stages and product hash."""
+    """``<tr>`` rows of the trials table: cache-state evidence, stages and product hash.
+
+    One pass over the trials; what repeats across a record's trials (its few
+    acquisitions, formats, labels, hashes, sizes and stage names) is escaped and
+    formatted once.
+    """
     rows = []
-    # the few distinct ids, formats, labels, hashes and sizes of a record, formatted once
-    escaped: dict[str, str] = {}
+    identities: dict[tuple[Any, ...], tuple[str, ...]] = {}
     counts: dict[tuple[Any, Any], str] = {}
-
-    def cached(value: Any) -> str:
-        if type(value) is not str:
-            return text(value)
-        found = escaped.get(value)
-        if found is None:
-            found = escaped[value] = text(value)
-        return found
-
-    def sizes(read: Any, total: Any) -> str:
-        pair = (read, total)
-        found = counts.get(pair)
-        if found is None:
-            found = counts[pair] = f"{_count(read)} / {_count(total)}"
-        return found
-
+    stage_names: dict[Any, str] = {}
     for t in trials:
-        stages = "; ".join(
-            f"{cached(name)} {seconds(stage)}"
-            for name, stage in sorted((t.get("stages") or {}).items())
-        )
+        stages = t.get("stages")
+        if stages:
+            parts = []
+            # a mapping's names are distinct: sorting its items is sorting its names
+            for name in sorted(stages):
+                label = stage_names.get(name)
+                if label is None:
+                    label = stage_names[name] = text(name) + " "
+                parts.append(label + seconds(stages[name]))
+            stages = "; ".join(parts)
+        else:
+            stages = ""
+        identity = (
+            t["acquisition"], t["format"], t["cache_state"], t["label"],
+            t.get("product_sha256") or "",
+        )  # fmt: skip
+        cells = identities.get(identity)
+        if cells is None:
+            cells = identities[identity] = tuple(text(value) for value in identity)
+        acquisition, format_, cache_state, label, product = cells
+        pair = (t.get("read_bytes"), t.get("file_bytes"))
+        sizes = counts.get(pair)
+        if sizes is None:
+            sizes = counts[pair] = f"{_count(pair[0])} / {_count(pair[1])}"
         residency = t.get("residency_before")
+        kept = t["kept"]
         rows.append(
-            f'<tr class="{"" if t["kept"] else "lost"}">'
-            f"<td>{cached(t['acquisition'])}</td><td>{cached(t['format'])}</td>"
-            f'<td>{cached(t["cache_state"])}</td><td class="num">{int(t["trial_index"])}</td>'
-            f"<td>{cached(t['label'])}</td><td>{'kept' if t['kept'] else 'lost'}</td>"
+            f'<tr class="{"" if kept else "lost"}">'
+            f"<td>{acquisition}</td><td>{format_}</td>"
+            f'<td>{cache_state}</td><td class="num">{int(t["trial_index"])}</td>'
+            f"<td>{label}</td><td>{'kept' if kept else 'lost'}</td>"
             f'<td class="num">{seconds(t["seconds"])}</td>'
             f'<td class="num">{"-" if residency is None else f"{residency:.3f}"}</td>'
-            f'<td class="num">{sizes(t.get("read_bytes"), t.get("file_bytes"))}</td>'
+            f'<td class="num">{sizes}</td>'
             f"<td>{stages}</td>"
-            f'<td><code class="sha">{cached(t.get("product_sha256") or "")}</code></td></tr>'
+            f'<td><code class="sha">{product}</code></td></tr>'
         )
     return "\n".join(rows)
 

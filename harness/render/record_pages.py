@@ -24,9 +24,9 @@ from sqlalchemy import Connection, select
 from harness.errors import HarnessError
 from harness.fsio import FileWriteError
 from harness.history.index_db import RecordRow
-from harness.history.layout import HistoryLayout
+from harness.history.layout import HistoryLayout, record_relpath
 from harness.render.pages import FLAGGED_VERDICTS, format_seconds
-from harness.render.targets import RENDERED_MODE, RenderTargets, write_atomic
+from harness.render.targets import RENDERED_MODE, RenderTargets, record_page_name, write_atomic
 
 #: Below this many pages to write, they are written in the calling process (a worker
 #: process costs more to start than a few hundred pages take).
@@ -35,6 +35,11 @@ PARALLEL_PAGES = 1_000
 PAGES_PER_TASK = 250
 #: Worker processes at most (one per usable core up to this).
 MAX_PROCESSES = 8
+#: Added to the page workers' nice value: the pages are written beside the render's
+#: serial work (the copy of the index, the keys), which is the longer path and should
+#: not wait for them; the workers take whatever CPU it leaves (measured at 100,000
+#: records: ``docs/performance/results.md``, "render7").
+WORKER_NICENESS = 10
 #: The fields a record page shows in their own sections (the rest follow generically).
 HANDLED_SECTIONS = frozenset(
     {
@@ -110,34 +115,65 @@ def _comparison_of(
     return result
 
 
+class RecordPageBuilder:
+    """Builds the record pages of one history into one target folder.
+
+    What is the same for every page is worked out once here, not once a page: the
+    compiled template, the record folder's path relative to the pages (each page links
+    its record's JSON), the template's constant arguments. 100,000 pages are most of a
+    first render's CPU (``docs/performance/results.md``, "render7").
+    """
+
+    def __init__(self, layout: HistoryLayout, targets: RenderTargets) -> None:
+        from markupsafe import Markup
+
+        from harness.render.record_html import value_html
+        from harness.templating import template_environment
+
+        self._layout = layout
+        self._targets = targets
+        self._root = str(layout.root)
+        page_folder = targets.record_page("x").parent
+        # a record's href is this prefix and its path under the root (record_relpath)
+        self._href_prefix = Path(os.path.relpath(layout.root, page_folder)).as_posix()
+        self._template = template_environment().get_template("dashboard_record.html.j2")
+        self._markup = Markup
+        self._constants = {
+            "seconds": format_seconds,
+            "value": lambda item: Markup(value_html(item)),
+            "handled": HANDLED_SECTIONS,
+        }
+
+    def build(self, sha256: str, comparison_key: str) -> bytes:
+        from harness.render.record_html import summary_rows_html, trial_rows_html
+
+        relative = record_relpath(sha256)
+        path = Path(self._root, relative)
+        doc = read_record_doc(path)
+        trials = sorted(
+            doc["trials"],
+            key=lambda t: (
+                t["acquisition"], t["format"], t["cache_state"] != "cold", t["trial_index"]
+            ),
+        )  # fmt: skip
+        markup = self._markup
+        return self._template.render(
+            sha256=sha256,
+            key=comparison_key,
+            doc=doc,
+            comparison=_comparison_of(self._layout, doc, sha256, path),
+            json_href=f"{self._href_prefix}/{relative}",
+            trial_rows=markup(trial_rows_html(trials, format_seconds)),
+            summary_rows=markup(summary_rows_html(doc["summaries"], format_seconds)),
+            **self._constants,
+        ).encode("utf-8")
+
+
 def build_record_page(
     layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
 ) -> bytes:
-    from markupsafe import Markup
-
-    from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
-    from harness.templating import render_template
-
-    path = layout.record_path(sha256)
-    doc = read_record_doc(path)
-    page = targets.record_page(sha256)
-    trials = sorted(
-        doc["trials"],
-        key=lambda t: (t["acquisition"], t["format"], t["cache_state"] != "cold", t["trial_index"]),
-    )
-    return render_template(
-        "dashboard_record.html.j2",
-        sha256=sha256,
-        key=comparison_key,
-        doc=doc,
-        comparison=_comparison_of(layout, doc, sha256, path),
-        json_href=Path(os.path.relpath(path, page.parent)).as_posix(),
-        seconds=format_seconds,
-        value=lambda item: Markup(value_html(item)),
-        trial_rows=Markup(trial_rows_html(trials, format_seconds)),
-        summary_rows=Markup(summary_rows_html(doc["summaries"], format_seconds)),
-        handled=HANDLED_SECTIONS,
-    ).encode("utf-8")
+    """One record's page (a :class:`RecordPageBuilder` for many)."""
+    return RecordPageBuilder(layout, targets).build(sha256, comparison_key)
 
 
 def _write_new(page: Path, data: bytes) -> None:
@@ -163,17 +199,18 @@ def _write_pages(
     into ``folder``, a fresh folder moved into place afterwards).
     """
     written = 0
+    builder = RecordPageBuilder(layout, targets)
+    if mode == "new":
+        assert folder is not None
+        # pages link ../keys/ and the record's JSON relative to the final folder
+        for sha256, key in rows:
+            _write_new(folder / record_page_name(sha256), builder.build(sha256, key))
+        return len(rows)
     for sha256, key in rows:
         page = targets.record_page(sha256)
-        if mode == "new":
-            assert folder is not None
-            # pages link ../keys/ and the record's JSON relative to the final folder
-            _write_new(folder / page.name, build_record_page(layout, targets, sha256, key))
-            written += 1
-            continue
         if mode == "missing" and page.exists():
             continue
-        data = build_record_page(layout, targets, sha256, key)
+        data = builder.build(sha256, key)
         if mode == "rewrite":
             try:
                 if page.read_bytes() == data:
@@ -200,6 +237,12 @@ def _pages_task(
         return _write_pages(layout, targets, rows, mode, folder)
     except HarnessError as exc:
         return (str(exc), exc.exit_code)
+
+
+def _lower_priority() -> None:
+    """A page worker's initializer: yield the CPU to the render's own process."""
+    if hasattr(os, "nice"):  # POSIX; lowering one's priority is always permitted
+        os.nice(WORKER_NICENESS)
 
 
 def render_processes() -> int:
@@ -246,7 +289,9 @@ class RecordPages:
             # fork: workers start at once with everything imported; they use no inherited
             # connection or lock, only read records and write pages
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
-            self._executor = ProcessPoolExecutor(max_workers=processes, mp_context=context)
+            self._executor = ProcessPoolExecutor(
+                max_workers=processes, mp_context=context, initializer=_lower_priority
+            )
             folder = self._fresh if mode == "new" else None
             for first in range(0, len(rows), PAGES_PER_TASK):
                 chunk = rows[first : first + PAGES_PER_TASK]

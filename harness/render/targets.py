@@ -45,11 +45,16 @@ class RenderTargets:
         return self.root / "dashboard" / "keys" / f"{key}.html"
 
     def record_page(self, sha256: str) -> Path:
-        return self.root / "dashboard" / "records" / f"{sha256}.html"
+        return self.root / "dashboard" / "records" / record_page_name(sha256)
 
     @property
     def assets(self) -> Path:
         return self.root / "dashboard" / "assets"
+
+
+def record_page_name(sha256: str) -> str:
+    """A record page's file name (in the folder of :meth:`RenderTargets.record_page`)."""
+    return f"{sha256}.html"
 
 
 def write_atomic(path: Path, data: bytes) -> None:

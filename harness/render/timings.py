@@ -7,11 +7,12 @@ revision without opening the records.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-import itertools
 import json
-from collections.abc import Iterator
+import operator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -37,10 +38,9 @@ META_TIMINGS = "render.timings_csv"
 #: of these; such rows are written by the writer itself, all others by plain joins.
 _CSV_SPECIAL = "'*[,\"' || char(10) || char(13) || ']*'"
 _TRIAL_TEXT = "(t.acquisition || t.format || t.cache_state || t.label)"
-_RECORDS_SQL = (
-    "SELECT seq, sha256, created_utc, git_revision, git_dirty, comparison_key "
-    f"FROM {RecordRow.__tablename__} WHERE seq >= ?"
-)
+#: A record's fields at the start of each of its trials' lines (after its seq).
+_RECORD_FIELDS = ("seq", "sha256", "created_utc", "git_revision", "git_dirty", "comparison_key")
+_RECORDS_SQL = f"SELECT {', '.join(_RECORD_FIELDS)} FROM {RecordRow.__tablename__} WHERE seq >= ?"
 #: One row per trial, in trial id order (ids grow with seq: a record's trials follow its row):
 #: the record's seq, the trial's text fields already joined (NULL when one needs quoting),
 #: the floats (written as Python's shortest repr, as pandas writes them) and the counts.
@@ -73,16 +73,17 @@ def _bool_text(value: object) -> str:
 _TIMINGS_BATCH = 20_000
 
 
-def iter_timings_lines(connection: Connection, min_seq: int | None = None) -> Iterator[str]:
+def iter_timings_batches(connection: Connection, min_seq: int | None = None) -> Iterator[list[str]]:
     """The lines of timings.csv (without its header) for the trials of records from
-    ``min_seq``, read from the index in batches (4,000,000 trials at 100,000 records:
-    held all at once they were most of a render's 3.1 GB peak).
+    ``min_seq``, a batch of lines at a time, read from the index in batches (4,000,000
+    trials at 100,000 records: held all at once they were most of a render's 3.1 GB peak).
 
     Each line is what pandas' ``to_csv`` wrote for the row before this replaced it (it
     spent most of a 10,000-record render building a frame of 400,000 rows and writing it
     back out): the ``csv`` module's minimal quoting, booleans as ``True``/``False``, floats
     as their shortest repr, NULL as an empty field (``tests/test_timings_csv.py`` compares
-    both on crafted text). A record's own fields are formatted once, not once per trial.
+    both on crafted text). A record's own fields are formatted once, not once per trial,
+    and a batch without text that needs quoting is formatted in one comprehension.
     """
     driver = connection.connection.driver_connection
     start = min_seq or 0
@@ -94,16 +95,27 @@ def iter_timings_lines(connection: Connection, min_seq: int | None = None) -> It
     # the trials whose text needs quoting, in the same order, on a cursor of their own
     special = None
     while rows := trials.fetchmany(_TIMINGS_BATCH):
-        for seq, text, seconds, counts, residency in rows:
-            if text is None:
-                if special is None:
-                    special = driver.execute(_SPECIAL_TRIALS_SQL, (start,))
-                *fields, kept = special.fetchone()
-                text = _csv_line((*fields, _bool_text(kept)))
-            yield (
-                f"{prefixes[seq]}{text},{seconds!r},{counts},"
-                f"{'' if residency is None else repr(residency)}\n"
-            )
+        if any(row[1] is None for row in rows):
+            fixed = []
+            for seq, text, seconds, counts, residency in rows:
+                if text is None:
+                    if special is None:
+                        special = driver.execute(_SPECIAL_TRIALS_SQL, (start,))
+                    *fields, kept = special.fetchone()
+                    text = _csv_line((*fields, _bool_text(kept)))
+                fixed.append((seq, text, seconds, counts, residency))
+            rows = fixed
+        yield [
+            f"{prefixes[seq]}{text},{seconds!r},{counts},"
+            f"{'' if residency is None else repr(residency)}\n"
+            for seq, text, seconds, counts, residency in rows
+        ]
+
+
+def iter_timings_lines(connection: Connection, min_seq: int | None = None) -> Iterator[str]:
+    """The lines of :func:`iter_timings_batches`, one at a time."""
+    for batch in iter_timings_batches(connection, min_seq):
+        yield from batch
 
 
 def _timings_rows(connection: Connection, min_seq: int | None = None) -> list[str]:
@@ -145,22 +157,99 @@ def stream_timings_csv(connection: Connection, path: Path) -> int:
     :func:`build_timings_csv`, never all in memory); how many bytes."""
     size = 0
     with replacing(path, step=f"rendering {path.name}", mode=RENDERED_MODE) as handle:
-        lines = iter_timings_lines(connection)
-        batch = [",".join(TIMINGS_COLUMNS) + "\n"]
-        while True:
-            batch.extend(itertools.islice(lines, _TIMINGS_BATCH))
-            if not batch:
-                break
+        header = ",".join(TIMINGS_COLUMNS) + "\n"
+        handle.write(header.encode("utf-8"))
+        size += len(header)
+        for batch in iter_timings_batches(connection):
             data = "".join(batch).encode("utf-8")
             handle.write(data)
             size += len(data)
-            batch = []
     return size
 
 
 def write_timings_csv(connection: Connection, path: Path, *, record_state: bool) -> None:
     size = stream_timings_csv(connection, path)
     if record_state:
-        write_meta(
-            connection, META_TIMINGS, json.dumps({"bytes": size, "seq": max_seq(connection)})
+        write_timings_state(connection, size)
+
+
+def write_timings_state(connection: Connection, size: int) -> None:
+    """Record that timings.csv (``size`` bytes) holds every trial of the index."""
+    write_meta(connection, META_TIMINGS, json.dumps({"bytes": size, "seq": max_seq(connection)}))
+
+
+class TimingsFromRows:
+    """timings.csv written from index rows as they are copied into an empty index (the
+    snapshot of a first server render: ``rows(table, batch)`` is the ``rows_copied`` hook of
+    :func:`harness.history.snapshot.take_snapshot`), so its 4,000,000 trial rows at 100,000
+    records are not read back out of SQLite (15 s of CPU) to be formatted.
+
+    The bytes are those :func:`stream_timings_csv` writes from the finished index: the
+    records rows come first, the trial rows in id order (the copy's order), and each
+    line is formatted by the same rules. :meth:`finish` puts the file in place and
+    returns its size; :meth:`abort` leaves ``path`` as it was.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._files = contextlib.ExitStack()
+        self._handle = self._files.enter_context(
+            replacing(path, step=f"rendering {path.name}", mode=RENDERED_MODE)
         )
+        header = (",".join(TIMINGS_COLUMNS) + "\n").encode("utf-8")
+        self._handle.write(header)
+        # nothing left in the buffer when the record-page workers are forked (they
+        # start once the records are copied, before the trials)
+        self._handle.flush()
+        self.size = len(header)
+        self._prefixes: dict[int, str] = {}
+        names = lambda model: [column.name for column in model.__table__.columns]  # noqa: E731
+        self._record_fields = operator.itemgetter(
+            *(names(RecordRow).index(name) for name in _RECORD_FIELDS)
+        )
+        self._trial_fields = operator.itemgetter(
+            *(names(TrialRow).index(name) for name in ("record_seq", *TRIAL_FIELDS))
+        )
+
+    def rows(self, table: str, batch: Sequence[Sequence]) -> None:
+        if table == RecordRow.__tablename__:
+            for row in batch:
+                seq, sha, created, revision, dirty, key = self._record_fields(row)
+                self._prefixes[seq] = (
+                    _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
+                )
+        elif table == TrialRow.__tablename__:
+            prefixes = self._prefixes
+            lines = []
+            for row in batch:
+                (seq, acquisition, format_, cache_state, trial_index, label, kept, seconds,
+                 read_bytes, file_bytes, residency) = self._trial_fields(row)  # fmt: skip
+                # the characters of _CSV_SPECIAL: the csv writer quotes such a field
+                joined = acquisition + format_ + cache_state + label
+                if "," in joined or '"' in joined or "\n" in joined or "\r" in joined:
+                    text = _csv_line(
+                        (acquisition, format_, cache_state, trial_index, label, _bool_text(kept))
+                    )
+                else:
+                    text = (
+                        f"{acquisition},{format_},{cache_state},{trial_index},{label},"
+                        f"{'True' if kept else 'False'}"
+                    )
+                lines.append(
+                    f"{prefixes[seq]}{text},{seconds!r},{read_bytes},{file_bytes},"
+                    f"{'' if residency is None else repr(residency)}\n"
+                )
+            data = "".join(lines).encode("utf-8")
+            self._handle.write(data)
+            self.size += len(data)
+
+    def finish(self) -> int:
+        self._files.close()
+        return self.size
+
+    def abort(self) -> None:
+        with contextlib.suppress(_Aborted):
+            self._files.__exit__(_Aborted, _Aborted(), None)
+
+
+class _Aborted(Exception):
+    """Raised into :func:`replacing` to drop its temporary file."""

@@ -43,7 +43,7 @@ from harness.render.targets import (
     records_in_key,
     write_atomic,
 )
-from harness.render.timings import update_timings_csv, write_timings_csv
+from harness.render.timings import update_timings_csv, write_timings_csv, write_timings_state
 
 #: What a registration does with the plots and key pages of the keys that gained records.
 PLOT_POLICIES = ("auto", "now", "defer")
@@ -203,6 +203,7 @@ def render_all(
     full: bool = True,
     repository: Path | None = None,
     record_pages: RecordPages | None = None,
+    timings_csv_size: int | None = None,
 ) -> None:
     """Render every view; ``plots`` is ``"all"``, ``"stale"`` (only pending ones) or ``"none"``.
 
@@ -212,7 +213,9 @@ def render_all(
     that exist are kept; README, the overview and pending keys are always redrawn.
     ``record_pages``: every record's pages, started already by the caller
     (:func:`start_record_pages` with ``rewrite=full``, e.g. while it copied the index);
-    finished, or closed on an error, here.
+    finished, or closed on an error, here. ``timings_csv_size``: timings.csv of every
+    trial of the index is in place already, this many bytes (written by the caller as
+    it copied the index, :class:`~harness.render.timings.TimingsFromRows`; ``full`` only).
     """
     targets = RenderTargets(out if out is not None else layout.root)
     in_history = out is None
@@ -248,7 +251,10 @@ def render_all(
                 update_timings_csv(connection, targets.timings_csv, [])
                 update_index_json(connection, targets.index_json, [], head)
             else:
-                write_timings_csv(connection, targets.timings_csv, record_state=in_history)
+                if timings_csv_size is None:
+                    write_timings_csv(connection, targets.timings_csv, record_state=in_history)
+                elif in_history:
+                    write_timings_state(connection, timings_csv_size)
                 write_index_json(connection, targets.index_json, record_state=in_history, head=head)
             record_pages.finish()
         finally:
