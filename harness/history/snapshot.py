@@ -32,7 +32,6 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -213,22 +212,6 @@ def _write_record(
     os.replace(temp, path)
 
 
-def _export_records(
-    layout: HistoryLayout, batch: list[tuple[str, bytes]], where: str, made: set[Path]
-) -> None:
-    """Write a batch of the server's records into the folder, each hash-checked; a file
-    already there with the same bytes is kept."""
-    for sha256, data in batch:
-        _checked(sha256, data, where)
-        path = layout.record_path(sha256)
-        try:
-            if path.stat().st_size == len(data) and path.read_bytes() == data:
-                continue
-        except FileNotFoundError:
-            pass
-        _write_record(layout, sha256, data, made)
-
-
 def _server_rows(
     connection: Connection, query, name: str, *, binary: bool = False, batch: int = _SNAPSHOT_BATCH
 ) -> Iterator[list]:
@@ -390,20 +373,19 @@ def take_snapshot(
         stored = set()
         made: set[Path] = set()
         query = select(records_table.c.sha256, records_table.c.data)
-        # a thread hashes and writes one batch while the next is fetched (hashing and
-        # file writes release the GIL, as the driver does while it waits)
-        with ThreadPoolExecutor(max_workers=1) as writer:
-            pending: Future | None = None
-            for rows in _server_rows(
-                connection, query, "snapshot_records", binary=True, batch=_RECORDS_BATCH
-            ):
-                batch = [(sha256, bytes(data)) for sha256, data in rows]
-                stored.update(sha256 for sha256, _ in batch)
-                if pending is not None:
-                    pending.result()  # a tampered record fails the render here
-                pending = writer.submit(_export_records, layout, batch, where, made)
-            if pending is not None:
-                pending.result()
+        for rows in _server_rows(
+            connection, query, "snapshot_records", binary=True, batch=_RECORDS_BATCH
+        ):
+            for sha256, data in rows:
+                stored.add(sha256)
+                data = _checked(sha256, bytes(data), where)
+                path = layout.record_path(sha256)
+                try:
+                    if path.stat().st_size == len(data) and path.read_bytes() == data:
+                        continue
+                except FileNotFoundError:
+                    pass
+                _write_record(layout, sha256, data, made)
         if prune:
             for path in list(layout.iter_record_files()):
                 if sha256_of_record_name(path) not in stored:
