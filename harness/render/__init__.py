@@ -5,7 +5,7 @@ This package sits above ``harness.history``: it reads the index and the records,
 the history never imports it (``tests/test_architecture.py``).
 
 - :mod:`~harness.render.index_json`: ``index.json``, every record's entry in index order;
-- :mod:`~harness.render.timings`: ``timings.csv``, every measured trial (pandas);
+- :mod:`~harness.render.timings`: ``timings.csv``, every measured trial;
 - :mod:`~harness.render.pages`: ``README.md`` and the dashboard overview ``index.html``;
 - :mod:`~harness.render.record_pages`: one page per record (in worker processes for
   large histories);
