@@ -108,4 +108,6 @@ def test_writer_reproduces_the_vector(tmp_path):
 def test_vector_decodes_the_same_with_any_thread_count(threads):
     from quantem.io.qem.reader import load_qem
 
-    np.testing.assert_array_equal(load_qem(VECTOR, threads=threads, apply_mask=False).data, vector_counts())
+    np.testing.assert_array_equal(
+        load_qem(VECTOR, threads=threads, apply_mask=False).data, vector_counts()
+    )

@@ -161,9 +161,7 @@ def test_streamed_ssb_run_gives_the_in_memory_hashes(tmp_path: Path):
 
     dense = _run(tmp_path, "dense", PARAMETERS)
     streamed = _run(tmp_path, "streamed", dataclasses.replace(PARAMETERS, scan_block_rows=5))
-    budget = _run(
-        tmp_path, "budget", dataclasses.replace(PARAMETERS, memory_budget_bytes=64 << 20)
-    )
+    budget = _run(tmp_path, "budget", dataclasses.replace(PARAMETERS, memory_budget_bytes=64 << 20))
     assert dense.exit_code == streamed.exit_code == budget.exit_code == 0
     docs = [parse_report(o.report_path) for o in (dense, streamed, budget)]
     assert docs[1]["conditions"]["stages"][0] == "open"  # no dense load

@@ -440,7 +440,9 @@ def test_demo_runs_and_registers(tmp_path):
     assert list(history.rglob("*.json"))
     assert elapsed < 60
     # the printed report path, and the source path the journal records, exist afterwards
-    (printed,) = [line[len("report: ") :] for line in done.stdout.splitlines() if line.startswith("report: ")]
+    (printed,) = [
+        line[len("report: ") :] for line in done.stdout.splitlines() if line.startswith("report: ")
+    ]
     assert Path(printed).is_file() and Path(printed).is_relative_to(tmp_path / "harness-demo")
     (entry,) = [json.loads(line) for line in (history / "journal.jsonl").read_text().splitlines()]
     assert Path(entry["source"]).is_file(), entry
