@@ -130,13 +130,6 @@ def test_hashes_equal_the_per_shard_definition(master, tmp_path):
     expected = by_definition(mixed)
     assert expected != by_definition(index)
     assert frame_index.shard_table_hashes(mixed, n) == expected
-    assert frame_index._index_digests(mixed, n) == (frame_index._arrays_digest(mixed), expected)
-    monkeypatch_threads = frame_index._HASH_THREADS
-    try:
-        frame_index._HASH_THREADS = 1  # the threaded path where cores allow, the serial one here
-        assert frame_index._index_digests(mixed, n)[1] == expected
-    finally:
-        frame_index._HASH_THREADS = monkeypatch_threads
 
 
 def test_concurrent_opens_of_more_sources_than_are_remembered(tmp_path, monkeypatch):

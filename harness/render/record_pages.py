@@ -26,6 +26,7 @@ from harness.fsio import FileWriteError
 from harness.history.index_db import RecordRow
 from harness.history.layout import HistoryLayout, record_relpath
 from harness.render.pages import FLAGGED_VERDICTS, format_seconds
+from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
 from harness.render.targets import RENDERED_MODE, RenderTargets, record_page_name, write_atomic
 
 #: Below this many pages to write, they are written in the calling process (a worker
@@ -127,7 +128,6 @@ class RecordPageBuilder:
     def __init__(self, layout: HistoryLayout, targets: RenderTargets) -> None:
         from markupsafe import Markup
 
-        from harness.render.record_html import value_html
         from harness.templating import template_environment
 
         self._layout = layout
@@ -145,8 +145,6 @@ class RecordPageBuilder:
         }
 
     def build(self, sha256: str, comparison_key: str) -> bytes:
-        from harness.render.record_html import summary_rows_html, trial_rows_html
-
         relative = record_relpath(sha256)
         path = Path(self._root, relative)
         doc = read_record_doc(path)

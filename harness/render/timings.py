@@ -69,6 +69,11 @@ def _bool_text(value: object) -> str:
     return "True" if value else "False"
 
 
+def _record_prefix(sha: str, created: str, revision: object, dirty: object, key: str) -> str:
+    """A record's fields as they start each of its trials' lines."""
+    return _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
+
+
 #: Trials read from the index per batch while timings.csv is written (and lines per write).
 _TIMINGS_BATCH = 20_000
 
@@ -88,8 +93,7 @@ def iter_timings_batches(connection: Connection, min_seq: int | None = None) -> 
     driver = connection.connection.driver_connection
     start = min_seq or 0
     prefixes = {
-        seq: _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
-        for seq, sha, created, revision, dirty, key in driver.execute(_RECORDS_SQL, (start,))
+        seq: _record_prefix(*fields) for seq, *fields in driver.execute(_RECORDS_SQL, (start,))
     }
     trials = driver.execute(_TRIALS_SQL, (start,))
     # the trials whose text needs quoting, in the same order, on a cursor of their own
@@ -213,10 +217,8 @@ class TimingsFromRows:
     def rows(self, table: str, batch: Sequence[Sequence]) -> None:
         if table == RecordRow.__tablename__:
             for row in batch:
-                seq, sha, created, revision, dirty, key = self._record_fields(row)
-                self._prefixes[seq] = (
-                    _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
-                )
+                seq, *fields = self._record_fields(row)
+                self._prefixes[seq] = _record_prefix(*fields)
         elif table == TrialRow.__tablename__:
             prefixes = self._prefixes
             lines = []

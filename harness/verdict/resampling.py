@@ -74,7 +74,7 @@ def paired_ratio_interval(
     if data.size == 0:
         raise ValueError("cannot resample no values")
     rng = np.random.default_rng(seed)
-    picks = np.sort(data[rng.integers(0, data.size, size=(resamples, data.size))], axis=1)
+    picks = data[rng.integers(0, data.size, size=(resamples, data.size))]
     i, j = np.triu_indices(data.size)
     estimates = np.median((picks[:, i] + picks[:, j]) / 2, axis=1)
     tail = (1 - confidence) / 2

@@ -40,7 +40,6 @@ import warnings
 import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -463,9 +462,13 @@ def _arrays_digest(index: FrameIndex) -> str:
     return digest.hexdigest()
 
 
-def _shard_tables(index: FrameIndex, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every frame's ``(offset, nbytes)`` as little-endian int64 pairs grouped by shard
-    (frame order kept within a shard), and the bounds of shard ``k``'s rows."""
+def shard_table_hashes(index: FrameIndex, n_shards: int) -> list[str]:
+    """SHA-256 of each shard's chunk-offset table: its frames' ``(offset, nbytes)`` as
+    little-endian int64 pairs, in frame order (part of the shard's identity).
+
+    One table of every frame, grouped by shard (a stable sort keeps frame order within
+    a shard, and is skipped when the frames already come in shard order), hashed slice
+    by slice without copies."""
     shard = np.asarray(index.frame_shard)
     table = np.empty((shard.size, 2), dtype="<i8")
     table[:, 0] = index.frame_offset
@@ -473,40 +476,11 @@ def _shard_tables(index: FrameIndex, n_shards: int) -> tuple[np.ndarray, np.ndar
     if shard.size and np.any(shard[1:] < shard[:-1]):
         order = np.argsort(shard, kind="stable")
         shard, table = shard[order], table[order]
-    return table, np.searchsorted(shard, np.arange(n_shards + 1), side="left")
-
-
-def _table_hash(table: np.ndarray, bounds: np.ndarray, k: int) -> str:
-    return hashlib.sha256(memoryview(table[bounds[k] : bounds[k + 1]]).cast("B")).hexdigest()
-
-
-def shard_table_hashes(index: FrameIndex, n_shards: int) -> list[str]:
-    """SHA-256 of each shard's chunk-offset table: its frames' ``(offset, nbytes)`` as
-    little-endian int64 pairs, in frame order (part of the shard's identity)."""
-    table, bounds = _shard_tables(index, n_shards)
-    return [_table_hash(table, bounds, k) for k in range(n_shards)]
-
-
-#: Threads hashing a frame index (hashlib releases the GIL on large buffers).
-_HASH_THREADS = 4
-
-
-def _index_digests(index: FrameIndex, n_shards: int) -> tuple[str, list[str]]:
-    """``(_arrays_digest(index), shard_table_hashes(index, n_shards))``, hashed
-    concurrently: a frame index of 262,144 frames is ~11 MB to hash."""
-    table, bounds = _shard_tables(index, n_shards)
-    threads = min(_HASH_THREADS, os.cpu_count() or 1)
-    if threads < _HASH_THREADS:  # measured no faster on 2 cores
-        return _arrays_digest(index), [_table_hash(table, bounds, k) for k in range(n_shards)]
-    groups = [range(g, n_shards, threads) for g in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
-        arrays = pool.submit(_arrays_digest, index)
-        hashed = list(pool.map(lambda ks: [_table_hash(table, bounds, k) for k in ks], groups))
-        tables = [""] * n_shards
-        for ks, values in zip(groups, hashed):
-            for k, value in zip(ks, values):
-                tables[k] = value
-        return arrays.result(), tables
+    bounds = np.searchsorted(shard, np.arange(n_shards + 1), side="left")
+    return [
+        hashlib.sha256(memoryview(table[bounds[k] : bounds[k + 1]]).cast("B")).hexdigest()
+        for k in range(n_shards)
+    ]
 
 
 def _discard(json_path: Path, reason: str) -> None:
@@ -558,10 +532,10 @@ def _read_sidecar(npz_path: Path, json_path: Path, expected: dict) -> FrameIndex
         return None
     if version < 3:
         return index
-    arrays_digest, tables = _index_digests(index, len(expected["shards"]))
-    if stored.get("arrays_sha256") != arrays_digest:
+    if stored.get("arrays_sha256") != _arrays_digest(index):
         _discard(json_path, "its arrays fail their checksum")
         return None
+    tables = shard_table_hashes(index, len(expected["shards"]))
     for shard, (got, recorded) in enumerate(zip(tables, stored.get("shard_tables") or [])):
         if got != recorded:
             _discard(json_path, f"the chunk-offset table of {expected['shards'][shard]} changed")
@@ -596,11 +570,10 @@ def _write_sidecar(npz_path: Path, json_path: Path, expected: dict, index: Frame
         frame_nbytes=index.frame_nbytes,
         chunk_xxh3=index.chunk_xxh3,
     )
-    arrays_digest, tables = _index_digests(index, len(expected["shards"]))
     document = {
         **expected,
-        "shard_tables": tables,
-        "arrays_sha256": arrays_digest,
+        "shard_tables": shard_table_hashes(index, len(expected["shards"])),
+        "arrays_sha256": _arrays_digest(index),
         "npz_sha256": hashlib.sha256(arrays.getvalue()).hexdigest(),
     }
     document["checksum"] = _document_checksum(document)
