@@ -572,7 +572,9 @@ decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_o
     u8* masks = mask_scratch + (i64)global_warp * scratch_per_warp;
     const saddr_t s_sym = shared_address(smem);
     const saddr_t s_fc = s_sym + N_CONTEXTS * 4096;
+#if !REDUCE
     const saddr_t s_pix = s_sym + N_CONTEXTS * 5120 + warp * (256 * PIX_BYTES);
+#endif
     const saddr_t s_ent = s_sym + N_CONTEXTS * 5120 + WARPS_PER_CTA * (256 * PIX_BYTES) + warp * 512;
 #if SHARED_CLASSES
     const saddr_t s_cls = s_sym + N_CONTEXTS * 5120 + WARPS_PER_CTA * (256 * PIX_BYTES + 512);

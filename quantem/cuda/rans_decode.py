@@ -91,7 +91,9 @@ def selected_kernel(kernel: str | None = None) -> str:
     """``kernel``, else ``QUANTEM_RANS_KERNEL``, else :data:`DEFAULT_KERNEL` (checked)."""
     name = kernel or os.environ.get("QUANTEM_RANS_KERNEL") or DEFAULT_KERNEL
     if name not in KERNEL_FUNCTIONS:
-        raise ValueError(f"unknown rANS kernel {name!r}; expected one of {sorted(KERNEL_FUNCTIONS)}")
+        raise ValueError(
+            f"unknown rANS kernel {name!r}; expected one of {sorted(KERNEL_FUNCTIONS)}"
+        )
     return name
 
 
@@ -177,6 +179,11 @@ class QemBlockDecoder:
                 int(attributes.get("MaxThreadsPerMultiProcessor", 2048)) // threads,
             )
             self.ctas[reduce] = sms * max(1, per_sm)
+        #: Registers per thread of the dense (0) and fused (1) kernels, as compiled.
+        self.registers = {
+            reduce: int(getattr(kernel, "num_regs", 0) or 0)
+            for reduce, kernel in self._kernels.items()
+        }
         self.max_ctas = max(self.ctas.values())
         self.scratch_per_warp = self.block_frames * self.n_groups
         self.mask_scratch = cupy.empty(
