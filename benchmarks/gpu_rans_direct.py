@@ -40,7 +40,6 @@ import numba
 import numpy as np
 from gpu_rans import generate, say, write_distinct
 
-STATES = 64
 PROB_BITS = 12
 RANS_L = 1 << 16
 ESCAPE = 255
@@ -66,7 +65,9 @@ __device__ __forceinline__ u64 warp_sum64(u64 v) {
     return v;
 }
 
-// One warp per block; dynamic shared memory: tables u32[K][4096] | class u8[G] | bits u8[G].
+// One warp per block, SPL states per lane (state h of lane l decodes pixels SPL*l + h of
+// each round of 32*SPL pixels); dynamic shared memory: tables u32[K][4096] | class u8[G] |
+// mask bits u8[G].
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS)
 decode_direct(const u8* __restrict__ payload, const i64* __restrict__ offsets,
               const u32* __restrict__ t_words, const u32* __restrict__ t_escapes,
@@ -91,73 +92,108 @@ decode_direct(const u8* __restrict__ payload, const i64* __restrict__ offsets,
         const u8* block = payload + offsets[b];
         const u32 n_words = t_words[b];
         const u32 n_esc = t_escapes[b];
-        const u16* words = reinterpret_cast<const u16*>(block + 256);
-        const u16* esc = reinterpret_cast<const u16*>(block + ((256 + 2 * n_words + 3) & ~3u));
-        const uint2 st = reinterpret_cast<const uint2*>(block)[lane];
-        u32 x0 = st.x, x1 = st.y;
-        int err = __any_sync(FULL, x0 < 65536u || x1 < 65536u) ? ERR_STATE : 0;
+        const u16* words = reinterpret_cast<const u16*>(block + 4 * 32 * SPL);
+        const u16* esc = reinterpret_cast<const u16*>(block + ((4 * 32 * SPL + 2 * n_words + 3) & ~3u));
+        u32 x[SPL];
+#pragma unroll
+        for (int h = 0; h < SPL; ++h) x[h] = reinterpret_cast<const u32*>(block)[SPL * lane + h];
+        bool low = false;
+#pragma unroll
+        for (int h = 0; h < SPL; ++h) low |= x[h] < 65536u;
+        int err = __any_sync(FULL, low) ? ERR_STATE : 0;
         u32 pos = 0, e = 0;
         const i64 f0 = out_frame[b];
         for (int t = 0; t < FRAMES && !err; ++t) {
 #if REDUCE
-            u64 tot = 0, rws = 0, cls_sum = 0;
+            u64 tot = 0, rws = 0, cols = 0;
 #else
-            u32* row = reinterpret_cast<u32*>(out + (f0 + t) * (i64)P) + lane;
+            u16* row = out + (f0 + t) * (i64)P + SPL * lane;
 #endif
-            for (int p0 = 0; p0 < P; p0 += 64) {
-                const int p = p0 + 2 * lane;  // this lane's two pixels p, p + 1 (one group)
+            for (int p0 = 0; p0 < P; p0 += 32 * SPL) {
+                const int p = p0 + SPL * lane;  // this lane's SPL pixels (within one group)
                 const u32 c = (u32)cls[p >> 3] << 12;
-                const u32 a0 = tab[c + (x0 & 4095u)];
-                const u32 a1 = tab[c + (x1 & 4095u)];
-                u32 s0 = a0 & 255u, s1 = a1 & 255u;
-                x0 = (((a0 >> 8) & 4095u) + 1u) * (x0 >> 12) + (a0 >> 20);
-                x1 = (((a1 >> 8) & 4095u) + 1u) * (x1 >> 12) + (a1 >> 20);
-                const u32 n0 = __ballot_sync(FULL, x0 < 65536u);
-                const u32 n1 = __ballot_sync(FULL, x1 < 65536u);
-                const u32 e0 = __ballot_sync(FULL, s0 == 255u);
-                const u32 e1 = __ballot_sync(FULL, s1 == 255u);
-                const u32 count = __popc(n0) + __popc(n1);
+                u32 s[SPL], need[SPL];
+                bool any_esc = false;
+#pragma unroll
+                for (int h = 0; h < SPL; ++h) {
+                    const u32 a = tab[c + (x[h] & 4095u)];
+                    s[h] = a & 255u;
+                    x[h] = (((a >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a >> 20);
+                    any_esc |= s[h] == 255u;
+                }
+                u32 count = 0, rank = pos;
+#pragma unroll
+                for (int h = 0; h < SPL; ++h) {
+                    need[h] = __ballot_sync(FULL, x[h] < 65536u);
+                    count += __popc(need[h]);
+                    rank += __popc(need[h] & below);
+                }
                 if (pos + count > n_words) { err = ERR_WORDS; break; }
-                const u32 rank = pos + __popc(n0 & below) + __popc(n1 & below);
-                const u32 b0 = (n0 >> lane) & 1u;
-                if (b0) x0 = (x0 << 16) | (u32)__ldg(words + rank);
-                if ((n1 >> lane) & 1u) x1 = (x1 << 16) | (u32)__ldg(words + rank + b0);
+#pragma unroll
+                for (int h = 0; h < SPL; ++h) {
+                    if ((need[h] >> lane) & 1u) x[h] = (x[h] << 16) | (u32)__ldg(words + rank++);
+                }
                 pos += count;
-                if (e0 | e1) {
-                    const u32 ec = __popc(e0) + __popc(e1);
-                    if (e + ec > n_esc) { err = ERR_ESCAPES; break; }
-                    const u32 er = e + __popc(e0 & below) + __popc(e1 & below);
-                    const u32 q0 = (e0 >> lane) & 1u;
-                    if (q0) s0 = esc[er];
-                    if ((e1 >> lane) & 1u) s1 = esc[er + q0];
-                    if (__any_sync(FULL, (q0 && s0 < 255u) || (((e1 >> lane) & 1u) && s1 < 255u))) {
-                        err = ERR_ESCAPE_VALUE;
-                        break;
+                if (__any_sync(FULL, any_esc)) {
+                    u32 ec = 0, er = e;
+                    u32 em[SPL];
+#pragma unroll
+                    for (int h = 0; h < SPL; ++h) {
+                        em[h] = __ballot_sync(FULL, s[h] == 255u);
+                        ec += __popc(em[h]);
+                        er += __popc(em[h] & below);
                     }
+                    if (e + ec > n_esc) { err = ERR_ESCAPES; break; }
+                    bool bad = false;
+#pragma unroll
+                    for (int h = 0; h < SPL; ++h) {
+                        if ((em[h] >> lane) & 1u) {
+                            s[h] = esc[er++];
+                            bad |= s[h] < 255u;
+                        }
+                    }
+                    if (__any_sync(FULL, bad)) { err = ERR_ESCAPE_VALUE; break; }
                     e += ec;
                 }
 #if REDUCE
                 const u32 m = (u32)bits[p >> 3] >> (p & 7);
-                if (m & 3u) {
-                    const u32 v = (m & 1u) * s0 + ((m >> 1) & 1u) * s1;
-                    tot += v;
-                    rws += (u64)v * (u64)(p / DC);
-                    cls_sum += (u64)((m & 1u) * s0) * (u64)(p % DC) + (u64)(((m >> 1) & 1u) * s1) * (u64)(p % DC + 1);
+                if (m & ((1u << SPL) - 1u)) {
+                    const u32 r = (u32)(p / DC), c0 = (u32)(p % DC);  // SPL pixels in one row
+#pragma unroll
+                    for (int h = 0; h < SPL; ++h) {
+                        const u64 v = ((m >> h) & 1u) * s[h];
+                        tot += v;
+                        rws += v * r;
+                        cols += v * (c0 + h);
+                    }
                 }
 #else
-                row[p0 >> 1] = s0 | (s1 << 16);
+#if SPL == 2
+                *reinterpret_cast<u32*>(row + p0) = s[0] | (s[1] << 16);
+#elif SPL == 4
+                uint2 q;
+                q.x = s[0] | (s[1] << 16);
+                q.y = s[2] | (s[3] << 16);
+                *reinterpret_cast<uint2*>(row + p0) = q;
+#else
+#pragma unroll
+                for (int h = 0; h < SPL; ++h) row[p0 + h] = (u16)s[h];
+#endif
 #endif
             }
 #if REDUCE
             if (!err) {
-                tot = warp_sum64(tot); rws = warp_sum64(rws); cls_sum = warp_sum64(cls_sum);
-                if (lane == 0) { total_out[f0 + t] = tot; row_out[f0 + t] = rws; col_out[f0 + t] = cls_sum; }
+                tot = warp_sum64(tot); rws = warp_sum64(rws); cols = warp_sum64(cols);
+                if (lane == 0) { total_out[f0 + t] = tot; row_out[f0 + t] = rws; col_out[f0 + t] = cols; }
             }
 #endif
         }
+        bool final_bad = false;
+#pragma unroll
+        for (int h = 0; h < SPL; ++h) final_bad |= x[h] != 65536u;
         if (!err && e != n_esc) err = ERR_UNUSED_ESCAPES;
         if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
-        if (!err && __any_sync(FULL, x0 != 65536u || x1 != 65536u)) err = ERR_FINAL;
+        if (!err && __any_sync(FULL, final_bad)) err = ERR_FINAL;
         if (err && lane == 0) status[b] = err;
     }
 }
@@ -206,9 +242,9 @@ def packed_tables(freq: np.ndarray, cum: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _encode_block(frames, pixel_class, freq, cum, scratch):
-    """One block into scratch: states u32[64] | words | pad to 4 | escapes u16. Returns
-    (length, n_words, n_escapes)."""
+def _encode_block(frames, pixel_class, freq, cum, scratch, n_states):
+    """One block into scratch: states u32[n_states] | words | pad to 4 | escapes u16.
+    Returns (length, n_words, n_escapes)."""
     n = frames.size
     flat = frames.ravel()
     P = pixel_class.size
@@ -222,7 +258,7 @@ def _encode_block(frames, pixel_class, freq, cum, scratch):
         if flat[i] >= ESCAPE:
             esc[k] = flat[i]
             k += 1
-    x = np.full(STATES, RANS_L, dtype=np.int64)
+    x = np.full(n_states, RANS_L, dtype=np.int64)
     words = np.empty(n + 8, dtype=np.int64)
     n_words = 0
     for i in range(n - 1, -1, -1):
@@ -230,20 +266,21 @@ def _encode_block(frames, pixel_class, freq, cum, scratch):
         s = v if v < ESCAPE else ESCAPE
         c = pixel_class[i % P]
         f = freq[c, s]
-        state = x[i % STATES]
+        state = x[i % n_states]
         if state >= (f << 20):
             words[n_words] = state & 0xFFFF
             n_words += 1
             state >>= 16
-        x[i % STATES] = ((state // f) << PROB_BITS) + (state % f) + cum[c, s]
-    for j in range(STATES):
+        x[i % n_states] = ((state // f) << PROB_BITS) + (state % f) + cum[c, s]
+    header = 4 * n_states
+    for j in range(n_states):
         for b in range(4):
             scratch[4 * j + b] = (x[j] >> (8 * b)) & 0xFF
     for w in range(n_words):
         value = words[n_words - 1 - w]
-        scratch[256 + 2 * w] = value & 0xFF
-        scratch[256 + 2 * w + 1] = value >> 8
-    at = 256 + 2 * n_words
+        scratch[header + 2 * w] = value & 0xFF
+        scratch[header + 2 * w + 1] = value >> 8
+    at = header + 2 * n_words
     while at % 4:
         scratch[at] = 0
         at += 1
@@ -260,12 +297,13 @@ def _encode_block(frames, pixel_class, freq, cum, scratch):
 class DirectPayload:
     """The distinct frames as direct blocks, laid out over ``n_frames`` like gpu_rans."""
 
-    def __init__(self, frames, group_class, n_classes, block_frames, n_frames):
+    def __init__(self, frames, group_class, n_classes, block_frames, n_frames, spl):
         if frames.dtype != np.uint16 or frames.shape[0] % block_frames:
             raise SystemExit("the experiment covers uint16 frames in whole blocks")
         self.P = frames.shape[1] * frames.shape[2]
-        if self.P % 64:
-            raise SystemExit("the experiment needs frames of a multiple of 64 pixels")
+        self.spl = spl
+        if self.P % (32 * spl) or frames.shape[2] % spl or spl not in (1, 2, 4, 8):
+            raise SystemExit("the experiment needs frames of whole rounds and rows of whole lanes")
         self.freq, self.cum = fit_tables(frames, group_class, n_classes)
         self.tables = packed_tables(self.freq, self.cum)
         pixel_class = np.repeat(group_class.astype(np.int64), 8)[: self.P]
@@ -274,7 +312,9 @@ class DirectPayload:
         scratch = np.zeros(block_frames * self.P * 4 + 4096, dtype=np.uint8)
         for b in range(nd):
             block = frames[b * block_frames : (b + 1) * block_frames].astype(np.int64)
-            length, nw, ne = _encode_block(block, pixel_class, self.freq, self.cum, scratch)
+            length, nw, ne = _encode_block(
+                block, pixel_class, self.freq, self.cum, scratch, 32 * spl
+            )
             parts.append(scratch[:length].copy())
             words.append(nw)
             escapes.append(ne)
@@ -297,7 +337,7 @@ class DirectPayload:
 def defines(d: DirectPayload, det, reduce: int, min_ctas: int = 3) -> str:
     values = {
         "K": d.n_classes, "G": d.P // 8, "P": d.P, "DC": det[1], "FRAMES": d.block_frames,
-        "WARPS": 16, "MIN_CTAS": min_ctas, "REDUCE": reduce,
+        "WARPS": 16, "MIN_CTAS": min_ctas, "REDUCE": reduce, "SPL": d.spl,
     }  # fmt: skip
     return "".join(f"#define {k} {v}\n" for k, v in values.items())
 
@@ -358,7 +398,7 @@ def emulate(d: DirectPayload, frames, mask, det) -> bool:
             # A flipped word must be refused (status), never decoded silently wrong.
             if not reduce:
                 bad = payload.copy()
-                bad[int(offsets[0]) + 256 + 2 * (int(d.n_words[0]) // 2)] ^= 0x10
+                bad[int(offsets[0]) + 128 * d.spl + 2 * (int(d.n_words[0]) // 2)] ^= 0x10
                 status[:] = 0
                 lib.run(
                     pointer(bad), pointer(offsets), pointer(np.ascontiguousarray(d.n_words[:nd])),
@@ -369,7 +409,12 @@ def emulate(d: DirectPayload, frames, mask, det) -> bool:
                     ctypes.c_int(2),
                 )  # fmt: skip
                 refused = int(status[0]) != 0
-                say("emulated_corrupt_word_refused", refused, "", f"status {int(status[0])}")
+                say(
+                    f"direct.spl{d.spl}.emulated_corrupt_word_refused",
+                    refused,
+                    "",
+                    f"status {int(status[0])}",
+                )
                 ok &= refused
     return bool(ok)
 
@@ -382,7 +427,8 @@ def bench_gpu(args, d: DirectPayload, frames, mask, det) -> None:
         return float(statistics.median(gpu_times(fn, args.reps, 2)))
 
     payload = cupy.tile(cupy.asarray(d.distinct), d.copies)
-    say("direct.resident_payload_bytes", int(payload.size), "B", f"{d.n_blocks} blocks")
+    tag = f"direct.spl{d.spl}"
+    say(f"{tag}.resident_payload_bytes", int(payload.size), "B", f"{d.n_blocks} blocks")
     dev = {k: cupy.asarray(np.ascontiguousarray(v)) for k, v in {
         "off": d.offsets.astype(np.int64), "nw": d.n_words, "ne": d.n_escapes,
         "of": d.out_frames.astype(np.int64)}.items()}  # fmt: skip
@@ -412,7 +458,7 @@ def bench_gpu(args, d: DirectPayload, frames, mask, det) -> None:
         k = kernels[0, min_ctas]
         grid = (min(sms * min_ctas, -(-batch // 16)),)
         say(
-            f"direct.dense_m{min_ctas}.registers",
+            f"{tag}.dense_m{min_ctas}.registers",
             int(k.num_regs),
             "",
             f"grid {grid[0]} x 16 warps, shared {shared_bytes(d)} B",
@@ -426,7 +472,7 @@ def bench_gpu(args, d: DirectPayload, frames, mask, det) -> None:
             bool(cupy.array_equal(out[a : a + n], ref_dev[: min(n, n_out - a)]))
             for a in range(0, n_out, n)
         )
-        say(f"direct.dense_m{min_ctas}.decode_s", t, "s",
+        say(f"{tag}.dense_m{min_ctas}.decode_s", t, "s",
             f"{batch} blocks, {n_out * frame_bytes / t / 1e12:.3f} TB/s decoded, equals counts: {same}")  # fmt: skip
     out = None
     n_frames = d.n_blocks * d.block_frames
@@ -442,7 +488,7 @@ def bench_gpu(args, d: DirectPayload, frames, mask, det) -> None:
         same = int(status.max()) == 0 and all(
             np.array_equal(s.get(), r) for s, r in zip(sums, ref, strict=True)
         )
-        say(f"direct.fused_m{min_ctas}.bf_masked_sum_kernel_s", t, "s",
+        say(f"{tag}.fused_m{min_ctas}.bf_masked_sum_kernel_s", t, "s",
             f"registers {int(k.num_regs)}, {n_frames} frames, moments equal numpy: {same}")  # fmt: skip
 
 
@@ -455,6 +501,7 @@ def main(argv=None) -> int:
     parser.add_argument("--distinct", type=int, default=2048)
     parser.add_argument("--processes", type=int, default=os.cpu_count())
     parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument("--spl", type=int, nargs="+", default=[4, 8, 2], help="states per lane")
     parser.add_argument("--cpu-only", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -475,18 +522,21 @@ def main(argv=None) -> int:
             n_classes = int(qem.model.n_classes)
             bf = int(qem.block_frames)
             v1_bytes = int(qem.block_index["length"].sum())
-    t0 = time.perf_counter()
-    d = DirectPayload(frames, group_class, n_classes, bf, args.scan[0] * args.scan[1])
-    say(
-        "direct.encode_s", time.perf_counter() - t0, "s", f"{frames.shape[0] // bf} distinct blocks"
-    )
-    say("direct.bytes_vs_format_1", d.distinct.size / v1_bytes, "",
-        f"{d.distinct.size} direct bytes, {v1_bytes} format-1.0 block bytes, {n_classes} classes, "
-        f"{int(d.n_escapes[: frames.shape[0] // bf].sum())} escapes")  # fmt: skip
-    if args.cpu_only:
-        say("direct.emulated_kernel_equals_counts", emulate(d, frames, mask, det))
-        return 0
-    bench_gpu(args, d, frames, mask, det)
+    for spl in args.spl:
+        t0 = time.perf_counter()
+        d = DirectPayload(frames, group_class, n_classes, bf, args.scan[0] * args.scan[1], spl)
+        tag = f"direct.spl{spl}"
+        say(f"{tag}.encode_s", time.perf_counter() - t0, "s", f"{frames.shape[0] // bf} blocks")
+        say(f"{tag}.bytes_vs_format_1", d.distinct.size / v1_bytes, "",
+            f"{d.distinct.size} direct bytes, {v1_bytes} format-1.0 block bytes, "
+            f"{n_classes} classes, {int(d.n_escapes[: frames.shape[0] // bf].sum())} escapes")  # fmt: skip
+        if args.cpu_only:
+            say(f"{tag}.emulated_kernel_equals_counts", emulate(d, frames, mask, det))
+        else:
+            bench_gpu(args, d, frames, mask, det)
+            import cupy
+
+            cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
 
