@@ -1,4 +1,6 @@
 // GPU decoder for .qem payload blocks (docs/qem-format.md §10-§12): one warp per block.
+// Two kernels with the same arguments, checks and status codes: decode_qem_blocks (v1,
+// described here) and decode_qem_blocks_v2 (the default; its notes are further down).
 //
 // The 32 lanes hold the block's 32 rANS lane states. Phase A decodes the 8-bit nonzero
 // masks of every pixel group (symbol a on lane a % 32) into a per-warp scratch area in
