@@ -104,3 +104,33 @@ def test_backend_must_match_resident_data(counts):
         prepare(cupy.asarray(data), cal, scan_block_rows=2, backend="cuda")
     with pytest.raises(ValueError, match="backend"):
         prepare(np.asarray(data), cal, scan_block_rows=2, backend="gpu")
+
+
+def test_streamed_ssb_run_on_cuda_gives_the_in_memory_hashes(tmp_path):
+    """``harness run compute ssb --backend cuda --scan-block-rows 5`` (and with a memory
+    budget) against the loaded run: the same output SHA-256s, and no dense load stage."""
+    import dataclasses
+
+    from test_run_compute_ssb import PARAMETERS, ROOT, _manifest
+
+    from harness.report import parse_report
+    from harness.run.compute import run_compute
+    from harness.run.compute_config import ComputeConfig
+
+    def run(name, parameters):
+        return run_compute(
+            ComputeConfig(
+                workload="ssb", root=ROOT, manifest=_manifest(tmp_path), backend="cuda",
+                storage_id="test", output_dir=tmp_path / name, reps=1,
+                parameters=parameters, progress=False,
+            )
+        )  # fmt: skip
+
+    dense = run("dense", PARAMETERS)
+    streamed = run("streamed", dataclasses.replace(PARAMETERS, scan_block_rows=5))
+    budget = run("budget", dataclasses.replace(PARAMETERS, memory_budget_bytes=64 << 20))
+    assert dense.exit_code == streamed.exit_code == budget.exit_code == 0
+    docs = [parse_report(o.report_path) for o in (dense, streamed, budget)]
+    assert docs[1]["conditions"]["stages"][0] == "open"
+    outputs = [d["acquisitions"][0]["outputs"] for d in docs]
+    assert outputs[0] == outputs[1] == outputs[2]
