@@ -123,6 +123,12 @@ def test_a_budget_too_small_is_refused_with_the_figure(counts):
         prepare(data, cal, scan_block_rows=0)
     with pytest.raises(ValueError, match="4D"):
         prepare(data[0], cal, scan_block_rows=2)
+    # backend picks the device of a streamed source; resident data keep their own.
+    with pytest.raises(ValueError, match="on cpu, not 'cuda'"):
+        prepare(data, cal, backend="cuda")
+    with pytest.raises(ValueError, match="backend must be"):
+        prepare(data, cal, scan_block_rows=2, backend="gpu")
+    assert prepare(data, cal, scan_block_rows=6, backend="cpu").memory["mode"] == "stream"
 
 
 def traced_peak(function) -> tuple[int, object]:
