@@ -330,3 +330,22 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage):
     lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
             pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[3] + 5))  # fmt: skip
     assert err[3] == 11 and err[2] != 0 and not err[:2].any()
+
+
+def test_rans_kernel_selection_and_shared_bytes(monkeypatch):
+    from quantem.cuda import rans_decode as rd
+
+    monkeypatch.delenv("QUANTEM_RANS_KERNEL", raising=False)
+    assert rd.selected_kernel() == rd.DEFAULT_KERNEL == "v2"
+    assert rd.selected_kernel("v1") == "v1"
+    monkeypatch.setenv("QUANTEM_RANS_KERNEL", "v1")
+    assert rd.selected_kernel() == "v1"
+    assert rd.selected_kernel("v2") == "v2"  # an explicit choice wins over the variable
+    monkeypatch.setenv("QUANTEM_RANS_KERNEL", "v3")
+    with pytest.raises(ValueError, match="unknown rANS kernel"):
+        rd.selected_kernel()
+    # The formulas of rans_decode.cu's headers (4608 groups: the class map in shared memory).
+    assert rd.shared_bytes("v1", 2, 4608, 8) == 8 * 5120 + 16 * 1536 + 4608
+    assert rd.shared_bytes("v2", 2, 4608, 8) == 8 * 5120 + 16 * (512 + 512) + 4608
+    assert rd.shared_bytes("v2", 4, 4608, 8) == 8 * 5120 + 16 * (1024 + 512) + 4608
+    assert rd.shared_bytes("v2", 1, 20000, 2) == 2 * 5120 + 16 * (512 + 512)
