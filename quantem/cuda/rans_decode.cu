@@ -457,6 +457,9 @@ typedef u16 pix_t;
 #endif
 
 #ifdef __CUDACC__  // nvcc (both passes) and NVRTC
+// Accesses to the per-warp buffers that lanes exchange through (entries, pixels) carry a
+// "memory" clobber, so neither compiler moves them across __syncwarp; the read-only tables
+// (sym, fc, classes) do not need one.
 typedef u32 saddr_t;  // address in the shared-memory window
 __device__ __forceinline__ saddr_t shared_address(const void* p) {
     return (saddr_t)__cvta_generic_to_shared(p);
@@ -468,7 +471,7 @@ __device__ __forceinline__ u32 lds_u8(saddr_t a) {
 }
 __device__ __forceinline__ u32 lds_u16(saddr_t a) {
     u32 v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(a));
+    asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
     return v;
 }
 __device__ __forceinline__ u32 lds_u32(saddr_t a) {
@@ -480,17 +483,18 @@ __device__ __forceinline__ uint4 lds_v4(saddr_t a) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(a));
+                 : "r"(a)
+                 : "memory");
     return v;
 }
 __device__ __forceinline__ void sts_u16(saddr_t a, u32 v) {
-    asm volatile("st.shared.u16 [%0], %1;" ::"r"(a), "h"((unsigned short)v));
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(a), "h"((unsigned short)v) : "memory");
 }
 __device__ __forceinline__ void sts_u32(saddr_t a, u32 v) {
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
 }
 __device__ __forceinline__ void sts_v4_zero(saddr_t a) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a), "r"(0u));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a), "r"(0u) : "memory");
 }
 #else  // host emulation (tests/cuda_simt.py): plain pointers into the emulated smem
 typedef u8* saddr_t;
