@@ -96,7 +96,7 @@ class ArinaRows(ScanRows):
         return out
 
 
-class CudaArinaRows(ScanRows):
+class CudaArinaRows(ArinaRows):
     """Rows of an ARINA acquisition decoded on the current GPU (CuPy blocks), invalid
     pixels set to 0."""
 
@@ -105,17 +105,10 @@ class CudaArinaRows(ScanRows):
 
         from quantem.io.transforms import LoadOptions
 
-        if not isinstance(source, ArinaSource):
-            source = open_arina(source)
-        self.source = source
-        scan_r, scan_c = (int(v) for v in source.scan_shape)
-        det_r, det_c = (int(v) for v in source.detector_shape)
-        self.shape = (scan_r, scan_c, det_r, det_c)
-        self.dtype = np.dtype(source.dtype)
-        self.name = str(source.master_path)
+        super().__init__(source)
         self.xp = cupy
         self._options = LoadOptions.parse("native", True, 1)
-        self._validity = cupy.asarray(np.asarray(source.validity, dtype=bool))
+        self._validity = cupy.asarray(np.asarray(self.source.validity, dtype=bool))
 
     def read(self, r0: int, r1: int) -> Any:
         from quantem.cuda.hdf5_pipeline import decode_source_to_device

@@ -25,42 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _ssb_abtem import calibration as abtem_calibration  # noqa: E402
 from _ssb_abtem import load as abtem_load  # noqa: E402
 from _ssb_abtem import master as abtem_master  # noqa: E402
-from _ssb_helpers import simulate  # noqa: E402
+from test_ssb_stream import STREAMED_OPTIONS, assert_same_prepared, simulated_counts  # noqa: E402
 
 from quantem.ssb import fit_aberrations, prepare, reconstruct  # noqa: E402
-
-POLAR = {"C10": 50.0, "C12": 20.0, "phi12": 0.5}
-
-
-def assert_same_prepared(a, b) -> None:
-    for name in ("G", "q_index", "qx", "qy", "kx", "ky", "region_pixels", "energy"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert type(x) is type(y), name
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert cupy.asnumpy(x).tobytes() == cupy.asnumpy(y).tobytes(), name
-    assert a.energy_total == b.energy_total
-    assert a.disk == b.disk
-    assert a.rotation == b.rotation
-    assert a.calibration == b.calibration
 
 
 @pytest.fixture(scope="module")
 def counts():
-    data, cal, _ = simulate(polar=POLAR, dose=20000, seed=3, scan=24)
-    return data, cal
+    return simulated_counts()
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"scan_block_rows": 1},
-        {"scan_block_rows": 5},
-        {"scan_block_rows": 5, "detector_bin": 2},
-        {"scan_block_rows": 7, "scan_region": (3, 19, 2, 22)},
-        {"scan_block_rows": 4, "dtype": "complex128"},
-        {"memory_budget_bytes": 40 * 2**20},
-    ],
-)
+@pytest.mark.parametrize("options", STREAMED_OPTIONS)
 def test_streamed_array_on_cuda_is_bit_identical(counts, options):
     data, cal = counts
     in_memory = {k: v for k, v in options.items() if k in ("detector_bin", "scan_region", "dtype")}
