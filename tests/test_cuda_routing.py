@@ -117,7 +117,9 @@ def test_plan_batches_cap_the_frames_per_batch():
         batches = hdf5_pipeline.plan_batches(nbytes, 1000, cap)
         assert [b - a for a, b in batches] == [min(cap, 23 - a) for a in range(0, 23, cap)]
     # Bytes still bind where they are the tighter limit.
-    assert hdf5_pipeline.plan_batches(nbytes, 8, 5) == [(a, min(a + 2, 23)) for a in range(0, 23, 2)]
+    assert hdf5_pipeline.plan_batches(nbytes, 8, 5) == [
+        (a, min(a + 2, 23)) for a in range(0, 23, 2)
+    ]
     with pytest.raises(ValueError, match="max_items"):
         hdf5_pipeline.plan_batches(nbytes, 8, 0)
 
