@@ -285,10 +285,8 @@ class SourceTracker:
 
 
 def collect_quantem_environment() -> dict[str, str]:
-    """The ``QUANTEM_*`` environment variables of this process: the package reads some of
-    them to choose what runs (``QUANTEM_RANS_KERNEL``: which rANS kernel;
-    ``QUANTEM_CUDA_NO_AOT``: NVRTC instead of the shipped fatbins; ``QUANTEM_INDEX_DIR``:
-    where frame-index sidecars live), so a record says which were set."""
+    """The ``QUANTEM_*`` variables set here: some choose what runs (``QUANTEM_RANS_KERNEL``,
+    ``QUANTEM_CUDA_NO_AOT``), so a record says which were set."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("QUANTEM_")}
 
 
