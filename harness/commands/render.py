@@ -106,7 +106,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
         update_snapshot,
     )
     from harness.render import RenderTargets, render_all
-    from harness.render.record_pages import start_record_pages
+    from harness.render.record_pages import PagesDuringCopy
     from harness.render.timings import TimingsFromRows
     from harness.render.update import render_increment
 
@@ -143,34 +143,25 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     print(f"note: {out}: rendering everything again: {update.reason}",
                           file=sys.stderr)  # fmt: skip
 
-                def start_pages() -> None:
-                    # every record file is in place: the pages are written by worker
-                    # processes while the index is copied and the keys are drawn
-                    nonlocal pages
-                    engine = open_index(index_path, create=False)
-                    try:
-                        with engine.connect() as connection:
-                            pages = start_record_pages(
-                                connection, layout, RenderTargets(layout.root), None, rewrite=True
-                            )
-                    finally:
-                        engine.dispose()
-                        forget_index(index_path)
-
                 # timings.csv is written from the trial rows as they are copied
                 timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+                # the record pages are written by worker processes from the moment their
+                # records are in DIR, while the rest is copied and the keys are drawn
+                during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
                 try:
                     take_snapshot(
                         store,
                         out,
                         prune=rendered_before,
-                        records_ready=start_pages,
+                        record_files=during_copy,
                         rows_copied=timings.rows,
                     )
                     timings_size = timings.finish()
                 except BaseException:
                     timings.abort()
                     raise
+                finally:
+                    pages = during_copy.pages
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
