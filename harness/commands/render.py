@@ -106,6 +106,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
         update_snapshot,
     )
     from harness.render import RenderTargets, render_all
+    from harness.render.key_trials import KeyTrialsFromRows
     from harness.render.record_pages import PagesDuringCopy
     from harness.render.timings import TimingsFromRows
     from harness.render.update import render_increment
@@ -143,8 +144,15 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     print(f"note: {out}: rendering everything again: {update.reason}",
                           file=sys.stderr)  # fmt: skip
 
-                # timings.csv is written from the trial rows as they are copied
+                # timings.csv is written, and the key pages' trials are gathered, from
+                # the index rows as they are copied (not read back out of the snapshot)
                 timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+                key_trials = KeyTrialsFromRows()
+
+                def rows_copied(table: str, batch: list) -> None:
+                    timings.rows(table, batch)
+                    key_trials.rows(table, batch)
+
                 # the record pages are written by worker processes from the moment their
                 # records are in DIR, while the rest is copied and the keys are drawn
                 during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
@@ -154,7 +162,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                         out,
                         prune=rendered_before,
                         record_files=during_copy,
-                        rows_copied=timings.rows,
+                        rows_copied=rows_copied,
                     )
                     timings_size = timings.finish()
                 except BaseException:
@@ -177,6 +185,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     repository=repository,
                     record_pages=pages,
                     timings_csv_size=timings_size,
+                    key_trials=key_trials.frame,
                 )
                 done = "rendered every record"
             else:
