@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, select
 
 from harness.errors import HarnessError
@@ -63,20 +64,62 @@ class RecordPageError(HarnessError):
     """Writing record pages failed in a worker process; the message is the worker's error."""
 
 
+#: Maps every digit to ``0``: a run of :data:`_LONG_RUN` in the mapped bytes is a run of
+#: 19 or more digits in the record.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+_ZERO, _POINT = ord("0"), ord(".")
+
+
+def _may_hold_a_long_integer(data: bytes) -> bool:
+    """Whether ``data`` has a run of 19 or more digits that is not a fraction's (after a
+    ``.``): an integer orjson might not read as ``json`` does, or digits in a string."""
+    mapped = data.translate(_DIGITS_TO_ZERO)
+    at = mapped.find(_LONG_RUN)
+    while at != -1:
+        start = at
+        while start and mapped[start - 1] == _ZERO:
+            start -= 1
+        if start == 0 or mapped[start - 1] != _POINT:
+            return True
+        end = at + len(_LONG_RUN)
+        while end < len(mapped) and mapped[end] == _ZERO:
+            end += 1
+        at = mapped.find(_LONG_RUN, end)
+    return False
+
+
+def _decode_json(data: bytes) -> Any:
+    """``json.loads(data)``, through orjson where that gives the same values: orjson reads
+    an integer beyond 64 bits as a float (-9223372036854775809 has 19 digits), so bytes
+    with a run of 19 digits that is not a fraction's go to ``json``
+    (:func:`_may_hold_a_long_integer`), as do bytes orjson refuses (NaN, an out-of-range
+    float, a lone surrogate), for ``json``'s own result or error. Floats are the same
+    doubles (both round correctly); the key order too. At 100,000 record pages: 0.07-0.09
+    against 0.15-0.18 ms a record, the check included (``docs/performance/results.md``,
+    "render8")."""
+    if not _may_hold_a_long_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
 def read_record_doc(path: Path) -> dict[str, Any]:
     """A registered record's document, migrated in memory.
 
     The record passed the strict parser (no duplicate keys, no NaN) and the schema when it
     was registered, and ``history verify`` checks its bytes against its name, so it is
-    read here with the C JSON decoder: the strict one's Python hook per object took a
-    third of a record page. Bytes that do not decode go through the strict parser for
-    its message naming the file.
+    read here with a C JSON decoder (:func:`_decode_json`): the strict one's Python hook
+    per object took a third of a record page. Bytes that do not decode go through the
+    strict parser for its message naming the file.
     """
     from harness.report import migrate_report, parse_report_json, schema_version_of
 
     data = path.read_bytes()
     try:
-        doc = json.loads(data)
+        doc = _decode_json(data)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError
         doc = None
     if not isinstance(doc, dict):
