@@ -229,7 +229,11 @@ def main() -> None:
         "com": lambda: session.center_of_mass(),
         "mean_dp": lambda: prepare(acq).mean_dp_exact(),  # a fresh session: no cached sum
         "bf": lambda: session.bf(disk.radius, disk.center),
+        # The session knows each frame's total from the CoM above, so a detector covering
+        # most of the frame is read as total minus its complement (docs/detector.md).
         "adf": lambda: session.adf(disk.radius, None, disk.center),
+        # A fresh session: the totals are read first (every pixel once), then the complement.
+        "adf_fresh_session": lambda: prepare(acq).adf(disk.radius, None, disk.center),
         "df_annulus": lambda: virtual_images(
             acq, {"df": Annulus(disk.radius * 1.2, disk.radius * 2.5, center=disk.center)}
         ),

@@ -61,7 +61,9 @@ def main(argv=None) -> int:
         reserved = (pool.total_bytes() - base) / 2**30
         print(
             f"stream batch {batch}: CoM + BF in {statistics.median(times):.3f} s "
-            f"(min {min(times):.3f}); pool reserved {reserved:.2f} GiB"
+            f"(min {min(times):.3f}); pool reserved {reserved:.2f} GiB; last rep "
+            f"{getattr(frames, 'pipeline_runs', '?')} pipeline runs, "
+            f"{getattr(frames, 'consume_seconds', float('nan')):.3f} s in their consume hooks"
         )
     pool.free_all_blocks()
     times = []

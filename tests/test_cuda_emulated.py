@@ -18,7 +18,7 @@ from cuda_simt import build, pointer
 from quantem.acquisition import Acquisition
 from quantem.cuda import lz4_bitshuffle
 from quantem.cuda.module_loader import read_source
-from quantem.cuda.rans_decode import GROUP_PIXELS, pack_mask_bits
+from quantem.cuda.rans_decode import GROUP_PIXELS, KERNEL_FUNCTIONS, pack_mask_bits
 from quantem.io.qem.reader import QemFile
 from quantem.io.qem.writer import save_qem
 
@@ -35,8 +35,8 @@ extern "C" void run(const u8* payload, const i64* off, const u32* mode, const u3
                     const u8* gc, const u8* sym, const u32* fc, u8* scratch, i64 per_warp,
                     void* out, const u8* rmask, u64* t, u64* r, u64* c, int* status, int grid) {
     simt_launch(grid, 32 * WARPS_PER_CTA, [&] {
-        decode_qem_blocks(payload, off, mode, nf, nw, nnz, nesc, outf, n_blocks, gc, sym, fc,
-                          scratch, per_warp, (elem_t*)out, rmask, t, r, c, status);
+        KERNEL(payload, off, mode, nf, nw, nnz, nesc, outf, n_blocks, gc, sym, fc,
+               scratch, per_warp, (elem_t*)out, rmask, t, r, c, status);
     });
 }
 """
@@ -62,8 +62,14 @@ def counts(rng, scan, det, dtype):
     return np.minimum(data, np.iinfo(dtype).max).astype(dtype)
 
 
+#: Both kernels of rans_decode.cu: v1 (decode_qem_blocks) and v2 (decode_qem_blocks_v2).
+RANS_KERNELS = ["v1", "v2"]
+
+
 class EmulatedRans:
-    def __init__(self, tmp_path, qem: QemFile, reduce: int, shared_classes: int = 1):
+    def __init__(
+        self, tmp_path, qem: QemFile, reduce: int, shared_classes: int = 1, kernel: str = "v1"
+    ):
         header = qem.header
         self.qem = qem
         self.itemsize = int(header.stored_itemsize)
@@ -77,7 +83,8 @@ class EmulatedRans:
             "REDUCE": reduce, "VECTOR_STORES": int(self.P % GROUP_PIXELS == 0),
             "SHARED_CLASSES": shared_classes,
         }  # fmt: skip
-        self.lib = build(tmp_path, "rans", defines, read_source("rans_decode.cu"), RANS_DRIVER)
+        driver = f"#define KERNEL {KERNEL_FUNCTIONS[kernel]}\n" + RANS_DRIVER
+        self.lib = build(tmp_path, "rans", defines, read_source("rans_decode.cu"), driver)
         self.sym = np.ascontiguousarray(model.slot_symbol, dtype=np.uint8)
         cum = np.asarray(model.cum, dtype=np.uint32)[:, :256]
         self.fc = np.ascontiguousarray(np.asarray(model.freq, dtype=np.uint32) | (cum << 16))
@@ -118,15 +125,16 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("kernel", RANS_KERNELS)
 @pytest.mark.parametrize("scan,det,dtype", CASES)
-def test_rans_kernel_matches_cpu_codec(tmp_path, simt_dir, scan, det, dtype):
+def test_rans_kernel_matches_cpu_codec(tmp_path, simt_dir, scan, det, dtype, kernel):
     rng = np.random.default_rng([2, *scan, *det])
     data = counts(rng, scan, det, dtype)
     path = write_qem(tmp_path, data, "a.qem", block_frames=3)
     with QemFile(path) as qem:
         buffer = np.array(qem.buffer)
         ids = np.arange(qem.n_blocks)
-        dense = EmulatedRans(simt_dir, qem, 0)
+        dense = EmulatedRans(simt_dir, qem, 0, kernel=kernel)
         out = np.full((qem.n_frames, *det), 0xAB, dtype=qem.dtype)
         status = dense.run(buffer, ids, out=out)
         assert not status.any()
@@ -134,7 +142,7 @@ def test_rans_kernel_matches_cpu_codec(tmp_path, simt_dir, scan, det, dtype):
         np.testing.assert_array_equal(out.reshape(data.shape), data.astype(out.dtype))
 
         # The fused variant reads the class map from global memory (large detectors' path).
-        fused = EmulatedRans(simt_dir, qem, 1, shared_classes=0)
+        fused = EmulatedRans(simt_dir, qem, 1, shared_classes=0, kernel=kernel)
         mask = rng.random(det) < 0.4
         sums = tuple(np.zeros(qem.n_frames, np.uint64) for _ in range(3))
         status = fused.run(buffer, ids, mask_bits=pack_mask_bits(mask, fused.G), sums=sums)
@@ -177,7 +185,8 @@ def reference_error(qem, buffer, block):
     return None
 
 
-def test_rans_kernel_reports_the_spec_error_of_every_corruption(tmp_path, simt_dir):
+@pytest.mark.parametrize("kernel", RANS_KERNELS)
+def test_rans_kernel_reports_the_spec_error_of_every_corruption(tmp_path, simt_dir, kernel):
     rng = np.random.default_rng(3)
     data = counts(rng, (3, 4), (16, 24), np.uint16)
     path = write_qem(tmp_path, data, "b.qem", block_frames=4)
@@ -185,7 +194,8 @@ def test_rans_kernel_reports_the_spec_error_of_every_corruption(tmp_path, simt_d
         clean = np.array(qem.buffer)
         index = qem.block_index
         rans_blocks = np.flatnonzero(index["mode"] == 2)
-        emulated = EmulatedRans(simt_dir, qem, 0)
+        emulated = EmulatedRans(simt_dir, qem, 0, kernel=kernel)
+        decoded = qem.decode_blocks(np.arange(qem.n_blocks))
         seen = set()
         for trial in range(24):
             buffer = clean.copy()
@@ -204,6 +214,13 @@ def test_rans_kernel_reports_the_spec_error_of_every_corruption(tmp_path, simt_d
             assert np.flatnonzero(got).tolist() == [block]
             assert int(got[block]) in expected, (trial, int(got[block]), expected)
             seen.add(int(got[block]))
+            # The other blocks still decode exactly, including a block that the same warp
+            # decodes after the failed one (grid 2: warp 0 takes blocks 0 and 2).
+            bf = int(qem.block_frames)
+            for other in range(qem.n_blocks):
+                if other != block:
+                    rows = slice(other * bf, (other + 1) * bf)
+                    np.testing.assert_array_equal(out[rows], decoded[rows])
         assert len(seen) >= 3  # several different checks were exercised
 
 
@@ -313,3 +330,22 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage):
     lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
             pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[3] + 5))  # fmt: skip
     assert err[3] == 11 and err[2] != 0 and not err[:2].any()
+
+
+def test_rans_kernel_selection_and_shared_bytes(monkeypatch):
+    from quantem.cuda import rans_decode as rd
+
+    monkeypatch.delenv("QUANTEM_RANS_KERNEL", raising=False)
+    assert rd.selected_kernel() == rd.DEFAULT_KERNEL == "v2"
+    assert rd.selected_kernel("v1") == "v1"
+    monkeypatch.setenv("QUANTEM_RANS_KERNEL", "v1")
+    assert rd.selected_kernel() == "v1"
+    assert rd.selected_kernel("v2") == "v2"  # an explicit choice wins over the variable
+    monkeypatch.setenv("QUANTEM_RANS_KERNEL", "v3")
+    with pytest.raises(ValueError, match="unknown rANS kernel"):
+        rd.selected_kernel()
+    # The formulas of rans_decode.cu's headers (4608 groups: the class map in shared memory).
+    assert rd.shared_bytes("v1", 2, 4608, 8) == 8 * 5120 + 16 * 1536 + 4608
+    assert rd.shared_bytes("v2", 2, 4608, 8) == 8 * 5120 + 16 * (512 + 512) + 4608
+    assert rd.shared_bytes("v2", 4, 4608, 8) == 8 * 5120 + 16 * (1024 + 512) + 4608
+    assert rd.shared_bytes("v2", 1, 20000, 2) == 2 * 5120 + 16 * (512 + 512)

@@ -111,6 +111,19 @@ def test_plan_batches_cover_every_frame_once():
     assert hdf5_pipeline.plan_batches(np.array([], dtype=np.int64), 10) == []
 
 
+def test_plan_batches_cap_the_frames_per_batch():
+    nbytes = np.full(23, 4, dtype=np.int64)
+    for cap in (1, 5, 7, 23, 50):
+        batches = hdf5_pipeline.plan_batches(nbytes, 1000, cap)
+        assert [b - a for a, b in batches] == [min(cap, 23 - a) for a in range(0, 23, cap)]
+    # Bytes still bind where they are the tighter limit.
+    assert hdf5_pipeline.plan_batches(nbytes, 8, 5) == [
+        (a, min(a + 2, 23)) for a in range(0, 23, 2)
+    ]
+    with pytest.raises(ValueError, match="max_items"):
+        hdf5_pipeline.plan_batches(nbytes, 8, 0)
+
+
 def test_plan_reads_coalesce_adjacent_chunks():
     shard = np.array([0, 0, 0, 1, 1, 0], dtype=np.int32)
     offset = np.array([100, 110, 200, 0, 10, 210], dtype=np.int64)

@@ -178,7 +178,7 @@ def test_ssb_streaming_options_are_checked(tmp_path: Path, capsys):
     cal = ["--voltage-kv", "200", "--semiangle-mrad", "20", "--scan-step-a", "0.5"]
     cases = [
         (["dpc", "--memory-budget", "1GiB", "--backend", "cpu"], "ssb options"),
-        (["ssb", "--memory-budget", "1GiB", "--backend", "cuda"], "--backend cpu"),
+        (["ssb", "--scan-block-rows", "0", "--backend", "cpu"], "at least 1"),
         (["ssb", "--memory-budget", "lots", "--backend", "cpu"], "is not a size"),
         (["ssb", "--memory-budget", "0", "--backend", "cpu"], "not a positive size"),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -183,4 +184,25 @@ def test_cuda_kernel_provenance_is_recorded_and_schema_valid(checkout, monkeypat
     validate_report(doc)
     doc["provenance"]["cuda_kernels"][0]["path"] = "jit"  # not a path the loader takes
     with pytest.raises(Exception, match="jit"):
+        validate_report(doc)
+
+
+def test_quantem_environment_is_recorded_and_schema_valid(checkout, monkeypatch):
+    """The QUANTEM_* variables that choose what runs (QUANTEM_RANS_KERNEL: the rANS kernel)
+    are part of the record; other variables are not."""
+    from harness.report import validate_report
+    from harness.testing import make_example_report
+
+    monkeypatch.setattr(provenance, "collect_modules", lambda: [])
+    for name in [k for k in os.environ if k.startswith("QUANTEM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("QUANTEM_RANS_KERNEL", "v1")
+    monkeypatch.setenv("QUANTEMX_OTHER", "no")
+    section, _ = provenance.SourceTracker(checkout).start().finish()
+    assert section["quantem_environment"] == {"QUANTEM_RANS_KERNEL": "v1"}
+    doc = make_example_report(0)
+    doc["provenance"]["quantem_environment"] = section["quantem_environment"]
+    validate_report(doc)
+    doc["provenance"]["quantem_environment"]["QUANTEM_RANS_KERNEL"] = 1  # not a string
+    with pytest.raises(Exception, match="not of type 'string'"):
         validate_report(doc)

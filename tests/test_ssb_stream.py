@@ -34,33 +34,42 @@ SRTIO3 = Path(__file__).parent / "data" / "srtio3"
 
 
 def assert_same_prepared(a, b) -> None:
+    """Every prepared array the same bytes on the same device (numpy, or CuPy via .get())."""
     for name in ("G", "q_index", "qx", "qy", "kx", "ky", "region_pixels", "energy"):
         x, y = getattr(a, name), getattr(b, name)
+        assert type(x) is type(y), name
         assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert x.tobytes() == y.tobytes(), name
+        host = [v.get() if hasattr(v, "get") else v for v in (x, y)]
+        assert host[0].tobytes() == host[1].tobytes(), name
     assert a.energy_total == b.energy_total
     assert a.disk == b.disk
     assert a.rotation == b.rotation
     assert a.calibration == b.calibration
 
 
-@pytest.fixture(scope="module")
-def counts():
+#: Streaming options against the in-memory preparation (also run on CUDA, tests/hardware).
+STREAMED_OPTIONS = [
+    {"scan_block_rows": 1},
+    {"scan_block_rows": 5},
+    {"scan_block_rows": 5, "detector_bin": 2},
+    {"scan_block_rows": 7, "scan_region": (3, 19, 2, 22)},
+    {"memory_budget_bytes": 40 * 2**20},
+    {"scan_block_rows": 4, "dtype": "complex128"},
+]
+
+
+def simulated_counts():
+    """The synthetic counts the streaming tests use (also on CUDA, tests/hardware)."""
     data, cal, _ = simulate(polar=POLAR, dose=20000, seed=3, scan=24)
     return data, cal
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"scan_block_rows": 1},
-        {"scan_block_rows": 5},
-        {"scan_block_rows": 5, "detector_bin": 2},
-        {"scan_block_rows": 7, "scan_region": (3, 19, 2, 22)},
-        {"memory_budget_bytes": 40 * 2**20},
-        {"scan_block_rows": 4, "dtype": "complex128"},
-    ],
-)
+@pytest.fixture(scope="module")
+def counts():
+    return simulated_counts()
+
+
+@pytest.mark.parametrize("options", STREAMED_OPTIONS)
 def test_streamed_preparation_is_bit_identical(counts, options):
     data, cal = counts
     in_memory_options = {
@@ -123,6 +132,12 @@ def test_a_budget_too_small_is_refused_with_the_figure(counts):
         prepare(data, cal, scan_block_rows=0)
     with pytest.raises(ValueError, match="4D"):
         prepare(data[0], cal, scan_block_rows=2)
+    # backend picks the device of a streamed source; resident data keep their own.
+    with pytest.raises(ValueError, match="on cpu, not 'cuda'"):
+        prepare(data, cal, backend="cuda")
+    with pytest.raises(ValueError, match="backend must be"):
+        prepare(data, cal, scan_block_rows=2, backend="gpu")
+    assert prepare(data, cal, scan_block_rows=6, backend="cpu").memory["mode"] == "stream"
 
 
 def traced_peak(function) -> tuple[int, object]:

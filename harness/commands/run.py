@@ -435,14 +435,15 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
         "--memory-budget",
         type=byte_size,
         metavar="SIZE",
-        help="ssb, cpu: stream the source in blocks of scan rows, holding at most SIZE "
-        "(bytes, or with KiB/MiB/GiB/KB/MB/GB) while preparing, instead of loading it whole",
+        help="ssb: stream the source in blocks of scan rows, holding at most SIZE (bytes, or "
+        "with KiB/MiB/GiB/KB/MB/GB; GPU memory on cuda) while preparing, instead of loading "
+        "it whole",
     )
     group.add_argument(
         "--scan-block-rows",
         type=int,
         metavar="N",
-        help="ssb, cpu: stream the source N scan rows at a time (instead of --memory-budget)",
+        help="ssb: stream the source N scan rows at a time (instead of --memory-budget)",
     )
     compute.set_defaults(func=run_compute_command)
 

@@ -60,11 +60,6 @@ def check_config(cfg: ComputeConfig) -> BackendProfile:
         raise UsageError("--accept-output-change needs --baseline")
     if cfg.backend not in ("cpu", "cuda"):
         raise UsageError(f"compute runs on --backend cpu or cuda, not {cfg.backend!r}")
-    if cfg.parameters.streaming and cfg.backend != "cpu":
-        raise UsageError(
-            "ssb streaming (--memory-budget, --scan-block-rows) runs on --backend cpu; "
-            "on cuda the whole acquisition is loaded"
-        )
     if cfg.parameters.scan_block_rows is not None and cfg.parameters.scan_block_rows < 1:
         raise UsageError("--scan-block-rows must be at least 1")
     if cfg.parameters.memory_budget_bytes is not None and cfg.parameters.memory_budget_bytes < 1:

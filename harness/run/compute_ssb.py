@@ -5,7 +5,8 @@ and the default fit (C10 to C30) with a seeded TPE search + Nelder-Mead, and the
 fits (--regions tiles, standard parameters). quantem.ssb (docs/ssb.md) does the work.
 Without --rotation-deg the rotation is quantem.dpc's curl-minimising estimate, found in
 the prepare stage, shared by the regions and recorded (fitted["rotation"]). Streamed
-(``--memory-budget`` / ``--scan-block-rows``), ``ssb_open`` replaces the dense load.
+(``--memory-budget`` / ``--scan-block-rows``, on cpu or cuda), ``ssb_open`` replaces the
+dense load.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def _ssb_source(state: dict) -> Any:
     return state["path"] if state["parameters"].streaming else state["acq"].array
 
 
+def _prepare_options(state: dict) -> dict:
+    """``prepare``'s streaming arguments; a streamed source is reduced on the run's backend."""
+    p = state["parameters"]
+    return {**p.streaming_options(), "backend": state["backend"]} if p.streaming else {}
+
+
 def ssb_open(state: dict) -> None:
     """Streaming: open the source's scan rows (shape, dtype) without reading the frames."""
     from quantem.ssb.stream import open_scan_rows
@@ -62,7 +69,7 @@ def ssb_prepare(state: dict) -> None:
         _ssb_source(state),
         state["ssb_calibration"],
         detector_bin=p.bin_factor,
-        **p.streaming_options(),
+        **_prepare_options(state),
     )
 
 
@@ -103,7 +110,7 @@ def ssb_regions(state: dict) -> None:
             "disk": state["ssb"].disk,
             "rotation": state["ssb"].rotation,
             "detector_bin": p.bin_factor,
-            **p.streaming_options(),
+            **_prepare_options(state),
         },
         parameters=STANDARD_PARAMETERS,
         n_trials=p.trials,

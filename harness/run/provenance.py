@@ -279,8 +279,17 @@ class SourceTracker:
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "packages": collect_packages(),
             "cuda_kernels": collect_cuda_kernels(),
+            "quantem_environment": collect_quantem_environment(),
         }
         return provenance, stable
+
+
+def collect_quantem_environment() -> dict[str, str]:
+    """The ``QUANTEM_*`` environment variables of this process: the package reads some of
+    them to choose what runs (``QUANTEM_RANS_KERNEL``: which rANS kernel;
+    ``QUANTEM_CUDA_NO_AOT``: NVRTC instead of the shipped fatbins; ``QUANTEM_INDEX_DIR``:
+    where frame-index sidecars live), so a record says which were set."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("QUANTEM_")}
 
 
 def collect_cuda_kernels() -> list[dict]:

@@ -226,6 +226,7 @@ def decode_source_to_device(
     stage_compressed: bool = False,
     staging: str = "pread",
     verify_source: bool = False,
+    batch_frames: int | None = None,
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 
@@ -240,7 +241,9 @@ def decode_source_to_device(
     the source dtype; allocated when ``None`` and ``consume`` is ``None``), or, when
     ``consume`` is given, into a device scratch batch and calls
     ``consume(start, stop, frames)`` on the compute stream for each batch (frames are valid
-    only during the call). Raises :class:`ChunkDecodeError` naming the shard and frame of
+    only during the call; ``start``/``stop`` count from the first frame of ``frame_range``).
+    Batches hold at most ``batch_bytes`` of compressed chunks and, with ``batch_frames``,
+    at most that many frames (which bounds the scratch batch of a ``consume`` run). Raises :class:`ChunkDecodeError` naming the shard and frame of
     the first corrupt chunk.
 
     ``verify_source=True`` hashes every raw chunk on the device as it is staged (XXH3-64,
@@ -285,12 +288,14 @@ def decode_source_to_device(
 
     if staging not in STAGINGS:
         raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, not {staging!r}")
+    if batch_frames is not None and staging != "pread":
+        raise ValueError("batch_frames applies to pread staging (mapped batches follow the files)")
     if out is None and consume is None:
         out = cupy.empty((n, det_r, det_c), dtype=dtype)
     verify = _SourceCheck(source, first, nbytes) if verify_source and n else None
     if n == 0:
         return out, stats
-    batches = plan_batches(nbytes, batch_bytes)
+    batches = plan_batches(nbytes, batch_bytes, batch_frames)
     stats.compressed_bytes = int(nbytes.sum())
     threads = threads or min(32, os.cpu_count() or 4)
     state: dict[str, Any] = {}

@@ -1,4 +1,6 @@
 // GPU decoder for .qem payload blocks (docs/qem-format.md §10-§12): one warp per block.
+// Two kernels with the same arguments, checks and status codes: decode_qem_blocks (v1,
+// described here) and decode_qem_blocks_v2 (the default; its notes are further down).
 //
 // The 32 lanes hold the block's 32 rANS lane states. Phase A decodes the 8-bit nonzero
 // masks of every pixel group (symbol a on lane a % 32) into a per-warp scratch area in
@@ -415,6 +417,408 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
             }
 #if REDUCE
             if (!err) flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#endif
+        }
+        if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;
+        if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
+        if (!err && __any_sync(FULL, x != RANS_L)) err = ERR_FINAL_STATE;
+        if (err && lane == 0) status[b] = err;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// decode_qem_blocks_v2: the same blocks, the same checks and status codes, leaner phase B.
+//
+// What changed against decode_qem_blocks (the reasoning is in docs/performance/results.md,
+// "rANS decode kernel v2"):
+// * every shared-memory access goes through a 32-bit shared-window address computed once
+//   (ld/st.shared), not a generic pointer the compiler rebuilds from SR_CgaCtaId inside the
+//   loops;
+// * a chunk's value entries carry the pixel (0..255 within the 32 groups) and the value
+//   context, written by 8 unrolled predicated stores instead of a divergent per-lane loop;
+// * dense: each decoded value is stored straight to its pixel of a per-warp, zeroed chunk
+//   buffer (u16, or u32 for 4-byte counts), which each lane then reads back as one vector
+//   (its 8 pixels), stores to the frame and re-zeroes: no per-pixel gather;
+// * fused reduction: the entry also carries the detector-mask bit of its pixel, so the lane
+//   that decodes a value adds it to the moments at once; no buffer, no gather;
+// * the next group's class (phase A) and the next chunk's masks are loaded a step ahead.
+//
+// Dynamic shared memory per thread block:
+//   N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * (256 * PIX_BYTES + 512)
+//   (+ N_GROUPS rounded up to 16 when SHARED_CLASSES), PIX_BYTES = 4 if ELEM_SIZE == 4 else 2.
+// ---------------------------------------------------------------------------------------
+
+#if ELEM_SIZE == 4
+typedef u32 pix_t;
+#define PIX_BYTES 4
+#else
+typedef u16 pix_t;
+#define PIX_BYTES 2
+#endif
+
+#ifdef __CUDACC__  // nvcc (both passes) and NVRTC
+// Accesses to the per-warp buffers that lanes exchange through (entries, pixels) carry a
+// "memory" clobber, so neither compiler moves them across __syncwarp; the read-only tables
+// (sym, fc, classes) do not need one.
+typedef u32 saddr_t;  // address in the shared-memory window
+__device__ __forceinline__ saddr_t shared_address(const void* p) {
+    return (saddr_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ u32 lds_u8(saddr_t a) {
+    u32 v;
+    asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ u32 lds_u16(saddr_t a) {
+    u32 v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ u32 lds_u32(saddr_t a) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 lds_v4(saddr_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts_u16(saddr_t a, u32 v) {
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(a), "h"((unsigned short)v) : "memory");
+}
+__device__ __forceinline__ void sts_u32(saddr_t a, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ void sts_v4_zero(saddr_t a) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a), "r"(0u) : "memory");
+}
+#else  // host emulation (tests/cuda_simt.py): plain pointers into the emulated smem
+typedef u8* saddr_t;
+static inline saddr_t shared_address(void* p) { return (saddr_t)p; }
+static inline saddr_t shared_address(const void* p) { return (saddr_t)p; }
+static inline u32 lds_u8(saddr_t a) { return *a; }
+static inline u32 lds_u16(saddr_t a) { u16 v; memcpy(&v, a, 2); return v; }
+static inline u32 lds_u32(saddr_t a) { u32 v; memcpy(&v, a, 4); return v; }
+static inline uint4 lds_v4(saddr_t a) { uint4 v; memcpy(&v, a, 16); return v; }
+static inline void sts_u16(saddr_t a, u32 v) { u16 w = (u16)v; memcpy(a, &w, 2); }
+static inline void sts_u32(saddr_t a, u32 v) { memcpy(a, &v, 4); }
+static inline void sts_v4_zero(saddr_t a) { memset(a, 0, 16); }
+#endif
+
+__device__ __forceinline__ void sts_pix(saddr_t a, u32 v) {
+#if PIX_BYTES == 4
+    sts_u32(a, v);
+#else
+    sts_u16(a, v);
+#endif
+}
+
+// One rANS symbol (§11) on state x with context c; the renormalisation is the caller's.
+__device__ __forceinline__ u32 rans_symbol(u32& x, saddr_t s_sym, saddr_t s_fc, u32 c) {
+    const u32 slot = x & PROB_MASK;
+    const u32 s = lds_u8(s_sym + (c << 12) + slot);
+    const u32 f = lds_u32(s_fc + (((c << 8) + s) << 2));
+    x = (f & 0xffffu) * (x >> PROB_BITS) + slot - (f >> 16);
+    return s;
+}
+
+// Thread blocks per SM the register allocation of v2 is held to (3 x 16 warps = 48 warps,
+// the occupancy that shared memory allows for 8 contexts; 40 registers a thread).
+#ifndef V2_MIN_CTAS
+#define V2_MIN_CTAS (1536 / (WARPS_PER_CTA * 32) > 0 ? 1536 / (WARPS_PER_CTA * 32) : 1)
+#endif
+
+#if SHARED_CLASSES
+#define CLASS_OF(j) lds_u8(s_cls + (j))
+#else
+#define CLASS_OF(j) ((u32)__ldg(group_class + (j)))
+#endif
+
+// Entry of a chunk's value k: pixel within the chunk | value context << 8 | counted << 11.
+#define ENTRY_PIXEL(e) ((e) & 255u)
+#define ENTRY_CONTEXT(e) (((e) >> 8) & 7u)
+#define ENTRY_COUNTED(e) (((e) >> 11) & 1u)
+
+extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, V2_MIN_CTAS)
+decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
+                     const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
+                     const u32* __restrict__ t_words, const u32* __restrict__ t_nonzero,
+                     const u32* __restrict__ t_escapes, const i64* __restrict__ t_out_frame,
+                     int n_blocks,
+                     const u8* __restrict__ group_class, const u8* __restrict__ sym_global,
+                     const u32* __restrict__ fc_global, u8* __restrict__ mask_scratch,
+                     i64 scratch_per_warp, elem_t* __restrict__ out,
+                     const u8* __restrict__ reduce_mask,  // REDUCE: mask bits per group
+                     u64* __restrict__ total_out, u64* __restrict__ row_out,
+                     u64* __restrict__ col_out, int* __restrict__ status) {
+    // Dynamic shared memory: sym | fc | per-warp pixel buffers | per-warp entries | classes.
+    extern __shared__ __align__(16) u8 smem[];
+    for (int i = threadIdx.x; i < N_CONTEXTS * 4096 / 4; i += blockDim.x)
+        reinterpret_cast<u32*>(smem)[i] = reinterpret_cast<const u32*>(sym_global)[i];
+    u32* fc_init = reinterpret_cast<u32*>(smem + N_CONTEXTS * 4096);
+    for (int i = threadIdx.x; i < N_CONTEXTS * 256; i += blockDim.x) fc_init[i] = fc_global[i];
+    u32* pix_init = reinterpret_cast<u32*>(smem + N_CONTEXTS * 5120);
+    for (int i = threadIdx.x; i < WARPS_PER_CTA * 256 * PIX_BYTES / 4; i += blockDim.x)
+        pix_init[i] = 0;
+#if SHARED_CLASSES
+    u8* cls_init = smem + N_CONTEXTS * 5120 + WARPS_PER_CTA * (256 * PIX_BYTES + 512);
+    for (int i = threadIdx.x; i < N_GROUPS; i += blockDim.x) cls_init[i] = group_class[i];
+#endif
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const u32 lanes_below = (1u << lane) - 1u;
+    const int global_warp = blockIdx.x * WARPS_PER_CTA + warp;
+    const int total_warps = gridDim.x * WARPS_PER_CTA;
+    u8* masks = mask_scratch + (i64)global_warp * scratch_per_warp;
+    const saddr_t s_sym = shared_address(smem);
+    const saddr_t s_fc = s_sym + N_CONTEXTS * 4096;
+#if !REDUCE
+    const saddr_t s_pix = s_sym + N_CONTEXTS * 5120 + warp * (256 * PIX_BYTES);
+#endif
+    const saddr_t s_ent = s_sym + N_CONTEXTS * 5120 + WARPS_PER_CTA * (256 * PIX_BYTES) + warp * 512;
+#if SHARED_CLASSES
+    const saddr_t s_cls = s_sym + N_CONTEXTS * 5120 + WARPS_PER_CTA * (256 * PIX_BYTES + 512);
+#endif
+
+    for (int b = global_warp; b < n_blocks; b += total_warps) {
+        const u8* block = payload + t_offset[b];
+        const int mode = (int)t_mode[b];
+        const int n = (int)t_frames[b];
+        const i64 frame0 = t_out_frame[b];
+#if REDUCE
+        Moments acc = {0, 0, 0};
+#endif
+
+        if (mode == MODE_ZERO) {
+#if REDUCE
+            for (int t = 0; t < n; ++t) flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#else
+            elem_t* dst = out + frame0 * (i64)FRAME_PIXELS;
+            for (i64 i = lane; i < (i64)n * FRAME_PIXELS; i += 32) dst[i] = 0;
+#endif
+            continue;
+        }
+        if (mode == MODE_RAW) {
+            for (int t = 0; t < n; ++t) {
+                const u8* src = block + (i64)t * FRAME_PIXELS * ELEM_SIZE;
+#if REDUCE
+                for (int j = lane; j < N_GROUPS; j += 32) {
+                    const u32 bits = reduce_mask[j];
+                    for (int i = 0; i < 8; ++i) {
+                        const int p = 8 * j + i;
+                        if (((bits >> i) & 1u) && p < FRAME_PIXELS)
+                            add_pixel(acc, load_le(src + (i64)p * ELEM_SIZE), p);
+                    }
+                }
+                flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#else
+                elem_t* dst = out + (frame0 + t) * (i64)FRAME_PIXELS;
+                for (int p = lane; p < FRAME_PIXELS; p += 32) dst[p] = (elem_t)load_le(src + (i64)p * ELEM_SIZE);
+#endif
+            }
+            continue;
+        }
+        if (mode != MODE_RANS) {
+            if (lane == 0) status[b] = ERR_MODE;
+            continue;
+        }
+
+        const u32 n_words = t_words[b];
+        const u32 n_nonzero = t_nonzero[b];
+        const u32 n_escapes = t_escapes[b];
+        const u16* words = reinterpret_cast<const u16*>(block + LANE_STATES_BYTES);
+        const u32 escapes_at = (LANE_STATES_BYTES + 2 * n_words + 3) & ~3u;
+        const u8* escapes = block + escapes_at;
+        u32 x = __ldg(reinterpret_cast<const u32*>(block) + lane);
+        int err = 0;
+        if (__any_sync(FULL, x < RANS_L)) err = ERR_STATE_RANGE;
+        u32 pos = 0;
+
+        // Phase A: masks, exactly as decode_qem_blocks (group j of symbol a advances by 32
+        // mod G per step); the class of the next step's group is loaded one step ahead.
+        const int n_masks = n * N_GROUPS;
+        u32 popcount_sum = 0;
+        int j = lane % N_GROUPS;
+        u32 cls = CLASS_OF(j);
+        for (int a0 = 0; a0 < n_masks && !err; a0 += 32) {
+            const int a = a0 + lane;
+            const bool active = a < n_masks;
+            const u32 c = 2 * cls;
+            int jn = j + 32;
+            while (jn >= N_GROUPS) jn -= N_GROUPS;
+            cls = CLASS_OF(jn);
+            u32 s = 0;
+            if (active) s = rans_symbol(x, s_sym, s_fc, c);
+            const u32 need = __ballot_sync(FULL, active && x < RANS_L);
+#if TAIL_BITS
+            const u32 bad_pad = __ballot_sync(FULL, active && j == N_GROUPS - 1 && (s >> TAIL_BITS) != 0);
+#else
+            const u32 bad_pad = 0;
+#endif
+            if (pos + (u32)__popc(need) > n_words || bad_pad) {
+                const u32 k_word = pos + (u32)__popc(need) > n_words ? nth_set_bit(need, n_words - pos) : 32u;
+                const u32 k_pad = bad_pad ? (u32)(__ffs(bad_pad) - 1) : 32u;
+                err = k_word <= k_pad ? ERR_WORDS_EXHAUSTED : ERR_MASK_PADDING;
+                break;
+            }
+            if ((need >> lane) & 1u) x = (x << 16) | (u32)__ldg(words + pos + __popc(need & lanes_below));
+            pos += __popc(need);
+            if (lane == 0) prefetch_words(words, pos, n_words);
+            if (active) masks[a] = (u8)s;
+            popcount_sum += __popc(s);
+            j = jn;
+        }
+        if (!err) {
+            u64 total_nz = warp_sum64(popcount_sum);
+            total_nz = __shfl_sync(FULL, total_nz, 0);
+            if (total_nz != n_nonzero) err = ERR_NONZERO_COUNT;
+        }
+        if (!err) {
+            int pad = 0;
+            if (lane == 0)
+                for (u32 k = LANE_STATES_BYTES + 2 * n_words; k < escapes_at; ++k) pad |= block[k];
+            if (__shfl_sync(FULL, pad, 0)) err = ERR_PADDING;
+        }
+        __syncwarp();
+
+        // Phase B: values, frame by frame, 32 groups (a chunk) at a time.
+        u32 vbase = 0;
+        u32 e = 0;
+        u32 m_next = (!err && lane < N_GROUPS) ? masks[lane] : 0u;
+        for (int t = 0; t < n && !err; ++t) {
+#if !REDUCE
+            elem_t* row = out + (frame0 + t) * (i64)FRAME_PIXELS;
+#endif
+            for (int j0 = 0; j0 < N_GROUPS; j0 += 32) {
+                const int jg = j0 + lane;
+                const bool in_frame = jg < N_GROUPS;
+                const u32 m = m_next;
+                {
+                    const int jn = j0 + 32 < N_GROUPS ? j0 + 32 + lane : lane;
+                    const int tn = j0 + 32 < N_GROUPS ? t : t + 1;
+                    m_next = (tn < n && jn < N_GROUPS) ? masks[(i64)tn * N_GROUPS + jn] : 0u;
+                }
+                const u32 info = in_frame ? ((2 * CLASS_OF(jg) + 1) << 8) | (8u * lane) : 0u;
+#if REDUCE
+                const u32 counted = in_frame ? ((u32)__ldg(reduce_mask + jg) & m) : 0u;
+#endif
+                if (lane == 0) prefetch_words(words, pos, n_words);
+                const u32 count = __popc(m);
+                u32 incl = count;
+#pragma unroll
+                for (int d = 1; d < 32; d <<= 1) {
+                    const u32 y = __shfl_up_sync(FULL, incl, d);
+                    if (lane >= d) incl += y;
+                }
+                const u32 excl = incl - count;
+                const u32 chunk_total = __shfl_sync(FULL, incl, 31);
+                {
+                    saddr_t slot = s_ent + 2 * excl;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        if ((m >> i) & 1u) {
+#if REDUCE
+                            sts_u16(slot, info + i + (((counted >> i) & 1u) << 11));
+#else
+                            sts_u16(slot, info + i);
+#endif
+                            slot += 2;
+                        }
+                    }
+                }
+                __syncwarp();
+                const u32 rot = vbase & 31u;
+                const u32 k_lane = (lane - rot) & 31u;  // this lane's symbol index in a round
+                const u32 below = (1u << k_lane) - 1u;
+                for (u32 r0 = 0; r0 < chunk_total; r0 += 32) {
+                    const u32 k = r0 + k_lane;
+                    const bool active = k < chunk_total;
+                    u32 s = 0;
+                    u32 entry = 0;
+                    if (active) {
+                        entry = lds_u16(s_ent + 2 * k);
+                        s = rans_symbol(x, s_sym, s_fc, ENTRY_CONTEXT(entry));
+                    }
+                    const u32 need = __ballot_sync(FULL, active && x < RANS_L);
+                    const u32 order = rotate_right(need, rot);  // bit k = symbol k of the round
+                    const u32 esc = __ballot_sync(FULL, active && s == ESCAPE_SYMBOL);
+                    u32 value = s + 1;
+                    const bool short_words = pos + (u32)__popc(need) > n_words;
+                    if (esc || short_words) {
+                        // Rare path, as decode_qem_blocks: escapes, or a stream that runs out.
+                        const u32 esc_order = rotate_right(esc, rot);
+                        const u32 escapes_left = n_escapes - e;
+                        bool has_escape = false;
+                        if (active && s == ESCAPE_SYMBOL) {
+                            const u32 rank = __popc(esc_order & below);
+                            if (rank < escapes_left) {
+                                value = load_le(escapes + (i64)(e + rank) * ELEM_SIZE);
+                                has_escape = true;
+                            }
+                        }
+                        const u32 low =
+                            rotate_right(__ballot_sync(FULL, has_escape && value < ESCAPE_MIN_VALUE), rot);
+                        const u32 k_word = short_words ? nth_set_bit(order, n_words - pos) : 32u;
+                        const u32 k_esc = (u32)__popc(esc) > escapes_left ? nth_set_bit(esc_order, escapes_left) : 32u;
+                        const u32 k_low = low ? (u32)(__ffs(low) - 1) : 32u;
+                        if (k_word < 32u || k_esc < 32u || k_low < 32u) {
+                            err = (k_word <= k_esc && k_word <= k_low) ? ERR_WORDS_EXHAUSTED
+                                  : (k_esc < k_low ? ERR_ESCAPES_EXHAUSTED : ERR_ESCAPE_VALUE);
+                            break;
+                        }
+                        e += __popc(esc);
+                    }
+                    if ((need >> lane) & 1u) x = (x << 16) | (u32)__ldg(words + pos + __popc(order & below));
+                    pos += __popc(need);
+#if REDUCE
+                    if (active && ENTRY_COUNTED(entry)) add_pixel(acc, value, 8 * j0 + (int)ENTRY_PIXEL(entry));
+#else
+                    if (active) sts_pix(s_pix + PIX_BYTES * ENTRY_PIXEL(entry), value);
+#endif
+                }
+                if (err) break;
+                __syncwarp();
+#if !REDUCE
+                {
+                    // This lane's 8 pixels (group jg), then zero them for the next chunk.
+                    u32 px[8];
+                    const saddr_t mine = s_pix + lane * (8 * PIX_BYTES);
+#if PIX_BYTES == 2
+                    const uint4 q = lds_v4(mine);
+                    sts_v4_zero(mine);
+                    px[0] = q.x & 0xffffu; px[1] = q.x >> 16;
+                    px[2] = q.y & 0xffffu; px[3] = q.y >> 16;
+                    px[4] = q.z & 0xffffu; px[5] = q.z >> 16;
+                    px[6] = q.w & 0xffffu; px[7] = q.w >> 16;
+#else
+                    const uint4 q0 = lds_v4(mine);
+                    const uint4 q1 = lds_v4(mine + 16);
+                    sts_v4_zero(mine);
+                    sts_v4_zero(mine + 16);
+                    px[0] = q0.x; px[1] = q0.y; px[2] = q0.z; px[3] = q0.w;
+                    px[4] = q1.x; px[5] = q1.y; px[6] = q1.z; px[7] = q1.w;
+#endif
+                    if (in_frame) store_group(row, jg, px);
+                }
+#endif
+                vbase += chunk_total;
+            }
+#if REDUCE
+            if (!err) flush_frame(acc, lane, frame0 + t, total_out, row_out, col_out);
+#endif
+        }
+        if (err) {
+            // An error left values in this warp's pixel buffer: zero it for the next block.
+#if !REDUCE
+            __syncwarp();
+            for (int i = lane; i < 256 * PIX_BYTES / 16; i += 32) sts_v4_zero(s_pix + 16 * i);
+            __syncwarp();
 #endif
         }
         if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;

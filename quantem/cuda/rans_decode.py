@@ -13,6 +13,7 @@ backends.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,12 @@ SOURCE_FILE = "rans_decode.cu"
 WARPS_PER_CTA = 16
 GROUP_PIXELS = 8
 SHARED_CLASSES_MAX = 16384  # class maps up to this many groups live in shared memory
+#: The kernels of ``rans_decode.cu`` (the same blocks, checks and status codes): ``v1`` the
+#: original one-warp-per-block decoder, ``v2`` its leaner phase B (see the file's notes).
+KERNEL_FUNCTIONS = {"v1": "decode_qem_blocks", "v2": "decode_qem_blocks_v2"}
+#: The kernel :class:`QemBlockDecoder` uses unless told otherwise; ``QUANTEM_RANS_KERNEL``
+#: (``v1`` or ``v2``) overrides it for a process.
+DEFAULT_KERNEL = "v2"
 
 
 @dataclass
@@ -80,6 +87,27 @@ def pack_mask_bits(mask: np.ndarray, n_groups: int) -> np.ndarray:
     return np.packbits(flat, bitorder="little")
 
 
+def selected_kernel(kernel: str | None = None) -> str:
+    """``kernel``, else ``QUANTEM_RANS_KERNEL``, else :data:`DEFAULT_KERNEL` (checked)."""
+    name = kernel or os.environ.get("QUANTEM_RANS_KERNEL") or DEFAULT_KERNEL
+    if name not in KERNEL_FUNCTIONS:
+        raise ValueError(
+            f"unknown rANS kernel {name!r}; expected one of {sorted(KERNEL_FUNCTIONS)}"
+        )
+    return name
+
+
+def shared_bytes(kernel: str, itemsize: int, n_groups: int, n_contexts: int) -> int:
+    """Dynamic shared memory of one thread block (the formulas in ``rans_decode.cu``)."""
+    tables = n_contexts * (4096 + 1024)
+    if kernel == "v1":
+        per_warp = 1536
+    else:
+        per_warp = 256 * (4 if itemsize == 4 else 2) + 512
+    classes = -(-n_groups // 16) * 16 if n_groups <= SHARED_CLASSES_MAX else 0
+    return tables + WARPS_PER_CTA * per_warp + classes
+
+
 def decoder_defines(
     itemsize: int, det: tuple[int, int], n_contexts: int, reduce: int
 ) -> dict[str, int]:
@@ -103,10 +131,15 @@ def decoder_defines(
 class QemBlockDecoder:
     """Compiled block kernels and device model tables for one open ``QemFile``."""
 
-    def __init__(self, qem: Any) -> None:
+    def __init__(
+        self, qem: Any, kernel: str | None = None, extra_defines: dict[str, int] | None = None
+    ) -> None:
         import cupy
 
         from quantem.cuda.module_loader import load_module
+
+        #: Which kernel of ``rans_decode.cu`` runs (``v1`` or ``v2``).
+        self.kernel = selected_kernel(kernel)
 
         header = qem.header
         self.path = qem.path
@@ -123,14 +156,14 @@ class QemBlockDecoder:
         self.sym = cupy.asarray(np.ascontiguousarray(model.slot_symbol, dtype=np.uint8))
         self.fc = cupy.asarray(np.ascontiguousarray(freq | (cum << 16), dtype=np.uint32))
         self.group_class = cupy.asarray(np.ascontiguousarray(model.group_class, dtype=np.uint8))
-        shared_classes = self.n_groups <= SHARED_CLASSES_MAX
-        self.shared_bytes = n_contexts * (4096 + 1024) + WARPS_PER_CTA * 1536
-        if shared_classes:
-            self.shared_bytes += -(-self.n_groups // 16) * 16
+        self.shared_bytes = shared_bytes(self.kernel, self.itemsize, self.n_groups, n_contexts)
         self._kernels = {}
         for reduce in (0, 1):
             defines = decoder_defines(self.itemsize, self.det, n_contexts, reduce)
-            kernel = load_module(SOURCE_FILE, defines).get_function("decode_qem_blocks")
+            # extra_defines (benchmarks only): e.g. V2_MIN_CTAS, compiled by NVRTC
+            defines.update(extra_defines or {})
+            module = load_module(SOURCE_FILE, defines)
+            kernel = module.get_function(KERNEL_FUNCTIONS[self.kernel])
             kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             self._kernels[reduce] = kernel
         attributes = cupy.cuda.Device().attributes
@@ -146,6 +179,11 @@ class QemBlockDecoder:
                 int(attributes.get("MaxThreadsPerMultiProcessor", 2048)) // threads,
             )
             self.ctas[reduce] = sms * max(1, per_sm)
+        #: Registers per thread of the dense (0) and fused (1) kernels, as compiled.
+        self.registers = {
+            reduce: int(getattr(kernel, "num_regs", 0) or 0)
+            for reduce, kernel in self._kernels.items()
+        }
         self.max_ctas = max(self.ctas.values())
         self.scratch_per_warp = self.block_frames * self.n_groups
         self.mask_scratch = cupy.empty(

@@ -104,10 +104,15 @@ class StageStats:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
+def plan_batches(
+    nbytes: np.ndarray, batch_bytes: int, max_items: int | None = None
+) -> list[tuple[int, int]]:
     """Split items of ``nbytes`` bytes (frames, blocks) into consecutive ``(start, stop)``
-    runs of at most ``batch_bytes``; a single item larger than that gets a run of its own.
+    runs of at most ``batch_bytes`` (and at most ``max_items`` items, when given); a single
+    item larger than that gets a run of its own.
     """
+    if max_items is not None and max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
     n = int(nbytes.size)
     if n == 0:
         return []
@@ -118,6 +123,8 @@ def plan_batches(nbytes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
     while start < n:
         stop = int(np.searchsorted(ends, base + batch_bytes, side="right"))
         stop = max(stop, start + 1)
+        if max_items is not None:
+            stop = min(stop, start + int(max_items))
         batches.append((start, stop))
         base = int(ends[stop - 1])
         start = stop

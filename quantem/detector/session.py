@@ -125,6 +125,7 @@ class _Prepared:
             raise DetectorError(f"acquisition {position}: {exc}") from None
         self._pattern_sum: np.ndarray | None = None
         self._disk: DiskEstimate | None = None
+        self._totals: Any = None
 
     # -- kernel dispatch -------------------------------------------------------------
     def call(self, name: str, *args: Any) -> Any:
@@ -175,8 +176,41 @@ class _Prepared:
         return user & self.validity
 
     def masked_sum(self, mask: np.ndarray) -> Any:
-        self.check_exact("a masked sum", int(np.count_nonzero(mask)))
+        n = int(np.count_nonzero(mask))
+        self.check_exact("a masked sum", n)
+        n_valid = int(np.count_nonzero(self.validity))
+        if self._use_complement(n, n_valid):
+            # Integer sums are exact: the mask's sum is each frame's total less the sum
+            # over the valid pixels outside the mask, which reads far fewer pixels.
+            totals = self.frame_totals()
+            complement = self.validity & ~mask
+            if not complement.any():
+                return totals.copy()
+            rest = self.check_result(
+                "masked_sum", self.call("masked_sum", complement), self.scan_shape
+            )
+            return totals - rest
         return self.check_result("masked_sum", self.call("masked_sum", mask), self.scan_shape)
+
+    def _use_complement(self, n_mask: int, n_valid: int) -> bool:
+        """Whether a masked sum is taken as total minus complement (docs/detector.md):
+        dense integer data only, when the complement is the smaller read, and, before the
+        frame totals are known, only for masks of at least 3/4 of the valid pixels (the
+        first such sum reads every pixel once for the totals, then the complement)."""
+        if self.acq.representation != "dense" or self.accumulator.kind != "u":
+            return False
+        if n_valid - n_mask >= n_mask:
+            return False
+        return self._totals is not None or 4 * n_mask >= 3 * n_valid
+
+    def frame_totals(self) -> Any:
+        """Each frame's exact sum over its valid pixels (cached; the CoM's denominator)."""
+        if self._totals is None:
+            self.check_exact("a masked sum", int(np.count_nonzero(self.validity)))
+            self._totals = self.check_result(
+                "masked_sum", self.call("masked_sum", self.validity), self.scan_shape
+            )
+        return self._totals
 
     def pattern_sum(self) -> np.ndarray:
         if self._pattern_sum is None:
@@ -205,6 +239,12 @@ class _Prepared:
             ("moments sum_c", sum_c),
         ):
             self.check_result(name, array, self.scan_shape)
+        if (
+            self._totals is None
+            and self.accumulator.kind == "u"
+            and np.array_equal(mask, self.validity)
+        ):
+            self._totals = total  # the frame totals, exact: kept for later masked sums
         return CenterOfMass(exact_ratio(sum_r, total), exact_ratio(sum_c, total))
 
     def frame(self, index: Any) -> Any:

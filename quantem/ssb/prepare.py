@@ -181,6 +181,7 @@ def prepare(
     memory_budget_bytes: int | None = None,
     scan_block_rows: int | None = None,
     rotation: RotationEstimate | None = None,
+    backend: str | None = None,
 ) -> Prepared:
     """Scan Fourier transform of the BF disk, restricted to the left sideband regions.
 
@@ -208,20 +209,32 @@ def prepare(
         :func:`~quantem.ssb.fit.fit_regions` shares among its regions); it overrides the
         calibration's ``rotation_deg`` and ``transpose``.
     memory_budget_bytes, scan_block_rows
-        Either one selects the CPU streaming mode: the 4D source is read in blocks of
+        Either one selects the streaming mode: the 4D source is read in blocks of
         scan rows and only the BF-disk pixels are kept (``n_scan * n_pixels`` floats
         beside ``G``), never the whole 4D array. ``memory_budget_bytes`` bounds what
         preparation holds (``G``, the disk pixels and the temporaries) and picks the block
         size; a budget below what ``G`` and the disk pixels need is refused with the
         figure. ``scan_block_rows`` fixes the block instead. For integer counts the result
         is bit-identical to the in-memory path (tested).
+    backend
+        Streaming mode: where the blocks are reduced and the result lives, ``"cpu"``
+        (default) or ``"cuda"`` (the current GPU: an ARINA source is decoded there, any
+        other source is read on the CPU and copied block by block; the memory budget is
+        then GPU memory). In memory it must name the data's own device.
     """
     streaming = memory_budget_bytes is not None or scan_block_rows is not None
+    if backend not in (None, "cpu", "cuda"):
+        raise ValueError(f"backend must be 'cpu' or 'cuda', not {backend!r}")
     if streaming:
-        rows = stream.open_scan_rows(data)
-        shape, source_dtype, xp = rows.shape, rows.dtype, np
+        rows = stream.open_scan_rows(data, backend or "cpu")
+        shape, source_dtype, xp = rows.shape, rows.dtype, rows.xp
     else:
         xp = array_module(data)
+        if backend is not None and (backend == "cpu") != (xp is np):
+            raise ValueError(
+                f"the data are on {'cpu' if xp is np else 'cuda'}, not {backend!r} (backend "
+                "picks the device of a streamed source)"
+            )
         if getattr(data, "ndim", None) != 4:
             raise ValueError(
                 f"SSB needs 4D data (scan_r, scan_c, det_r, det_c), got {getattr(data, 'shape', type(data))}"
@@ -344,9 +357,11 @@ def prepare(
 
     flat_pixels = pix_r * bin_c + pix_c
     per_pixel = n_scan * (detector_bin**2 * 4 + 16 + complex_dtype.itemsize * 2)
-    if streaming:
+    if streaming and (xp is np or memory_budget_bytes is not None):
         # The transform's copies per pixel: the intensities twice, the half spectrum, the
-        # kept spectrum and its gathers (the binning was done while reading).
+        # kept spectrum and its gathers (the binning was done while reading). On CUDA
+        # without a budget the in-memory path's blocks are kept, so that cuFFT and CuPy's
+        # reductions see the same shapes and give the same bits.
         per_pixel = n_scan * (2 * np.dtype(real_dtype).itemsize + 4 * complex_dtype.itemsize)
     memory: dict[str, Any] = {
         "mode": "in_memory",
@@ -392,7 +407,7 @@ def prepare(
     for start in range(0, n_pix, pixel_block):
         stop = min(start + pixel_block, n_pix)
         if streaming:
-            values = np.ascontiguousarray(intensities[:, start:stop])
+            values = xp.ascontiguousarray(intensities[:, start:stop])
         else:
             # Detector rows needed per block: bin whole row bands, then take the pixels.
             block_rows_det = pix_r[start:stop]
@@ -420,10 +435,10 @@ def prepare(
             ky_device[None, :],
             alpha_real,
         )
-    if streaming:
+    if streaming and (xp is np or memory_budget_bytes is not None):
         # Row blocks of the same per-row sums (numpy's reduction of each row depends on
         # the row alone), so no temporary of G's size.
-        energy = np.empty(len(keep), dtype=real_dtype)
+        energy = xp.empty(len(keep), dtype=real_dtype)
         for s in range(0, len(keep), freq_block):
             g = G[s : s + freq_block]
             energy[s : s + freq_block] = (g.real**2 + g.imag**2).sum(axis=1)
@@ -493,14 +508,15 @@ def _gather_disk_pixels(
     """
     r0, r1, c0, c1 = region
     scan_c = c1 - c0
+    xp = rows.xp
     row0, row1 = int(pix_r.min()), int(pix_r.max()) + 1
-    local = flat_pixels - row0 * bin_c
-    out = np.empty(((r1 - r0) * scan_c, len(flat_pixels)), dtype=real_dtype)
+    local = xp.asarray(flat_pixels - row0 * bin_c)
+    out = xp.empty(((r1 - r0) * scan_c, len(flat_pixels)), dtype=real_dtype)
     for row, block in stream.iter_row_blocks(rows, block_rows, region):
         n = len(block) * scan_c
         band = block[:, :, row0 * detector_bin : row1 * detector_bin, : bin_c * detector_bin]
         band = band.reshape(n, (row1 - row0) * detector_bin, bin_c * detector_bin)
-        binned = _bin_detector(band, detector_bin, np).reshape(n, -1)
+        binned = _bin_detector(band, detector_bin, xp).reshape(n, -1)
         out[row * scan_c : row * scan_c + n] = binned[:, local]
         del block, band, binned
     return out

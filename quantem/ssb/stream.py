@@ -1,7 +1,8 @@
 """Scan-row blocks of a 4D source, for preparing SSB without the whole 4D array in memory.
 
 The scan Fourier transform needs every scan position of a detector pixel, so what can be
-streamed is the step before it: reading the frames. :func:`quantem.ssb.prepare` in
+streamed is the step before it: reading the frames (on the CPU, or on a GPU with
+``backend="cuda"``: the blocks are CuPy arrays and everything kept lives on the device). :func:`quantem.ssb.prepare` in
 streaming mode reads the source one block of scan rows at a time and keeps only what SSB
 uses of each frame, the (binned) bright-field-disk pixels, as ``(n_scan, n_pixels)`` floats;
 the mean pattern (for the BF disk) and the centre of mass (for the DPC rotation estimate)
@@ -12,6 +13,11 @@ are reduced in the same way. A block source is anything :func:`open_scan_rows` a
 * a path to an ARINA master file or an open :class:`~quantem.io.arina.ArinaSource`: the
   rows are decoded on the CPU and finished as :func:`quantem.io.load` finishes them
   (invalid pixels read 0), so a streamed file gives the same numbers as a loaded one.
+
+With ``backend="cuda"`` an ARINA source is decoded on the GPU (the CUDA HDF5 pipeline of
+:mod:`quantem.cuda.hdf5_pipeline`, every chunk validated, invalid pixels set to 0 as
+``load(..., backend="cuda")`` sets them), and any other array-like is read on the CPU and
+copied block by block.
 
 Every reduction here is per frame or an exact integer sum, so for integer counts the
 streamed products equal the in-memory ones bit for bit.
@@ -37,6 +43,8 @@ class ScanRows:
     shape: tuple[int, int, int, int]
     dtype: np.dtype
     name: str
+    #: The array module of the blocks :meth:`read` returns (numpy, or cupy on a GPU).
+    xp: Any = np
 
     def read(self, r0: int, r1: int) -> np.ndarray:
         """Scan rows ``r0:r1``: a numpy array ``(r1 - r0, scan_c, det_r, det_c)``."""
@@ -88,18 +96,61 @@ class ArinaRows(ScanRows):
         return out
 
 
-def open_scan_rows(source: Any) -> ScanRows:
-    """A :class:`ScanRows` over ``source`` (see the module docstring)."""
+class CudaArinaRows(ArinaRows):
+    """Rows of an ARINA acquisition decoded on the current GPU (CuPy blocks), invalid
+    pixels set to 0."""
+
+    def __init__(self, source: Any) -> None:
+        import cupy
+
+        from quantem.io.transforms import LoadOptions
+
+        super().__init__(source)
+        self.xp = cupy
+        self._options = LoadOptions.parse("native", True, 1)
+        self._validity = cupy.asarray(np.asarray(self.source.validity, dtype=bool))
+
+    def read(self, r0: int, r1: int) -> Any:
+        from quantem.cuda.hdf5_pipeline import decode_source_to_device
+
+        scan_c = self.shape[1]
+        frames, _ = decode_source_to_device(self.source, frame_range=(r0 * scan_c, r1 * scan_c))
+        frames, _ = self._options.finish(frames, self._validity, self.xp, overwrite=True)
+        return frames.reshape(r1 - r0, scan_c, *self.shape[2:])
+
+
+class DeviceRows(ScanRows):
+    """Rows of a CPU :class:`ScanRows`, copied to the current GPU block by block."""
+
+    def __init__(self, rows: ScanRows) -> None:
+        import cupy
+
+        self.rows = rows
+        self.shape, self.dtype, self.name = rows.shape, rows.dtype, rows.name
+        self.xp = cupy
+
+    def read(self, r0: int, r1: int) -> Any:
+        return self.xp.asarray(self.rows.read(r0, r1))
+
+
+def open_scan_rows(source: Any, backend: str = "cpu") -> ScanRows:
+    """A :class:`ScanRows` over ``source`` (see the module docstring) whose blocks live on
+    ``backend`` (``"cpu"``: numpy; ``"cuda"``: CuPy on the current GPU)."""
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"backend must be 'cpu' or 'cuda', not {backend!r}")
     if isinstance(source, ScanRows):
+        if (source.xp is np) != (backend == "cpu"):
+            raise ValueError(f"these scan rows are read on the other device, not {backend!r}")
         return source
-    if isinstance(source, (str, os.PathLike, ArinaSource)):
-        return ArinaRows(source)
     if type(source).__module__.split(".")[0] == "cupy":
         raise ValueError(
-            "streaming scan blocks is a CPU path: CuPy data are already resident on the GPU "
-            "(call prepare without memory_budget_bytes / scan_block_rows)"
+            "CuPy data are already resident on the GPU: call prepare without "
+            "memory_budget_bytes / scan_block_rows"
         )
-    return ArrayRows(source)
+    if isinstance(source, (str, os.PathLike, ArinaSource)):
+        return CudaArinaRows(source) if backend == "cuda" else ArinaRows(source)
+    rows = ArrayRows(source)
+    return DeviceRows(rows) if backend == "cuda" else rows
 
 
 def iter_row_blocks(
@@ -112,7 +163,7 @@ def iter_row_blocks(
         stop = min(start + rows_per_block, r1)
         block = rows.read(start, stop)
         if not full_cols:
-            block = np.ascontiguousarray(block[:, c0:c1])
+            block = rows.xp.ascontiguousarray(block[:, c0:c1])
         yield start - r0, block
 
 
@@ -128,17 +179,22 @@ def mean_pattern(
     """
     r0, r1, c0, c1 = region
     integer = rows.dtype.kind in "ui"
-    total = np.zeros(rows.shape[2:], dtype=np.uint64 if integer else np.float64)
+    total = rows.xp.zeros(rows.shape[2:], dtype=np.uint64 if integer else np.float64)
     for _, block in iter_row_blocks(rows, rows_per_block, region):
         flat = block.reshape(-1, *block.shape[2:])
         total += flat.sum(axis=0, dtype=total.dtype)
+    if rows.xp is not np:
+        total = total.get()
     return total.astype(np.float64) / ((r1 - r0) * (c1 - c0))
 
 
 def center_of_mass(rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]) -> Any:
     """The exact per-frame CoM (detector px) over ``region``, with :mod:`quantem.detector`'s
-    moment kernel, block by block (a per-frame product: the same bits as in memory)."""
+    moment kernel, block by block (a per-frame product: the same bits as in memory); for
+    GPU rows, the CUDA kernels' per-frame CoM of each block (CuPy arrays)."""
     r0, r1, c0, c1 = region
+    if rows.xp is not np:
+        return _device_center_of_mass(rows, rows_per_block, region)
     valid = np.ones(rows.shape[2:], dtype=bool)
     accumulator = cpu_kernels.accumulator_dtype(rows.dtype)
     parts = [np.zeros((r1 - r0, c1 - c0), dtype=accumulator) for _ in range(3)]
@@ -149,9 +205,24 @@ def center_of_mass(rows: ScanRows, rows_per_block: int, region: tuple[int, int, 
     return CenterOfMass(exact_ratio(sum_r, total), exact_ratio(sum_c, total))
 
 
+def _device_center_of_mass(
+    rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]
+) -> CenterOfMass:
+    from quantem.ssb.rotation import center_of_mass as block_center_of_mass
+
+    r0, r1, c0, c1 = region
+    fields = [rows.xp.empty((r1 - r0, c1 - c0), dtype=np.float64) for _ in range(2)]
+    for row, block in iter_row_blocks(rows, rows_per_block, region):
+        for out, value in zip(fields, block_center_of_mass(block)):
+            out[row : row + len(block)] = value
+    return CenterOfMass(*fields)
+
+
 __all__ = [
     "ArinaRows",
     "ArrayRows",
+    "CudaArinaRows",
+    "DeviceRows",
     "ScanRows",
     "center_of_mass",
     "iter_row_blocks",

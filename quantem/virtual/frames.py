@@ -20,6 +20,7 @@ as :mod:`quantem.detector`, so invalid pixels never contribute.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -229,12 +230,15 @@ class _StreamFrames(Frames):
 class _CudaStreamFrames(_StreamFrames):
     """Products reduced batch by batch from an ARINA source decoded on the GPU.
 
-    Each batch of whole scan rows is decoded on the current device (the CUDA HDF5
-    pipeline of :mod:`quantem.cuda.hdf5_pipeline`, every chunk validated), narrowed to the
-    region and reduced with the CUDA detector kernels of a
-    :class:`~quantem.detector.session.DetectorSession`; the per-frame results land in
-    device arrays, so products equal those of the dense CUDA acquisition bit for bit
-    (they are per-frame exact integer reductions, or order-free exact sums).
+    One run of the CUDA HDF5 pipeline (:mod:`quantem.cuda.hdf5_pipeline`, every chunk
+    validated) per product decodes the region's scan rows in batches of at most
+    ``batch_frames`` frames and hands each batch to a ``consume`` hook on its compute
+    stream, so reading, copying and decoding overlap as in a load; the hook reduces the
+    batch with the CUDA detector kernels of a
+    :class:`~quantem.detector.session.DetectorSession` (the batch as a one-row scan) into
+    per-frame device arrays over the region's whole rows, narrowed to its columns at the
+    end. Products equal those of the dense CUDA acquisition bit for bit (per-frame exact
+    integer reductions, or order-free exact sums).
     """
 
     def __init__(self, source: Any, batch_frames: int, scan_region: Any) -> None:
@@ -243,58 +247,109 @@ class _CudaStreamFrames(_StreamFrames):
         require_backend("cuda")
         super().__init__(source, batch_frames, scan_region)
         self.backend = "cuda"
+        #: Pipeline runs so far, and the host seconds spent in their consume hooks.
+        self.pipeline_runs = 0
+        self.consume_seconds = 0.0
 
-    def _sessions(self):
-        """Yield ``(first region row, _SessionFrames of the batch on the GPU)``."""
-        import cupy
+    def _run(self, reduce: Any) -> None:
+        """Decode the region's rows once, calling ``reduce(start, stop, batch)`` per batch:
+        ``start``/``stop`` are frame offsets within those rows, ``batch`` a
+        :class:`_SessionFrames` of the batch's frames as a ``(1, n)`` scan."""
+        from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
 
-        from quantem.cuda.hdf5_pipeline import decode_source_to_device
-
-        (r0, r1), (c0, c1) = self.region
+        (r0, r1), _ = self.region
         scan_c = self.full_scan[1]
-        rows_per_batch = max(1, self.batch_frames // scan_c)
+        frame_bytes = int(np.prod(self.detector_shape)) * np.dtype(self.source.dtype).itemsize
         metadata = {
             "detector_shape": self.detector_shape,
             "dtype": np.dtype(self.source.dtype).name,
         }
-        for row in range(r0, r1, rows_per_batch):
-            stop_row = min(row + rows_per_batch, r1)
-            frames, _ = decode_source_to_device(
-                self.source, frame_range=(row * scan_c, stop_row * scan_c)
+
+        def consume(start: int, stop: int, frames: Any) -> None:
+            t0 = time.perf_counter()
+            n = stop - start
+            block = frames.reshape(1, n, *self.detector_shape)
+            batch_meta = dict(metadata, scan_shape=(1, n), n_frames=n)
+            reduce(
+                start, stop, _SessionFrames(Acquisition(block, batch_meta, self.validity, "cuda"))
             )
-            block = frames.reshape(stop_row - row, scan_c, *self.detector_shape)
-            block = cupy.ascontiguousarray(block[:, c0:c1])
-            batch_meta = dict(
-                metadata, scan_shape=block.shape[:2], n_frames=block.shape[0] * block.shape[1]
-            )
-            yield row - r0, _SessionFrames(Acquisition(block, batch_meta, self.validity, "cuda"))
+            self.consume_seconds += time.perf_counter() - t0
+
+        decode_source_to_device(
+            self.source,
+            consume=consume,
+            frame_range=(r0 * scan_c, r1 * scan_c),
+            # The frame count binds, not the compressed bytes (a chunk is at most about
+            # a frame); pinned staging is sized by the batches actually planned.
+            batch_bytes=max(DEFAULT_BATCH_BYTES, self.batch_frames * frame_bytes),
+            batch_frames=self.batch_frames,
+        )
+        self.pipeline_runs += 1
+
+    def _rows(self, flat: Any) -> Any:
+        """Per-frame values over the region's whole rows -> the region ``(rows, cols)``."""
+        (r0, r1), (c0, c1) = self.region
+        grid = flat.reshape(r1 - r0, self.full_scan[1], *flat.shape[1:])
+        if c0 == 0 and c1 == self.full_scan[1]:
+            return grid
+        return self.xp.ascontiguousarray(grid[:, c0:c1])
+
+    def _n_row_frames(self) -> int:
+        (r0, r1), _ = self.region
+        return (r1 - r0) * self.full_scan[1]
 
     def masked_sums(self, masks: Sequence[Any]) -> list[Any]:
-        outs = None
-        for row, batch in self._sessions():
+        outs: list[Any] = []
+
+        def reduce(start: int, stop: int, batch: _SessionFrames) -> None:
             parts = batch.masked_sums(masks)
-            if outs is None:
-                outs = [self.xp.empty(self.scan_shape, dtype=p.dtype) for p in parts]
+            if not outs:
+                outs.extend(self.xp.empty(self._n_row_frames(), dtype=p.dtype) for p in parts)
             for out, part in zip(outs, parts):
-                out[row : row + part.shape[0]] = part
-        return outs
+                out[start:stop] = part.reshape(-1)
+
+        self._run(reduce)
+        return [self._rows(out) for out in outs]
 
     def center_of_mass(self, mask: Any = None) -> CenterOfMass:
-        fields = None
-        for row, batch in self._sessions():
+        fields: list[Any] = []
+
+        def reduce(start: int, stop: int, batch: _SessionFrames) -> None:
             com = batch.center_of_mass(mask)
-            if fields is None:
-                fields = [self.xp.empty(self.scan_shape, dtype=f.dtype) for f in com]
+            if not fields:
+                fields.extend(self.xp.empty(self._n_row_frames(), dtype=f.dtype) for f in com)
             for out, part in zip(fields, com):
-                out[row : row + part.shape[0]] = part
-        return CenterOfMass(*fields)
+                out[start:stop] = part.reshape(-1)
+
+        self._run(reduce)
+        return CenterOfMass(*(self._rows(f) for f in fields))
 
     def pattern_sum(self) -> np.ndarray:
         if self._pattern is None:
-            total = None
-            for _, batch in self._sessions():
-                part = to_numpy(batch.pattern_sum())
-                total = part.copy() if total is None else total + part  # exact, order-free
+            _, (c0, c1) = self.region
+            scan_c = self.full_scan[1]
+            totals: list[Any] = []
+
+            def reduce(start: int, stop: int, batch: _SessionFrames) -> None:
+                # Only the region's columns count: the batch's frames at those columns.
+                cols = np.arange(start, stop) % scan_c
+                inside = np.nonzero((cols >= c0) & (cols < c1))[0]
+                if inside.size == 0:
+                    return
+                if inside.size != stop - start:
+                    frames = batch.acq.array[:, self.xp.asarray(inside)]
+                    meta = dict(
+                        batch.acq.metadata, scan_shape=(1, inside.size), n_frames=inside.size
+                    )
+                    batch = _SessionFrames(Acquisition(frames, meta, self.validity, "cuda"))
+                part = to_numpy(batch.pattern_sum())  # host, exact
+                if totals:
+                    totals[0] += part  # exact, order-free
+                else:
+                    totals.append(np.array(part, copy=True))
+
+            self._run(reduce)
+            total = totals[0]
             total[~self.validity] = 0
             self._pattern = total
         return self._pattern
@@ -302,11 +357,17 @@ class _CudaStreamFrames(_StreamFrames):
     def pixel_stack(self, rows: np.ndarray, cols: np.ndarray) -> Any:
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
-        stack = self.xp.empty((rows.size, *self.scan_shape), dtype=self.xp.float64)
-        for row, batch in self._sessions():
-            part = batch.pixel_stack(rows, cols)
-            stack[:, row : row + part.shape[1]] = part
-        return stack
+        stack = self.xp.empty((rows.size, self._n_row_frames()), dtype=self.xp.float64)
+
+        def reduce(start: int, stop: int, batch: _SessionFrames) -> None:
+            stack[:, start:stop] = batch.pixel_stack(rows, cols).reshape(rows.size, -1)
+
+        self._run(reduce)
+        (r0, r1), (c0, c1) = self.region
+        grid = stack.reshape(rows.size, r1 - r0, self.full_scan[1])
+        if c0 == 0 and c1 == self.full_scan[1]:
+            return grid
+        return self.xp.ascontiguousarray(grid[:, :, c0:c1])
 
 
 def _region_acquisition(acq: Acquisition, scan_region: Any) -> Acquisition:

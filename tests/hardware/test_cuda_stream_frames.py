@@ -76,6 +76,22 @@ def test_streamed_products_on_cuda_equal_dense_bit_for_bit(master, batch_frames)
     np.testing.assert_array_equal(
         region.pixel_stack(rows, cols).get(), dense.pixel_stack(rows, cols).get()[:, 1:5, 2:8]
     )
+    dense_region = open_frames(dense_on_gpu(), scan_region=(1, 5, 2, 8))
+    np.testing.assert_array_equal(region.pattern_sum(), to_numpy(dense_region.pattern_sum()))
+    for g, w in zip(region.center_of_mass(mask), dense_region.center_of_mass(mask)):
+        np.testing.assert_array_equal(g.get(), w.get())
+
+
+def test_each_streamed_product_is_one_pipeline_run(master):
+    """The batches go through the pipeline's consume hook: one decode run per product,
+    however many batches (31 frames a batch: 3 runs of 70 frames, not 3 x 3 batches)."""
+    stream = open_frames(master, batch_frames=31, backend="cuda")
+    mask = np.ones(DETECTOR, dtype=bool)
+    stream.masked_sums([mask, ~mask])
+    assert stream.pipeline_runs == 1
+    stream.center_of_mass()
+    stream.pixel_stack(np.array([1]), np.array([1]))
+    assert stream.pipeline_runs == 3
 
 
 def test_streamed_cpu_and_cuda_products_are_identical(master):
