@@ -293,10 +293,14 @@ def test_a_record_tampered_with_on_the_server_fails_the_render(
 def test_a_first_render_with_pages_in_workers_equals_one_without(
     server, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first render starts the record pages in worker processes as soon as the records
-    are in DIR, while the index is still being copied (forked beside an open server
-    transaction); the folder is the one pages written in the render's own process give,
-    and the snapshot holds exactly the server's index rows."""
+    """A first render hands record pages to worker processes while the records are
+    still being exported (forked beside an open server transaction), each once its
+    record and the baseline its index row names are in DIR; a page whose baseline comes
+    later in the export waits for it, one whose record's bytes declare another baseline
+    than its index row is deferred by the worker and written at the end, as is one
+    whose baseline is not on the server. The folder is the one pages written in the
+    render's own process after the copy give, and the snapshot holds exactly the
+    server's index rows."""
     from sqlalchemy import create_engine, select
 
     import harness.history.snapshot as snapshot
@@ -305,43 +309,73 @@ def test_a_first_render_with_pages_in_workers_equals_one_without(
 
     url, reports = server
     late = _report(reports, 9, backend="cuda")
+    after_it = _report(reports, 8, backend="cuda")  # registered after the one declaring it
+
+    def declaring(seed: int, baseline: Path | bytes) -> Path:
+        data = baseline if isinstance(baseline, bytes) else baseline.read_bytes()
+        return _report(
+            reports,
+            seed,
+            slowdown=1.4,
+            baseline={"sha256": sha256_bytes(data), "path": None, "regression_percent": 20.0},
+        )
+
     _register(url, late, *(_report(reports, seed) for seed in range(4)))
-    declares = _report(
-        reports,
-        5,
-        slowdown=1.4,
-        baseline={"sha256": sha256_bytes(late.read_bytes()), "path": None,
-                  "regression_percent": 20.0},
-    )  # fmt: skip
-    _register(url, declares)
+    _register(url, declaring(5, late), declaring(6, after_it), after_it)
+    _register(url, declaring(7, b"never registered"))  # its baseline is not on the server
+    mislabelled = declaring(10, late)
+    _register(url, mislabelled)
+    # the index row of one record no longer names the baseline its bytes declare
+    _superuser(
+        url,
+        "UPDATE records SET baseline_sha256 = NULL WHERE sha256 = "
+        f"'{sha256_bytes(mislabelled.read_bytes())}'",
+    )
     monkeypatch.setattr(record_pages, "PARALLEL_PAGES", 10**9)
     alone = tmp_path / "alone"
     _render(url, alone, tmp_path, capsys)
 
     events = []
-    copy_rows, start_pages = snapshot._copy_rows, record_pages.start_record_pages
+    copy_rows, submit, gather = (
+        snapshot._copy_rows, record_pages.RecordPages._submit, record_pages.RecordPages._gather
+    )  # fmt: skip
 
     def copying(connection, target, model, where=None):
         events.append(model.__tablename__)
         return copy_rows(connection, target, model, where)
 
-    def starting(*args, **kwargs):
-        events.append("pages")
-        return start_pages(*args, **kwargs)
+    def submitting(self, chunk):
+        events.append(("pages", [row[2:] for row in chunk]))
+        return submit(self, chunk)
+
+    def gathering(self):
+        written, deferred = gather(self)
+        events.append(("deferred", len(deferred)))
+        return written, deferred
 
     monkeypatch.setattr(snapshot, "_copy_rows", copying)
-    monkeypatch.setattr(record_pages, "start_record_pages", starting)
+    monkeypatch.setattr(snapshot, "_RECORDS_BATCH", 1)
+    monkeypatch.setattr(record_pages.RecordPages, "_submit", submitting)
+    monkeypatch.setattr(record_pages.RecordPages, "_gather", gathering)
     monkeypatch.setattr(record_pages, "PARALLEL_PAGES", 1)
-    monkeypatch.setattr(record_pages, "PAGES_PER_TASK", 2)
+    monkeypatch.setattr(record_pages, "PAGES_PER_TASK", 1)
     monkeypatch.setattr(record_pages, "render_processes", lambda: 2)
     workers = tmp_path / "workers"
     stdout, _ = _render(url, workers, tmp_path, capsys)
     assert "rendered every record" in stdout
-    assert events == ["index_meta", "records", "pages", "trials", "summaries"]
+    tables = [event for event in events if isinstance(event, str)]
+    assert tables == ["index_meta", "records", "trials", "summaries"]
+    assert isinstance(events[0], tuple) and events[0][0] == "pages"  # during the export
+    handed = [row for event in events[: events.index("index_meta")] if event[0] == "pages"
+              for row in event[1]]  # fmt: skip
+    # 10 pages by the end of the export: 9 provisional ones, the one whose baseline is
+    # not on the server as it is
+    assert len(handed) == 10 and handed.count(()) == 1
+    assert ("deferred", 1) in events  # the mislabelled record's page
     held, whole = _files(workers), _files(alone)
     assert sorted(held) == sorted(whole)
     assert [name for name in whole if held[name] != whole[name]] == []
-    assert len([name for name in held if name.startswith("dashboard/records/")]) == 6
+    assert len([name for name in held if name.startswith("dashboard/records/")]) == 10
 
     engine = create_engine(url)
     local = sqlite3.connect(snapshot_path(workers))

@@ -106,7 +106,8 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
         update_snapshot,
     )
     from harness.render import RenderTargets, render_all
-    from harness.render.record_pages import start_record_pages
+    from harness.render.key_trials import KeyTrialsFromRows
+    from harness.render.record_pages import PagesDuringCopy
     from harness.render.timings import TimingsFromRows
     from harness.render.update import render_increment
 
@@ -143,34 +144,32 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     print(f"note: {out}: rendering everything again: {update.reason}",
                           file=sys.stderr)  # fmt: skip
 
-                def start_pages() -> None:
-                    # every record file is in place: the pages are written by worker
-                    # processes while the index is copied and the keys are drawn
-                    nonlocal pages
-                    engine = open_index(index_path, create=False)
-                    try:
-                        with engine.connect() as connection:
-                            pages = start_record_pages(
-                                connection, layout, RenderTargets(layout.root), None, rewrite=True
-                            )
-                    finally:
-                        engine.dispose()
-                        forget_index(index_path)
-
-                # timings.csv is written from the trial rows as they are copied
+                # timings.csv is written, and the key pages' trials are gathered, from
+                # the index rows as they are copied (not read back out of the snapshot)
                 timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+                key_trials = KeyTrialsFromRows()
+
+                def rows_copied(table: str, batch: list) -> None:
+                    timings.rows(table, batch)
+                    key_trials.rows(table, batch)
+
+                # the record pages are written by worker processes from the moment their
+                # records are in DIR, while the rest is copied and the keys are drawn
+                during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
                 try:
                     take_snapshot(
                         store,
                         out,
                         prune=rendered_before,
-                        records_ready=start_pages,
-                        rows_copied=timings.rows,
+                        record_files=during_copy,
+                        rows_copied=rows_copied,
                     )
                     timings_size = timings.finish()
                 except BaseException:
                     timings.abort()
                     raise
+                finally:
+                    pages = during_copy.pages
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
@@ -186,6 +185,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
                     repository=repository,
                     record_pages=pages,
                     timings_csv_size=timings_size,
+                    key_trials=key_trials.frame,
                 )
                 done = "rendered every record"
             else:

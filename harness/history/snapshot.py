@@ -31,10 +31,11 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import Connection, func, select, text
 
@@ -234,6 +235,20 @@ def _server_rows(
 RowsCopied = Callable[[str, list], None]
 
 
+class RecordFiles(Protocol):
+    """What a render does while the records are copied into the folder (its record
+    pages: :class:`harness.render.record_pages.PagesDuringCopy`)."""
+
+    def begin(self, connection: Connection) -> None:
+        """Before the first record, in the snapshot's read transaction on the server."""
+
+    def placed(self, sha256s: Iterable[str]) -> None:
+        """These records' files are in place with the server's bytes (hash-checked)."""
+
+    def done(self) -> None:
+        """Every record file is in place (and, with ``prune``, no other is left)."""
+
+
 class _Tee:
     """A snapshot connection for :func:`_copy_rows` that also hands each batch of a
     table's rows to ``rows_copied`` once it is inserted."""
@@ -347,7 +362,7 @@ def take_snapshot(
     folder: Path,
     *,
     prune: bool = False,
-    records_ready: Callable[[], None] | None = None,
+    record_files: RecordFiles | None = None,
     rows_copied: RowsCopied | None = None,
 ) -> SnapshotSource:
     """Copy the server's records, journal and index into ``folder`` (the index into a new
@@ -356,9 +371,8 @@ def take_snapshot(
     (the folder was rendered from a server before) record files the server does not
     hold are removed, so the folder mirrors the server.
 
-    ``records_ready`` is called once every record file is in place and the snapshot's
-    records table is committed (its trials and summaries not yet): the render starts
-    writing record pages then, beside the rest of the copy. ``rows_copied`` sees every
+    ``record_files`` hears of the record files as each batch is in place (the render
+    writes record pages beside the rest of the copy from then on). ``rows_copied`` sees every
     batch of index rows copied (index_meta, records, trials, summaries, in that order,
     each in primary-key order)."""
     layout = HistoryLayout.at(folder)
@@ -372,11 +386,15 @@ def take_snapshot(
     with _server_snapshot(store, "reading the history to render") as connection:
         stored = set()
         made: set[Path] = set()
+        if record_files is not None:
+            record_files.begin(connection)
         query = select(records_table.c.sha256, records_table.c.data)
         for rows in _server_rows(
             connection, query, "snapshot_records", binary=True, batch=_RECORDS_BATCH
         ):
+            placed = []
             for sha256, data in rows:
+                placed.append(sha256)
                 stored.add(sha256)
                 data = _checked(sha256, bytes(data), where)
                 path = layout.record_path(sha256)
@@ -386,10 +404,14 @@ def take_snapshot(
                 except FileNotFoundError:
                     pass
                 _write_record(layout, sha256, data, made)
+            if record_files is not None:
+                record_files.placed(placed)
         if prune:
             for path in list(layout.iter_record_files()):
                 if sha256_of_record_name(path) not in stored:
                     path.unlink()
+        if record_files is not None:
+            record_files.done()
         lines = connection.execute(
             select(journal_table.c.line).order_by(journal_table.c.seq)
         ).scalars()
@@ -410,13 +432,7 @@ def take_snapshot(
                     return target
                 return _Tee(target, model.__tablename__, rows_copied)
 
-            for model in (IndexMetaRow, RecordRow):
-                _copy_rows(connection, into(model), model)
-            if records_ready is not None:
-                # without its source the snapshot reads as unfinished until the end
-                target.commit()
-                records_ready()
-            for model in (TrialRow, SummaryRow):
+            for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
                 _copy_rows(connection, into(model), model)
             _write_source(target, source)
             target.commit()

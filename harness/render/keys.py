@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, select
 
 from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
+from harness.render.key_trials import TRIAL_FRAME_COLUMNS
 from harness.render.pages import format_seconds, script_json
 from harness.render.targets import RenderTargets, write_atomic
 
@@ -191,10 +192,42 @@ def _frame(connection: Connection, query: Select, columns: list[str]) -> Any:
     return pd.DataFrame(cursor.fetchall(), columns=columns)
 
 
+def _key_trials(connection: Connection, key: str) -> Any:
+    """A key's trials from the index, as a frame of ``TRIAL_FRAME_COLUMNS``."""
+    return _frame(
+        connection,
+        (
+            select(
+                TrialRow.record_seq,
+                TrialRow.acquisition,
+                TrialRow.format,
+                TrialRow.cache_state,
+                TrialRow.seconds,
+                TrialRow.kept,
+                TrialRow.label,
+                TrialRow.trial_index,
+            )
+            .join(RecordRow, RecordRow.seq == TrialRow.record_seq)
+            .where(RecordRow.comparison_key == key)
+        ),
+        list(TRIAL_FRAME_COLUMNS),
+    )
+
+
 def collect_key_data(
-    connection: Connection, key: str, *, positions: dict[str, int] | None = None
+    connection: Connection,
+    key: str,
+    *,
+    positions: dict[str, int] | None = None,
+    trials: Any = None,
 ) -> dict[str, Any]:
-    """Everything a key page draws, as plain lists (embedded in the page as JSON)."""
+    """Everything a key page draws, as plain lists (embedded in the page as JSON).
+
+    ``trials``: the key's trials as a frame of
+    :data:`~harness.render.key_trials.TRIAL_FRAME_COLUMNS`, when the caller holds them
+    already (:class:`~harness.render.key_trials.KeyTrialsFromRows`); else they are read
+    from the index.
+    """
     import pandas as pd
 
     records = _ordered_records(connection, key, positions or {})
@@ -216,33 +249,8 @@ def collect_key_data(
         ),
         ["seq", "acquisition", "format", "cache_state", "median", "n", "n_kept"],
     )
-    trials = _frame(
-        connection,
-        (
-            select(
-                TrialRow.record_seq,
-                TrialRow.acquisition,
-                TrialRow.format,
-                TrialRow.cache_state,
-                TrialRow.seconds,
-                TrialRow.kept,
-                TrialRow.label,
-                TrialRow.trial_index,
-            )
-            .join(RecordRow, RecordRow.seq == TrialRow.record_seq)
-            .where(RecordRow.comparison_key == key)
-        ),
-        [
-            "seq",
-            "acquisition",
-            "format",
-            "cache_state",
-            "seconds",
-            "kept",
-            "label",
-            "trial",
-        ],
-    )
+    if trials is None:
+        trials = _key_trials(connection, key)
     cell = ["seq", "acquisition", "format", "cache_state"]
     kept = trials[trials["kept"].astype(bool)]
     bands = (

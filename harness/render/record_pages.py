@@ -16,9 +16,11 @@ import os
 import shutil
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, select
 
 from harness.errors import HarnessError
@@ -62,20 +64,62 @@ class RecordPageError(HarnessError):
     """Writing record pages failed in a worker process; the message is the worker's error."""
 
 
+#: Maps every digit to ``0``: a run of :data:`_LONG_RUN` in the mapped bytes is a run of
+#: 19 or more digits in the record.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+_ZERO, _POINT = ord("0"), ord(".")
+
+
+def _may_hold_a_long_integer(data: bytes) -> bool:
+    """Whether ``data`` has a run of 19 or more digits that is not a fraction's (after a
+    ``.``): an integer orjson might not read as ``json`` does, or digits in a string."""
+    mapped = data.translate(_DIGITS_TO_ZERO)
+    at = mapped.find(_LONG_RUN)
+    while at != -1:
+        start = at
+        while start and mapped[start - 1] == _ZERO:
+            start -= 1
+        if start == 0 or mapped[start - 1] != _POINT:
+            return True
+        end = at + len(_LONG_RUN)
+        while end < len(mapped) and mapped[end] == _ZERO:
+            end += 1
+        at = mapped.find(_LONG_RUN, end)
+    return False
+
+
+def _decode_json(data: bytes) -> Any:
+    """``json.loads(data)``, through orjson where that gives the same values: orjson reads
+    an integer beyond 64 bits as a float (-9223372036854775809 has 19 digits), so bytes
+    with a run of 19 digits that is not a fraction's go to ``json``
+    (:func:`_may_hold_a_long_integer`), as do bytes orjson refuses (NaN, an out-of-range
+    float, a lone surrogate), for ``json``'s own result or error. Floats are the same
+    doubles (both round correctly); the key order too. At 100,000 record pages: 0.07-0.09
+    against 0.15-0.18 ms a record, the check included (``docs/performance/results.md``,
+    "render8")."""
+    if not _may_hold_a_long_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
 def read_record_doc(path: Path) -> dict[str, Any]:
     """A registered record's document, migrated in memory.
 
     The record passed the strict parser (no duplicate keys, no NaN) and the schema when it
     was registered, and ``history verify`` checks its bytes against its name, so it is
-    read here with the C JSON decoder: the strict one's Python hook per object took a
-    third of a record page. Bytes that do not decode go through the strict parser for
-    its message naming the file.
+    read here with a C JSON decoder (:func:`_decode_json`): the strict one's Python hook
+    per object took a third of a record page. Bytes that do not decode go through the
+    strict parser for its message naming the file.
     """
     from harness.report import migrate_report, parse_report_json, schema_version_of
 
     data = path.read_bytes()
     try:
-        doc = json.loads(data)
+        doc = _decode_json(data)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError
         doc = None
     if not isinstance(doc, dict):
@@ -144,10 +188,15 @@ class RecordPageBuilder:
             "handled": HANDLED_SECTIONS,
         }
 
-    def build(self, sha256: str, comparison_key: str) -> bytes:
+    def build(self, sha256: str, comparison_key: str, placed: str | None = None) -> bytes | None:
+        """The page's bytes; with ``placed`` (a page written while the records are still
+        being copied), None when the record declares a baseline other than ``placed`` (the
+        baseline whose file is known to be in place: "" for none), to be built later."""
         relative = record_relpath(sha256)
         path = Path(self._root, relative)
         doc = read_record_doc(path)
+        if placed is not None and ((doc.get("baseline") or {}).get("sha256") or "") != placed:
+            return None
         trials = sorted(
             doc["trials"],
             key=lambda t: (
@@ -171,7 +220,9 @@ def build_record_page(
     layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
 ) -> bytes:
     """One record's page (a :class:`RecordPageBuilder` for many)."""
-    return RecordPageBuilder(layout, targets).build(sha256, comparison_key)
+    page = RecordPageBuilder(layout, targets).build(sha256, comparison_key)
+    assert page is not None
+    return page
 
 
 def _write_new(page: Path, data: bytes) -> None:
@@ -183,58 +234,80 @@ def _write_new(page: Path, data: bytes) -> None:
         raise FileWriteError(page, f"rendering {page.name}", exc) from exc
 
 
+#: A row of pages to write: (sha256, comparison key), or while the records are still
+#: being copied (sha256, comparison key, the baseline known to be in place: "" for none).
+PageRow = tuple[str, str] | tuple[str, str, str]
+
+
 def _write_pages(
     layout: HistoryLayout,
     targets: RenderTargets,
-    rows: Sequence[tuple[str, str]],
+    rows: Sequence[PageRow],
     mode: str,
     folder: Path | None = None,
-) -> int:
-    """Write the pages of ``rows`` (sha256, comparison key); return how many were written.
+) -> tuple[int, list[tuple[str, str]]]:
+    """Write the pages of ``rows``; return how many were written, and the rows deferred
+    (a page whose record declares a baseline not yet in place, :meth:`RecordPageBuilder.build`).
 
     ``mode`` is ``"missing"`` (only pages that do not exist), ``"rewrite"`` (every page
     whose bytes differ from what is there, atomically) or ``"new"`` (every page, straight
     into ``folder``, a fresh folder moved into place afterwards).
     """
     written = 0
+    deferred: list[tuple[str, str]] = []
     builder = RecordPageBuilder(layout, targets)
-    if mode == "new":
-        assert folder is not None
-        # pages link ../keys/ and the record's JSON relative to the final folder
-        for sha256, key in rows:
-            _write_new(folder / record_page_name(sha256), builder.build(sha256, key))
-        return len(rows)
-    for sha256, key in rows:
-        page = targets.record_page(sha256)
-        if mode == "missing" and page.exists():
+    for sha256, key, *placed in rows:
+        if mode == "new":
+            assert folder is not None
+            # pages link ../keys/ and the record's JSON relative to the final folder
+            page = folder / record_page_name(sha256)
+        else:
+            page = targets.record_page(sha256)
+            if mode == "missing" and page.exists():
+                continue
+        data = builder.build(sha256, key, *placed)
+        if data is None:
+            deferred.append((sha256, key))
             continue
-        data = builder.build(sha256, key)
-        if mode == "rewrite":
-            try:
-                if page.read_bytes() == data:
-                    continue  # unchanged: replacing it would only cost an unlink
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise FileWriteError(page, f"reading {page.name}", exc) from exc
-        write_atomic(page, data)
+        if mode == "new":
+            _write_new(page, data)
+        else:
+            if mode == "rewrite":
+                try:
+                    if page.read_bytes() == data:
+                        continue  # unchanged: replacing it would only cost an unlink
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise FileWriteError(page, f"reading {page.name}", exc) from exc
+            write_atomic(page, data)
         written += 1
-    return written
+    return written, deferred
+
+
+@dataclass(frozen=True)
+class _TaskResult:
+    """A worker's share done: pages written and rows deferred, or a harness error as its
+    message and exit code (its class need not survive pickling)."""
+
+    written: int = 0
+    deferred: tuple[tuple[str, str], ...] = ()
+    error: str | None = None
+    exit_code: int = 0
 
 
 def _pages_task(
     layout: HistoryLayout,
     targets: RenderTargets,
-    rows: Sequence[tuple[str, str]],
+    rows: Sequence[PageRow],
     mode: str,
     folder: Path | None,
-) -> int | tuple[str, int]:
-    """A worker's share; a harness error comes back as (message, exit code) because its
-    class need not survive pickling."""
+) -> _TaskResult:
     try:
-        return _write_pages(layout, targets, rows, mode, folder)
+        written, deferred = _write_pages(layout, targets, rows, mode, folder)
     except HarnessError as exc:
-        return (str(exc), exc.exit_code)
+        return _TaskResult(error=str(exc), exit_code=exc.exit_code)
+    return _TaskResult(written, tuple(deferred))
 
 
 def _lower_priority() -> None:
@@ -255,9 +328,12 @@ def render_processes() -> int:
 class RecordPages:
     """The writing of many record pages, started before other work and finished after it.
 
-    :func:`start_record_pages` makes one; :meth:`finish` waits for the workers, moves a
-    freshly built folder into place and returns how many pages were written; :meth:`close`
-    (always, e.g. in ``finally``) stops workers that are still running after an error.
+    :func:`start_record_pages` makes one with every row; :class:`PagesDuringCopy` makes
+    one with none (``total``: how many will come) and :meth:`add`\\ s rows as their
+    records are copied. :meth:`finish` waits for the workers, writes what was deferred,
+    moves a freshly built folder into place and returns how many pages were written;
+    :meth:`close` (always, e.g. in ``finally``) stops workers that are still running
+    after an error.
     """
 
     def __init__(
@@ -267,10 +343,13 @@ class RecordPages:
         rows: list[tuple[str, str]],
         mode: str,
         processes: int,
+        *,
+        total: int | None = None,
     ) -> None:
         self._layout = layout
         self._targets = targets
-        self._rows = rows
+        self._rows: list[PageRow] = []  # written in this process by finish()
+        self._pending: list[PageRow] = []  # not yet handed to a worker
         self._mode = mode
         self._folder = targets.record_page("x").parent
         self._fresh = self._folder.with_name(f".{self._folder.name}.new")
@@ -282,7 +361,7 @@ class RecordPages:
                 self._fresh.mkdir(parents=True)
             except OSError as exc:
                 raise FileWriteError(self._fresh, "rendering record pages", exc) from exc
-        if processes > 1 and len(rows) >= PARALLEL_PAGES:
+        if processes > 1 and (len(rows) if total is None else total) >= PARALLEL_PAGES:
             methods = multiprocessing.get_all_start_methods()
             # fork: workers start at once with everything imported; they use no inherited
             # connection or lock, only read records and write pages
@@ -290,31 +369,61 @@ class RecordPages:
             self._executor = ProcessPoolExecutor(
                 max_workers=processes, mp_context=context, initializer=_lower_priority
             )
-            folder = self._fresh if mode == "new" else None
-            for first in range(0, len(rows), PAGES_PER_TASK):
-                chunk = rows[first : first + PAGES_PER_TASK]
-                self._futures.append(
-                    self._executor.submit(_pages_task, layout, targets, chunk, mode, folder)
-                )
+        self.add(rows)
+
+    def add(self, rows: Sequence[PageRow]) -> None:
+        """Pages to write: in a worker as soon as a task's worth is gathered, or in
+        this process at :meth:`finish` (few pages, or no workers)."""
+        if self._executor is None:
+            # written at the end, every record in place: nothing provisional
+            self._rows.extend((row[0], row[1]) for row in rows)
+            return
+        self._pending.extend(rows)
+        while len(self._pending) >= PAGES_PER_TASK:
+            self._submit(self._pending[:PAGES_PER_TASK])
+            del self._pending[:PAGES_PER_TASK]
+
+    def _submit(self, chunk: list[PageRow]) -> None:
+        assert self._executor is not None
+        folder = self._fresh if self._mode == "new" else None
+        self._futures.append(
+            self._executor.submit(
+                _pages_task, self._layout, self._targets, chunk, self._mode, folder
+            )
+        )
+
+    def _gather(self) -> tuple[int, list[tuple[str, str]]]:
+        written, deferred = 0, []
+        futures, self._futures = self._futures, []
+        for future in futures:
+            result = future.result()
+            if result.error is not None:
+                error = RecordPageError(result.error)
+                error.exit_code = result.exit_code
+                raise error
+            written += result.written
+            deferred.extend(result.deferred)
+        return written, deferred
 
     def finish(self) -> int:
+        folder = self._fresh if self._mode == "new" else None
         if self._executor is None:
-            written = _write_pages(
-                self._layout,
-                self._targets,
-                self._rows,
-                self._mode,
-                self._fresh if self._mode == "new" else None,
+            written, deferred = _write_pages(
+                self._layout, self._targets, self._rows, self._mode, folder
             )
+            assert not deferred  # rows written here are never provisional
         else:
-            written = 0
-            for future in self._futures:
-                result = future.result()
-                if isinstance(result, tuple):
-                    error = RecordPageError(result[0])
-                    error.exit_code = result[1]
-                    raise error
-                written += result
+            if self._pending:
+                self._submit(self._pending)
+                self._pending = []
+            written, deferred = self._gather()
+            # pages whose record's baseline came after it in the copy: every record is
+            # in place now
+            for first in range(0, len(deferred), PAGES_PER_TASK):
+                self._submit(deferred[first : first + PAGES_PER_TASK])
+            more, again = self._gather()
+            assert not again
+            written += more
         if self._mode == "new":
             try:
                 os.replace(self._fresh, self._folder)
@@ -328,6 +437,72 @@ class RecordPages:
             self._executor = None
         if self._mode == "new":
             shutil.rmtree(self._fresh, ignore_errors=True)
+
+
+class PagesDuringCopy:
+    """Every record page of a server render, started while the server's records are
+    being copied into the folder (the ``record_files`` hook of
+    :func:`harness.history.snapshot.take_snapshot`), not after the copy: on two cores
+    the export (17-22 s at 100,000 records) used to run with no page worker beside it
+    (``docs/performance/results.md``, "render8").
+
+    The pages are those of the server's index rows (read in the snapshot's transaction:
+    the rows the snapshot's records table receives). A page is handed to a worker once
+    its record file is in place and so is the baseline its index row names, if any; a
+    record whose own bytes declare another baseline than its row says is deferred by
+    the worker (:meth:`RecordPageBuilder.build`) and written at the end, as are the pages
+    whose baseline never came, once every record is in place (as a page written after
+    the copy sees the folder). :attr:`pages` is the :class:`RecordPages`, for
+    ``render_all``; None until :meth:`begin`.
+    """
+
+    def __init__(
+        self, layout: HistoryLayout, targets: RenderTargets, processes: int | None = None
+    ) -> None:
+        self._layout, self._targets = layout, targets
+        self._processes = render_processes() if processes is None else processes
+        self._waiting: dict[str, list[tuple[str, str | None]]] = {}  # sha -> (key, baseline)
+        self._on_baseline: dict[str, list[tuple[str, str]]] = {}  # baseline -> (sha, key)
+        self._placed: set[str] = set()
+        self.pages: RecordPages | None = None
+
+    def begin(self, connection: Connection) -> None:
+        rows = connection.execute(
+            select(RecordRow.sha256, RecordRow.comparison_key, RecordRow.baseline_sha256)
+            .order_by(RecordRow.seq)
+        ).all()  # fmt: skip
+        for sha256, key, baseline in rows:
+            self._waiting.setdefault(sha256, []).append((key, baseline))
+        mode = "rewrite" if self._targets.record_page("x").parent.exists() else "new"
+        self.pages = RecordPages(
+            self._layout, self._targets, [], mode, self._processes, total=len(rows)
+        )
+
+    def placed(self, sha256s: Iterable[str]) -> None:
+        """These records' files hold the server's bytes now."""
+        assert self.pages is not None
+        ready: list[PageRow] = []
+        for sha256 in sha256s:
+            self._placed.add(sha256)
+            for key, baseline in self._waiting.pop(sha256, ()):
+                if not baseline:
+                    ready.append((sha256, key, ""))
+                elif baseline in self._placed:
+                    ready.append((sha256, key, baseline))
+                else:
+                    self._on_baseline.setdefault(baseline, []).append((sha256, key))
+            ready.extend((sha, key, sha256) for sha, key in self._on_baseline.pop(sha256, ()))
+        self.pages.add(ready)
+
+    def done(self) -> None:
+        """Every record is in place: the pages still waiting are written as they are."""
+        assert self.pages is not None
+        rest: list[PageRow] = [
+            (sha256, key) for sha256, rows in self._waiting.items() for key, _ in rows
+        ]
+        rest.extend(row for rows in self._on_baseline.values() for row in rows)
+        self._waiting, self._on_baseline = {}, {}
+        self.pages.add(rest)
 
 
 #: Up to this many seqs are selected by an IN list; more are filtered while reading

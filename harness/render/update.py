@@ -13,6 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
@@ -72,14 +73,18 @@ def _render_keys(
     record_state: bool,
     positions: dict[str, int],
     detect_changes: bool = False,
+    key_trials: Callable[[str], Any] | None = None,
 ) -> None:
     """Redraw each key's PNG and dashboard page (one unit: both show the same data).
 
     With ``detect_changes`` (``harness render index`` on the history itself) change points
-    are detected again and stored; otherwise the stored ones are drawn.
+    are detected again and stored; otherwise the stored ones are drawn. ``key_trials``:
+    a key's trials frame when the caller holds them (``collect_key_data``'s ``trials``).
     """
     for key in sorted(keys):
-        data = collect_key_data(connection, key, positions=positions)
+        trials = None if key_trials is None else key_trials(key)
+        data = collect_key_data(connection, key, positions=positions, trials=trials)
+        del trials
         if detect_changes:
             refresh_change_points(connection, key, data)
         newest = render_plot(connection, key, targets.plot(key), data=data)
@@ -204,6 +209,7 @@ def render_all(
     repository: Path | None = None,
     record_pages: RecordPages | None = None,
     timings_csv_size: int | None = None,
+    key_trials: Callable[[str], Any] | None = None,
 ) -> None:
     """Render every view; ``plots`` is ``"all"``, ``"stale"`` (only pending ones) or ``"none"``.
 
@@ -216,6 +222,8 @@ def render_all(
     finished, or closed on an error, here. ``timings_csv_size``: timings.csv of every
     trial of the index is in place already, this many bytes (written by the caller as
     it copied the index, :class:`~harness.render.timings.TimingsFromRows`; ``full`` only).
+    ``key_trials``: each key's trials as a frame, gathered by the caller as it copied the
+    index (:meth:`~harness.render.key_trials.KeyTrialsFromRows.frame`), not read back.
     """
     targets = RenderTargets(out if out is not None else layout.root)
     in_history = out is None
@@ -245,6 +253,7 @@ def render_all(
                     record_state=in_history,
                     positions=positions,
                     detect_changes=in_history,
+                    key_trials=key_trials,
                 )
             if in_history and not full:
                 # index.json and timings.csv only when their bookkeeping says they lag
