@@ -285,8 +285,7 @@ class SourceTracker:
 
 
 def collect_quantem_environment() -> dict[str, str]:
-    """The ``QUANTEM_*`` variables set here: some choose what runs (``QUANTEM_RANS_KERNEL``,
-    ``QUANTEM_CUDA_NO_AOT``), so a record says which were set."""
+    """The ``QUANTEM_*`` variables set; some choose what runs (``QUANTEM_RANS_KERNEL``)."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("QUANTEM_")}
 
 
