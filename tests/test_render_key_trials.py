@@ -9,10 +9,10 @@ over several keys, text that needs quoting, lost trials, a key of one record.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from test_render_timings_rows import _table_rows
 
 from harness.history.index_db import IndexMetaRow, RecordRow, SummaryRow, TrialRow, open_index
 from harness.history.layout import HistoryLayout
@@ -45,19 +45,6 @@ def _history(tmp_path: Path) -> Path:
         history, [dump_report(r) for r in reports], render=registration_renderer("defer")
     )
     return history
-
-
-def _table_rows(index_db: Path, model, as_driver: bool) -> list[tuple]:
-    table = model.__table__
-    names = [column.name for column in table.columns]
-    keys = ", ".join(column.name for column in table.primary_key.columns)
-    with sqlite3.connect(index_db) as connection:
-        rows = connection.execute(f"SELECT {', '.join(names)} FROM {table.name} ORDER BY {keys}")
-        rows = rows.fetchall()
-    if as_driver:  # psycopg gives booleans as bool, SQLite as 0/1
-        flags = [i for i, c in enumerate(table.columns) if c.type.python_type is bool]
-        rows = [tuple(bool(v) if i in flags else v for i, v in enumerate(r)) for r in rows]
-    return rows
 
 
 @pytest.mark.parametrize(("batch", "as_driver", "points"), [(1, True, 400), (7, False, 2)])
