@@ -357,11 +357,13 @@ def prepare(
 
     flat_pixels = pix_r * bin_c + pix_c
     per_pixel = n_scan * (detector_bin**2 * 4 + 16 + complex_dtype.itemsize * 2)
-    if streaming and (xp is np or memory_budget_bytes is not None):
+    # Streamed, the transform and the energy sums run in blocks planned for streaming; on
+    # CUDA without a budget the in-memory path's blocks are kept instead, so that cuFFT
+    # and CuPy's reductions see the same shapes and give the same bits.
+    stream_blocks = streaming and (xp is np or memory_budget_bytes is not None)
+    if stream_blocks:
         # The transform's copies per pixel: the intensities twice, the half spectrum, the
-        # kept spectrum and its gathers (the binning was done while reading). On CUDA
-        # without a budget the in-memory path's blocks are kept, so that cuFFT and CuPy's
-        # reductions see the same shapes and give the same bits.
+        # kept spectrum and its gathers (the binning was done while reading).
         per_pixel = n_scan * (2 * np.dtype(real_dtype).itemsize + 4 * complex_dtype.itemsize)
     memory: dict[str, Any] = {
         "mode": "in_memory",
@@ -435,7 +437,7 @@ def prepare(
             ky_device[None, :],
             alpha_real,
         )
-    if streaming and (xp is np or memory_budget_bytes is not None):
+    if stream_blocks:
         # Row blocks of the same per-row sums (numpy's reduction of each row depends on
         # the row alone), so no temporary of G's size.
         energy = xp.empty(len(keep), dtype=real_dtype)

@@ -2,8 +2,8 @@
 
 The scan Fourier transform needs every scan position of a detector pixel, so what can be
 streamed is the step before it: reading the frames (on the CPU, or on a GPU with
-``backend="cuda"``: the blocks are CuPy arrays and everything kept lives on the device). :func:`quantem.ssb.prepare` in
-streaming mode reads the source one block of scan rows at a time and keeps only what SSB
+``backend="cuda"``: the blocks are CuPy arrays and everything kept lives on the device).
+:func:`quantem.ssb.prepare` in streaming mode reads the source one block of scan rows at a time and keeps only what SSB
 uses of each frame, the (binned) bright-field-disk pixels, as ``(n_scan, n_pixels)`` floats;
 the mean pattern (for the BF disk) and the centre of mass (for the DPC rotation estimate)
 are reduced in the same way. A block source is anything :func:`open_scan_rows` accepts:
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from quantem.detector import cpu_kernels
-from quantem.detector.session import CenterOfMass, exact_ratio
+from quantem.detector.session import CenterOfMass
 from quantem.io.arina import ArinaSource, iter_frame_batches, open_arina
 from quantem.io.transforms import finish_frames
+from quantem.ssb.rotation import center_of_mass as block_center_of_mass
 
 
 class ScanRows:
@@ -189,27 +189,9 @@ def mean_pattern(
 
 
 def center_of_mass(rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]) -> Any:
-    """The exact per-frame CoM (detector px) over ``region``, with :mod:`quantem.detector`'s
-    moment kernel, block by block (a per-frame product: the same bits as in memory); for
-    GPU rows, the CUDA kernels' per-frame CoM of each block (CuPy arrays)."""
-    r0, r1, c0, c1 = region
-    if rows.xp is not np:
-        return _device_center_of_mass(rows, rows_per_block, region)
-    valid = np.ones(rows.shape[2:], dtype=bool)
-    accumulator = cpu_kernels.accumulator_dtype(rows.dtype)
-    parts = [np.zeros((r1 - r0, c1 - c0), dtype=accumulator) for _ in range(3)]
-    for row, block in iter_row_blocks(rows, rows_per_block, region):
-        for out, value in zip(parts, cpu_kernels.moments(block, valid)):
-            out[row : row + len(block)] = value
-    total, sum_r, sum_c = parts
-    return CenterOfMass(exact_ratio(sum_r, total), exact_ratio(sum_c, total))
-
-
-def _device_center_of_mass(
-    rows: ScanRows, rows_per_block: int, region: tuple[int, int, int, int]
-) -> CenterOfMass:
-    from quantem.ssb.rotation import center_of_mass as block_center_of_mass
-
+    """The exact per-frame CoM (detector px) over ``region``, block by block: each block's
+    CoM by :func:`quantem.ssb.rotation.center_of_mass` (quantem.detector's integer moments
+    on the blocks' backend), a per-frame product, so the same bits as in memory."""
     r0, r1, c0, c1 = region
     fields = [rows.xp.empty((r1 - r0, c1 - c0), dtype=np.float64) for _ in range(2)]
     for row, block in iter_row_blocks(rows, rows_per_block, region):
