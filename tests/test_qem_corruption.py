@@ -246,7 +246,7 @@ def edit_index(good: bytes, block: int, field: str, value: int) -> bytes:
         ("n_words", 2**32 - 1),
         ("n_escapes", 2**32 - 1),
         ("n_nonzero", 2**32 - 1),
-        ("reserved", 1),
+        ("band", 1),
     ],
 )
 def test_block_index_inconsistencies(tmp_path, good, field, value):
