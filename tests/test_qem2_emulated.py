@@ -139,7 +139,9 @@ def test_kernel_2_matches_cpu_decoder(
         rr, cc = np.mgrid[: det[0], : det[1]]
         mask = (rr - det[0] / 2) ** 2 + (cc - det[1] / 3) ** 2 <= (det[0] / 5) ** 2
         sums = [np.zeros(n_out, np.uint64) for _ in range(3)]
-        status = Emulated2(simt_dir, qem, 1).run(buffer, sums=sums, quad_map=quad_map_for(qem, mask))
+        status = Emulated2(simt_dir, qem, 1).run(
+            buffer, sums=sums, quad_map=quad_map_for(qem, mask)
+        )
         assert not status.any()
         rows, cols = np.nonzero(mask)
         values = expected[:, rows, cols].astype(np.uint64)

@@ -290,7 +290,7 @@ class QemBlockDecoder:
     def quad_mask_map(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """2.0: the fused kernel's quad map for a boolean detector ``mask`` (class | the
         quad's 4 mask bits << 4, uint8 [n_quads]) and the bands the mask touches."""
-        det_r, det_c = self.det
+        det_c = self.det[1]
         flat = np.asarray(mask, dtype=bool).reshape(-1)
         nibbles = np.zeros(self.n_quads * 4, dtype=bool)
         touched = []

@@ -298,9 +298,7 @@ def parse_header(data: bytes, path: Any = None) -> Header:
     )
     known_minor = minor <= SUPPORTED_VERSIONS[major]
     band_rows = reserved1 if major == VERSION_2 else 0
-    if known_minor and (
-        reserved0 or (reserved1 and major != VERSION_2) or any(reserved_tail)
-    ):
+    if known_minor and (reserved0 or (reserved1 and major != VERSION_2) or any(reserved_tail)):
         raise bad("reserved header field is not zero")
     if stored not in ITEMSIZE_TO_DTYPE or source not in ITEMSIZE_TO_DTYPE:
         raise bad(f"invalid item sizes stored={stored} source={source}")
@@ -619,7 +617,9 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
             (is_rans & (n_escapes > 0) & (w == 1), "escapes with uint8 data"),
             (is_rans & (n_words > n_frames * np.uint64(groups) + n_nonzero), "too many words"),
         ]
-    problems.append((index["length"] != expected_length, "length inconsistent with mode and counts"))
+    problems.append(
+        (index["length"] != expected_length, "length inconsistent with mode and counts")
+    )
     bad_rows = np.zeros(n_blocks, dtype=bool)
     for rows, _ in problems:
         bad_rows |= rows

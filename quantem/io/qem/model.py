@@ -240,6 +240,4 @@ def build_model_2(
         allowed = counts > 0
         allowed[ESCAPE_SYMBOL] = True
         freq[k] = normalise_frequencies(counts, allowed)
-    return Model(
-        n_classes=classes_used, group_class=quad_class, freq=freq, contexts_per_class=1
-    )
+    return Model(n_classes=classes_used, group_class=quad_class, freq=freq, contexts_per_class=1)
