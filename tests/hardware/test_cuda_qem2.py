@@ -102,10 +102,13 @@ def test_nvrtc_and_fatbin_decode_alike(tmp_path, monkeypatch):
         table = DeviceBlockTable.from_index(
             index, index["offset"].astype(np.int64), index["frame_start"].astype(np.int64)
         )
-        for disable in ("0", "1"):
+        for disable, taken in (("0", "fatbin"), ("1", "nvrtc")):
             monkeypatch.setenv(module_loader.DISABLE_AOT_ENV, disable)
-            module_loader._compile.cache_clear()
+            module_loader.forget_modules()
             decoder = QemBlockDecoder(qem)
+            paths = {r["path"] for r in module_loader.kernel_provenance()
+                     if r["file"] == "rans_decode.cu"}  # fmt: skip
+            assert paths == {taken}
             out = cupy.zeros((qem.n_frames, 192, 192), dtype=cupy.uint16)
             status = cupy.zeros(qem.n_blocks, dtype=cupy.int32)
             decoder.decode_dense(buffer, table, out, status)
