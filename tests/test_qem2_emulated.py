@@ -193,3 +193,17 @@ def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir)
             assert not status[others].any()
             refused += expected != 0
         assert refused > 0
+
+
+def test_default_2_layout_is_the_measured_one(tmp_path):
+    """192 x 192 frames: 12 bands of 16 rows, 64 frames a block (the layout chosen from
+    the H200 runs); the file decodes on the CPU to its counts."""
+    rng = np.random.default_rng(5)
+    data = rng.poisson(0.3, (1, 70, 192, 192)).astype(np.uint16)
+    meta = {"pixel_mask": np.zeros((192, 192), np.uint32)}
+    path = tmp_path / "default.qem"
+    save_qem(Acquisition(data, meta, np.ones((192, 192), bool), "cpu"), path, version=2)
+    with QemFile(path) as qem:
+        assert (qem.header.band_rows, qem.n_bands, qem.block_frames) == (16, 12, 64)
+        assert qem.n_blocks == 2 * 12
+        np.testing.assert_array_equal(qem.read_frames(), data.reshape(-1, 192, 192))

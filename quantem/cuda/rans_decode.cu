@@ -875,9 +875,11 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
     acc.total = acc.rows = acc.cols = 0;
 }
 
-// Thread blocks per SM the 2.0 kernel's registers are held to (benchmarks vary it).
+// Thread blocks per SM the 2.0 kernel's registers are held to (benchmarks vary it). Two:
+// on the H200 (docs/performance/results.md, rans2) 2 CTAs at 60 registers decoded 0.98 TB/s
+// and ran the BF query in 7.6 ms, against 0.88 TB/s and 9.2 ms for 3 CTAs at 40.
 #ifndef QEM2_MIN_CTAS
-#define QEM2_MIN_CTAS V2_MIN_CTAS
+#define QEM2_MIN_CTAS 2
 #endif
 
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, QEM2_MIN_CTAS)

@@ -36,6 +36,8 @@ ENCODER_POLICY = 1
 #: Target pixels per block (§16): large enough that the 128 bytes of lane states
 #: are negligible, small enough for random access and GPU parallelism.
 TARGET_BLOCK_PIXELS = 1 << 18
+#: Format 2.0 entries (one row band of a frame block): about this many pixels by default.
+TARGET_ENTRY_PIXELS_2 = 3 << 16
 #: Source bytes encoded per parallel batch.
 BATCH_BYTES = 64 << 20
 CALIBRATION_KEYS = (
@@ -207,9 +209,10 @@ def open_frame_source(source: Any) -> FrameSource:
     raise TypeError(f"cannot save {type(source).__name__}: expected an Acquisition or a path")
 
 
-def default_block_frames(frame_pixels: int, n_frames: int) -> int:
-    """``ceil(2^18 / P)`` frames, capped by the frame count and the 2^31 pixel limit."""
-    frames = -(-TARGET_BLOCK_PIXELS // frame_pixels)
+def default_block_frames(frame_pixels: int, n_frames: int, target: int | None = None) -> int:
+    """``ceil(target / P)`` frames (``target`` 2^18 pixels unless given), capped by the
+    frame count and the 2^31 pixel limit."""
+    frames = -(-(TARGET_BLOCK_PIXELS if target is None else target) // frame_pixels)
     return max(1, min(frames, n_frames, fmt.MAX_BLOCK_PIXELS // frame_pixels))
 
 
@@ -366,7 +369,10 @@ def _save(
             raise ValueError("band_rows applies to version 2 only")
         band_rows, bands, unit_pixels = 0, 1, pixels
     if block_frames is None:
-        block_frames = default_block_frames(unit_pixels, n_frames)
+        # 2.0: entries of about 3 x 2^16 pixels (64 frames of a 16-row band of 192 x 192),
+        # the layout measured best on the H200 (docs/performance/results.md, rans2)
+        target = TARGET_ENTRY_PIXELS_2 if version == fmt.VERSION_2 else None
+        block_frames = default_block_frames(unit_pixels, n_frames, target)
         block_frames = max(1, min(block_frames, fmt.MAX_BLOCK_PIXELS // pixels))
     block_frames = int(block_frames)
     if block_frames < 1 or block_frames * pixels > fmt.MAX_BLOCK_PIXELS:
