@@ -158,9 +158,16 @@ def test_wrong_magic(tmp_path, good):
 
 def test_unknown_major_version(tmp_path, good):
     data = bytearray(good)
-    struct.pack_into("<H", data, 8, 2)
-    with pytest.raises(QemVersionError, match=r"unsupported \.qem major version 2"):
+    struct.pack_into("<H", data, 8, 3)
+    with pytest.raises(QemVersionError, match=r"unsupported \.qem major version 3"):
         open_bytes(tmp_path, reseal(data))
+
+
+def test_a_1_0_file_relabelled_2_0_is_refused(tmp_path, good):
+    # 2.0 reads offset 60 as band_rows; a 1.0 file has 0 there: refused, never misread
+    data = bytearray(good)
+    struct.pack_into("<H", data, 8, 2)
+    expect_error(tmp_path, reseal(data), match="band_rows 0 out of range")
 
 
 def test_newer_minor_version_is_read(tmp_path, good):
@@ -246,7 +253,7 @@ def edit_index(good: bytes, block: int, field: str, value: int) -> bytes:
         ("n_words", 2**32 - 1),
         ("n_escapes", 2**32 - 1),
         ("n_nonzero", 2**32 - 1),
-        ("reserved", 1),
+        ("band", 1),
     ],
 )
 def test_block_index_inconsistencies(tmp_path, good, field, value):

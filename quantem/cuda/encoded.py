@@ -76,16 +76,24 @@ class EncodedPayload:
         self._decoded_frames = (
             min(int(qem.n_frames), (int(ids[-1]) + 1) * bf) - self._base if ids.size else 0
         )
+        # Block-index entries of those frame blocks (2.0: one per row band, band-minor).
+        self.n_bands = int(getattr(qem, "n_bands", 1))
+        entries = qem.entries(ids) if self.n_bands > 1 else ids
+        self._entries = entries
         _, all_extents = qem_pipeline.block_extents(index)
-        extents = all_extents[ids]
-        resident = np.zeros(ids.size, dtype=np.int64)
+        extents = all_extents[entries]
+        resident = np.zeros(entries.size, dtype=np.int64)
         np.cumsum(extents[:-1], out=resident[1:])
         self.nbytes = int(extents.sum())
         self.payload = cupy.empty(max(self.nbytes, 16), dtype=cupy.uint8)
         self.decoder = QemBlockDecoder(qem)
         self.table = DeviceBlockTable.from_index(
-            index[ids], resident, index["frame_start"][ids].astype(np.int64) - self._base
+            index[entries],
+            resident,
+            index["frame_start"][entries].astype(np.int64) - self._base,
         )
+        self._entry_band = np.asarray(index["band"][entries], dtype=np.int64)
+        self._band_tables: dict[bytes, tuple[DeviceBlockTable, np.ndarray]] = {}
 
         def place(
             i: int, a: int, b: int, device_bytes: Any, starts: np.ndarray, stream: Any
@@ -97,7 +105,7 @@ class EncodedPayload:
                     self.payload[at : at + size] = device_bytes[:size]
 
         self.stats = qem_pipeline.stage_blocks(
-            qem, ids, place, verify=verify, threads=threads, batch_bytes=batch_bytes
+            qem, entries, place, verify=verify, threads=threads, batch_bytes=batch_bytes
         )
 
     # -- contract B ------------------------------------------------------------------
@@ -111,17 +119,41 @@ class EncodedPayload:
             )
         if mask.dtype != np.bool_:
             raise TypeError(f"mask must be boolean, got {mask.dtype}")
+        if self.decoder.version_2:
+            return mask
         return cupy.asarray(pack_mask_bits(mask, self.decoder.n_groups))
 
+    def _touched_entries(self, mask: np.ndarray) -> tuple[Any, DeviceBlockTable, np.ndarray]:
+        """2.0: the quad map of ``mask`` and the resident entries of the bands it touches
+        (only those are decoded), with their block ids."""
+        import cupy
+
+        quad_map, bands = self.decoder.quad_mask_map(mask)
+        key = bands.tobytes()
+        if key not in self._band_tables:
+            positions = np.flatnonzero(np.isin(self._entry_band, bands))
+            self._band_tables = {key: (self._subtable_at(positions), self._entries[positions])}
+        table, ids = self._band_tables[key]
+        return cupy.asarray(quad_map), table, ids
+
     def moments(self, mask2d_bool: Any) -> tuple[Any, Any, Any]:
-        """Per frame over the mask: total, sum of value*row, sum of value*column (uint64)."""
+        """Per frame over the mask: total, sum of value*row, sum of value*column (uint64).
+
+        Format 2.0 decodes only the row bands the mask touches.
+        """
         import cupy
 
         bits = self._mask_bits(mask2d_bool)
         sums = tuple(cupy.zeros(self._decoded_frames, dtype=cupy.uint64) for _ in range(3))
-        status = cupy.zeros(self.n_blocks, dtype=cupy.int32)
-        self.decoder.reduce_moments(self.payload, self.table, bits, sums, status)
-        self._check(status, self._block_ids)
+        if self.decoder.version_2:
+            quad_map, table, ids = self._touched_entries(bits)
+            status = cupy.zeros(max(len(table), 1), dtype=cupy.int32)
+            self.decoder.reduce_moments(self.payload, table, quad_map, sums, status)
+            self._check(status[: len(table)], ids)
+        else:
+            status = cupy.zeros(self.n_blocks, dtype=cupy.int32)
+            self.decoder.reduce_moments(self.payload, self.table, bits, sums, status)
+            self._check(status, self._block_ids)
         skip = self.first_frame - self._base  # frames of the first block before our rows
         total, rows, cols = (s[skip : skip + self.n_frames].reshape(self.scan_shape) for s in sums)
         return total, rows, cols
@@ -142,10 +174,12 @@ class EncodedPayload:
         if positions.size and (positions.min() < 0 or positions.max() >= self.n_blocks):
             raise IndexError(f"blocks {ids.tolist()} are not resident on this payload")
         out = cupy.empty((ids.size * self.block_frames, *self.detector_shape), dtype=self.dtype)
-        table = self._subtable(positions)
-        status = cupy.zeros(ids.size, dtype=cupy.int32)
+        bands = self.n_bands
+        entry_positions = (positions[:, None] * bands + np.arange(bands)[None, :]).reshape(-1)
+        table = self._subtable_at(entry_positions, np.repeat(np.arange(ids.size), bands))
+        status = cupy.zeros(max(entry_positions.size, 1), dtype=cupy.int32)
         self.decoder.decode_dense(self.payload, table, out, status)
-        self._check(status, ids)
+        self._check(status[: entry_positions.size], self._entries[entry_positions])
         return out
 
     def sum_frames(self) -> Any:
@@ -178,12 +212,20 @@ class EncodedPayload:
         return frames[flat - block * self.block_frames].copy()
 
     # -- helpers -----------------------------------------------------------------------
-    def _subtable(self, positions: np.ndarray) -> DeviceBlockTable:
+    def _subtable_at(
+        self, positions: np.ndarray, out_blocks: np.ndarray | None = None
+    ) -> DeviceBlockTable:
+        """Entries at ``positions`` of the resident table; with ``out_blocks``, entry
+        ``k`` writes frame block ``out_blocks[k]`` of a fresh output (else the frames
+        keep their place in the payload's output)."""
         import cupy
 
         t = self.table
         sel = cupy.asarray(positions)
-        k = cupy.arange(positions.size, dtype=cupy.int64) * self.block_frames
+        if out_blocks is None:
+            out_frame = t.out_frame[sel]
+        else:
+            out_frame = cupy.asarray(np.asarray(out_blocks, dtype=np.int64) * self.block_frames)
         return DeviceBlockTable(
             t.offset[sel],
             t.mode[sel],
@@ -191,13 +233,15 @@ class EncodedPayload:
             t.n_words[sel],
             t.n_nonzero[sel],
             t.n_escapes[sel],
-            k,
+            out_frame,
+            t.band[sel],
         )
 
     def _check(self, status: Any, ids: np.ndarray) -> None:
         import cupy
 
-        if int(status.max()) != 0:
+        # no entries (a mask touching no band of a 2.0 file): nothing decoded, nothing failed
+        if status.size and int(status.max()) != 0:
             raise_block_error(cupy.asnumpy(status), ids, self.path)
 
     def close(self) -> None:

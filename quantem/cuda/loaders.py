@@ -298,9 +298,13 @@ def _decode_qem_dense(
         frames = (
             np.arange(rows[0], rows[1])[:, None] * scan_c + np.arange(cols[0], cols[1])[None, :]
         ).reshape(-1)
+        # block-index entries (2.0: every row band of each frame block), and where the
+        # frames of each one's frame block go in ``dense`` (hook of rans2, issue 14)
+        frame_blocks = np.unique(frames // bf)
         block_ids = qem.blocks_for_frames(frames)
-        out_frames = np.arange(block_ids.size, dtype=np.int64) * bf
-        dense = cupy.empty((block_ids.size * bf, *det), dtype=qem.dtype)
+        entry_blocks = index["frame_start"][block_ids].astype(np.int64) // bf
+        out_frames = np.searchsorted(frame_blocks, entry_blocks).astype(np.int64) * bf
+        dense = cupy.empty((frame_blocks.size * bf, *det), dtype=qem.dtype)
         region = (rows, cols, shape)
     # The decoder's scratch and the tables after the output: a pool holding the freed
     # output of an earlier load of the same size gives that block to this output (best
@@ -325,8 +329,8 @@ def _decode_qem_dense(
     if region is None:
         frames_out = dense
     else:
-        position = np.full(qem.n_blocks, -1, dtype=np.int64)
-        position[block_ids] = np.arange(block_ids.size) * bf
+        position = np.full(-(-qem.n_frames // bf), -1, dtype=np.int64)
+        position[frame_blocks] = np.arange(frame_blocks.size) * bf
         gather = position[frames // bf] + frames % bf
         if gather.size and np.array_equal(gather, np.arange(gather[0], gather[0] + gather.size)):
             # Whole scan rows (one GPU's share of a sharded load): a view, no copy.

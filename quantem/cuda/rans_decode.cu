@@ -827,3 +827,228 @@ decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_o
         if (err && lane == 0) status[b] = err;
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Format 2.0 (docs/qem-format.md §19): decode_qem2_blocks, one warp per block entry (one
+// row band of block_frames frames). Every pixel is one symbol; the entry's 128 rANS states
+// sit 4 per lane, lane l holding states 4l..4l+3, so a round decodes 128 consecutive band
+// pixels (pixel j on state j % 128), 4 independent state chains per lane, and a lane stores
+// its 4 pixels as one vector. Word reads follow the symbol order (ballot per state slot,
+// popcounts below the lane). Symbol 255 takes the next escape; an escaped value must not
+// be codable directly (below 255 with a slot: the coded bitmap). Same checks, order and
+// status codes as quantem/io/qem/rans2.py. REDUCE: the band's masked pixels are added to
+// per-frame moments with 64-bit atomics (several bands add to one frame); the caller
+// launches only the entries whose band the mask touches, with zeroed sums.
+//
+// Dynamic shared memory: tables u32[n_classes][4096] | coded u32[n_classes][8] | quad map
+// u8[n_quads] (when n_quads <= QEM2_SHARED_QUADS; otherwise read from global). Quad map
+// byte: class (bits 0-1) | REDUCE mask bits of the quad's 4 pixels (bits 4-7).
+#define QEM2_STATES 128
+#define QEM2_STATES_BYTES 512
+#define QEM2_SHARED_QUADS 16384
+#define QEM2_DET_R (FRAME_PIXELS / DET_C)
+#define QEM2_VECTOR (DET_C % 4 == 0)
+
+__device__ __forceinline__ void qem2_store4(elem_t* dst, const u32 (&s)[4]) {
+#if ELEM_SIZE == 1
+    *reinterpret_cast<u32*>(dst) = s[0] | (s[1] << 8) | (s[2] << 16) | (s[3] << 24);
+#elif ELEM_SIZE == 2
+    uint2 q;
+    q.x = s[0] | (s[1] << 16);
+    q.y = s[2] | (s[3] << 16);
+    *reinterpret_cast<uint2*>(dst) = q;
+#else
+    *reinterpret_cast<uint4*>(dst) = make_uint4(s[0], s[1], s[2], s[3]);
+#endif
+}
+
+__device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_out,
+                                           u64* row_out, u64* col_out) {
+    const u64 t = warp_sum64(acc.total);
+    const u64 r = warp_sum64(acc.rows);
+    const u64 c = warp_sum64(acc.cols);
+    if ((threadIdx.x & 31) == 0 && (t | r | c)) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(total_out + frame), t);
+        atomicAdd(reinterpret_cast<unsigned long long*>(row_out + frame), r);
+        atomicAdd(reinterpret_cast<unsigned long long*>(col_out + frame), c);
+    }
+    acc.total = acc.rows = acc.cols = 0;
+}
+
+// Thread blocks per SM the 2.0 kernel's registers are held to (benchmarks vary it). Two:
+// on the H200 (docs/performance/results.md, rans2) 2 CTAs at 60 registers decoded 0.98 TB/s
+// and ran the BF query in 7.6 ms, against 0.88 TB/s and 9.2 ms for 3 CTAs at 40.
+#ifndef QEM2_MIN_CTAS
+#define QEM2_MIN_CTAS 2
+#endif
+
+extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, QEM2_MIN_CTAS)
+decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
+                   const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
+                   const u32* __restrict__ t_words, const u32* __restrict__ t_escapes,
+                   const i64* __restrict__ t_out_frame, const u32* __restrict__ t_band,
+                   int n_blocks, int band_rows, int n_classes, int n_quads,
+                   const u8* __restrict__ quad_map, const u32* __restrict__ tables_global,
+                   const u32* __restrict__ coded_global, elem_t* __restrict__ out,
+                   u64* __restrict__ total_out, u64* __restrict__ row_out,
+                   u64* __restrict__ col_out, int* __restrict__ status) {
+    extern __shared__ __align__(16) u8 smem[];
+    u32* tab = reinterpret_cast<u32*>(smem);
+    u32* coded = tab + n_classes * 4096;
+    u8* s_quads = reinterpret_cast<u8*>(coded + n_classes * 8);
+    const bool shared_quads = n_quads <= QEM2_SHARED_QUADS;
+    for (int i = threadIdx.x; i < n_classes * 4096; i += blockDim.x) tab[i] = tables_global[i];
+    for (int i = threadIdx.x; i < n_classes * 8; i += blockDim.x) coded[i] = coded_global[i];
+    if (shared_quads)
+        for (int i = threadIdx.x; i < n_quads; i += blockDim.x) s_quads[i] = quad_map[i];
+    __syncthreads();
+    const u8* qmap = shared_quads ? s_quads : quad_map;
+    const int lane = threadIdx.x & 31;
+    const u32 below = (1u << lane) - 1u;
+    const int band_quads = (band_rows * DET_C + 3) / 4;
+    const int total_warps = gridDim.x * WARPS_PER_CTA;
+    for (int b = blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5); b < n_blocks;
+         b += total_warps) {
+        const u32 mode = t_mode[b];
+        const int nf = (int)t_frames[b];
+        const int band = (int)t_band[b];
+        const int r0 = band * band_rows;
+        const int rows = band_rows < QEM2_DET_R - r0 ? band_rows : QEM2_DET_R - r0;
+        const int bp = rows * DET_C;
+        const int pixel0 = r0 * DET_C;
+        const u8* bq = qmap + (i64)band * band_quads;
+        const i64 f0 = t_out_frame[b];
+        const u8* block = payload + t_offset[b];
+        int err = 0;
+#if REDUCE
+        Moments acc = {0, 0, 0};
+#endif
+        if (mode == MODE_ZERO) {
+#if !REDUCE
+            for (int t = 0; t < nf; ++t) {
+                elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0;
+                for (int j = lane; j < bp; j += 32) dst[j] = 0;
+            }
+#endif
+        } else if (mode == MODE_RAW) {
+            for (int t = 0; t < nf; ++t) {
+                const u8* src = block + (i64)t * bp * ELEM_SIZE;
+#if REDUCE
+                for (int j = lane; j < bp; j += 32) {
+                    const u32 m = (u32)bq[j >> 2] >> 4;
+                    if ((m >> (j & 3)) & 1u) {
+                        const u32 v = load_le(src + (i64)j * ELEM_SIZE);
+                        add_pixel(acc, v, pixel0 + j);
+                    }
+                }
+                qem2_flush(acc, f0 + t, total_out, row_out, col_out);
+#else
+                elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0;
+                for (int j = lane; j < bp; j += 32) dst[j] = (elem_t)load_le(src + (i64)j * ELEM_SIZE);
+#endif
+            }
+        } else if (mode == MODE_RANS) {
+            const u32 n_words = t_words[b];
+            const u32 n_escapes = t_escapes[b];
+            const u16* words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
+            const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
+            u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
+            const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
+            if (__any_sync(FULL, low)) err = ERR_STATE_RANGE;
+            if (!err && (n_words & 1u) && words[n_words] != 0) err = ERR_PADDING;
+            u32 pos = 0, e = 0;
+            for (int t = 0; t < nf && !err; ++t) {
+#if !REDUCE
+                elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0;
+#endif
+                for (int j0 = 0; j0 < bp; j0 += QEM2_STATES) {
+                    const int j = j0 + 4 * lane;
+                    const int left = bp - j;
+                    const int nv = left <= 0 ? 0 : (left < 4 ? left : 4);
+                    const u32 q = nv ? (u32)bq[j >> 2] : 0u;
+                    const u32 base = (q & 3u) << 12;
+                    u32 s[4], need[4];
+                    bool any_esc = false;
+#pragma unroll
+                    for (int h = 0; h < 4; ++h) {
+                        const bool valid = h < nv;
+                        const u32 a = tab[base + (x[h] & PROB_MASK)];
+                        const u32 y = (((a >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a >> 20);
+                        if (valid) x[h] = y;
+                        s[h] = a & 255u;
+                        const bool esc_h = valid && s[h] == 255u;
+                        any_esc |= esc_h;
+                        need[h] = __ballot_sync(FULL, valid && y < RANS_L);
+                    }
+                    u32 count = 0, rank = pos;
+#pragma unroll
+                    for (int h = 0; h < 4; ++h) {
+                        count += __popc(need[h]);
+                        rank += __popc(need[h] & below);
+                    }
+                    if (pos + count > n_words) {
+                        err = ERR_WORDS_EXHAUSTED;
+                        break;
+                    }
+#pragma unroll
+                    for (int h = 0; h < 4; ++h)
+                        if ((need[h] >> lane) & 1u) x[h] = (x[h] << 16) | (u32)__ldg(words + rank++);
+                    pos += count;
+                    if (__any_sync(FULL, any_esc)) {
+                        u32 em[4], ec = 0, er = e;
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) {
+                            em[h] = __ballot_sync(FULL, h < nv && s[h] == 255u);
+                            ec += __popc(em[h]);
+                            er += __popc(em[h] & below);
+                        }
+                        if (e + ec > n_escapes) {
+                            err = ERR_ESCAPES_EXHAUSTED;
+                            break;
+                        }
+                        bool bad = false;
+                        const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) {
+                            if ((em[h] >> lane) & 1u) {
+                                s[h] = load_le(esc + (i64)(er++) * ELEM_SIZE);
+                                bad |= s[h] < 255u && ((coded[(q & 3u) * 8 + (s[h] >> 5)] >> (s[h] & 31u)) & 1u);
+                            }
+                        }
+                        if (__any_sync(FULL, bad)) {
+                            err = ERR_ESCAPE_VALUE;
+                            break;
+                        }
+                        e += ec;
+                    }
+#if REDUCE
+                    const u32 m = q >> 4;
+                    if (m) {
+#pragma unroll
+                        for (int h = 0; h < 4; ++h)
+                            if ((m >> h) & 1u) add_pixel(acc, s[h], pixel0 + j + h);
+                    }
+#else
+                    if (QEM2_VECTOR && nv == 4) {
+                        qem2_store4(dst + j, s);
+                    } else {
+#pragma unroll
+                        for (int h = 0; h < 4; ++h)
+                            if (h < nv) dst[j + h] = (elem_t)s[h];
+                    }
+#endif
+                }
+#if REDUCE
+                if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
+#endif
+            }
+            const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
+            if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;
+            if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
+            if (!err && __any_sync(FULL, final_bad)) err = ERR_FINAL_STATE;
+        } else {
+            err = ERR_MODE;
+        }
+        if (err && lane == 0) status[b] = err;
+    }
+}

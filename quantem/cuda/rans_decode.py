@@ -28,6 +28,11 @@ SHARED_CLASSES_MAX = 16384  # class maps up to this many groups live in shared m
 #: The kernels of ``rans_decode.cu`` (the same blocks, checks and status codes): ``v1`` the
 #: original one-warp-per-block decoder, ``v2`` its leaner phase B (see the file's notes).
 KERNEL_FUNCTIONS = {"v1": "decode_qem_blocks", "v2": "decode_qem_blocks_v2"}
+#: The kernel of format 2.0 files (per-pixel symbols in row bands, ``docs/qem-format.md``
+#: §19), whatever ``kernel`` says (v1/v2 decode 1.0 blocks only).
+KERNEL_2 = "decode_qem2_blocks"
+#: 2.0 quad maps up to this many quads live in shared memory (as in ``rans_decode.cu``).
+SHARED_QUADS_MAX = 16384
 #: The kernel :class:`QemBlockDecoder` uses unless told otherwise; ``QUANTEM_RANS_KERNEL``
 #: (``v1`` or ``v2``) overrides it for a process.
 DEFAULT_KERNEL = "v2"
@@ -44,6 +49,7 @@ class DeviceBlockTable:
     n_nonzero: Any  # uint32
     n_escapes: Any  # uint32
     out_frame: Any  # int64, output frame of the block's first frame
+    band: Any = None  # uint32, the entry's row band (2.0; zeros for 1.0)
 
     @classmethod
     def from_index(
@@ -62,6 +68,7 @@ class DeviceBlockTable:
             n_nonzero=u32("n_nonzero"),
             n_escapes=u32("n_escapes"),
             out_frame=cupy.asarray(np.ascontiguousarray(out_frames, dtype=np.int64)),
+            band=u32("band"),
         )
 
     def __len__(self) -> int:
@@ -76,6 +83,7 @@ class DeviceBlockTable:
             self.n_nonzero[a:b],
             self.n_escapes[a:b],
             self.out_frame[a:b],
+            None if self.band is None else self.band[a:b],
         )
 
 
@@ -108,6 +116,12 @@ def shared_bytes(kernel: str, itemsize: int, n_groups: int, n_contexts: int) -> 
     return tables + WARPS_PER_CTA * per_warp + classes
 
 
+def shared_bytes_2(n_classes: int, n_quads: int) -> int:
+    """Dynamic shared memory of the 2.0 kernel (tables, coded bitmaps, quad map)."""
+    quads = n_quads if n_quads <= SHARED_QUADS_MAX else 0
+    return n_classes * (4 * 4096 + 32) + -(-quads // 16) * 16
+
+
 def decoder_defines(
     itemsize: int, det: tuple[int, int], n_contexts: int, reduce: int
 ) -> dict[str, int]:
@@ -138,10 +152,12 @@ class QemBlockDecoder:
 
         from quantem.cuda.module_loader import load_module
 
-        #: Which kernel of ``rans_decode.cu`` runs (``v1`` or ``v2``).
-        self.kernel = selected_kernel(kernel)
-
         header = qem.header
+        #: Format 2.0 file (per-pixel symbols in row bands): the ``decode_qem2_blocks``
+        #: kernel, whatever ``kernel`` says.
+        self.version_2 = bool(getattr(qem, "version_2", False))
+        #: Which kernel of ``rans_decode.cu`` runs (``v1``, ``v2`` or, for 2.0, ``2.0``).
+        self.kernel = "2.0" if self.version_2 else selected_kernel(kernel)
         self.path = qem.path
         self.itemsize = int(header.stored_itemsize)
         self.dtype = np.dtype(qem.dtype)
@@ -156,14 +172,31 @@ class QemBlockDecoder:
         self.sym = cupy.asarray(np.ascontiguousarray(model.slot_symbol, dtype=np.uint8))
         self.fc = cupy.asarray(np.ascontiguousarray(freq | (cum << 16), dtype=np.uint32))
         self.group_class = cupy.asarray(np.ascontiguousarray(model.group_class, dtype=np.uint8))
-        self.shared_bytes = shared_bytes(self.kernel, self.itemsize, self.n_groups, n_contexts)
+        if self.version_2:
+            self.n_classes = int(model.n_classes)
+            self.band_rows = int(header.band_rows)
+            self.n_quads = int(model.group_class.size)
+            self.band_first_row = np.asarray(qem.band_first_row)
+            self.band_n_rows = np.asarray(qem.band_n_rows)
+            self.band_quad0 = np.asarray(qem.band_quad0)
+            self.tables = cupy.asarray(np.ascontiguousarray(qem.decode_table, dtype=np.uint32))
+            coded = np.asarray(qem.coded, dtype=bool)
+            bits = np.packbits(coded, axis=1, bitorder="little").view("<u4")
+            self.coded = cupy.asarray(np.ascontiguousarray(bits, dtype=np.uint32))
+            self.shared_bytes = shared_bytes_2(self.n_classes, self.n_quads)
+            # the 1.0 specialisation of the same class count: the same fatbins
+            n_contexts = 2 * self.n_classes
+            function = KERNEL_2
+        else:
+            self.shared_bytes = shared_bytes(self.kernel, self.itemsize, self.n_groups, n_contexts)
+            function = KERNEL_FUNCTIONS[self.kernel]
         self._kernels = {}
         for reduce in (0, 1):
             defines = decoder_defines(self.itemsize, self.det, n_contexts, reduce)
             # extra_defines (benchmarks only): e.g. V2_MIN_CTAS, compiled by NVRTC
             defines.update(extra_defines or {})
             module = load_module(SOURCE_FILE, defines)
-            kernel = module.get_function(KERNEL_FUNCTIONS[self.kernel])
+            kernel = module.get_function(function)
             kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             self._kernels[reduce] = kernel
         attributes = cupy.cuda.Device().attributes
@@ -185,9 +218,9 @@ class QemBlockDecoder:
             for reduce, kernel in self._kernels.items()
         }
         self.max_ctas = max(self.ctas.values())
-        self.scratch_per_warp = self.block_frames * self.n_groups
+        self.scratch_per_warp = 0 if self.version_2 else self.block_frames * self.n_groups
         self.mask_scratch = cupy.empty(
-            self.max_ctas * WARPS_PER_CTA * self.scratch_per_warp, dtype=cupy.uint8
+            max(1, self.max_ctas * WARPS_PER_CTA * self.scratch_per_warp), dtype=cupy.uint8
         )
         self._dummy_u64 = cupy.zeros(1, dtype=cupy.uint64)
         self._dummy_u8 = cupy.zeros(1, dtype=cupy.uint8)
@@ -209,6 +242,19 @@ class QemBlockDecoder:
         if n == 0:
             return
         ctas = min(self.ctas[reduce], -(-n // WARPS_PER_CTA))
+        if self.version_2:
+            quad_map = mask_bits if reduce else self.group_class
+            args = (
+                payload, table.offset, table.mode, table.n_frames, table.n_words,
+                table.n_escapes, table.out_frame, table.band, np.int32(n),
+                np.int32(self.band_rows), np.int32(self.n_classes), np.int32(self.n_quads),
+                quad_map, self.tables, self.coded, out, *sums, status,
+            )  # fmt: skip
+            with stream if stream is not None else cupy.cuda.Stream.null:
+                self._kernels[reduce](
+                    (ctas,), (32 * WARPS_PER_CTA,), args, shared_mem=self.shared_bytes
+                )
+            return
         args = (
             payload,
             table.offset,
@@ -240,6 +286,24 @@ class QemBlockDecoder:
         """Enqueue decoding of the table's blocks into ``out`` (frames, det_r, det_c)."""
         dummy = self._dummy_u64
         self._launch(0, payload, table, status, out, self._dummy_u8, (dummy, dummy, dummy), stream)
+
+    def quad_mask_map(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """2.0: the fused kernel's quad map for a boolean detector ``mask`` (class | the
+        quad's 4 mask bits << 4, uint8 [n_quads]) and the bands the mask touches."""
+        det_c = self.det[1]
+        flat = np.asarray(mask, dtype=bool).reshape(-1)
+        nibbles = np.zeros(self.n_quads * 4, dtype=bool)
+        touched = []
+        for k in range(self.band_first_row.size):
+            a = int(self.band_first_row[k]) * det_c
+            n = int(self.band_n_rows[k]) * det_c
+            q0 = int(self.band_quad0[k]) * 4
+            nibbles[q0 : q0 + n] = flat[a : a + n]
+            if flat[a : a + n].any():
+                touched.append(k)
+        bits = np.packbits(nibbles.reshape(-1, 4), axis=1, bitorder="little").reshape(-1)
+        classes = np.asarray(self.group_class.get(), dtype=np.uint8)
+        return (classes | (bits << 4)).astype(np.uint8), np.asarray(touched, dtype=np.int64)
 
     def reduce_moments(
         self,

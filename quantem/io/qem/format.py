@@ -1,4 +1,4 @@
-"""The ``.qem`` v1 byte layout, mirrored from ``docs/qem-format.md``.
+"""The ``.qem`` byte layout (versions 1.0 and 2.0), mirrored from ``docs/qem-format.md``.
 
 Each constant and structure names the document section it mirrors. Parsing
 functions validate and raise :class:`~quantem.errors.QemFormatError` naming the
@@ -31,6 +31,10 @@ FOOTER_ALIGN: Final = 64
 MAGIC: Final = b"\x89QEM\r\n\x1a\n"
 VERSION_MAJOR: Final = 1
 VERSION_MINOR: Final = 0
+#: Major versions this reader decodes, each with the newest minor it knows (§15, §19).
+SUPPORTED_VERSIONS: Final = {1: 0, 2: 0}
+#: The newest major version (per-pixel symbols in row bands, §19).
+VERSION_2: Final = 2
 HEADER_SIZE: Final = 256
 HEADER_CHECKSUM_OFFSET: Final = 248
 SECTION_TABLE_OFFSET: Final = 64
@@ -86,7 +90,8 @@ BLOCK_INDEX_DTYPE: Final = np.dtype(
         ("n_words", "<u4"),
         ("n_nonzero", "<u4"),
         ("n_escapes", "<u4"),
-        ("reserved", "<u4"),
+        # reserved (0) in 1.0; the entry's row band in 2.0 (§19.4)
+        ("band", "<u4"),
     ]
 )
 assert BLOCK_INDEX_DTYPE.itemsize == BLOCK_ENTRY_SIZE
@@ -98,6 +103,13 @@ PROB_BITS: Final = 12
 PROB_SCALE: Final = 1 << PROB_BITS
 RANS_L: Final = 1 << 16
 WORD_BITS: Final = 16
+
+# §19 version 2.0: per-pixel symbols in row bands ------------------------------------
+#: rANS states of a 2.0 RANS block (4 per GPU lane) and their bytes.
+STATES_2: Final = 128
+STATES_2_SIZE: Final = 4 * STATES_2
+#: Pixels of a band that share one class (a "quad", §19.3).
+QUAD_PIXELS: Final = 4
 
 # §13 footer ----------------------------------------------------------------------------
 FOOTER_MAGIC: Final = b"QEM-END\x1a"
@@ -123,6 +135,29 @@ def model_length(n_group: int, n_contexts: int) -> int:
 def rans_escapes_offset(n_words: int) -> int:
     """Offset of the escape array inside a RANS block (§10)."""
     return align_up(LANE_STATES_SIZE + 2 * n_words, 4)
+
+
+def n_bands(det_r: int, band_rows: int) -> int:
+    """Row bands of a 2.0 frame (§19.1); 1 for 1.0 (``band_rows`` 0)."""
+    return -(-det_r // band_rows) if band_rows else 1
+
+
+def band_geometry(det_r: int, det_c: int, band_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per band: first row and number of rows (int64), §19.1."""
+    bands = n_bands(det_r, band_rows)
+    rows = band_rows if band_rows else det_r
+    first = np.arange(bands, dtype=np.int64) * rows
+    return first, np.minimum(rows, det_r - first)
+
+
+def band_quads(det_r: int, det_c: int, band_rows: int) -> np.ndarray:
+    """Per band: the index of its first quad in the 2.0 class map, and the total (int64
+    [n_bands + 1]), §19.3."""
+    _, rows = band_geometry(det_r, det_c, band_rows)
+    quads = -(-(rows * det_c) // QUAD_PIXELS)
+    out = np.zeros(quads.size + 1, dtype=np.int64)
+    np.cumsum(quads, out=out[1:])
+    return out
 
 
 @dataclass(frozen=True)
@@ -158,6 +193,16 @@ class Header:
     n_blocks: int
     sections: tuple[Section, ...]
     header_xxh3: int
+    #: 2.0: rows per band (§19.1); 0 in 1.0 (the field is reserved there).
+    band_rows: int = 0
+
+    @property
+    def n_bands(self) -> int:
+        return n_bands(self.detector_shape[0], self.band_rows)
+
+    @property
+    def n_frame_blocks(self) -> int:
+        return -(-self.n_frames // self.block_frames)
 
     @property
     def frame_pixels(self) -> int:
@@ -197,7 +242,7 @@ def pack_header(header: Header) -> bytes:
         0,
         header.block_frames,
         header.n_blocks,
-        0,
+        header.band_rows,
     )
     table = b"".join(struct.pack("<QQQ", s.offset, s.length, s.xxh3) for s in header.sections)
     body = fixed + table + bytes(HEADER_CHECKSUM_OFFSET - len(fixed) - len(table))
@@ -231,11 +276,11 @@ def parse_header(data: bytes, path: Any = None) -> Header:
     ) = fixed
     if magic != MAGIC:
         raise QemFormatError(path, "not a .qem file (bad magic)", section="header")
-    if major != VERSION_MAJOR:
+    if major not in SUPPORTED_VERSIONS:
+        known = ", ".join(f"{a}.x (up to {a}.{b})" for a, b in SUPPORTED_VERSIONS.items())
         raise QemVersionError(
             path,
-            f"unsupported .qem major version {major}.{minor}; this reader supports "
-            f"{VERSION_MAJOR}.x (up to {VERSION_MAJOR}.{VERSION_MINOR})",
+            f"unsupported .qem major version {major}.{minor}; this reader supports {known}",
             section="header",
         )
     computed = xxh3(bytes(data[:HEADER_CHECKSUM_OFFSET]))
@@ -251,7 +296,9 @@ def parse_header(data: bytes, path: Any = None) -> Header:
     reserved_tail = bytes(
         data[SECTION_TABLE_OFFSET + N_SECTIONS * SECTION_ENTRY_SIZE : HEADER_CHECKSUM_OFFSET]
     )
-    if minor <= VERSION_MINOR and (reserved0 or reserved1 or any(reserved_tail)):
+    known_minor = minor <= SUPPORTED_VERSIONS[major]
+    band_rows = reserved1 if major == VERSION_2 else 0
+    if known_minor and (reserved0 or (reserved1 and major != VERSION_2) or any(reserved_tail)):
         raise bad("reserved header field is not zero")
     if stored not in ITEMSIZE_TO_DTYPE or source not in ITEMSIZE_TO_DTYPE:
         raise bad(f"invalid item sizes stored={stored} source={source}")
@@ -263,8 +310,14 @@ def parse_header(data: bytes, path: Any = None) -> Header:
         raise bad(f"frame count {n_frames} inconsistent with scan {scan_r}x{scan_c}")
     if block_frames < 1 or block_frames * det_r * det_c > MAX_BLOCK_PIXELS:
         raise bad(f"block_frames {block_frames} out of range")
-    if n_blocks != -(-n_frames // block_frames):
-        raise bad(f"n_blocks {n_blocks} != ceil({n_frames} / {block_frames})")
+    if major == VERSION_2 and not 1 <= band_rows <= det_r:
+        raise bad(f"band_rows {band_rows} out of range 1..{det_r}")
+    bands = n_bands(det_r, band_rows)
+    if n_blocks != -(-n_frames // block_frames) * bands:
+        raise bad(
+            f"n_blocks {n_blocks} != ceil({n_frames} / {block_frames})"
+            + (f" * {bands} bands" if major == VERSION_2 else "")
+        )
     sections = tuple(
         Section(*struct.unpack_from("<QQQ", data, SECTION_TABLE_OFFSET + SECTION_ENTRY_SIZE * i))
         for i in range(N_SECTIONS)
@@ -282,6 +335,7 @@ def parse_header(data: bytes, path: Any = None) -> Header:
         n_blocks=n_blocks,
         sections=sections,
         header_xxh3=stored_checksum,
+        band_rows=band_rows,
     )
 
 
@@ -424,12 +478,14 @@ class Model:
     """The MODEL section (§7): class map and per-context frequency tables."""
 
     n_classes: int
-    group_class: np.ndarray  # uint8 [G]
+    group_class: np.ndarray  # uint8 [G] (1.0: per 8-pixel group; 2.0: per band quad, §19.3)
     freq: np.ndarray  # uint16 [C, 256]
+    #: 2.0: one context per class (direct pixel symbols); 1.0: a mask and a value context.
+    contexts_per_class: int = 2
 
     @property
     def n_contexts(self) -> int:
-        return 2 * self.n_classes
+        return self.contexts_per_class * self.n_classes
 
     @property
     def cum(self) -> np.ndarray:
@@ -466,10 +522,16 @@ def parse_model(data: bytes, header: Header, path: Any = None) -> Model:
     if len(data) < MODEL_HEADER_SIZE:
         raise bad("section too short")
     n_classes, n_contexts, n_group, reserved = struct.unpack_from("<IIII", data, 0)
-    if not 1 <= n_classes <= MAX_CLASSES or n_contexts != 2 * n_classes:
+    per_class = 1 if header.version_major == VERSION_2 else 2
+    if not 1 <= n_classes <= MAX_CLASSES or n_contexts != per_class * n_classes:
         raise bad(f"invalid class/context counts {n_classes}/{n_contexts}")
-    if n_group != header.n_groups or reserved:
-        raise bad(f"n_groups {n_group} != {header.n_groups} or reserved field set")
+    if header.version_major == VERSION_2:
+        expected_groups = int(band_quads(*header.detector_shape, header.band_rows)[-1])
+        what = "n_quads"
+    else:
+        expected_groups, what = header.n_groups, "n_groups"
+    if n_group != expected_groups or reserved:
+        raise bad(f"{what} {n_group} != {expected_groups} or reserved field set")
     if len(data) != model_length(n_group, n_contexts):
         raise bad(f"length {len(data)} != {model_length(n_group, n_contexts)}")
     buffer = np.frombuffer(data, dtype=np.uint8)
@@ -486,7 +548,12 @@ def parse_model(data: bytes, header: Header, path: Any = None) -> Model:
     if (sums != PROB_SCALE).any():
         context = int(np.flatnonzero(sums != PROB_SCALE)[0])
         raise bad(f"frequency table of context {context} sums to {int(sums[context])}, not 4096")
-    return Model(n_classes=n_classes, group_class=group_class, freq=freq)
+    if per_class == 1 and (freq[:, ESCAPE_SYMBOL] == 0).any():
+        context = int(np.flatnonzero(freq[:, ESCAPE_SYMBOL] == 0)[0])
+        raise bad(f"frequency table of context {context} gives ESCAPE no slot (2.0 needs one)")
+    return Model(
+        n_classes=n_classes, group_class=group_class, freq=freq, contexts_per_class=per_class
+    )
 
 
 def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarray:
@@ -497,26 +564,34 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
         raise QemFormatError(path, f"length {len(data)} != 48 * {n_blocks}", section="BLOCK_INDEX")
     index = np.frombuffer(data, dtype=BLOCK_INDEX_DTYPE).astype(BLOCK_INDEX_DTYPE.newbyteorder("="))
     payload = header.sections[SECTION_PAYLOAD]
-    frame_pixels = header.frame_pixels
-    groups = header.n_groups
     w = header.stored_itemsize
-    block = np.arange(n_blocks, dtype=np.uint64)
+    version_2 = header.version_major == VERSION_2
+    bands = header.n_bands
+    entry = np.arange(n_blocks, dtype=np.uint64)
+    block = entry // np.uint64(bands)
+    band = entry % np.uint64(bands)
     frame_start = block * np.uint64(header.block_frames)
     n_frames = np.minimum(np.uint64(header.block_frames), np.uint64(header.n_frames) - frame_start)
-    pixels = n_frames * np.uint64(frame_pixels)
+    if version_2:
+        _, band_rows = band_geometry(*header.detector_shape, header.band_rows)
+        unit_pixels = band_rows.astype(np.uint64)[band.astype(np.int64)] * np.uint64(
+            header.detector_shape[1]
+        )
+    else:
+        unit_pixels = np.uint64(header.frame_pixels)
+    pixels = n_frames * unit_pixels
     mode = index["mode"]
     n_words = index["n_words"].astype(np.uint64)
     n_escapes = index["n_escapes"].astype(np.uint64)
     n_nonzero = index["n_nonzero"].astype(np.uint64)
     is_rans = mode == MODE_RANS
+    states = np.uint64(STATES_2_SIZE if version_2 else LANE_STATES_SIZE)
     expected_length = np.where(
         mode == MODE_RAW,
         pixels * np.uint64(w),
         np.where(
             is_rans,
-            (np.uint64(LANE_STATES_SIZE) + 2 * n_words + np.uint64(3))
-            // np.uint64(4)
-            * np.uint64(4)
+            (states + 2 * n_words + np.uint64(3)) // np.uint64(4) * np.uint64(4)
             + n_escapes * np.uint64(w),
             np.uint64(0),
         ),
@@ -525,14 +600,26 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
         (index["frame_start"] != frame_start, "frame_start"),
         (index["n_frames"] != n_frames, "frame count"),
         (mode > MODE_RANS, "unknown mode"),
-        (index["reserved"] != 0, "reserved field"),
+        (index["band"] != (band if version_2 else 0), "band" if version_2 else "reserved field"),
         (~is_rans & ((n_words | n_nonzero | n_escapes) != 0), "counts on a non-RANS block"),
-        (is_rans & (n_nonzero > pixels), "n_nonzero exceeds pixels"),
-        (is_rans & (n_escapes > n_nonzero), "n_escapes exceeds n_nonzero"),
-        (is_rans & (n_escapes > 0) & (w == 1), "escapes with uint8 data"),
-        (is_rans & (n_words > n_frames * np.uint64(groups) + n_nonzero), "too many words"),
-        (index["length"] != expected_length, "length inconsistent with mode and counts"),
     ]
+    if version_2:
+        problems += [
+            (n_nonzero != 0, "n_nonzero must be 0 in 2.0"),
+            (is_rans & (n_escapes > pixels), "n_escapes exceeds pixels"),
+            (is_rans & (n_words > pixels), "too many words"),
+        ]
+    else:
+        groups = header.n_groups
+        problems += [
+            (is_rans & (n_nonzero > pixels), "n_nonzero exceeds pixels"),
+            (is_rans & (n_escapes > n_nonzero), "n_escapes exceeds n_nonzero"),
+            (is_rans & (n_escapes > 0) & (w == 1), "escapes with uint8 data"),
+            (is_rans & (n_words > n_frames * np.uint64(groups) + n_nonzero), "too many words"),
+        ]
+    problems.append(
+        (index["length"] != expected_length, "length inconsistent with mode and counts")
+    )
     bad_rows = np.zeros(n_blocks, dtype=bool)
     for rows, _ in problems:
         bad_rows |= rows

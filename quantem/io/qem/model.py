@@ -20,7 +20,10 @@ from quantem.io.qem.format import (
     GROUP_PIXELS,
     MAX_CLASSES,
     PROB_SCALE,
+    QUAD_PIXELS,
     Model,
+    band_geometry,
+    band_quads,
     n_groups,
 )
 
@@ -164,3 +167,77 @@ def build_model(
         freq[2 * k] = normalise_frequencies(mask_counts, mask_allowed)
         freq[2 * k + 1] = normalise_frequencies(value_counts, value_allowed)
     return Model(n_classes=classes_used, group_class=group_class, freq=freq)
+
+
+def quad_of_pixel(det_r: int, det_c: int, band_rows: int) -> np.ndarray:
+    """The 2.0 class-map quad of every pixel of a frame (int64 [P], §19.3)."""
+    first, rows = band_geometry(det_r, det_c, band_rows)
+    quad0 = band_quads(det_r, det_c, band_rows)
+    out = np.empty(det_r * det_c, dtype=np.int64)
+    for k in range(first.size):
+        a = int(first[k]) * det_c
+        n = int(rows[k]) * det_c
+        out[a : a + n] = quad0[k] + np.arange(n, dtype=np.int64) // QUAD_PIXELS
+    return out
+
+
+def build_model_2(
+    frames: np.ndarray, stored_itemsize: int, band_rows: int, n_classes: int = DEFAULT_CLASSES
+) -> Model:
+    """The 2.0 MODEL (§19.3) for sample ``frames`` (m, det_r, det_c) of the stored dtype.
+
+    Quads are ranked by their total count over the sample (ties by index) and the ranking
+    cut into up to ``n_classes`` contiguous ranges, among 64 rank quantiles, greedily
+    minimising the empirical entropy of the direct symbols. Per class, only the symbols
+    the sample uses get slots (every other value below 255 is escaped), and ESCAPE always
+    gets at least one.
+    """
+    if not 1 <= n_classes <= MAX_CLASSES:
+        raise ValueError(f"n_classes must be 1..{MAX_CLASSES}, got {n_classes}")
+    m, det_r, det_c = frames.shape
+    quad = quad_of_pixel(det_r, det_c, band_rows)
+    n_quads = int(quad.max()) + 1
+    flat = frames.reshape(m, -1)
+    symbols = np.minimum(flat, ESCAPE_SYMBOL).astype(np.int64)
+    totals = np.bincount(quad, weights=flat.astype(np.float64).sum(axis=0), minlength=n_quads)
+    order = np.lexsort((np.arange(n_quads), totals))
+    rank = np.empty(n_quads, dtype=np.int64)
+    rank[order] = np.arange(n_quads)
+    n_bins = min(RANK_BINS, n_quads)
+    quad_bin = rank * n_bins // n_quads
+    pixel_bin = quad_bin[quad]
+    hist = np.bincount(
+        (pixel_bin[None, :] * ALPHABET + symbols).reshape(-1), minlength=n_bins * ALPHABET
+    ).reshape(n_bins, ALPHABET)
+    cumulative = np.concatenate([np.zeros((1, ALPHABET), np.int64), np.cumsum(hist, axis=0)])
+
+    def cost(cuts: list[int]) -> float:
+        edges = [0, *cuts, n_bins]
+        return sum(
+            _code_length(cumulative[b] - cumulative[a]) for a, b in itertools.pairwise(edges)
+        )
+
+    cuts: list[int] = []
+    best = cost(cuts)
+    for _ in range(n_classes - 1):
+        choice = None
+        for candidate in range(1, n_bins):
+            if candidate in cuts:
+                continue
+            trial = cost(sorted([*cuts, candidate]))
+            if trial < best - 1e-6 * max(1.0, best):
+                best, choice = trial, candidate
+        if choice is None:
+            break
+        cuts = sorted([*cuts, choice])
+    bin_class = np.searchsorted(np.array(cuts, dtype=np.int64), np.arange(n_bins), side="right")
+    quad_class = bin_class[quad_bin].astype(np.uint8)
+    classes_used = int(quad_class.max()) + 1
+    pixel_class = quad_class[quad].astype(np.int64)
+    freq = np.zeros((classes_used, ALPHABET), dtype=np.uint16)
+    for k in range(classes_used):
+        counts = np.bincount(symbols[:, pixel_class == k].reshape(-1), minlength=ALPHABET)
+        allowed = counts > 0
+        allowed[ESCAPE_SYMBOL] = True
+        freq[k] = normalise_frequencies(counts, allowed)
+    return Model(n_classes=classes_used, group_class=quad_class, freq=freq, contexts_per_class=1)

@@ -23,7 +23,7 @@ import numpy as np
 from quantem.acquisition import Acquisition
 from quantem.errors import QemFormatError, SourceNotFoundError
 from quantem.io.qem import format as fmt
-from quantem.io.qem import rans
+from quantem.io.qem import rans, rans2
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
 from quantem.io.transforms import LoadOptions, empty_info
@@ -138,6 +138,15 @@ class QemFile:
         self.cum = self.model.cum.astype(np.int64)
         self.slot_symbol = self.model.slot_symbol
         self.decode_table = rans.pack_decode_table(self.slot_symbol, self.freq, self.cum)
+        # row bands (2.0, §19.1; 1.0: one band, the whole frame)
+        self.version_2 = header.version_major == fmt.VERSION_2
+        self.n_bands = header.n_bands
+        self.band_first_row, self.band_n_rows = fmt.band_geometry(
+            *header.detector_shape, header.band_rows
+        )
+        self.band_quad0 = fmt.band_quads(*header.detector_shape, header.band_rows)
+        #: 2.0: uint8 [K, 256], 1 where a value below 255 is coded directly (§19.5).
+        self.coded = rans2.coded_symbols(self.model.freq) if self.version_2 else None
         self._verified = np.zeros(header.n_blocks, dtype=bool)
 
     def _check_sections(self) -> None:
@@ -306,12 +315,26 @@ class QemFile:
     def block_frames(self) -> int:
         return self.header.block_frames
 
+    @property
+    def n_frame_blocks(self) -> int:
+        """Groups of ``block_frames`` frames (1.0: the blocks; 2.0: each has one block
+        entry per row band)."""
+        return self.header.n_frame_blocks
+
+    def entries(self, frame_blocks: Iterable[int] | np.ndarray) -> np.ndarray:
+        """Block-index entries of the given frame blocks, every band of each in order
+        (the frame blocks themselves in 1.0)."""
+        fb = np.asarray(frame_blocks, dtype=np.int64).reshape(-1)
+        bands = self.n_bands
+        return (fb[:, None] * bands + np.arange(bands, dtype=np.int64)[None, :]).reshape(-1)
+
     def blocks_for_frames(self, frames: Iterable[int] | np.ndarray) -> np.ndarray:
-        """Sorted unique block ids holding the given frames."""
+        """Sorted unique block ids (block-index entries: every band in 2.0) holding the
+        given frames."""
         frames = np.asarray(frames, dtype=np.int64)
         if frames.size and (frames.min() < 0 or frames.max() >= self.n_frames):
             raise IndexError(f"frame out of range [0, {self.n_frames})")
-        return np.unique(frames // self.block_frames)
+        return self.entries(np.unique(frames // self.block_frames))
 
     def lane_states(self, blocks: Iterable[int] | None = None) -> np.ndarray:
         """Initial decoder lane states uint32 [n, 32] of RANS blocks (zeros for others).
@@ -320,12 +343,13 @@ class QemFile:
         verified by this call.
         """
         ids = np.arange(self.n_blocks) if blocks is None else np.asarray(blocks, dtype=np.int64)
-        states = np.zeros((ids.size, fmt.LANES), dtype=np.uint32)
+        n_states = fmt.STATES_2 if self.version_2 else fmt.LANES
+        states = np.zeros((ids.size, n_states), dtype=np.uint32)
         for row, block in enumerate(ids):
             if int(self.block_index["mode"][block]) == fmt.MODE_RANS:
                 offset = int(self.block_index["offset"][block])
-                lanes = self._read(offset, 4 * fmt.LANES)
-                states[row] = np.frombuffer(lanes, dtype="<u4", count=fmt.LANES)
+                lanes = self._read(offset, 4 * n_states)
+                states[row] = np.frombuffer(lanes, dtype="<u4", count=n_states)
         return states
 
     # -- checksums ---------------------------------------------------------------------
@@ -341,10 +365,16 @@ class QemFile:
     def decode_blocks(
         self, block_ids: Sequence[int] | np.ndarray, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """Decode the given blocks (in the given order) into ``(frames, det_r, det_c)``."""
+        """Decode the given blocks (in the given order) into ``(frames, det_r, det_c)``.
+
+        2.0: ``block_ids`` are block-index entries; the frames returned are those of their
+        frame blocks (every band of each decoded), in order of first appearance.
+        """
         ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
             raise IndexError(f"block out of range [0, {self.n_blocks})")
+        if self.version_2:
+            return self._decode_entries_2(ids, out)
         packed, packed_offsets = self._read_blocks(ids)
         if self.verify:
             pending = ~self._verified[ids]
@@ -390,6 +420,62 @@ class QemFile:
             )
         return out
 
+    def _decode_entries_2(self, ids: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        frame_blocks = ids // self.n_bands
+        _, first = np.unique(frame_blocks, return_index=True)
+        frame_blocks = frame_blocks[np.sort(first)]
+        ids = self.entries(frame_blocks)
+        packed, packed_offsets = self._read_blocks(ids)
+        if self.verify:
+            pending = ~self._verified[ids]
+            self._check_blocks(ids[pending], packed, packed_offsets[pending])
+        index = self.block_index[ids]
+        counts = index["n_frames"].astype(np.int64)
+        block_rows = np.zeros(frame_blocks.size, dtype=np.int64)
+        np.cumsum(counts[:: self.n_bands][:-1], out=block_rows[1:])
+        rows = np.repeat(block_rows, self.n_bands)
+        total = int(counts[:: self.n_bands].sum())
+        det = self.detector_shape
+        if out is None:
+            out = np.empty((total, *det), dtype=self.dtype)
+        elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
+        status = np.zeros(ids.size, dtype=np.int64)
+        arguments = (
+            packed,
+            packed_offsets,
+            index["mode"].astype(np.int64),
+            counts,
+            index["n_words"].astype(np.int64),
+            index["n_escapes"].astype(np.int64),
+            rows,
+            index["band"].astype(np.int64),
+            self.band_first_row,
+            self.band_n_rows,
+            self.band_quad0,
+            int(det[1]),
+            self.header.stored_itemsize,
+            self.model.group_class,
+            self.coded,
+            self.decode_table,
+            out.reshape(total, -1),
+            status,
+        )
+        _run_ranges(
+            lambda first, stop: rans2.decode_blocks(*arguments, first, stop),
+            ids.size,
+            self.threads,
+        )
+        if status.any():
+            k = int(np.flatnonzero(status)[0])
+            raise QemFormatError(
+                self.path,
+                f"block decode failed: {rans.STATUS_MESSAGES[int(status[k])]}",
+                section="PAYLOAD",
+                block=int(ids[k]),
+            )
+        return out
+
     def read_frames(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Frames ``[start, stop)`` as ``(n, det_r, det_c)``; decodes only their blocks."""
         stop = self.n_frames if stop is None else stop
@@ -399,7 +485,7 @@ class QemFile:
             return np.empty((0, *self.detector_shape), dtype=self.dtype)
         first = start // self.block_frames
         last = (stop - 1) // self.block_frames
-        decoded = self.decode_blocks(np.arange(first, last + 1))
+        decoded = self.decode_blocks(self.entries(np.arange(first, last + 1)))
         skip = start - first * self.block_frames
         return decoded[skip : skip + stop - start]
 
@@ -416,9 +502,9 @@ class QemFile:
         if not (0 <= r0 < r1 <= scan_r and 0 <= c0 < c1 <= scan_c):
             raise IndexError(f"scan region {rows}x{cols} outside {self.scan_shape}")
         frames = (np.arange(r0, r1)[:, None] * scan_c + np.arange(c0, c1)[None, :]).reshape(-1)
-        blocks = self.blocks_for_frames(frames)
-        decoded = self.decode_blocks(blocks)
-        block_row = np.full(self.n_blocks, -1, dtype=np.int64)
+        blocks = np.unique(frames // self.block_frames)
+        decoded = self.decode_blocks(self.entries(blocks))
+        block_row = np.full(self.n_frame_blocks, -1, dtype=np.int64)
         block_row[blocks] = np.arange(blocks.size) * self.block_frames
         local = block_row[frames // self.block_frames] + frames % self.block_frames
         return decoded[local].reshape(r1 - r0, c1 - c0, *self.detector_shape)
@@ -428,9 +514,9 @@ class QemFile:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, frames)`` over the whole file in block-aligned batches."""
         per = max(1, (batch_frames or 64 * self.block_frames) // self.block_frames)
-        for first in range(0, self.n_blocks, per):
-            ids = np.arange(first, min(first + per, self.n_blocks))
-            yield first * self.block_frames, self.decode_blocks(ids)
+        for first in range(0, self.n_frame_blocks, per):
+            ids = np.arange(first, min(first + per, self.n_frame_blocks))
+            yield first * self.block_frames, self.decode_blocks(self.entries(ids))
 
     # -- accounting ------------------------------------------------------------------------
     def layout(self) -> dict[str, Any]:
@@ -447,7 +533,9 @@ class QemFile:
             ],
             dtype=np.int64,
         )
-        states = int(rans_blocks.sum()) * fmt.LANE_STATES_SIZE
+        states = int(rans_blocks.sum()) * (
+            fmt.STATES_2_SIZE if self.version_2 else fmt.LANE_STATES_SIZE
+        )
         escapes = int((index["n_escapes"].astype(np.int64) * header.stored_itemsize).sum())
         words = int(2 * index["n_words"].astype(np.int64).sum())
         raw = int(lengths[modes == fmt.MODE_RAW].sum())
@@ -489,6 +577,8 @@ class QemFile:
             "blocks": {
                 "count": header.n_blocks,
                 "frames_per_block": header.block_frames,
+                "bands": self.n_bands,
+                "band_rows": header.band_rows,
                 "zero": int((modes == fmt.MODE_ZERO).sum()),
                 "raw": int((modes == fmt.MODE_RAW).sum()),
                 "rans": int(rans_blocks.sum()),
@@ -520,6 +610,7 @@ class QemFile:
             "source_dtype": header.source_dtype.name,
             "block_frames": header.block_frames,
             "n_blocks": header.n_blocks,
+            **({"band_rows": header.band_rows} if self.version_2 else {}),
             "sections": {
                 fmt.SECTION_NAMES[i]: {
                     "offset": s.offset,
@@ -780,15 +871,15 @@ def _decode_all(qem: QemFile, progress: bool | None) -> np.ndarray:
     decoded_bytes = header.n_frames * header.frame_pixels * header.stored_itemsize
     if progress is None:
         progress = None if decoded_bytes > PROGRESS_MIN_BYTES else False
-    ids = np.arange(qem.n_blocks)
+    ids = np.arange(qem.n_frame_blocks)
     with frame_progress(progress, qem.n_frames, "qem: decoding") as advance:
         out = np.empty((qem.n_frames, *qem.detector_shape), dtype=qem.dtype)
         block_bytes = qem.block_frames * header.frame_pixels * header.stored_itemsize
         per = max(1, PROGRESS_BATCH_BYTES // block_bytes)
-        for first in range(0, qem.n_blocks, per):
+        for first in range(0, qem.n_frame_blocks, per):
             batch = ids[first : first + per]
             start = first * qem.block_frames
             stop = min(qem.n_frames, (first + batch.size) * qem.block_frames)
-            qem.decode_blocks(batch, out=out[start:stop])
+            qem.decode_blocks(qem.entries(batch), out=out[start:stop])
             advance(stop - start)
     return out

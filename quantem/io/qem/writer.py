@@ -24,7 +24,7 @@ from quantem.acquisition import Acquisition
 from quantem.errors import UnsupportedDtypeError, VerificationError
 from quantem.io.qem import format as fmt
 from quantem.io.qem import model as qem_model
-from quantem.io.qem import rans
+from quantem.io.qem import rans, rans2
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
 
@@ -36,6 +36,8 @@ ENCODER_POLICY = 1
 #: Target pixels per block (§16): large enough that the 128 bytes of lane states
 #: are negligible, small enough for random access and GPU parallelism.
 TARGET_BLOCK_PIXELS = 1 << 18
+#: Format 2.0 entries (one row band of a frame block): about this many pixels by default.
+TARGET_ENTRY_PIXELS_2 = 3 << 16
 #: Source bytes encoded per parallel batch.
 BATCH_BYTES = 64 << 20
 CALIBRATION_KEYS = (
@@ -207,10 +209,17 @@ def open_frame_source(source: Any) -> FrameSource:
     raise TypeError(f"cannot save {type(source).__name__}: expected an Acquisition or a path")
 
 
-def default_block_frames(frame_pixels: int, n_frames: int) -> int:
-    """``ceil(2^18 / P)`` frames, capped by the frame count and the 2^31 pixel limit."""
-    frames = -(-TARGET_BLOCK_PIXELS // frame_pixels)
+def default_block_frames(frame_pixels: int, n_frames: int, target: int | None = None) -> int:
+    """``ceil(target / P)`` frames (``target`` 2^18 pixels unless given), capped by the
+    frame count and the 2^31 pixel limit."""
+    frames = -(-(TARGET_BLOCK_PIXELS if target is None else target) // frame_pixels)
     return max(1, min(frames, n_frames, fmt.MAX_BLOCK_PIXELS // frame_pixels))
+
+
+def default_band_rows(det_r: int, det_c: int) -> int:
+    """2.0 rows per band: about 12 bands, each at least 512 pixels, at most ``det_r``."""
+    rows = max(-(-det_r // 12), -(-512 // det_c))
+    return max(1, min(rows, det_r))
 
 
 def _stored_itemsize(maximum: int) -> int:
@@ -262,6 +271,8 @@ def save_qem(
     model_frames: int = qem_model.DEFAULT_MODEL_FRAMES,
     n_classes: int = qem_model.DEFAULT_CLASSES,
     overwrite: bool = False,
+    version: int = fmt.VERSION_MAJOR,
+    band_rows: int | None = None,
 ) -> Path:
     """Write ``source`` as a ``.qem`` file at ``path``.
 
@@ -286,6 +297,12 @@ def save_qem(
     overwrite
         Replace an existing ``path`` (atomically, once the new file is complete).
         Without it an existing file is an error and is left untouched.
+    version
+        Format major version: 1 (default; masks and values, §10-§12) or 2 (per-pixel
+        symbols in row bands, §19: faster GPU decoding, and masked sums decode only
+        the bands a mask touches).
+    band_rows
+        2.0 only: detector rows per band (default :func:`default_band_rows`).
 
     Returns
     -------
@@ -307,6 +324,8 @@ def save_qem(
             keep_source_dtype,
             model_frames,
             n_classes,
+            version,
+            band_rows,
         )
     finally:
         src.close()
@@ -322,7 +341,11 @@ def _save(
     keep_source_dtype: bool,
     model_frames: int,
     n_classes: int,
+    version: int = fmt.VERSION_MAJOR,
+    band_rows: int | None = None,
 ) -> Path:
+    if version not in (fmt.VERSION_MAJOR, fmt.VERSION_2):
+        raise ValueError(f"version must be {fmt.VERSION_MAJOR} or {fmt.VERSION_2}, got {version}")
     dtype = np.dtype(src.dtype)
     if dtype.kind not in "ub" or dtype.itemsize not in (1, 2, 4):
         raise UnsupportedDtypeError(f"cannot store {dtype} counts in .qem (uint8/16/32 only)")
@@ -333,8 +356,24 @@ def _save(
         raise ValueError(f"detector shape {src.detector_shape} is outside the format limits")
     if pixels > fmt.MAX_FRAME_PIXELS or n_frames < 1 or n_frames > fmt.MAX_FRAMES:
         raise ValueError(f"shape {(*src.scan_shape, det_r, det_c)} outside the format limits")
+    if version == fmt.VERSION_2:
+        band_rows = default_band_rows(det_r, det_c) if band_rows is None else int(band_rows)
+        if not 1 <= band_rows <= det_r:
+            raise ValueError(f"band_rows {band_rows} out of range 1..{det_r}")
+        band_first, band_n_rows = fmt.band_geometry(det_r, det_c, band_rows)
+        band_quad0 = fmt.band_quads(det_r, det_c, band_rows)
+        bands = int(band_first.size)
+        unit_pixels = int(band_n_rows.max()) * det_c
+    else:
+        if band_rows is not None:
+            raise ValueError("band_rows applies to version 2 only")
+        band_rows, bands, unit_pixels = 0, 1, pixels
     if block_frames is None:
-        block_frames = default_block_frames(pixels, n_frames)
+        # 2.0: entries of about 3 x 2^16 pixels (64 frames of a 16-row band of 192 x 192),
+        # the layout measured best on the H200 (docs/performance/results.md, rans2)
+        target = TARGET_ENTRY_PIXELS_2 if version == fmt.VERSION_2 else None
+        block_frames = default_block_frames(unit_pixels, n_frames, target)
+        block_frames = max(1, min(block_frames, fmt.MAX_BLOCK_PIXELS // pixels))
     block_frames = int(block_frames)
     if block_frames < 1 or block_frames * pixels > fmt.MAX_BLOCK_PIXELS:
         raise ValueError(f"block_frames {block_frames} out of range")
@@ -362,7 +401,10 @@ def _save(
             advance(frames.shape[0])
     itemsize = source_itemsize if keep_source_dtype else _stored_itemsize(maximum)
     stored = np.dtype(fmt.ITEMSIZE_TO_DTYPE[itemsize])
-    model = qem_model.build_model(sample.astype(stored), itemsize, n_classes)
+    if version == fmt.VERSION_2:
+        model = qem_model.build_model_2(sample.astype(stored), itemsize, band_rows, n_classes)
+    else:
+        model = qem_model.build_model(sample.astype(stored), itemsize, n_classes)
     freq = model.freq.astype(np.int64)
     cum = model.cum.astype(np.int64)
 
@@ -376,7 +418,7 @@ def _save(
     if len(metadata_bytes) > fmt.MAX_METADATA_BYTES:
         raise ValueError("metadata exceeds 16 MiB")
     model_bytes = fmt.pack_model(model)
-    n_blocks = -(-n_frames // block_frames)
+    n_blocks = -(-n_frames // block_frames) * bands
     lengths = [
         len(metadata_bytes),
         len(mask_bytes),
@@ -405,31 +447,47 @@ def _save(
                 for start, frames in _iter_aligned(src, batch):
                     frames = np.ascontiguousarray(frames, dtype=stored)
                     n_batch = -(-frames.shape[0] // block_frames)
-                    if start != block * block_frames or block + n_batch > n_blocks:
+                    if start != block // bands * block_frames or block + n_batch * bands > n_blocks:
                         raise ValueError(
                             f"source yielded frames beyond its {n_frames} frames "
                             f"(or out of order); not writing {path}"
                         )
-                    scratch = np.empty(
-                        (n_batch, block_frames * pixels * itemsize + 256), dtype=np.uint8
-                    )
-                    fields = np.zeros((n_batch, 5), dtype=np.int64)
-                    rans.encode_blocks(
-                        frames,
-                        block_frames,
-                        model.group_class,
-                        freq,
-                        cum,
-                        itemsize,
-                        scratch,
-                        fields,
-                    )
-                    for k in range(n_batch):
-                        mode, length, n_words, n_nonzero, n_escapes = (int(v) for v in fields[k])
+                    if version == fmt.VERSION_2:
+                        scratch = np.empty(
+                            (n_batch * bands, block_frames * unit_pixels * itemsize + 1024),
+                            dtype=np.uint8,
+                        )
+                        fields2 = np.zeros((n_batch * bands, 4), dtype=np.int64)
+                        rans2.encode_blocks(
+                            frames, block_frames, band_first, band_n_rows, band_quad0, det_c,
+                            model.group_class, freq, cum, itemsize, scratch, fields2,
+                        )  # fmt: skip
+                        fields = np.zeros((n_batch * bands, 5), dtype=np.int64)
+                        fields[:, :3] = fields2[:, :3]
+                        fields[:, 4] = fields2[:, 3]
+                    else:
+                        scratch = np.empty(
+                            (n_batch, block_frames * pixels * itemsize + 256), dtype=np.uint8
+                        )
+                        fields = np.zeros((n_batch, 5), dtype=np.int64)
+                        rans.encode_blocks(
+                            frames,
+                            block_frames,
+                            model.group_class,
+                            freq,
+                            cum,
+                            itemsize,
+                            scratch,
+                            fields,
+                        )
+                    for e in range(n_batch * bands):
+                        k = e // bands
+                        mode, length, n_words, n_nonzero, n_escapes = (int(v) for v in fields[e])
                         extent = fmt.align_up(length, fmt.BLOCK_ALIGN)
-                        data = scratch[k, :extent]
+                        data = scratch[e, :extent]
                         data[length:] = 0
                         entry = index[block]
+                        entry["band"] = e % bands
                         entry["frame_start"] = start + k * block_frames
                         entry["n_frames"] = min(block_frames, frames.shape[0] - k * block_frames)
                         entry["mode"] = mode
@@ -443,7 +501,7 @@ def _save(
                         position += extent
                         block += 1
                     advance(frames.shape[0])
-            written = int(index["n_frames"].astype(np.int64).sum())
+            written = int(index["n_frames"][::bands].astype(np.int64).sum())
             if block != n_blocks or written != n_frames:
                 raise ValueError(
                     f"source yielded {written} frames in {block} blocks, expected {n_frames} "
@@ -471,8 +529,8 @@ def _save(
                 for i in range(fmt.N_SECTIONS)
             )
             header = fmt.Header(
-                version_major=fmt.VERSION_MAJOR,
-                version_minor=fmt.VERSION_MINOR,
+                version_major=version,
+                version_minor=fmt.SUPPORTED_VERSIONS[version],
                 file_size=file_size,
                 n_frames=n_frames,
                 scan_shape=tuple(src.scan_shape),
@@ -483,6 +541,7 @@ def _save(
                 n_blocks=n_blocks,
                 sections=sections,
                 header_xxh3=0,
+                band_rows=band_rows,
             )
             header_bytes = fmt.pack_header(header)
             out.write(bytes(footer_offset - position))
