@@ -59,51 +59,56 @@ def _count(value: Any) -> str:
 def trial_rows_html(trials: list[Mapping[str, Any]], seconds: Callable[[Any], str]) -> str:
     """``<tr>`` rows of the trials table: cache-state evidence, stages and product hash.
 
-    One pass over the trials; what repeats across a record's trials (its few
-    acquisitions, formats, labels, hashes, sizes and stage names) is escaped and
-    formatted once.
+    One pass over the trials. What repeats across a record's trials is formatted once
+    a page: the cells before and after each trial's numbers for its (acquisition,
+    format, cache state, label, kept, product hash), escaped; its sizes; the labels of
+    a set of stage names. What is left per trial is its index and
+    :func:`seconds` of its time and stages (100,000 pages of 40 trials are most of a
+    first render's CPU: ``docs/performance/results.md``, "render9").
     """
     rows = []
-    identities: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    cells: dict[tuple[Any, ...], tuple[str, str, str]] = {}
     counts: dict[tuple[Any, Any], str] = {}
-    stage_names: dict[Any, str] = {}
+    stage_labels: dict[tuple[Any, ...], tuple[tuple[Any, str], ...]] = {}
     for t in trials:
-        stages = t.get("stages")
+        get = t.get
+        stages = get("stages")
         if stages:
-            parts = []
             # a mapping's names are distinct: sorting its items is sorting its names
-            for name in sorted(stages):
-                label = stage_names.get(name)
-                if label is None:
-                    label = stage_names[name] = text(name) + " "
-                parts.append(label + seconds(stages[name]))
-            stages = "; ".join(parts)
+            names = tuple(sorted(stages))
+            labels = stage_labels.get(names)
+            if labels is None:
+                labels = stage_labels[names] = tuple((name, text(name) + " ") for name in names)
+            stages = "; ".join([label + seconds(stages[name]) for name, label in labels])
         else:
             stages = ""
         identity = (
             t["acquisition"], t["format"], t["cache_state"], t["label"],
-            t.get("product_sha256") or "",
+            get("product_sha256") or "", t["kept"],
         )  # fmt: skip
-        cells = identities.get(identity)
-        if cells is None:
-            cells = identities[identity] = tuple(text(value) for value in identity)
-        acquisition, format_, cache_state, label, product = cells
-        pair = (t.get("read_bytes"), t.get("file_bytes"))
+        parts = cells.get(identity)
+        if parts is None:
+            acquisition, format_, cache_state, label, product = (
+                text(value) for value in identity[:5]
+            )
+            kept = identity[5]
+            parts = cells[identity] = (
+                f'<tr class="{"" if kept else "lost"}">'
+                f"<td>{acquisition}</td><td>{format_}</td>"
+                f'<td>{cache_state}</td><td class="num">',
+                f'</td><td>{label}</td><td>{"kept" if kept else "lost"}</td><td class="num">',
+                f'</td><td><code class="sha">{product}</code></td></tr>',
+            )
+        head, middle, tail = parts
+        pair = (get("read_bytes"), get("file_bytes"))
         sizes = counts.get(pair)
         if sizes is None:
             sizes = counts[pair] = f"{_count(pair[0])} / {_count(pair[1])}"
-        residency = t.get("residency_before")
-        kept = t["kept"]
+        residency = get("residency_before")
+        residency = "-" if residency is None else f"{residency:.3f}"
         rows.append(
-            f'<tr class="{"" if kept else "lost"}">'
-            f"<td>{acquisition}</td><td>{format_}</td>"
-            f'<td>{cache_state}</td><td class="num">{int(t["trial_index"])}</td>'
-            f"<td>{label}</td><td>{'kept' if kept else 'lost'}</td>"
-            f'<td class="num">{seconds(t["seconds"])}</td>'
-            f'<td class="num">{"-" if residency is None else f"{residency:.3f}"}</td>'
-            f'<td class="num">{sizes}</td>'
-            f"<td>{stages}</td>"
-            f'<td><code class="sha">{product}</code></td></tr>'
+            f'{head}{int(t["trial_index"])}{middle}{seconds(t["seconds"])}</td><td class="num">'
+            f'{residency}</td><td class="num">{sizes}</td><td>{stages}{tail}'
         )
     return "\n".join(rows)
 
