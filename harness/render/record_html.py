@@ -33,23 +33,62 @@ def value_html(value: Any) -> str:
         return _escaped(value)
     if kind is int or kind is float:
         return str(value)  # digits, signs, '.', 'e', 'inf', 'nan': nothing to escape
-    if isinstance(value, Mapping):
-        rows = "".join(
-            f"<tr><th>{text(key)}</th><td>{value_html(value[key])}</td></tr>"
-            for key in sorted(value)
-        )
-        return f'<table class="nested">{rows}</table>'
-    if isinstance(value, (list, tuple)):
+    parts: list[str] = []
+    _append_value_html(value, parts.append)
+    return "".join(parts)
+
+
+def _leaf_html(value: Any) -> str | None:
+    """:func:`value_html` of a string or a number; None for anything else."""
+    kind = type(value)
+    if kind is str:
+        return _escaped(value)
+    if kind is int or kind is float:
+        return str(value)
+    return None
+
+
+def _append_value_html(value: Any, out: Callable[[str], None]) -> None:
+    """:func:`value_html`'s pieces handed to ``out`` in order: one string per leaf of a
+    table or list, not a joined string per nesting level (a record page's sections are
+    a few hundred values)."""
+    leaf = _leaf_html(value)
+    if leaf is not None:
+        out(leaf)
+    elif isinstance(value, Mapping):
+        out('<table class="nested">')
+        for key in sorted(value):
+            item = value[key]
+            leaf = _leaf_html(item)
+            if leaf is not None:
+                out(f"<tr><th>{text(key)}</th><td>{leaf}</td></tr>")
+            else:
+                out(f"<tr><th>{text(key)}</th><td>")
+                _append_value_html(item, out)
+                out("</td></tr>")
+        out("</table>")
+    elif isinstance(value, (list, tuple)):
         if not value:
-            return '<span class="none">none</span>'
-        return '<ol class="list">' + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ol>"
-    if value is None:
-        return '<span class="none">null</span>'
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return text(value)
+            out('<span class="none">none</span>')
+            return
+        out('<ol class="list">')
+        for item in value:
+            leaf = _leaf_html(item)
+            if leaf is not None:
+                out(f"<li>{leaf}</li>")
+            else:
+                out("<li>")
+                _append_value_html(item, out)
+                out("</li>")
+        out("</ol>")
+    elif value is None:
+        out('<span class="none">null</span>')
+    elif value is True:
+        out("true")
+    elif value is False:
+        out("false")
+    else:
+        out(text(value))
 
 
 def _count(value: Any) -> str:
