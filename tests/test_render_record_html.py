@@ -68,7 +68,9 @@ def reference_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         if not value:
             return '<span class="none">none</span>'
-        return '<ol class="list">' + "".join(f"<li>{reference_value(v)}</li>" for v in value) + "</ol>"
+        return (
+            '<ol class="list">' + "".join(f"<li>{reference_value(v)}</li>" for v in value) + "</ol>"
+        )
     return _text(value)
 
 
@@ -136,7 +138,7 @@ SECTIONS = [
     "a&b",
     {"z": 1, "a": [1, "<b>", None, [], {}], "m": {"x": True, "y": {"deep": ["it's"]}}},
     [{"k": "v"}, [[]], ("t", 2)],
-    {"quote\"key": 'say "hi"', "n": float("inf")},
+    {'quote"key': 'say "hi"', "n": float("inf")},
 ]
 
 
