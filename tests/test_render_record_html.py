@@ -1,11 +1,11 @@
 """The record page's HTML pieces (``harness.render.record_html``) against plain reference
 builders: one f-string per trial and nested joins, each value escaped where it is shown.
 
-The fast builders format what repeats across a record's trials once (the cells of a
-trial's identity, its sizes, the labels of its stage names) and emit nested sections
-piece by piece; these tests give them trials where each cached piece could be reused
-wrongly (the same identity kept and lost, the same names with other sizes, stages or
-product hash, text that needs escaping, missing optional fields, -0.0 and 0.0).
+The page's builder formats what repeats across a record's trials once (the escaped cells
+of a trial's identity, its sizes, the labels of its stage names); these tests give it
+trials where a cached piece could be reused wrongly (the same identity kept and lost,
+the same names with other sizes, stages or product hash, text that needs escaping,
+missing optional fields, -0.0 and 0.0), so a faster builder must give the same bytes.
 """
 
 from __future__ import annotations

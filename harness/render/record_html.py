@@ -33,62 +33,23 @@ def value_html(value: Any) -> str:
         return _escaped(value)
     if kind is int or kind is float:
         return str(value)  # digits, signs, '.', 'e', 'inf', 'nan': nothing to escape
-    parts: list[str] = []
-    _append_value_html(value, parts.append)
-    return "".join(parts)
-
-
-def _leaf_html(value: Any) -> str | None:
-    """:func:`value_html` of a string or a number; None for anything else."""
-    kind = type(value)
-    if kind is str:
-        return _escaped(value)
-    if kind is int or kind is float:
-        return str(value)
-    return None
-
-
-def _append_value_html(value: Any, out: Callable[[str], None]) -> None:
-    """:func:`value_html`'s pieces handed to ``out`` in order: one string per leaf of a
-    table or list, not a joined string per nesting level (a record page's sections are
-    a few hundred values)."""
-    leaf = _leaf_html(value)
-    if leaf is not None:
-        out(leaf)
-    elif isinstance(value, Mapping):
-        out('<table class="nested">')
-        for key in sorted(value):
-            item = value[key]
-            leaf = _leaf_html(item)
-            if leaf is not None:
-                out(f"<tr><th>{text(key)}</th><td>{leaf}</td></tr>")
-            else:
-                out(f"<tr><th>{text(key)}</th><td>")
-                _append_value_html(item, out)
-                out("</td></tr>")
-        out("</table>")
-    elif isinstance(value, (list, tuple)):
+    if isinstance(value, Mapping):
+        rows = "".join(
+            f"<tr><th>{text(key)}</th><td>{value_html(value[key])}</td></tr>"
+            for key in sorted(value)
+        )
+        return f'<table class="nested">{rows}</table>'
+    if isinstance(value, (list, tuple)):
         if not value:
-            out('<span class="none">none</span>')
-            return
-        out('<ol class="list">')
-        for item in value:
-            leaf = _leaf_html(item)
-            if leaf is not None:
-                out(f"<li>{leaf}</li>")
-            else:
-                out("<li>")
-                _append_value_html(item, out)
-                out("</li>")
-        out("</ol>")
-    elif value is None:
-        out('<span class="none">null</span>')
-    elif value is True:
-        out("true")
-    elif value is False:
-        out("false")
-    else:
-        out(text(value))
+            return '<span class="none">none</span>'
+        return '<ol class="list">' + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ol>"
+    if value is None:
+        return '<span class="none">null</span>'
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return text(value)
 
 
 def _count(value: Any) -> str:
@@ -98,56 +59,51 @@ def _count(value: Any) -> str:
 def trial_rows_html(trials: list[Mapping[str, Any]], seconds: Callable[[Any], str]) -> str:
     """``<tr>`` rows of the trials table: cache-state evidence, stages and product hash.
 
-    One pass over the trials. What repeats across a record's trials is formatted once
-    a page: the cells before and after each trial's numbers for its (acquisition,
-    format, cache state, label, kept, product hash), escaped; its sizes; the labels of
-    a set of stage names. What is left per trial is its index and
-    :func:`seconds` of its time and stages (100,000 pages of 40 trials are most of a
-    first render's CPU: ``docs/performance/results.md``, "render9").
+    One pass over the trials; what repeats across a record's trials (its few
+    acquisitions, formats, labels, hashes, sizes and stage names) is escaped and
+    formatted once.
     """
     rows = []
-    cells: dict[tuple[Any, ...], tuple[str, str, str]] = {}
+    identities: dict[tuple[Any, ...], tuple[str, ...]] = {}
     counts: dict[tuple[Any, Any], str] = {}
-    stage_labels: dict[tuple[Any, ...], tuple[tuple[Any, str], ...]] = {}
+    stage_names: dict[Any, str] = {}
     for t in trials:
-        get = t.get
-        stages = get("stages")
+        stages = t.get("stages")
         if stages:
+            parts = []
             # a mapping's names are distinct: sorting its items is sorting its names
-            names = tuple(sorted(stages))
-            labels = stage_labels.get(names)
-            if labels is None:
-                labels = stage_labels[names] = tuple((name, text(name) + " ") for name in names)
-            stages = "; ".join([label + seconds(stages[name]) for name, label in labels])
+            for name in sorted(stages):
+                label = stage_names.get(name)
+                if label is None:
+                    label = stage_names[name] = text(name) + " "
+                parts.append(label + seconds(stages[name]))
+            stages = "; ".join(parts)
         else:
             stages = ""
         identity = (
             t["acquisition"], t["format"], t["cache_state"], t["label"],
-            get("product_sha256") or "", t["kept"],
+            t.get("product_sha256") or "",
         )  # fmt: skip
-        parts = cells.get(identity)
-        if parts is None:
-            acquisition, format_, cache_state, label, product = (
-                text(value) for value in identity[:5]
-            )
-            kept = identity[5]
-            parts = cells[identity] = (
-                f'<tr class="{"" if kept else "lost"}">'
-                f"<td>{acquisition}</td><td>{format_}</td>"
-                f'<td>{cache_state}</td><td class="num">',
-                f'</td><td>{label}</td><td>{"kept" if kept else "lost"}</td><td class="num">',
-                f'</td><td><code class="sha">{product}</code></td></tr>',
-            )
-        head, middle, tail = parts
-        pair = (get("read_bytes"), get("file_bytes"))
+        cells = identities.get(identity)
+        if cells is None:
+            cells = identities[identity] = tuple(text(value) for value in identity)
+        acquisition, format_, cache_state, label, product = cells
+        pair = (t.get("read_bytes"), t.get("file_bytes"))
         sizes = counts.get(pair)
         if sizes is None:
             sizes = counts[pair] = f"{_count(pair[0])} / {_count(pair[1])}"
-        residency = get("residency_before")
-        residency = "-" if residency is None else f"{residency:.3f}"
+        residency = t.get("residency_before")
+        kept = t["kept"]
         rows.append(
-            f'{head}{int(t["trial_index"])}{middle}{seconds(t["seconds"])}</td><td class="num">'
-            f'{residency}</td><td class="num">{sizes}</td><td>{stages}{tail}'
+            f'<tr class="{"" if kept else "lost"}">'
+            f"<td>{acquisition}</td><td>{format_}</td>"
+            f'<td>{cache_state}</td><td class="num">{int(t["trial_index"])}</td>'
+            f"<td>{label}</td><td>{'kept' if kept else 'lost'}</td>"
+            f'<td class="num">{seconds(t["seconds"])}</td>'
+            f'<td class="num">{"-" if residency is None else f"{residency:.3f}"}</td>'
+            f'<td class="num">{sizes}</td>'
+            f"<td>{stages}</td>"
+            f'<td><code class="sha">{product}</code></td></tr>'
         )
     return "\n".join(rows)
 

@@ -69,17 +69,6 @@ def _bool_text(value: object) -> str:
     return "True" if value else "False"
 
 
-def _trial_text(
-    acquisition: str, format_: str, cache_state: str, trial_index: int, label: str, kept: object
-) -> str:
-    """A trial's fields from its acquisition to its kept flag, as they stand in its line."""
-    # the characters of _CSV_SPECIAL: the csv writer quotes such a field
-    joined = acquisition + format_ + cache_state + label
-    if "," in joined or '"' in joined or "\n" in joined or "\r" in joined:
-        return _csv_line((acquisition, format_, cache_state, trial_index, label, _bool_text(kept)))
-    return f"{acquisition},{format_},{cache_state},{trial_index},{label},{_bool_text(kept)}"
-
-
 def _record_prefix(sha: str, created: str, revision: object, dirty: object, key: str) -> str:
     """A record's fields as they start each of its trials' lines."""
     return _csv_line((sha, created, revision, _bool_text(dirty), key)) + ","
@@ -221,12 +210,9 @@ class TimingsFromRows:
         self._record_fields = operator.itemgetter(
             *(names(RecordRow).index(name) for name in _RECORD_FIELDS)
         )
-        trial = names(TrialRow)
-        self._seq = trial.index("record_seq")
-        # the fields of a trial's text (acquisition to kept), few distinct at any scale
-        self._identity = operator.itemgetter(*(trial.index(name) for name in TRIAL_FIELDS[:6]))
-        self._numbers = tuple(trial.index(name) for name in TRIAL_FIELDS[6:])
-        self._texts: dict[tuple, str] = {}
+        self._trial_fields = operator.itemgetter(
+            *(names(TrialRow).index(name) for name in ("record_seq", *TRIAL_FIELDS))
+        )
 
     def rows(self, table: str, batch: Sequence[Sequence]) -> None:
         if table == RecordRow.__tablename__:
@@ -234,19 +220,26 @@ class TimingsFromRows:
                 seq, *fields = self._record_fields(row)
                 self._prefixes[seq] = _record_prefix(*fields)
         elif table == TrialRow.__tablename__:
-            prefixes, texts, identity_of = self._prefixes, self._texts, self._identity
-            seq, seconds, read_bytes, file_bytes, residency = self._seq, *self._numbers
+            prefixes = self._prefixes
+            lines = []
             for row in batch:
-                identity = identity_of(row)
-                if identity not in texts:
-                    texts[identity] = _trial_text(*identity)
-            # the line of each row: what is formatted per trial is its floats' repr
-            lines = [
-                f"{prefixes[row[seq]]}{texts[identity_of(row)]},{row[seconds]!r},"
-                f"{row[read_bytes]},{row[file_bytes]},"
-                f"{'' if row[residency] is None else repr(row[residency])}\n"
-                for row in batch
-            ]
+                (seq, acquisition, format_, cache_state, trial_index, label, kept, seconds,
+                 read_bytes, file_bytes, residency) = self._trial_fields(row)  # fmt: skip
+                # the characters of _CSV_SPECIAL: the csv writer quotes such a field
+                joined = acquisition + format_ + cache_state + label
+                if "," in joined or '"' in joined or "\n" in joined or "\r" in joined:
+                    text = _csv_line(
+                        (acquisition, format_, cache_state, trial_index, label, _bool_text(kept))
+                    )
+                else:
+                    text = (
+                        f"{acquisition},{format_},{cache_state},{trial_index},{label},"
+                        f"{'True' if kept else 'False'}"
+                    )
+                lines.append(
+                    f"{prefixes[seq]}{text},{seconds!r},{read_bytes},{file_bytes},"
+                    f"{'' if residency is None else repr(residency)}\n"
+                )
             data = "".join(lines).encode("utf-8")
             self._handle.write(data)
             self.size += len(data)
