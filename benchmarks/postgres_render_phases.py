@@ -5,7 +5,8 @@ render's phases timed (wall and this process's CPU of each call: the snapshot's 
 export and row copies, each key's data, plot and page, timings.csv, index.json, the
 wait for the record-page workers), then prints the whole wall time, the CPU of this
 process and of its worker processes, both peak RSS figures and the load average before
-and after. ``--profile FILE`` also writes a cProfile of this process.
+and after, the user and system split, and the CPU of the local ``postgres`` processes
+(the server's share). ``--profile FILE`` also writes a cProfile of this process.
 
 The server is one filled by ``history_postgres_scale.py`` (``--url``); run it with
 ``PYTHONPATH`` naming the tree to measure (e.g. a ``git archive`` of an older revision)::
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import resource
 import sys
 import time
@@ -41,6 +43,31 @@ PHASES = {
 
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _server_cpu() -> float | None:
+    """CPU seconds (user and system) of every ``postgres`` process on this machine so far,
+    with their reaped children's (the postmaster's: a backend that exited counts): the
+    local server's share of a render is the difference around it, other clients' work
+    meanwhile included. None off Linux."""
+    proc = Path("/proc")
+    if not (proc / "stat").exists():
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == "postgres":
+            values = fields.split()
+            # utime, stime, cutime, cstime: fields 14-17 of proc(5), 12-15 after the name
+            total += sum(int(v) for v in values[11:15])
+    return total / ticks
 
 
 def main() -> int:
@@ -88,6 +115,7 @@ def main() -> int:
         profile = cProfile.Profile()
         profile.enable()
     before = _load()
+    server_before = _server_cpu()
     start = time.perf_counter()
     code = harness_main(["render", "index", "--out", str(args.out), "--history-url", args.url,
                          "--git-repo", args.git_repo])  # fmt: skip
@@ -97,11 +125,21 @@ def main() -> int:
         profile.dump_stats(args.profile)
     me = resource.getrusage(resource.RUSAGE_SELF)
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_after = _server_cpu()
     print(
         f"exit {code}; wall {wall:.1f} s; CPU {me.ru_utime + me.ru_stime:.1f} s in this "
         f"process, {workers.ru_utime + workers.ru_stime:.1f} s in workers; peak RSS "
         f"{me.ru_maxrss // 1024} MB (this process), {workers.ru_maxrss // 1024} MB (largest "
         f"worker); load average {before} before, {_load()} after"
+    )
+    server = (
+        "not measured"
+        if server_before is None or server_after is None
+        else f"{server_after - server_before:.1f} s"
+    )
+    print(
+        f"CPU user/system: this process {me.ru_utime:.1f}/{me.ru_stime:.1f} s, workers "
+        f"{workers.ru_utime:.1f}/{workers.ru_stime:.1f} s; local postgres processes {server}"
     )
     print("phase: started at s, wall s, CPU s (this process)")
     for label, began, seconds, cpu in phases:
