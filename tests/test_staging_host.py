@@ -13,12 +13,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 import types
 
 import numpy as np
 import pytest
 
-from quantem.cuda import mapped_staging, pinned, staging
+from quantem.cuda import mapped_staging, pinned, registered_files, staging
 from quantem.io.page_cache import PAGE_SIZE
 
 
@@ -129,6 +130,13 @@ def fake_cuda(monkeypatch):
         fake = FakeCuda(**kwargs)
         monkeypatch.setitem(sys.modules, "cupy", fake.module())
         monkeypatch.setattr(pinned, "_cache", {})  # never keep stand-in buffers
+        # A registration cache of this test's own, whose clock runs ahead so that the
+        # files just written are not racy (kept across loads, as older files would be).
+        cache = registered_files.RegisteredFiles(
+            1 << 40, clock=lambda: time.time_ns() + 10 * registered_files.RACY_NS
+        )
+        monkeypatch.setattr(registered_files, "_instance", cache)
+        fake.cache = cache
         return fake
 
     return install
@@ -271,7 +279,7 @@ class HostChunkDecoder:
             errors[i] = int(code != 0)
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 @pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 20])
 def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypatch,
                                                    staging_name, batch_bytes):  # fmt: skip
@@ -298,6 +306,11 @@ def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypa
     if staging_name == "mapped":
         assert len(fake.register_calls) == stats.batches == len(fake.unregister_calls)
         assert stats.batches >= 5  # at least one range per shard
+    elif staging_name == "registered":
+        # one registration per shard, kept after the load
+        assert len(fake.register_calls) == len(fake.registered) == 5
+        assert not fake.unregister_calls and stats.registered_bytes > 0
+        assert sorted(fake.cache.paths()) == sorted(source.shard_paths)
     else:
         assert not fake.register_calls
     # the consume path (non-default options) sees every frame once, in order
@@ -308,6 +321,9 @@ def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypa
     )  # fmt: skip
     assert [a for a, _ in seen] == sorted(a for a, _ in seen)
     np.testing.assert_array_equal(np.concatenate([f for _, f in seen]), expected)
+    if staging_name == "registered":  # the second load registered nothing
+        assert len(fake.register_calls) == 5 and not fake.unregister_calls
+        assert fake.cache.release() > 0 and not fake.registered
 
 
 def test_mapped_staging_falls_back_to_pread_when_registration_is_refused(
@@ -375,7 +391,7 @@ def _flip_chunk_byte(source, frame: int, at: int = 0) -> None:
         f.write(bytes([byte ^ 0x04]))
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 @pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 20])
 def test_verify_source_names_the_first_changed_chunk(
     tmp_path, fake_cuda, monkeypatch, staging_name, batch_bytes
@@ -441,7 +457,7 @@ def test_verify_source_names_the_first_changed_chunk(
     assert info.value.fields == {"frame": 0, "shard_frame": 0}
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monkeypatch,
                                                        staging_name):  # fmt: skip
     """Chunks of 240 bytes or fewer (empty frames), which the kernel leaves to the host,
@@ -475,3 +491,72 @@ def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monk
             threads=2, verify_source=True,
         )  # fmt: skip
     assert info.value.fields["frame"] == frame
+
+
+@pytest.mark.parametrize("why", ["changed", "not_resident", "budget", "refused"])
+def test_registered_staging_falls_back_to_pread_and_keeps_nothing_stale(
+    tmp_path, fake_cuda, monkeypatch, why
+):
+    """Registered staging gives way to pread (same products, the reason recorded) when a
+    shard changed during the load, is not wholly in the page cache, would exceed the
+    budget, or the driver refuses; no stale registration is served afterwards."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.io import page_cache
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake = fake_cuda(fail_register_at=1 if why == "refused" else None)
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(24, 16, 16)
+    reason = {
+        "changed": "changed during the load",
+        "not_resident": "not in the page cache",
+        "budget": "budget",
+        "refused": "stand-in",
+    }[why]
+    if why == "changed":
+        monkeypatch.setattr(
+            registered_files.RegisteredFiles, "still_current", lambda self, entry, fd: False
+        )
+    elif why == "not_resident":
+        monkeypatch.setattr(page_cache.ReadOnlyMapping, "resident_pages", lambda self: 0)
+    elif why == "budget":
+        fake.cache.set_budget(4096)
+    out, stats = hdf5_pipeline.decode_source_to_device(
+        open_arina(master, index_dir=index_dir), staging="registered", batch_bytes=700, threads=2
+    )
+    assert stats.staging == "pread" and reason in stats.fallback, stats.fallback
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    if why == "refused":  # the shards registered before the refusal are valid and kept
+        assert len(fake.cache.paths()) == len(fake.registered) == len(fake.register_calls) - 1
+    else:
+        assert fake.cache.paths() == [] and not fake.registered
+    if why in ("not_resident", "budget"):
+        assert not fake.register_calls  # refused before registering anything
+
+
+def test_registered_staging_refuses_a_shard_shorter_than_its_index(
+    tmp_path, fake_cuda, monkeypatch
+):
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.errors import ArinaFormatError
+    from quantem.io.arina import open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake_cuda()
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    source = open_arina(master, index_dir=tmp_path / "index")
+    shard = source.shard_paths[2]
+    os.truncate(shard, os.path.getsize(shard) - 100)  # after indexing
+    with pytest.raises(ArinaFormatError, match="file ends before the expected data") as info:
+        hdf5_pipeline.decode_source_to_device(source, staging="registered", threads=2)
+    assert info.value.path == shard

@@ -218,6 +218,18 @@ class DeviceLanes:
     def copy_and_launch(
         self, i: int, host_pointer: int, nbytes: int, launch: Callable[[int, Any, Any], None]
     ) -> None:
+        self.copy_many_and_launch(i, [(0, host_pointer, nbytes)], nbytes, launch)
+
+    def copy_many_and_launch(
+        self,
+        i: int,
+        copies: Sequence[tuple[int, int, int]],
+        nbytes: int,
+        launch: Callable[[int, Any, Any], None],
+    ) -> None:
+        """:meth:`copy_and_launch` for a batch gathered from several host ranges:
+        ``copies`` are ``(slot_offset, host_pointer, length)``; ``launch`` sees the first
+        ``nbytes`` of the slot."""
         import cupy
 
         n_device = len(self.slots)
@@ -226,9 +238,12 @@ class DeviceLanes:
             self.copy_stream.wait_event(self.work_done[i - n_device])
         if self.profile:
             self.h2d_start[i].record(self.copy_stream)
-        cupy.cuda.runtime.memcpyAsync(
-            slot.data.ptr, host_pointer, nbytes, CUDA_MEMCPY_HOST_TO_DEVICE, self.copy_stream.ptr
-        )
+        base = slot.data.ptr
+        stream = self.copy_stream.ptr
+        for at, host_pointer, length in copies:
+            cupy.cuda.runtime.memcpyAsync(
+                base + at, host_pointer, length, CUDA_MEMCPY_HOST_TO_DEVICE, stream
+            )
         self.h2d_done[i].record(self.copy_stream)
         self.compute_stream.wait_event(self.h2d_done[i])
         if self.profile:
