@@ -124,7 +124,7 @@ def test_a_truncated_file_is_not_served_and_past_the_end_is_refused(tmp_path):
     assert driver.live == {}
 
 
-def test_a_replaced_file_is_a_new_identity_and_release_by_path_frees_the_old(tmp_path):
+def test_a_replaced_file_is_a_new_identity(tmp_path):
     driver = FakeDriver()
     cache = make_cache(driver)
     path = write(tmp_path / "a", PAGE_SIZE)
@@ -135,8 +135,9 @@ def test_a_replaced_file_is_a_new_identity_and_release_by_path_frees_the_old(tmp
     new, hit = lease(cache, path)
     assert not hit and new.stat.identity != old.stat.identity
     cache.give_back(new)
-    assert cache.release([path]) == 2 * PAGE_SIZE
-    assert driver.live == {} and old.released and new.released
+    assert old.released  # registering the new version released the old one
+    assert cache.release([path]) == PAGE_SIZE
+    assert driver.live == {} and new.released
 
 
 def test_a_recently_changed_file_is_used_for_one_load_only(tmp_path):
@@ -272,3 +273,16 @@ def test_shard_spans_cover_each_shards_chunks(order):
         mine = shard == f
         assert a == offset[mine].min() and b == (offset + nbytes)[mine].max()
     assert [x.size for x in shard_spans(shard[:0], offset[:0], nbytes[:0])] == [0, 0, 0]
+
+
+def test_a_path_replaced_by_rename_releases_the_old_version_on_registering(tmp_path):
+    driver = FakeDriver()
+    cache = make_cache(driver)
+    path = write(tmp_path / "a", PAGE_SIZE)
+    old, _ = lease(cache, path)
+    cache.give_back(old)
+    write(tmp_path / "b", 2 * PAGE_SIZE, fill=5)
+    os.replace(tmp_path / "b", path)
+    new, _ = lease(cache, path)
+    cache.give_back(new)
+    assert old.released and cache.paths() == [path] and len(driver.live) == 1

@@ -33,8 +33,10 @@ DEFAULT_BATCH_BYTES = 128 << 20
 SPAN_GAP_BYTES = 1 << 20
 #: How compressed bytes reach the device (see :func:`decode_source_to_device`).
 STAGINGS = ("pread", "mapped", "registered")
-#: The staging a load uses unless told otherwise.
-DEFAULT_STAGING = "pread"
+#: The staging a load uses unless told otherwise: registered, since a warm load of
+#: registered shards is bound by the host-to-device copy and a cold one falls back to
+#: pread at no cost (``docs/performance/results.md``, "Registered staging").
+DEFAULT_STAGING = "registered"
 
 
 @dataclass

@@ -271,7 +271,12 @@ def load_qem(
             "batches": stats.batches,
             "read_seconds": stats.read_seconds,
             "pipeline_seconds": stats.wall_seconds,
+            "staging": stats.staging,
         }
+        if stats.fallback is not None:
+            metadata["load_stats"]["staging_fallback"] = stats.fallback
+        if stats.staging == "registered":
+            metadata["load_stats"]["registered_bytes"] = stats.registered_bytes
         validity = options.finish_validity(qem.validity)
         return Acquisition(data, metadata, validity, backend="cuda")
     finally:

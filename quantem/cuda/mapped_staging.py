@@ -191,6 +191,7 @@ def run_registered(
     address: Callable[[int, int], int],
     launch: Callable[[int, Any, Any], None],
     *,
+    launch_bytes: Sequence[int] | None = None,
     profile: bool | None = None,
 ) -> StageStats:
     """Copy batches out of registered host pages and ``launch(i, device_bytes, stream)``.
@@ -199,7 +200,7 @@ def run_registered(
     ``address(file, file_offset)`` gives the host address of a byte of a registered range
     (and may wait for that file's registration). Each batch is gathered into a device
     slot of ``slot_bytes`` by DMA (one copy per read, no CPU copy) and ``launch`` sees the
-    slot up to the batch's last byte. Returns once all launched work has finished;
+    slot up to the batch's last byte (or ``launch_bytes[i]`` bytes, when given). Returns once all launched work has finished;
     ``stats.read_seconds`` is the time spent waiting for addresses (registrations).
     """
     stats = StageStats(batches=len(batches))
@@ -214,7 +215,11 @@ def run_registered(
             t0 = time.perf_counter()
             copies = [(at, address(file, offset), length) for file, offset, at, length in reads]
             waited += time.perf_counter() - t0
-            used = max((at + length for _, _, at, length in reads), default=0)
+            used = (
+                max((at + length for _, _, at, length in reads), default=0)
+                if launch_bytes is None
+                else int(launch_bytes[i])
+            )
             stats.copied_bytes += sum(length for _, _, _, length in reads)
             lanes.copy_many_and_launch(i, copies, used, launch)
     finally:

@@ -246,6 +246,11 @@ class RegisteredFiles:
             )
         with self._lock:
             self._check_pid()
+            for other in list(self._entries.values()):
+                # The path now names another file (replaced by a rename): the old
+                # version's pages would otherwise stay locked until the LRU reached them.
+                if other.path == os.fspath(path) and other.stat.identity != stat.identity:
+                    self._drop(other)
             old = self._entries.get(stat.identity)
             if old is not None:
                 if old.stat == stat:

@@ -102,6 +102,12 @@ class StageStats:
     copied_bytes: int = 0
     batches: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    #: The staging that moved the bytes, when a caller chose between several.
+    staging: str = ""
+    #: Why a preferred staging gave way to pread, if it did.
+    fallback: str | None = None
+    #: Bytes registered by this call (registered staging).
+    registered_bytes: int = 0
 
 
 def plan_batches(
