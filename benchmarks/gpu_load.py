@@ -48,6 +48,9 @@ from pathlib import Path
 import numpy as np
 from _common import git_revision, gpu_times
 
+from quantem.cuda import hdf5_pipeline, registered_files
+from quantem.cuda.registered_files import release_registered_files
+
 RESULTS: dict = {}
 JSON_PATH: list[Path] = []
 MiB = 1 << 20
@@ -224,6 +227,45 @@ def staging_only(source, threads: int, batch_bytes: int) -> float:
         return time.perf_counter() - t0
 
 
+def registered_copy_only(source, batch_bytes: int) -> float:
+    """The registered staging's copies with a launch that does nothing: the batches
+    copied by DMA from the (already registered) page-cache pages of the shards."""
+    import cupy
+
+    from quantem.cuda import hdf5_pipeline, mapped_staging
+    from quantem.cuda.staging import OpenFiles, plan_batches
+    from quantem.errors import ArinaFormatError
+
+    index = source.index
+    shard = np.asarray(index.frame_shard)
+    offset = np.asarray(index.frame_offset, dtype=np.int64)
+    nbytes = np.asarray(index.frame_nbytes, dtype=np.int64)
+    plans, slot = [], 1
+    for a, b in plan_batches(nbytes, batch_bytes):
+        reads, _, data = hdf5_pipeline.plan_span_reads(
+            shard[a:b], offset[a:b], nbytes[a:b], 1 << 62
+        )
+        plans.append(reads)
+        slot = max(slot, data)
+    cache = registered_files.registered_files()
+    used, lo, hi = hdf5_pipeline.shard_spans(shard, offset, nbytes)
+    with OpenFiles(source.shard_paths, ArinaFormatError) as files:
+        leases = {}
+        try:
+            for f, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+                entry = cache.lookup(files.fds[f], files.paths[f], a, b)
+                leases[f] = entry or cache.register(files.fds[f], files.paths[f], a, b)
+            cupy.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            mapped_staging.run_registered(
+                plans, slot, lambda f, o: leases[f].address_of(o), lambda i, d, s: None
+            )
+            return time.perf_counter() - t0
+        finally:
+            for entry in leases.values():
+                cache.give_back(entry)
+
+
 def wall_time(fn, reps: int) -> tuple[list[float], object]:
     """Wall seconds of ``reps`` calls (device synchronised); the last result's stats."""
     import cupy
@@ -252,8 +294,9 @@ t1 = time.perf_counter()
 from quantem import io
 from quantem.cuda.module_loader import kernel_provenance
 kind = sys.argv[2]
+kwargs = {"staging": "pread"} if kind == "hdf5-pread" else {}
 def load():
-    acq = io.load(sys.argv[1], backend="cuda")
+    acq = io.load(sys.argv[1], backend="cuda", **kwargs)
     cupy.cuda.Device().synchronize()
     return acq
 prof = None
@@ -268,7 +311,9 @@ if prof is not None:
         pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
 t4 = time.perf_counter(); b = load(); t5 = time.perf_counter(); b.close()
 paths = sorted({r["path"] for r in kernel_provenance()})
-print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": t5 - t4, "paths": paths}))
+stats = a.metadata.get("load_stats", {})
+print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": t5 - t4, "paths": paths,
+                  "staging": stats.get("staging"), "fallback": stats.get("staging_fallback")}))
 """
 
 
@@ -383,20 +428,34 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     say(f"{tag}.floor_max_pread_h2d_s", floor, "s")
 
     # Ours: default, then the sweep.
-    def load(batch=None, piece=None, readers=None, slots=None):
+    def load(batch=None, piece=None, readers=None, slots=None, kind=None):
         saved = (staging.READ_PIECE_BYTES, staging.READERS, staging.PINNED_SLOTS)
         staging.READ_PIECE_BYTES = (piece * MiB) if piece else saved[0]
         staging.READERS = readers or saved[1]
         staging.PINNED_SLOTS = slots or saved[2]
         try:
             kwargs = {"batch_bytes": batch * MiB} if batch else {}
+            if kind:
+                kwargs["staging"] = kind
             return loaders.load_hdf5(master, **kwargs)
         finally:
             staging.READ_PIECE_BYTES, staging.READERS, staging.PINNED_SLOTS = saved
 
+    release_registered_files(source.shard_paths)
+    t0 = time.perf_counter()
     first = load()
-    say(f"{tag}.default_settings", f"batch {loaders.DEFAULT_BATCH_BYTES // MiB} MiB, "
-        f"piece {staging.READ_PIECE_BYTES // MiB} MiB, readers {staging.READERS}, slots {staging.PINNED_SLOTS}")  # fmt: skip
+    cupy.cuda.Device().synchronize()
+    say(f"{tag}.first_load_in_process_s", time.perf_counter() - t0, "s",
+        f"staging {first.metadata['load_stats'].get('staging')}, registered "
+        f"{first.metadata['load_stats'].get('registered_bytes')} B, fallback "
+        f"{first.metadata['load_stats'].get('staging_fallback')}")  # fmt: skip
+    say(f"{tag}.default_settings", f"staging {hdf5_pipeline.DEFAULT_STAGING}, batch "
+        f"{loaders.DEFAULT_BATCH_BYTES // MiB} MiB, piece {staging.READ_PIECE_BYTES // MiB} MiB, "
+        f"readers {staging.READERS}, slots {staging.PINNED_SLOTS}, registration budget "
+        f"{registered_files.budget_bytes()} B")  # fmt: skip
+    with load(kind="pread") as by_pread:
+        same = bool(cupy.array_equal(by_pread.data, first.data))
+    say(f"{tag}.default_equals_pread_on_gpu", same, "", "every decoded frame, bit for bit")
     model_mask = None
     det = tuple(int(v) for v in source.detector_shape)
     rr, cc = np.mgrid[: det[0], : det[1]]
@@ -429,28 +488,48 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     first.close()
 
     staging.PROFILE = True
-    variants = [(None, None, None, None)]
-    if full:
-        # the earlier 2 MiB pieces, larger batches, a third reader
-        variants += [(64, 2, 2, 4), (64, 8, 2, 4), (256, 16, 3, 4)]
-    else:
-        variants += [(64, 8, 2, 4)]
+    # (name, batch MiB, piece MiB, readers, pinned slots, staging)
+    variants = [
+        ("default", None, None, None, None, None),
+        ("pread", None, None, None, None, "pread"),
+        ("registered_b32", 32, None, None, None, "registered"),
+        ("registered_b64", 64, None, None, None, "registered"),
+        ("registered_b256", 256, None, None, None, "registered"),
+    ]
+    if full:  # pread's best of the earlier sweep
+        variants += [("pread_b256_p16_r3_s4", 256, 16, 3, 4, "pread")]
     results = {}
-    for batch, piece, readers, slots in variants:
-        times, ls = wall_time(lambda: load(batch, piece, readers, slots), args.reps)  # noqa: B023
-        name = "default" if batch is None else f"b{batch}_p{piece}_r{readers}_s{slots}"
+    for name, batch, piece, readers, slots, kind in variants:
+        times, ls = wall_time(lambda: load(batch, piece, readers, slots, kind), args.reps)  # noqa: B023
         st = ls.get("stages", {})
         say(f"{tag}.warm_{name}_s", median(times), "s",
-            f"x{median(times) / floor:.2f} floor; pipeline {ls.get('pipeline_seconds', 0):.4f}; "
+            f"x{median(times) / floor:.2f} floor; min {min(times):.4f}; staging {ls.get('staging')} "
+            f"fallback {ls.get('staging_fallback')}; pipeline {ls.get('pipeline_seconds', 0):.4f}; "
             f"batches {ls.get('batches')}; gpu idle {st.get('gpu_compute_idle_s', 0):.4f} "
             f"h2d busy {st.get('gpu_h2d_busy_s', 0):.4f} compute busy {st.get('gpu_compute_busy_s', 0):.4f} "
+            f"span {st.get('gpu_span_s', 0):.4f} first copy at {st.get('gpu_first_copy_s', 0):.4f} "
             f"main wait {st.get('host_main_wait_read_s', 0):.4f} slot wait {st.get('host_slot_wait_s', 0):.4f} "
-            f"enqueue {st.get('host_enqueue_s', 0):.4f}")  # fmt: skip
+            f"enqueue {st.get('host_enqueue_s', 0):.4f} registration wait {st.get('host_wait_registration_s', 0):.4f}")  # fmt: skip
         results[name] = median(times)
     staging.PROFILE = False
+    t = median([registered_copy_only(source, loaders.DEFAULT_BATCH_BYTES) for _ in range(3)])
+    say(f"{tag}.floor_h2d_from_registered_pages_s", t, "s",
+        f"{compressed / t / 1e9:.1f} GB/s: the batches copied from the registered page-cache "
+        "pages, no decode")  # fmt: skip
     for batch in [64, 256] if full else []:
         t = median([staging_only(source, threads, batch * MiB) for _ in range(3)])
         say(f"{tag}.floor_overlapped_read_copy_b{batch}_s", t, "s", "staging engine, no decode")
+    # The first load of files not yet registered, process warm (what a first load pays
+    # for the registration, apart from compiling kernels and allocating).
+    regs = []
+    for _ in range(3):
+        release_registered_files(source.shard_paths)
+        times, ls = wall_time(lambda: load(), 1)
+        regs.append(times[0])
+    say(f"{tag}.registering_load_s", median(regs), "s",
+        f"{[round(x, 4) for x in regs]}; +{median(regs) - results['default']:.4f} s over the warm "
+        f"default; registered {ls.get('registered_bytes')} B; staging {ls.get('staging')}; "
+        f"registration wait {ls.get('stages', {}).get('host_wait_registration_s', 0):.4f}")  # fmt: skip
     best_name = min(results, key=results.get)
     say(
         f"{tag}.warm_best",
@@ -466,19 +545,21 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     if args.cold_reps and cold_floor is not None:
         colds = []
         for _ in range(args.cold_reps):
-            evict(files)
+            evict(files)  # harness.run.cache releases the registrations first
             res = resident_fraction(source.shard_paths)
-            colds.extend(wall_time(lambda: load(), 1)[0])
+            cold_times, cold_stats = wall_time(lambda: load(), 1)
+            colds.extend(cold_times)
         c = median(colds)
         say(
             f"{tag}.cold_load_s",
             c,
             "s",
-            f"x{c / cold_floor:.2f} the cold pread; residency before {res:.4f}",
+            f"x{c / cold_floor:.2f} the cold pread; residency before {res:.4f}; staging "
+            f"{cold_stats.get('staging')} ({cold_stats.get('staging_fallback')})",
         )
         warm_cache(files, threads)
 
-    if full:
+    if full and not args.skip_naive:
         # Naive: h5py + hdf5plugin on the CPU then cupy.asarray, one shard, fresh process.
         code = (
             "import time,sys,h5py,hdf5plugin,cupy\n"
@@ -512,11 +593,13 @@ def bench_fresh(master: Path, tag: str, out_dir: Path) -> None:
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
         aot = fresh_process(master, "hdf5", tmp / "aot", True)
+        aot_pread = fresh_process(master, "hdf5-pread", tmp / "aot", True)
         if os.environ.get("OUT"):  # the device run's output folder: a profile of one
             fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
         cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
         warm = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-    runs = [("aot", aot), ("nvrtc_empty_cache", cold), ("nvrtc_warm_cache", warm)]
+    runs = [("aot", aot), ("aot_pread", aot_pread), ("nvrtc_empty_cache", cold),
+            ("nvrtc_warm_cache", warm)]  # fmt: skip
     qem = master.parent / "full.qem"
     if qem.exists():
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
@@ -526,7 +609,8 @@ def bench_fresh(master: Path, tag: str, out_dir: Path) -> None:
             )
     for name, r in runs:
         say(f"{tag}.fresh_{name}_first_minus_second_s", r["first"] - r["second"], "s",
-            f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']}")  # fmt: skip
+            f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']} "
+            f"staging {r.get('staging')} fallback {r.get('fallback')}")  # fmt: skip
 
 
 def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
@@ -551,6 +635,7 @@ def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
         )
         del host
         say(f"{tag}.qem_convert_s", time.perf_counter() - t0, "s", "GPU load + D2H + save_qem")
+        time.sleep(registered_files.RACY_NS / 1e9 + 0.1)  # a file just written is racy
     size = qem_path.stat().st_size
     qem_path.read_bytes()
     buf_floor = []
@@ -593,7 +678,33 @@ def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
         say(f"{tag}.qem_equals_hdf5_on_gpu", bool(cupy.array_equal(h.data, first.data)))
     first.close()
     times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
-    say(f"{tag}.qem_warm_load_s", median(times), "s", f"x{median(times) / floor:.2f} floor; {ls}")
+    say(f"{tag}.qem_warm_load_s", median(times), "s",
+        f"x{median(times) / floor:.2f} floor; min {min(times):.4f}; {ls}")  # fmt: skip
+    from quantem.cuda import qem_pipeline
+
+    saved = qem_pipeline.DEFAULT_STAGING
+    registered = io.load(qem_path, backend="cuda")
+    qem_pipeline.DEFAULT_STAGING = "pread"
+    try:
+        with io.load(qem_path, backend="cuda") as by_pread:
+            same = bool(cupy.array_equal(by_pread.data, registered.data))
+            kinds = (registered.metadata["load_stats"]["staging"],
+                     by_pread.metadata["load_stats"]["staging"])  # fmt: skip
+        registered.close()
+        del registered
+        say(f"{tag}.qem_registered_equals_pread", same, "", f"stagings {kinds}")
+        times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
+    finally:
+        qem_pipeline.DEFAULT_STAGING = saved
+    say(f"{tag}.qem_warm_load_pread_s", median(times), "s",
+        f"x{median(times) / floor:.2f} floor; {ls}")  # fmt: skip
+    regs = []
+    for _ in range(3):
+        release_registered_files([qem_path])
+        times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), 1)
+        regs.append(times[0])
+    say(f"{tag}.qem_registering_load_s", median(regs), "s",
+        f"{[round(x, 4) for x in regs]}; {ls}")  # fmt: skip
     times, _ = wall_time(lambda: loaders.load_qem(qem_path, batch_bytes=64 * MiB), args.reps)
     say(f"{tag}.qem_warm_load_b64_s", median(times), "s", f"x{median(times) / floor:.2f} floor")
     times, _ = wall_time(lambda: io.load(qem_path, backend="cuda", verify=False), args.reps)
@@ -643,6 +754,7 @@ def main(argv=None) -> int:
         "--fresh", action="store_true", help="first loads in fresh processes (first acquisition)"
     )
     parser.add_argument("--naive-frames", type=int, default=512)
+    parser.add_argument("--skip-naive", action="store_true", help="no h5py + cupy naive path")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.json:

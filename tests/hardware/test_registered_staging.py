@@ -221,3 +221,41 @@ def test_release_api_and_release_cached_memory(aged, _fresh_cache):
     assert 0 < _fresh_cache.registered_bytes() < held
     release_cached_memory()
     assert _fresh_cache.registered_bytes() == 0
+
+
+def test_qem_registered_equals_pread_and_cpu_and_is_kept(tmp_path, monkeypatch, _fresh_cache):
+    from harness.run import cache
+    from quantem.cuda import qem_pipeline
+    from quantem.io.qem.reader import load_qem
+    from quantem.io.qem.writer import save_qem
+
+    master = write(tmp_path / "a", scan=(8, 8), det=(48, 40))
+    path = save_qem(io.load(master), tmp_path / "a.qem", block_frames=8)
+    age_past_the_racy_window()
+    cpu = load_qem(path)
+    with io.load(path, backend="cuda") as first:
+        stats = first.metadata["load_stats"]
+        assert stats["staging"] == "registered" and stats["registered_bytes"] > 0, stats
+        np.testing.assert_array_equal(first.data.get(), cpu.data)
+    with io.load(path, backend="cuda") as second:
+        stats = second.metadata["load_stats"]
+        assert stats["staging"] == "registered" and stats["registered_bytes"] == 0, stats
+        np.testing.assert_array_equal(second.data.get(), cpu.data)
+    with io.load(path, backend="cuda", scan_region=(2, 5, 1, 7)) as region:
+        assert region.metadata["load_stats"]["staging"] == "registered"
+        np.testing.assert_array_equal(region.data.get(), cpu.data[2:5, 1:7])
+    with io.load(path, backend="cuda", representation="encoded") as encoded:
+        mask = np.zeros((48, 40), dtype=bool)
+        mask[10:30, 5:25] = True
+        mask &= np.asarray(cpu.validity)  # stored and masked counts agree there
+        from quantem.cuda import detector_kernels as dk
+
+        expected = dk.masked_sum(cupy.asarray(cpu.data), mask).get()
+        np.testing.assert_array_equal(encoded.encoded.masked_sum(mask).get(), expected)
+    monkeypatch.setattr(qem_pipeline, "DEFAULT_STAGING", "pread")
+    with io.load(path, backend="cuda") as by_pread:
+        assert by_pread.metadata["load_stats"]["staging"] == "pread"
+        np.testing.assert_array_equal(by_pread.data.get(), cpu.data)
+    assert str(path) in _fresh_cache.paths()
+    cache.evict_files([path])
+    assert str(path) not in _fresh_cache.paths()
