@@ -587,26 +587,29 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     }
 
 
-def bench_fresh(master: Path, tag: str, out_dir: Path) -> None:
+def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> None:
+    """First loads in fresh processes; ``quick``: fatbins (both stagings) and an empty
+    NVRTC cache only, no profile, ``.qem`` with fatbins only."""
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
         aot = fresh_process(master, "hdf5", tmp / "aot", True)
         aot_pread = fresh_process(master, "hdf5-pread", tmp / "aot", True)
-        if os.environ.get("OUT"):  # the device run's output folder: a profile of one
+        if os.environ.get("OUT") and not quick:  # the device run's output folder
             fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
         cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-        warm = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-    runs = [("aot", aot), ("aot_pread", aot_pread), ("nvrtc_empty_cache", cold),
-            ("nvrtc_warm_cache", warm)]  # fmt: skip
+        runs = [("aot", aot), ("aot_pread", aot_pread), ("nvrtc_empty_cache", cold)]
+        if not quick:
+            runs.append(("nvrtc_warm_cache", fresh_process(master, "hdf5", tmp / "nvrtc", False)))
     qem = master.parent / "full.qem"
     if qem.exists():
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             runs.append(("qem_aot", fresh_process(qem, "qem", Path(tmp) / "a", True)))
-            runs.append(
-                ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
-            )
+            if not quick:
+                runs.append(
+                    ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
+                )
     for name, r in runs:
         say(f"{tag}.fresh_{name}_first_minus_second_s", r["first"] - r["second"], "s",
             f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']} "
@@ -753,6 +756,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--fresh", action="store_true", help="first loads in fresh processes (first acquisition)"
     )
+    parser.add_argument(
+        "--fresh-quick", action="store_true", help="--fresh with fewer processes (no profile)"
+    )
     parser.add_argument("--naive-frames", type=int, default=512)
     parser.add_argument("--skip-naive", action="store_true", help="no h5py + cupy naive path")
     parser.add_argument("--json", default=None)
@@ -783,8 +789,8 @@ def main(argv=None) -> int:
         hd = bench_hdf5(master, tag, args, full=k == 0)
         if k == 0 and args.qem:
             bench_qem(master, tag, hd, args)
-        if k == 0 and args.fresh:
-            bench_fresh(master, tag, master.parent)
+        if k == 0 and (args.fresh or args.fresh_quick):
+            bench_fresh(master, tag, master.parent, quick=args.fresh_quick)
         cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
