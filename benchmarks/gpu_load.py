@@ -309,16 +309,22 @@ if prof is not None:
     prof.disable()
     with open(sys.argv[3], "w") as f:
         pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
-t4 = time.perf_counter(); b = load(); t5 = time.perf_counter(); b.close()
+later, stagings = [], [a.metadata.get("load_stats", {}).get("staging")]
+for _ in range(3):  # the second load (registering, by default), then process-warm ones
+    t4 = time.perf_counter(); b = load(); later.append(time.perf_counter() - t4); b.close()
+    stagings.append(b.metadata.get("load_stats", {}).get("staging"))
 paths = sorted({r["path"] for r in kernel_provenance()})
 stats = a.metadata.get("load_stats", {})
-print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": t5 - t4, "paths": paths,
+print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": later[0], "warm": min(later[1:]),
+                  "paths": paths, "stagings": stagings,
                   "staging": stats.get("staging"), "fallback": stats.get("staging_fallback")}))
 """
 
 
-def fresh_process(path: Path, kind: str, cache_dir: Path, aot: bool, profile: str = "") -> dict:
-    env = dict(os.environ, CUPY_CACHE_DIR=str(cache_dir))
+def fresh_process(
+    path: Path, kind: str, cache_dir: Path, aot: bool, profile: str = "", env_extra=None
+) -> dict:
+    env = dict(os.environ, CUPY_CACHE_DIR=str(cache_dir), **(env_extra or {}))
     if not aot:
         env["QUANTEM_CUDA_NO_AOT"] = "1"
     else:
@@ -363,8 +369,8 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     say(f"{tag}.residency_warm", resident_fraction(source.shard_paths))
 
     # Floors: pread sweep, H2D, overlapped read + copy.
-    sweep_pieces = [2, 8, 16, 64] if full else [8, 64]
-    sweep_threads = [8, 16] if full else [16]
+    sweep_pieces = [16, 64] if args.short else [2, 8, 16, 64] if full else [8, 64]
+    sweep_threads = [16] if args.short else [8, 16] if full else [16]
     best = (np.inf, 0, 0)
     from quantem.cuda.hdf5_pipeline import plan_span_reads
 
@@ -381,13 +387,14 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     )
     with pinned.borrow(1, span_bytes) as (buf,):
         pread_all(source, buf, threads, 64 * MiB)  # touch the pinned pages once
-        runs = median([pread_all(source, buf, 16, 2 * MiB, spans=False) for _ in range(3)])
-        say(
-            f"{tag}.pread_chunk_runs_2MiB_16t_s",
-            runs,
-            "s",
-            f"{compressed / runs / 1e9:.1f} GB/s (the earlier floor's method)",
-        )
+        if not args.short:
+            runs = median([pread_all(source, buf, 16, 2 * MiB, spans=False) for _ in range(3)])
+            say(
+                f"{tag}.pread_chunk_runs_2MiB_16t_s",
+                runs,
+                "s",
+                f"{compressed / runs / 1e9:.1f} GB/s (the earlier floor's method)",
+            )
         for piece in sweep_pieces:
             for n_threads in sweep_threads:
                 t = median([pread_all(source, buf, n_threads, piece * MiB) for _ in range(3)])
@@ -449,13 +456,25 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
         f"staging {first.metadata['load_stats'].get('staging')}, registered "
         f"{first.metadata['load_stats'].get('registered_bytes')} B, fallback "
         f"{first.metadata['load_stats'].get('staging_fallback')}")  # fmt: skip
-    say(f"{tag}.default_settings", f"staging {hdf5_pipeline.DEFAULT_STAGING}, batch "
+    t0 = time.perf_counter()
+    second = load()
+    cupy.cuda.Device().synchronize()
+    say(f"{tag}.second_load_in_process_s", time.perf_counter() - t0, "s",
+        f"staging {second.metadata['load_stats'].get('staging')}, registered "
+        f"{second.metadata['load_stats'].get('registered_bytes')} B, fallback "
+        f"{second.metadata['load_stats'].get('staging_fallback')}")  # fmt: skip
+    say(f"{tag}.default_settings", f"staging {hdf5_pipeline.DEFAULT_STAGING}, from load "
+        f"{registered_files.registered_files().register_from}, batch "
         f"{loaders.DEFAULT_BATCH_BYTES // MiB} MiB, piece {staging.READ_PIECE_BYTES // MiB} MiB, "
         f"readers {staging.READERS}, slots {staging.PINNED_SLOTS}, registration budget "
         f"{registered_files.budget_bytes()} B")  # fmt: skip
     with load(kind="pread") as by_pread:
-        same = bool(cupy.array_equal(by_pread.data, first.data))
-    say(f"{tag}.default_equals_pread_on_gpu", same, "", "every decoded frame, bit for bit")
+        same = bool(cupy.array_equal(by_pread.data, first.data)) and bool(
+            cupy.array_equal(by_pread.data, second.data)
+        )
+    second.close()
+    say(f"{tag}.default_equals_pread_on_gpu", same, "",
+        "the first two default loads and a pread load: every decoded frame, bit for bit")  # fmt: skip
     model_mask = None
     det = tuple(int(v) for v in source.detector_shape)
     rr, cc = np.mgrid[: det[0], : det[1]]
@@ -463,7 +482,7 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
         (rr - det[0] / 2) ** 2 + (cc - det[1] / 2) ** 2 <= (det[0] / 8) ** 2
     ) & source.validity
     ref_bf = dk.masked_sum(first.data, model_mask).get()
-    if full:
+    if full and not args.short:
         say(
             f"{tag}.bf_masked_sum_dense_s",
             median(gpu_times(lambda: dk.masked_sum(first.data, model_mask), 20, 3)),
@@ -496,7 +515,9 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
         ("registered_b64", 64, None, None, None, "registered"),
         ("registered_b256", 256, None, None, None, "registered"),
     ]
-    if full:  # pread's best of the earlier sweep
+    if args.short:
+        variants = [v for v in variants if v[0] in ("default", "pread", "registered_b256")]
+    elif full:  # pread's best of the earlier sweep
         variants += [("pread_b256_p16_r3_s4", 256, 16, 3, 4, "pread")]
     results = {}
     for name, batch, piece, readers, slots, kind in variants:
@@ -512,24 +533,26 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
             f"enqueue {st.get('host_enqueue_s', 0):.4f} registration wait {st.get('host_wait_registration_s', 0):.4f}")  # fmt: skip
         results[name] = median(times)
     staging.PROFILE = False
-    t = median([registered_copy_only(source, loaders.DEFAULT_BATCH_BYTES) for _ in range(3)])
-    say(f"{tag}.floor_h2d_from_registered_pages_s", t, "s",
-        f"{compressed / t / 1e9:.1f} GB/s: the batches copied from the registered page-cache "
-        "pages, no decode")  # fmt: skip
-    for batch in [64, 256] if full else []:
+    if not args.short:
+        t = median([registered_copy_only(source, loaders.DEFAULT_BATCH_BYTES) for _ in range(3)])
+        say(f"{tag}.floor_h2d_from_registered_pages_s", t, "s",
+            f"{compressed / t / 1e9:.1f} GB/s: the batches copied from the registered "
+            "page-cache pages, no decode")  # fmt: skip
+    for batch in [64, 256] if full and not args.short else []:
         t = median([staging_only(source, threads, batch * MiB) for _ in range(3)])
         say(f"{tag}.floor_overlapped_read_copy_b{batch}_s", t, "s", "staging engine, no decode")
     # The first load of files not yet registered, process warm (what a first load pays
     # for the registration, apart from compiling kernels and allocating).
     regs = []
-    for _ in range(3):
+    for _ in range(0 if args.short else 3):
         release_registered_files(source.shard_paths)
         times, ls = wall_time(lambda: load(), 1)
         regs.append(times[0])
-    say(f"{tag}.registering_load_s", median(regs), "s",
-        f"{[round(x, 4) for x in regs]}; +{median(regs) - results['default']:.4f} s over the warm "
-        f"default; registered {ls.get('registered_bytes')} B; staging {ls.get('staging')}; "
-        f"registration wait {ls.get('stages', {}).get('host_wait_registration_s', 0):.4f}")  # fmt: skip
+    if regs:
+        say(f"{tag}.registering_load_s", median(regs) if regs else float("nan"), "s",
+            f"{[round(x, 4) for x in regs]}; +{(median(regs) if regs else float('nan')) - results['default']:.4f} s over the warm "
+            f"default; registered {ls.get('registered_bytes')} B; staging {ls.get('staging')}; "
+            f"registration wait {ls.get('stages', {}).get('host_wait_registration_s', 0):.4f}")  # fmt: skip
     best_name = min(results, key=results.get)
     say(
         f"{tag}.warm_best",
@@ -596,10 +619,13 @@ def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> N
         tmp = Path(tmp)
         aot = fresh_process(master, "hdf5", tmp / "aot", True)
         aot_pread = fresh_process(master, "hdf5-pread", tmp / "aot", True)
+        aot_reg1 = fresh_process(master, "hdf5", tmp / "aot", True,
+                                 env_extra={"QUANTEM_REGISTER_FROM_LOAD": "1"})  # fmt: skip
         if os.environ.get("OUT") and not quick:  # the device run's output folder
             fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
         cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-        runs = [("aot", aot), ("aot_pread", aot_pread), ("nvrtc_empty_cache", cold)]
+        runs = [("aot", aot), ("aot_pread", aot_pread), ("aot_register_from_1", aot_reg1),
+                ("nvrtc_empty_cache", cold)]  # fmt: skip
         if not quick:
             runs.append(("nvrtc_warm_cache", fresh_process(master, "hdf5", tmp / "nvrtc", False)))
     qem = master.parent / "full.qem"
@@ -611,9 +637,12 @@ def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> N
                     ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
                 )
     for name, r in runs:
-        say(f"{tag}.fresh_{name}_first_minus_second_s", r["first"] - r["second"], "s",
-            f"first {r['first']:.3f} second {r['second']:.3f} init {r['init']:.3f} paths {r['paths']} "
-            f"staging {r.get('staging')} fallback {r.get('fallback')}")  # fmt: skip
+        # The goal compares the first load with a process-warm one (loads 3 and 4: the
+        # second load registers the files, by default).
+        say(f"{tag}.fresh_{name}_first_minus_warm_s", r["first"] - r["warm"], "s",
+            f"first {r['first']:.3f} second {r['second']:.3f} warm {r['warm']:.3f} init "
+            f"{r['init']:.3f} paths {r['paths']} stagings {r.get('stagings')} fallback "
+            f"{r.get('fallback')}")  # fmt: skip
 
 
 def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
@@ -759,10 +788,17 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--fresh-quick", action="store_true", help="--fresh with fewer processes (no profile)"
     )
+    parser.add_argument(
+        "--short", action="store_true",
+        help="a short run: two pread floors, no cold loads, the default, pread and 256 MiB "
+        "registered warm loads only",
+    )  # fmt: skip
     parser.add_argument("--naive-frames", type=int, default=512)
     parser.add_argument("--skip-naive", action="store_true", help="no h5py + cupy naive path")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.short:
+        args.cold_reps = 0
     if args.json:
         JSON_PATH.append(Path(args.json))
     if (args.data is None) == (args.dir is None):

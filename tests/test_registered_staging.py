@@ -286,3 +286,69 @@ def test_a_path_replaced_by_rename_releases_the_old_version_on_registering(tmp_p
     new, _ = lease(cache, path)
     cache.give_back(new)
     assert old.released and cache.paths() == [path] and len(driver.live) == 1
+
+
+def count(cache, *paths):
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
+    try:
+        cache.count_load(fds, list(paths))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_files_are_registered_from_their_second_unchanged_load_by_default(tmp_path, monkeypatch):
+    monkeypatch.delenv(rf.REGISTER_FROM_ENV, raising=False)
+    cache = make_cache(FakeDriver())
+    assert cache.register_from == rf.DEFAULT_REGISTER_FROM == 2
+    a, b = write(tmp_path / "a", 100), write(tmp_path / "b", 200)
+    with pytest.raises(rf.RegistrationUnavailable, match=r"load 1 .* from load 2"):
+        count(cache, a, b)
+    count(cache, a, b)  # the second load of both: register
+    with pytest.raises(rf.RegistrationUnavailable, match=os.path.basename(b)):
+        write(tmp_path / "b", 300)  # changed: its count starts again
+        count(cache, a, b)
+    cache.forget_loads()
+    with pytest.raises(rf.RegistrationUnavailable):
+        count(cache, a)
+    cache.set_register_from(1)
+    count(cache, write(tmp_path / "c", 10))  # the first load registers
+    with pytest.raises(ValueError):
+        cache.set_register_from(0)
+
+
+def test_register_from_the_environment(monkeypatch):
+    monkeypatch.setenv(rf.REGISTER_FROM_ENV, "1")
+    assert rf.default_register_from() == 1
+    monkeypatch.setenv(rf.REGISTER_FROM_ENV, "0")
+    with pytest.raises(ValueError, match=rf.REGISTER_FROM_ENV):
+        rf.default_register_from()
+    monkeypatch.setenv(rf.REGISTER_FROM_ENV, "two")
+    with pytest.raises(ValueError, match=rf.REGISTER_FROM_ENV):
+        rf.default_register_from()
+
+
+def test_release_changed_releases_only_changed_or_vanished_files(tmp_path):
+    driver = FakeDriver()
+    cache = make_cache(driver)
+    keep, cut, gone = (write(tmp_path / n, 3 * PAGE_SIZE) for n in ("keep", "cut", "gone"))
+    for path in (keep, cut, gone):
+        entry, _ = lease(cache, path)
+        cache.give_back(entry)
+    os.truncate(cut, PAGE_SIZE)
+    os.unlink(gone)
+    assert cache.release_changed() == 2 * 3 * PAGE_SIZE
+    assert cache.paths() == [keep] and len(driver.live) == 1
+
+
+def test_a_failed_load_releases_the_registrations_of_changed_files(tmp_path, monkeypatch):
+    driver = FakeDriver()
+    cache = make_cache(driver)
+    monkeypatch.setattr(rf, "_instance", cache)
+    path = write(tmp_path / "a", 2 * PAGE_SIZE)
+    entry, _ = lease(cache, path)
+    cache.give_back(entry)
+    os.truncate(path, PAGE_SIZE)
+    with pytest.raises(OSError), rf.releasing_changed_on_error():
+        raise OSError("the shard is truncated")
+    assert cache.paths() == [] and driver.live == {}

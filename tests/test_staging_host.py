@@ -131,10 +131,12 @@ def fake_cuda(monkeypatch):
         monkeypatch.setitem(sys.modules, "cupy", fake.module())
         monkeypatch.setattr(pinned, "_cache", {})  # never keep stand-in buffers
         # A registration cache of this test's own, whose clock runs ahead so that the
-        # files just written are not racy (kept across loads, as older files would be).
+        # files just written are not racy (kept across loads, as older files would be),
+        # registering from the first load (the default policy has a test of its own).
         cache = registered_files.RegisteredFiles(
-            1 << 40, clock=lambda: time.time_ns() + 10 * registered_files.RACY_NS
-        )
+            1 << 40, clock=lambda: time.time_ns() + 10 * registered_files.RACY_NS,
+            register_from=1,
+        )  # fmt: skip
         monkeypatch.setattr(registered_files, "_instance", cache)
         fake.cache = cache
         return fake
@@ -538,6 +540,39 @@ def test_registered_staging_falls_back_to_pread_and_keeps_nothing_stale(
         assert fake.cache.paths() == [] and not fake.registered
     if why in ("not_resident", "budget"):
         assert not fake.register_calls  # refused before registering anything
+
+
+def test_registered_staging_registers_from_the_second_load_by_default(
+    tmp_path, fake_cuda, monkeypatch
+):
+    """The first load of files in a process stages by pread and registers nothing; the
+    second registers them; the third copies from the kept registrations; same products."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake = fake_cuda()
+    fake.cache.set_register_from(registered_files.DEFAULT_REGISTER_FROM)
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(24, 16, 16)
+    seen = []
+    for _ in range(3):
+        out, stats = hdf5_pipeline.decode_source_to_device(
+            open_arina(master, index_dir=index_dir), batch_bytes=700, threads=2
+        )
+        np.testing.assert_array_equal(np.asarray(out), expected)
+        seen.append((stats.staging, stats.registered_bytes > 0, len(fake.register_calls)))
+        if len(seen) == 1:
+            assert "load 1 of the unchanged file" in stats.fallback, stats.fallback
+            assert "registered from load 2" in stats.fallback
+    n = len(fake.cache.paths())
+    assert n == 5  # every shard
+    assert seen == [("pread", False, 0), ("registered", True, n), ("registered", False, n)]
 
 
 def test_registered_staging_refuses_a_shard_shorter_than_its_index(

@@ -575,7 +575,9 @@ def _run_registered(
     registered page-cache pages (kept across loads, :mod:`quantem.cuda.registered_files`).
 
     Shards registered by an earlier load and unchanged since (stat) are used at once;
-    the others are checked to be wholly resident, then registered by one background
+    while any other was loaded fewer than ``register_from`` times (unchanged) in this
+    process the load stages by pread (:meth:`~quantem.cuda.registered_files.RegisteredFiles.count_load`);
+    otherwise the others are checked to be wholly resident, then registered by one background
     thread in first-use order while earlier batches copy and decode. After the copies
     every shard's stat is checked again: one that changed during the load makes it raise
     :class:`~quantem.cuda.registered_files.RegistrationUnavailable` (the caller falls
@@ -586,13 +588,6 @@ def _run_registered(
     cache = registered_files.registered_files()
     fds, paths = files.fds, files.paths
     used, lo, hi = shard_spans(shard, offset, nbytes)
-    for f, end in zip(used.tolist(), hi.tolist()):
-        size = os.fstat(fds[f]).st_size
-        if end > size:
-            raise ArinaFormatError(
-                paths[f],
-                f"file ends before the expected data ({end - size} bytes missing at offset {size})",
-            )
     plans = []
     starts = np.empty(offset.size, dtype=np.int64)
     slot_bytes = 1
@@ -607,12 +602,21 @@ def _run_registered(
     try:
         misses = []
         for f, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+            # The lookup first: it releases the registration of a file that changed.
             entry = cache.lookup(fds[f], paths[f], a, b)
             if entry is not None:
                 leases[f] = entry
             else:
                 misses.append((f, a, b))
+        for f, end in zip(used.tolist(), hi.tolist()):
+            size = os.fstat(fds[f]).st_size
+            if end > size:
+                raise ArinaFormatError(
+                    paths[f],
+                    f"file ends before the expected data ({end - size} bytes missing at offset {size})",
+                )
         if misses:
+            cache.count_load([fds[f] for f, _, _ in misses], [paths[f] for f, _, _ in misses])
             need = sum(
                 registered_files.page_ceil(b - registered_files.page_floor(a)) for _, a, b in misses
             )

@@ -11,9 +11,10 @@ batch where the dtype or shape changes), so results equal the cpu backend's bit 
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +28,7 @@ from quantem.cuda.hdf5_pipeline import (
     decode_source_to_device,
 )
 from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
+from quantem.cuda.registered_files import releasing_changed_on_error
 from quantem.io.transforms import FrameFinisher, LoadOptions
 
 
@@ -45,6 +47,19 @@ def releasing_on_error() -> Iterator[None]:
         raise
 
 
+def _releasing_changed(load: Callable[..., Acquisition]) -> Callable[..., Acquisition]:
+    """A failed load releases the kept registrations of files that changed
+    (:func:`~quantem.cuda.registered_files.releasing_changed_on_error`)."""
+
+    @functools.wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> Acquisition:
+        with releasing_changed_on_error():
+            return load(*args, **kwargs)
+
+    return wrapper
+
+
+@_releasing_changed
 def load_hdf5(
     path: str | os.PathLike,
     *,
@@ -183,6 +198,7 @@ def _decode_hdf5(
     return finisher.out, stats, finisher.info
 
 
+@_releasing_changed
 def load_qem(
     path: str | os.PathLike,
     *,

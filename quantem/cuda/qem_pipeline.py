@@ -212,6 +212,7 @@ def _stage_registered(
     entry = cache.lookup(fd, path, lo, hi)
     registered = 0
     if entry is None:
+        cache.count_load([fd], [path])  # pread while the file's loads are fewer than register_from
         need = registered_files.page_ceil(hi - registered_files.page_floor(lo))
         if not cache.fits(need):
             raise registered_files.RegistrationUnavailable(

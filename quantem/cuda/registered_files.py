@@ -16,6 +16,13 @@ those registrations for the life of the process:
   the stat; the frame-index memo and git treat such "racy" entries the same way);
 * bounded by :func:`budget_bytes` (the pages cannot be evicted while registered), least
   recently used first out; ``0`` turns the cache off;
+* used from the second load of the same unchanged files in a process by default
+  (:data:`REGISTER_FROM_ENV`): the first load of a file stages it by pread and notes its
+  stat, so a process that loads a file once never pays for the registration (measured on
+  the H200: a fresh process's first load takes 1.31 s registering against 0.77 s by
+  pread, ``docs/performance/results.md``), and a file loaded again is registered then;
+* a registration whose file changed is released at the next lookup of that file and
+  after any failed GPU load (:meth:`RegisteredFiles.release_changed`);
 * released explicitly (:func:`release_registered_files`, e.g. by the harness before it
   evicts a file for a cold load: a registered page cannot leave the page cache) and at
   interpreter exit.
@@ -50,6 +57,12 @@ RACY_NS = 2_000_000_000
 BUDGET_ENV = "QUANTEM_REGISTERED_FILES_BYTES"
 #: Default budget: this share of the machine's physical memory.
 DEFAULT_BUDGET_FRACTION = 0.25
+#: Environment variable: the load of the same unchanged files (1 = the first, 2 = the
+#: second, ...) from which they are registered (default :data:`DEFAULT_REGISTER_FROM`).
+REGISTER_FROM_ENV = "QUANTEM_REGISTER_FROM_LOAD"
+DEFAULT_REGISTER_FROM = 2
+#: Files whose loads are counted (least recently loaded forgotten first).
+SEEN_LIMIT = 1 << 16
 
 
 class RegistrationUnavailable(MappedStagingUnavailable):
@@ -89,6 +102,22 @@ def _cuda_unregister(address: int) -> None:
     import cupy
 
     cupy.cuda.runtime.hostUnregister(address)
+
+
+def default_register_from() -> int:
+    """:data:`REGISTER_FROM_ENV` when set, else :data:`DEFAULT_REGISTER_FROM`."""
+    value = os.environ.get(REGISTER_FROM_ENV)
+    if value is None or not value.strip():
+        return DEFAULT_REGISTER_FROM
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(
+            f"{REGISTER_FROM_ENV} must be a whole number >= 1, got {value!r}"
+        ) from None
+    if n < 1:
+        raise ValueError(f"{REGISTER_FROM_ENV} must be >= 1, got {n}")
+    return n
 
 
 def default_budget_bytes() -> int:
@@ -155,8 +184,14 @@ class RegisteredFiles:
         register: Callable[[int, int], None] = _cuda_register,
         unregister: Callable[[int], None] = _cuda_unregister,
         clock: Callable[[], int] = time.time_ns,
+        register_from: int | None = None,
     ) -> None:
         self._budget = default_budget_bytes() if budget is None else int(budget)
+        self._register_from = default_register_from()
+        if register_from is not None:
+            self.set_register_from(register_from)
+        #: Loads counted per file version: identity -> (stat, loads so far).
+        self._seen: OrderedDict[tuple[int, int], tuple[FileStat, int]] = OrderedDict()
         self._register = register
         self._unregister = unregister
         self._clock = clock
@@ -178,6 +213,61 @@ class RegisteredFiles:
         with self._lock:
             self._budget = int(nbytes)
             self._make_room(0)
+
+    @property
+    def register_from(self) -> int:
+        return self._register_from
+
+    def set_register_from(self, n: int) -> None:
+        """Register files from their ``n``-th load in this process (1: the first)."""
+        if int(n) < 1:
+            raise ValueError(f"register_from must be >= 1, got {n}")
+        self._register_from = int(n)
+
+    def forget_loads(self) -> None:
+        """Forget how often each file was loaded (the next load of any counts as its first)."""
+        with self._lock:
+            self._seen.clear()
+
+    def count_load(self, fds: Iterable[int], paths: Iterable[str]) -> None:
+        """Count a load of the open files ``fds`` that are not registered; raise
+        :class:`RegistrationUnavailable` (the load stages by pread) while any of them has
+        been loaded, unchanged, fewer than :attr:`register_from` times, this one included."""
+        short = None
+        with self._lock:
+            self._check_pid()
+            for fd, path in zip(fds, paths):
+                stat = FileStat.of(os.fstat(fd))
+                old = self._seen.pop(stat.identity, None)
+                count = old[1] + 1 if old is not None and old[0] == stat else 1
+                self._seen[stat.identity] = (stat, count)
+                if count < self._register_from and short is None:
+                    short = (path, count)
+            while len(self._seen) > SEEN_LIMIT:
+                self._seen.popitem(last=False)
+        if short is not None:
+            path, count = short
+            raise RegistrationUnavailable(
+                f"{path}: load {count} of the unchanged file in this process; files are "
+                f"registered from load {self._register_from} ({REGISTER_FROM_ENV})"
+            )
+
+    def release_changed(self) -> int:
+        """Release kept registrations whose file changed, moved or vanished since it was
+        registered; returns the bytes released now."""
+        with self._lock:
+            self._check_pid()
+            freed = 0
+            for entry in list(self._entries.values()):
+                try:
+                    current = FileStat.of(os.stat(entry.path))
+                except OSError:
+                    current = None
+                if current != entry.stat:
+                    if entry.leases == 0:
+                        freed += entry.locked_bytes
+                    self._drop(entry)
+            return freed
 
     def registered_bytes(self) -> int:
         """Bytes page-locked by this cache now (kept and in-use registrations)."""
@@ -409,6 +499,25 @@ def release_registered_files(paths: Iterable[str | os.PathLike] | None = None) -
     return cache.release(paths)
 
 
+def release_changed_files() -> int:
+    """:meth:`RegisteredFiles.release_changed` of the process-wide cache (nothing when
+    this process registered nothing)."""
+    cache = _instance
+    return 0 if cache is None else cache.release_changed()
+
+
+@contextlib.contextmanager
+def releasing_changed_on_error():
+    """Around a GPU load: when it fails, release the registrations of files that changed
+    (a truncated or rewritten file fails before its registration is looked up)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            release_changed_files()
+        raise
+
+
 def set_budget_bytes(nbytes: int) -> None:
     """Set the process-wide cache's budget in bytes (``0`` turns registered staging off:
     loads use pread staging)."""
@@ -424,13 +533,17 @@ __all__ = [
     "BUDGET_ENV",
     "PAGE_SIZE",
     "RACY_NS",
+    "REGISTER_FROM_ENV",
     "FileStat",
     "RegisteredFiles",
     "Registration",
     "RegistrationUnavailable",
     "budget_bytes",
     "default_budget_bytes",
+    "default_register_from",
     "registered_files",
+    "release_changed_files",
     "release_registered_files",
+    "releasing_changed_on_error",
     "set_budget_bytes",
 ]

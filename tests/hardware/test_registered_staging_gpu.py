@@ -46,10 +46,14 @@ def age_past_the_racy_window() -> None:
 def _fresh_cache():
     cache = rf.registered_files()
     cache.release()
-    budget = cache.budget
+    cache.forget_loads()
+    budget, register_from = cache.budget, cache.register_from
+    cache.set_register_from(1)  # the registration mechanics; the default policy has its test
     yield cache
     cache.set_budget(budget)
+    cache.set_register_from(register_from)
     cache.release()
+    cache.forget_loads()
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +98,22 @@ def test_registered_equals_pread_and_cpu_and_is_kept(aged, name, opts, _fresh_ca
 def test_default_staging_is_registered(aged):
     with io.load(aged["u16"], backend="cuda") as acq:
         assert acq.metadata["load_stats"]["staging"] == "registered"
+
+
+def test_by_default_files_are_registered_from_their_second_load(aged, _fresh_cache):
+    _fresh_cache.set_register_from(rf.DEFAULT_REGISTER_FROM)
+    master = aged["u16"]
+    cpu = io.load(master)
+    seen = []
+    for _ in range(3):
+        with io.load(master, backend="cuda") as acq:
+            stats = acq.metadata["load_stats"]
+            seen.append((stats["staging"], stats.get("registered_bytes", 0) > 0))
+            np.testing.assert_array_equal(acq.data.get(), cpu.data)
+            if len(seen) == 1:
+                assert "registered from load 2" in stats["staging_fallback"], stats
+    assert seen == [("pread", False), ("registered", True), ("registered", False)]
+    assert sorted(_fresh_cache.paths()) == sorted(shards_of(master))
 
 
 def test_verify_source_with_registered_staging(aged):
@@ -168,9 +188,15 @@ def test_over_the_budget_falls_back_and_lru_makes_room(aged, _fresh_cache):
         stats = acq.metadata["load_stats"]
         assert stats["staging"] == "pread" and "budget" in stats["staging_fallback"]
         np.testing.assert_array_equal(acq.data.get(), io.load(a).data)
-    size_a = sum(os.path.getsize(p) for p in shards_of(a))
-    size_b = sum(os.path.getsize(p) for p in shards_of(b))
-    _fresh_cache.set_budget(max(size_a, size_b) + 64 * 4096)
+    # What each registers alone (the chunk spans, page-aligned, not the whole files).
+    locked = {}
+    _fresh_cache.set_budget(1 << 40)
+    for m in (a, b):
+        with io.load(m, backend="cuda", staging="registered"):
+            pass
+        locked[m] = _fresh_cache.registered_bytes()
+        _fresh_cache.release()
+    _fresh_cache.set_budget(max(locked.values()))  # one fits, not both
     with io.load(a, backend="cuda", staging="registered") as acq:
         assert acq.metadata["load_stats"]["staging"] == "registered"
     with io.load(b, backend="cuda", staging="registered") as acq:
