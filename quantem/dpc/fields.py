@@ -3,7 +3,9 @@
 Fields are pairs ``(row, col)`` of 2D arrays over the scan (numpy or CuPy; the module
 follows the input). Derivatives are central differences inside and one-sided at the
 edges (``xp.gradient``), with the scan step as spacing; on CuPy both derivatives of a
-field come from one kernel launch with the same arithmetic (:mod:`quantem.cuda.stencil`).
+field come from one kernel launch with the same arithmetic (:mod:`quantem.cuda.stencil`),
+and the rotation and divergence of a pair of fields from one launch each
+(:mod:`quantem.cuda.dpc_fields`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ def rotate_field(
     """
     if transpose:
         field_r, field_c = field_c, field_r
+    if device_fusable(field_r, field_c):
+        from quantem.cuda.dpc_fields import rotate_field as device_rotate
+
+        return device_rotate(field_r, field_c, angle_deg)
     a = math.radians(angle_deg)
     cos, sin = math.cos(a), math.sin(a)
     return cos * field_r - sin * field_c, sin * field_r + cos * field_c
@@ -35,6 +41,17 @@ def _one_launch(field: Any) -> bool:
     if array_module(field).__name__ == "numpy":
         return False
     return field.ndim == 2 and min(field.shape) >= 2 and field.dtype.kind == "f"
+
+
+def device_fusable(field_r: Any, field_c: Any) -> bool:
+    """A pair of CuPy float fields of one shape and dtype, at least 2 x 2: the fused
+    kernels of :mod:`quantem.cuda.dpc_fields` apply."""
+    return (
+        _one_launch(field_r)
+        and _one_launch(field_c)
+        and field_r.shape == field_c.shape
+        and field_r.dtype == field_c.dtype
+    )
 
 
 def partials(field: Any, step: tuple[float, float] = (1.0, 1.0)) -> tuple[Any, Any]:
@@ -57,8 +74,10 @@ def curl(field_r: Any, field_c: Any, step: tuple[float, float] = (1.0, 1.0)) -> 
 
 def divergence(field_r: Any, field_c: Any, step: tuple[float, float] = (1.0, 1.0)) -> Any:
     """``d field_r / d row + d field_c / d col`` over the scan."""
-    if _one_launch(field_r) and _one_launch(field_c):
-        return partials(field_r, step)[0] + partials(field_c, step)[1]
+    if device_fusable(field_r, field_c):
+        from quantem.cuda.dpc_fields import divergence as device_divergence
+
+        return device_divergence(field_r, field_c, step)
     xp = array_module(field_r)
     return xp.gradient(field_r, step[0], axis=0) + xp.gradient(field_c, step[1], axis=1)
 

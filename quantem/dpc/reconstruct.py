@@ -101,21 +101,7 @@ def beam_shifts(
     xp = array_module(com.row)
     if xp.__name__ == "numpy" and dtype != "float64":
         raise ComputeError("CPU outputs are float64; float32 is a CUDA option")
-    valid = ~(xp.isnan(com.row) | xp.isnan(com.col))
-    # The count and the two sums reach the host together (one synchronisation).
-    n, sum_r, sum_c = to_numpy(
-        xp.stack(
-            [valid.sum(), xp.where(valid, com.row, 0).sum(), xp.where(valid, com.col, 0).sum()]
-        )
-    ).tolist()
-    n_valid = int(n)
-    if n_valid == 0:
-        raise ComputeError("no frame has counts in the CoM mask: the CoM is undefined")
-    mean_r = float(sum_r) / n_valid
-    mean_c = float(sum_c) / n_valid
-    shift_r = xp.where(valid, com.row - mean_r, 0.0)
-    shift_c = xp.where(valid, com.col - mean_c, 0.0)
-    step, units = (1.0, 1.0), "px"
+    step, units, scale = (1.0, 1.0), "px", None
     if calibration is not None:
         try:
             scale = (
@@ -124,6 +110,29 @@ def beam_shifts(
             step, units = calibration.scan_step, "rad/A"
         except CalibrationError:
             scale = 1.0
+    device = xp.__name__ != "numpy"
+    if device:
+        from quantem.cuda import dpc_fields
+
+        # One launch; the count and the two sums reach the host together.
+        n_valid, sum_r, sum_c = dpc_fields.com_sums(com.row, com.col)
+    else:
+        valid = ~(xp.isnan(com.row) | xp.isnan(com.col))
+        n_valid = int(valid.sum())
+        sum_r = float(xp.where(valid, com.row, 0).sum())
+        sum_c = float(xp.where(valid, com.col, 0).sum())
+    if n_valid == 0:
+        raise ComputeError("no frame has counts in the CoM mask: the CoM is undefined")
+    mean_r = float(sum_r) / n_valid
+    mean_c = float(sum_c) / n_valid
+    if device:
+        shift_r, shift_c = dpc_fields.beam_shifts(
+            com.row, com.col, (mean_r, mean_c), 1.0 if scale is None else scale, dtype
+        )
+        return BeamShifts(shift_r, shift_c, step, units, (mean_r, mean_c))
+    shift_r = xp.where(valid, com.row - mean_r, 0.0)
+    shift_c = xp.where(valid, com.col - mean_c, 0.0)
+    if scale is not None:
         shift_r = shift_r * scale
         shift_c = shift_c * scale
     return BeamShifts(shift_r.astype(dtype), shift_c.astype(dtype), step, units, (mean_r, mean_c))
@@ -131,10 +140,22 @@ def beam_shifts(
 
 def _skewness(values: Any) -> float:
     xp = array_module(values)
+    if xp.__name__ != "numpy":
+        from quantem.cuda.dpc_fields import skewness
+
+        return skewness(values)
     centred = values - values.mean()
     square = centred * centred
     second, third = to_numpy(xp.stack([square.mean(), (square * centred).mean()])).tolist()
     return third / second**1.5 if second > 0 else 0.0
+
+
+def _negated(*arrays: Any) -> tuple[Any, ...]:
+    if array_module(arrays[0]).__name__ != "numpy":
+        from quantem.cuda.dpc_fields import negate
+
+        return negate(*arrays)
+    return tuple(-a for a in arrays)
 
 
 def reconstruct(
@@ -157,7 +178,7 @@ def reconstruct(
     angle, flipped = rotation.angle_deg, False
     if resolve_half_turn and _skewness(phase) < 0:
         # A half turn negates the field and everything linear in it.
-        grad_r, grad_c, phase = -grad_r, -grad_c, -phase
+        grad_r, grad_c, phase = _negated(grad_r, grad_c, phase)
         angle, flipped = (angle + 180.0) % 360.0, True
     div = divergence(grad_r, grad_c, shifts.step)
     return grad_r, grad_c, phase, div, angle, flipped

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from quantem.arrays import array_module, to_numpy
-from quantem.dpc.fields import partials
+from quantem.dpc.fields import device_fusable, partials
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ def find_rotation(
     ``transpose``: True or False to fix it, None to choose the smaller residual curl.
     """
     choices = [False, True] if transpose is None else [bool(transpose)]
+    if device_fusable(field_r, field_c):
+        from quantem.cuda.dpc_fields import curl_sums
+
+        both = curl_sums(field_r, field_c, step)
+        sums = np.concatenate([both[3 * int(swap) : 3 * int(swap) + 3] for swap in choices])
+        return _best(sums, choices)
     # The four derivatives serve both axis choices: the curl and divergence of
     # (field_r, field_c) are (dc/dr - dr/dc, dr/dr + dc/dc); swapping the axes gives
     # (dr/dr - dc/dc, dc/dr + dr/dc).
@@ -87,6 +93,11 @@ def find_rotation(
     # One reduction per product, all brought to the host at once (deterministic: no
     # atomics; one synchronisation instead of one per sum).
     sums = to_numpy(xp.stack(products).reshape(len(products), -1).sum(axis=1))
+    return _best(sums, choices)
+
+
+def _best(sums: np.ndarray, choices: list[bool]) -> RotationFit:
+    """The fit of the smaller residual curl among ``choices`` (three sums each)."""
     fits = []
     for k, swap in enumerate(choices):
         angle, residual = _solve(sums[3 * k : 3 * k + 3])
