@@ -86,8 +86,8 @@ def load_hdf5(
     copies them by DMA with no CPU copy (no faster than pread: the registration costs
     about what the copy it saves does); ``"registered"`` does the same with
     registrations kept across loads (:mod:`quantem.cuda.registered_files`: the first
-    load of resident shards registers them, later loads of the unchanged files copy
-    straight from their pages; the pages stay in memory, within a budget, until
+    load of the shards in a process stages by pread, the second load of the unchanged,
+    resident shards registers them, later loads copy straight from their pages; the pages stay in memory, within a budget, until
     :func:`quantem.cuda.release_registered_files`). ``metadata["load_stats"]`` records
     which one ran (and why mapped or registered staging fell back to pread, if it did).
 

@@ -25,8 +25,9 @@ from quantem.errors import QemFormatError
 DEFAULT_BATCH_BYTES = 256 << 20
 EXTENT_ALIGN = 16
 #: ``"registered"``: the payload is copied by DMA from its page-cache pages, registered
-#: once and kept across loads (:mod:`quantem.cuda.registered_files`; pread staging when
-#: the file is not wholly resident or over the budget); ``"pread"``: always pread staging.
+#: once and kept across loads (:mod:`quantem.cuda.registered_files`; pread staging for
+#: the file's first load in a process, when it is not wholly resident or over the
+#: budget); ``"pread"``: always pread staging.
 DEFAULT_STAGING = "registered"
 
 
