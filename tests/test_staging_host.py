@@ -13,12 +13,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 import types
 
 import numpy as np
 import pytest
 
-from quantem.cuda import mapped_staging, pinned, staging
+from quantem.cuda import mapped_staging, pinned, registered_files, staging
 from quantem.io.page_cache import PAGE_SIZE
 
 
@@ -129,6 +130,15 @@ def fake_cuda(monkeypatch):
         fake = FakeCuda(**kwargs)
         monkeypatch.setitem(sys.modules, "cupy", fake.module())
         monkeypatch.setattr(pinned, "_cache", {})  # never keep stand-in buffers
+        # A registration cache of this test's own, whose clock runs ahead so that the
+        # files just written are not racy (kept across loads, as older files would be),
+        # registering from the first load (the default policy has a test of its own).
+        cache = registered_files.RegisteredFiles(
+            1 << 40, clock=lambda: time.time_ns() + 10 * registered_files.RACY_NS,
+            register_from=1,
+        )  # fmt: skip
+        monkeypatch.setattr(registered_files, "_instance", cache)
+        fake.cache = cache
         return fake
 
     return install
@@ -271,7 +281,7 @@ class HostChunkDecoder:
             errors[i] = int(code != 0)
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 @pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 20])
 def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypatch,
                                                    staging_name, batch_bytes):  # fmt: skip
@@ -298,6 +308,11 @@ def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypa
     if staging_name == "mapped":
         assert len(fake.register_calls) == stats.batches == len(fake.unregister_calls)
         assert stats.batches >= 5  # at least one range per shard
+    elif staging_name == "registered":
+        # one registration per shard, kept after the load
+        assert len(fake.register_calls) == len(fake.registered) == 5
+        assert not fake.unregister_calls and stats.registered_bytes > 0
+        assert sorted(fake.cache.paths()) == sorted(source.shard_paths)
     else:
         assert not fake.register_calls
     # the consume path (non-default options) sees every frame once, in order
@@ -308,6 +323,9 @@ def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypa
     )  # fmt: skip
     assert [a for a, _ in seen] == sorted(a for a, _ in seen)
     np.testing.assert_array_equal(np.concatenate([f for _, f in seen]), expected)
+    if staging_name == "registered":  # the second load registered nothing
+        assert len(fake.register_calls) == 5 and not fake.unregister_calls
+        assert fake.cache.release() > 0 and not fake.registered
 
 
 def test_mapped_staging_falls_back_to_pread_when_registration_is_refused(
@@ -375,7 +393,7 @@ def _flip_chunk_byte(source, frame: int, at: int = 0) -> None:
         f.write(bytes([byte ^ 0x04]))
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 @pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 20])
 def test_verify_source_names_the_first_changed_chunk(
     tmp_path, fake_cuda, monkeypatch, staging_name, batch_bytes
@@ -441,7 +459,7 @@ def test_verify_source_names_the_first_changed_chunk(
     assert info.value.fields == {"frame": 0, "shard_frame": 0}
 
 
-@pytest.mark.parametrize("staging_name", ["pread", "mapped"])
+@pytest.mark.parametrize("staging_name", ["pread", "mapped", "registered"])
 def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monkeypatch,
                                                        staging_name):  # fmt: skip
     """Chunks of 240 bytes or fewer (empty frames), which the kernel leaves to the host,
@@ -475,3 +493,172 @@ def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monk
             threads=2, verify_source=True,
         )  # fmt: skip
     assert info.value.fields["frame"] == frame
+
+
+@pytest.mark.parametrize("why", ["changed", "not_resident", "budget", "refused"])
+def test_registered_staging_falls_back_to_pread_and_keeps_nothing_stale(
+    tmp_path, fake_cuda, monkeypatch, why
+):
+    """Registered staging gives way to pread (same products, the reason recorded) when a
+    shard changed during the load, is not wholly in the page cache, would exceed the
+    budget, or the driver refuses; no stale registration is served afterwards."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.io import page_cache
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake = fake_cuda(fail_register_at=1 if why == "refused" else None)
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(24, 16, 16)
+    reason = {
+        "changed": "changed during the load",
+        "not_resident": "not in the page cache",
+        "budget": "budget",
+        "refused": "stand-in",
+    }[why]
+    if why == "changed":
+        monkeypatch.setattr(
+            registered_files.RegisteredFiles, "still_current", lambda self, entry, fd: False
+        )
+    elif why == "not_resident":
+        monkeypatch.setattr(page_cache.ReadOnlyMapping, "resident_pages", lambda self: 0)
+    elif why == "budget":
+        fake.cache.set_budget(4096)
+    out, stats = hdf5_pipeline.decode_source_to_device(
+        open_arina(master, index_dir=index_dir), staging="registered", batch_bytes=700, threads=2
+    )
+    assert stats.staging == "pread" and reason in stats.fallback, stats.fallback
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    if why == "refused":  # the shards registered before the refusal are valid and kept
+        assert len(fake.cache.paths()) == len(fake.registered) == len(fake.register_calls) - 1
+    else:
+        assert fake.cache.paths() == [] and not fake.registered
+    if why in ("not_resident", "budget"):
+        assert not fake.register_calls  # refused before registering anything
+
+
+def test_registered_staging_registers_from_the_second_load_by_default(
+    tmp_path, fake_cuda, monkeypatch
+):
+    """The first load of files in a process stages by pread and registers nothing; the
+    second registers them; the third copies from the kept registrations; same products."""
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.io.arina import load_arina, open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake = fake_cuda()
+    fake.cache.set_register_from(registered_files.DEFAULT_REGISTER_FROM)
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    expected = load_arina(master, index_dir=index_dir, apply_mask=False).data.reshape(24, 16, 16)
+    seen = []
+    for _ in range(3):
+        out, stats = hdf5_pipeline.decode_source_to_device(
+            open_arina(master, index_dir=index_dir), batch_bytes=700, threads=2
+        )
+        np.testing.assert_array_equal(np.asarray(out), expected)
+        seen.append((stats.staging, stats.registered_bytes > 0, len(fake.register_calls)))
+        if len(seen) == 1:
+            assert "load 1 of the unchanged file" in stats.fallback, stats.fallback
+            assert "registered from load 2" in stats.fallback
+    n = len(fake.cache.paths())
+    assert n == 5  # every shard
+    assert seen == [("pread", False, 0), ("registered", True, n), ("registered", False, n)]
+
+
+def test_registered_staging_refuses_a_shard_shorter_than_its_index(
+    tmp_path, fake_cuda, monkeypatch
+):
+    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.errors import ArinaFormatError
+    from quantem.io.arina import open_arina
+    from quantem.io.synthetic import write_synthetic_arina
+
+    fake_cuda()
+    monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
+    master = write_synthetic_arina(
+        tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),
+        frames_per_shard=5, processes=1,
+    )  # fmt: skip
+    source = open_arina(master, index_dir=tmp_path / "index")
+    shard = source.shard_paths[2]
+    os.truncate(shard, os.path.getsize(shard) - 100)  # after indexing
+    with pytest.raises(ArinaFormatError, match="file ends before the expected data") as info:
+        hdf5_pipeline.decode_source_to_device(source, staging="registered", threads=2)
+    assert info.value.path == shard
+
+
+@pytest.mark.parametrize("kind", ["pread", "registered"])
+@pytest.mark.parametrize("batch_bytes", [1, 5000, 1 << 20])
+def test_qem_stage_blocks_moves_every_block(tmp_path, fake_cuda, monkeypatch, kind, batch_bytes):
+    """``.qem`` staging (pread or registered) hands each batch's blocks to ``launch`` at
+    the offsets it names, verified (stand-in XXH3 kernel; short extents on the host); a
+    second registered load registers nothing; a flipped byte is reported."""
+    from quantem.acquisition import Acquisition
+    from quantem.cuda import qem_pipeline, xxh3
+    from quantem.io.qem.reader import QemFile
+    from quantem.io.qem.writer import save_qem
+
+    fake = fake_cuda()
+    monkeypatch.setattr(xxh3, "verify_on_device", host_verify_on_device)
+    monkeypatch.setattr(qem_pipeline, "DEFAULT_STAGING", kind)
+    rng = np.random.default_rng(5)
+    data = rng.poisson(2.0, size=(6, 5, 12, 10)).astype(np.uint16)
+    data[0, :2] = 0  # empty frames: short blocks, hashed on the host
+    mask = np.zeros((12, 10), dtype=np.uint32)
+    path = save_qem(
+        Acquisition(data, {"pixel_mask": mask}, mask == 0, "cpu"), tmp_path / "a.qem",
+        block_frames=3,
+    )  # fmt: skip
+    blob = path.read_bytes()
+
+    def stage():
+        qem = QemFile(path, verify=False)
+        try:
+            index = qem.block_index
+            ids = np.arange(qem.n_blocks)
+            got = {}
+
+            def launch(i, a, b, device_bytes, starts, stream):
+                buf = bytes(np.asarray(device_bytes))
+                for k, block in enumerate(ids[a:b].tolist()):
+                    n = int(index["length"][block])
+                    got[block] = buf[int(starts[k]) : int(starts[k]) + n]
+
+            stats = qem_pipeline.stage_blocks(qem, ids, launch, batch_bytes=batch_bytes)
+            for block in ids.tolist():
+                at, n = int(index["offset"][block]), int(index["length"][block])
+                assert got[block] == blob[at : at + n], block
+            return stats, index
+        finally:
+            qem.close()
+
+    stats, index = stage()
+    assert stats.staging == kind and stats.fallback is None
+    if kind == "registered":
+        assert len(fake.register_calls) == 1 and stats.registered_bytes > 0
+        again, _ = stage()
+        assert again.staging == "registered" and again.registered_bytes == 0
+        assert len(fake.register_calls) == 1
+    else:
+        assert not fake.register_calls
+    big = int(np.argmax(index["length"]))
+    with open(path, "r+b") as f:  # one payload byte flipped after writing
+        f.seek(int(index["offset"][big]) + 3)
+        byte = f.read(1)[0]
+        f.seek(int(index["offset"][big]) + 3)
+        f.write(bytes([byte ^ 0x10]))
+    from quantem.errors import QemFormatError
+
+    with pytest.raises(QemFormatError, match="checksum") as info:
+        stage()
+    assert info.value.fields.get("block") == big

@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from quantem.cuda.registered_files import release_registered_files
 from quantem.io import page_cache
 
 #: ``cachestat`` uses the unified syscall number on every architecture Linux added it for.
@@ -139,8 +140,11 @@ def evict_file(path: str | os.PathLike) -> None:
     """Ask the kernel to drop ``path``'s pages from the page cache (this file only).
 
     Dirty pages are written first (``fdatasync``) because the kernel keeps them
-    otherwise. Advisory: check the result with :func:`probe_file_residency`.
+    otherwise, and pages this process keeps registered for the GPU (quantem's
+    ``staging="registered"``) are released first because the kernel cannot drop a
+    page-locked page. Advisory: check the result with :func:`probe_file_residency`.
     """
+    release_registered_files([path])
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         try:

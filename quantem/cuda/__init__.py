@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["kernel_provenance", "release_cached_memory", "to_torch"]
+__all__ = [
+    "kernel_provenance",
+    "release_cached_memory",
+    "release_registered_files",
+    "to_torch",
+]
 
 
 def to_torch(obj: Any) -> Any:
@@ -34,18 +39,35 @@ def kernel_provenance() -> list[dict[str, Any]]:
     return _provenance()
 
 
+def release_registered_files(paths: Any = None) -> int:
+    """Release the page-cache registrations kept by ``staging="registered"`` loads.
+
+    ``paths``: the files to release (all when ``None``). Returns the bytes released. A
+    registered page cannot be evicted, so call this before dropping files from the page
+    cache (the harness does before a cold load) or to give the memory back. Imports
+    nothing and does nothing when no load registered a file. See
+    :mod:`quantem.cuda.registered_files`.
+    """
+    from quantem.cuda.registered_files import release_registered_files as _release
+
+    return _release(paths)
+
+
 def release_cached_memory() -> None:
     """Give cached device and pinned memory back to the driver.
 
     ``Acquisition.close()`` drops every reference (CuPy's memory pool and the pinned
     staging cache keep the blocks, so the next load allocates nothing); call this to hand
     the memory back, e.g. before another library needs the GPU. Pool chunks that still
-    hold a live array keep their free part too (CuPy returns whole chunks only). The iDPC
+    hold a live array keep their free part too (CuPy returns whole chunks only). The
+    page-cache registrations of ``staging="registered"`` are released too. The iDPC
     frequency grids are a cache of their own (``quantem.dpc.integrate.clear_cache``).
     """
     import cupy
 
     from quantem.cuda import pinned
+    from quantem.cuda.registered_files import release_registered_files as _release
 
+    _release()
     pinned.free_cached()
     cupy.get_default_memory_pool().free_all_blocks()

@@ -11,6 +11,7 @@ except to reuse a pinned buffer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from quantem.cuda import lz4_bitshuffle as lz4
-from quantem.cuda import mapped_staging, xxh3
+from quantem.cuda import mapped_staging, registered_files, xxh3
 from quantem.cuda import staging as staging_module
 from quantem.cuda.staging import plan_batches
 from quantem.errors import ArinaFormatError, ChunkDecodeError
@@ -31,7 +32,13 @@ DEFAULT_BATCH_BYTES = 128 << 20
 #: H200: per-run reads of ~0.7 MB reach 10-14 GB/s, 64 MiB pieces of a file 42 GB/s).
 SPAN_GAP_BYTES = 1 << 20
 #: How compressed bytes reach the device (see :func:`decode_source_to_device`).
-STAGINGS = ("pread", "mapped")
+STAGINGS = ("pread", "mapped", "registered")
+#: The staging a load uses unless told otherwise: registered, since a warm load of
+#: registered shards is bound by the host-to-device copy, a cold one falls back to pread
+#: at no cost, and the first load of files in a process stages by pread (they are
+#: registered from the second, ``registered_files.REGISTER_FROM_ENV``;
+#: ``docs/performance/results.md``, "Registered staging").
+DEFAULT_STAGING = "registered"
 
 
 @dataclass
@@ -43,10 +50,13 @@ class PipelineStats:
     compressed_bytes: int = 0
     batches: int = 0
     stages: dict[str, float] = field(default_factory=dict)
-    #: ``"pread"`` or ``"mapped"``: the staging that moved the bytes.
+    #: ``"pread"``, ``"mapped"`` or ``"registered"``: the staging that moved the bytes.
     staging: str = ""
-    #: Why mapped staging was abandoned for pread, if it was.
+    #: Why mapped or registered staging was abandoned for pread, if it was.
     fallback: str | None = None
+    #: Registered staging: bytes of files registered by this load (0 when every file
+    #: was registered by an earlier load).
+    registered_bytes: int = 0
 
 
 @dataclass
@@ -224,18 +234,22 @@ def decode_source_to_device(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     frame_range: tuple[int, int] | None = None,
     stage_compressed: bool = False,
-    staging: str = "pread",
+    staging: str = DEFAULT_STAGING,
     verify_source: bool = False,
     batch_frames: int | None = None,
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 
-    ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (default:
-    parallel reads into pinned buffers) or ``"mapped"`` (DMA straight from page-cache
-    pages of the mapped shards, :mod:`quantem.cuda.mapped_staging`; measured no faster
-    on the H200 with 128 shards, see ``docs/performance/results.md``). Mapped staging falls
-    back to pread when the driver refuses to page-lock a mapping; ``stats.staging`` says
-    which ran.
+    ``staging`` picks how the compressed bytes reach the device: ``"pread"`` (parallel
+    reads into pinned buffers), ``"mapped"`` (DMA straight from page-cache pages of the
+    shards, registered and released per load, :mod:`quantem.cuda.mapped_staging`;
+    measured no faster than pread on the H200) or ``"registered"`` (the same DMA from
+    registrations kept across loads, :mod:`quantem.cuda.registered_files`: a warm load
+    of registered shards is bound by the host-to-device copy). Default
+    :data:`DEFAULT_STAGING`. Mapped and registered staging fall back to pread when the
+    driver refuses to page-lock a mapping (registered also when a shard is not wholly in
+    the page cache, the registrations would exceed their budget, or a shard changed
+    during the load); ``stats.staging`` says which ran and ``stats.fallback`` why.
 
     Either decodes straight into ``out`` (a contiguous ``(n, det_r, det_c)`` device array of
     the source dtype; allocated when ``None`` and ``consume`` is ``None``), or, when
@@ -288,7 +302,7 @@ def decode_source_to_device(
 
     if staging not in STAGINGS:
         raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, not {staging!r}")
-    if batch_frames is not None and staging != "pread":
+    if batch_frames is not None and staging == "mapped":
         raise ValueError("batch_frames applies to pread staging (mapped batches follow the files)")
     if out is None and consume is None:
         out = cupy.empty((n, det_r, det_c), dtype=dtype)
@@ -338,12 +352,19 @@ def decode_source_to_device(
             frame_bytes, elem, state, decode_batch, describe, first, threads, verify
         )
         staged = None
-        if mapped is not None:
+        if staging in ("mapped", "registered"):
             try:
-                staged = _run_mapped(files, mapped, offset, nbytes, batch_decoder)
-                stats.staging = "mapped"
-                stats.batches = len(mapped[0])
+                if mapped is not None:
+                    staged = _run_mapped(files, mapped, offset, nbytes, batch_decoder)
+                    stats.batches = len(mapped[0])
+                else:
+                    staged, stats.registered_bytes = _run_registered(
+                        files, batches, shard, offset, nbytes, batch_decoder
+                    )
+                    stats.batches = len(batches)
+                stats.staging = staging
             except mapped_staging.MappedStagingUnavailable as exc:
+                staged = None
                 stats.fallback = str(exc)
                 errors.fill(0)
                 if verify is not None:
@@ -517,3 +538,137 @@ def _run_mapped(
         decoder.decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
 
     return mapped_staging.run_mapped(files.fds, ranges, launch, threads=decoder.threads)
+
+
+def shard_spans(
+    shard: np.ndarray, offset: np.ndarray, nbytes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shards a load reads, in first-use order, and the file span ``[lo, hi)`` each
+    one's loaded chunks cover (int64)."""
+    ends = offset + nbytes
+    if shard.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    if np.all(shard[1:] >= shard[:-1]):  # shards in order: one pass, no sort
+        starts = np.concatenate(([0], np.flatnonzero(shard[1:] != shard[:-1]) + 1))
+        return (
+            shard[starts].astype(np.int64),
+            np.minimum.reduceat(offset, starts),
+            np.maximum.reduceat(ends, starts),
+        )
+    files, first, inverse = np.unique(shard, return_index=True, return_inverse=True)
+    lo = np.full(files.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(files.size, dtype=np.int64)
+    np.minimum.at(lo, inverse, offset)
+    np.maximum.at(hi, inverse, ends)
+    order = np.argsort(first, kind="stable")
+    return files[order].astype(np.int64), lo[order], hi[order]
+
+
+def _run_registered(
+    files: Any,
+    batches: list[tuple[int, int]],
+    shard: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    decoder: _BatchDecoder,
+) -> tuple[Any, int]:
+    """Registered staging: each batch's chunk spans copied by DMA from the shards'
+    registered page-cache pages (kept across loads, :mod:`quantem.cuda.registered_files`).
+
+    Shards registered by an earlier load and unchanged since (stat) are used at once;
+    while any other was loaded fewer than ``register_from`` times (unchanged) in this
+    process the load stages by pread (:meth:`~quantem.cuda.registered_files.RegisteredFiles.count_load`);
+    otherwise the others are checked to be wholly resident, then registered by one background
+    thread in first-use order while earlier batches copy and decode. After the copies
+    every shard's stat is checked again: one that changed during the load makes it raise
+    :class:`~quantem.cuda.registered_files.RegistrationUnavailable` (the caller falls
+    back to pread). Returns the staging statistics and the bytes registered by this load.
+    """
+    import cupy
+
+    cache = registered_files.registered_files()
+    fds, paths = files.fds, files.paths
+    used, lo, hi = shard_spans(shard, offset, nbytes)
+    plans = []
+    starts = np.empty(offset.size, dtype=np.int64)
+    slot_bytes = 1
+    for a, b in batches:
+        reads, batch_starts, data = plan_span_reads(shard[a:b], offset[a:b], nbytes[a:b], 1 << 62)
+        plans.append(reads)
+        starts[a:b] = batch_starts
+        slot_bytes = max(slot_bytes, data)
+    leases: dict[int, registered_files.Registration] = {}
+    futures: dict[int, Any] = {}
+    registered = 0
+    try:
+        misses = []
+        for f, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+            # The lookup first: it releases the registration of a file that changed.
+            entry = cache.lookup(fds[f], paths[f], a, b)
+            if entry is not None:
+                leases[f] = entry
+            else:
+                misses.append((f, a, b))
+        for f, end in zip(used.tolist(), hi.tolist()):
+            size = os.fstat(fds[f]).st_size
+            if end > size:
+                raise ArinaFormatError(
+                    paths[f],
+                    f"file ends before the expected data ({end - size} bytes missing at offset {size})",
+                )
+        if misses:
+            cache.count_load([fds[f] for f, _, _ in misses], [paths[f] for f, _, _ in misses])
+            need = sum(
+                registered_files.page_ceil(b - registered_files.page_floor(a)) for _, a, b in misses
+            )
+            if not cache.fits(need):
+                raise registered_files.RegistrationUnavailable(
+                    f"registering {need} bytes would exceed the budget of {cache.budget} "
+                    f"bytes ({registered_files.BUDGET_ENV})"
+                )
+            for f, a, b in misses:
+                cache.check_resident(fds[f], a, b, paths[f])
+            registered = need
+            pool = staging_module.thread_pool("register", 1)
+            futures = {f: pool.submit(cache.register, fds[f], paths[f], a, b) for f, a, b in misses}
+
+        def address(f: int, file_offset: int) -> int:
+            entry = leases.get(f)
+            if entry is None:
+                entry = leases[f] = futures[f].result()
+            return entry.address_of(file_offset)
+
+        starts_dev = cupy.asarray(starts)
+        ends_dev = cupy.asarray(starts + nbytes)
+
+        def chunk_of(k: int) -> bytes:  # the CPU reads chunks by pread, never the mappings
+            return os.pread(fds[int(shard[k])], int(nbytes[k]), int(offset[k]))
+
+        if decoder.verify is not None:
+            decoder.verify.check_small(0, int(offset.size), chunk_of)
+        header = os.pread(fds[int(shard[0])], lz4.HEADER_BYTES, int(offset[0]))
+        decoder.set_block_bytes(np.frombuffer(header, dtype=np.uint8), lambda: chunk_of(0))
+
+        def launch(i: int, device_bytes: Any, stream: Any) -> None:
+            a, b = batches[i]
+            decoder.decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
+
+        stats = mapped_staging.run_registered(plans, slot_bytes, address, launch)
+        changed = [f for f, entry in leases.items() if not cache.still_current(entry, fds[f])]
+        for f in changed:
+            cache.forget_version(leases[f])
+        if changed:
+            raise registered_files.RegistrationUnavailable(
+                f"{paths[changed[0]]} changed during the load"
+            )
+        return stats, registered
+    finally:
+        for future in futures.values():
+            future.cancel()
+        for f, future in futures.items():
+            if f not in leases and not future.cancelled():
+                with contextlib.suppress(mapped_staging.MappedStagingUnavailable):
+                    leases[f] = future.result()
+        for entry in leases.values():
+            cache.give_back(entry)

@@ -11,9 +11,10 @@ batch where the dtype or shape changes), so results equal the cpu backend's bit 
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,8 +22,13 @@ import numpy as np
 
 from quantem.acquisition import Acquisition
 from quantem.backends import require_backend
-from quantem.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES, decode_source_to_device
+from quantem.cuda.hdf5_pipeline import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_STAGING,
+    decode_source_to_device,
+)
 from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
+from quantem.cuda.registered_files import releasing_changed_on_error
 from quantem.io.transforms import FrameFinisher, LoadOptions
 
 
@@ -41,6 +47,19 @@ def releasing_on_error() -> Iterator[None]:
         raise
 
 
+def _releasing_changed(load: Callable[..., Acquisition]) -> Callable[..., Acquisition]:
+    """A failed load releases the kept registrations of files that changed
+    (:func:`~quantem.cuda.registered_files.releasing_changed_on_error`)."""
+
+    @functools.wraps(load)
+    def wrapper(*args: Any, **kwargs: Any) -> Acquisition:
+        with releasing_changed_on_error():
+            return load(*args, **kwargs)
+
+    return wrapper
+
+
+@_releasing_changed
 def load_hdf5(
     path: str | os.PathLike,
     *,
@@ -53,20 +72,24 @@ def load_hdf5(
     index_dir: str | os.PathLike | None = None,
     threads: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
-    staging: str = "pread",
+    staging: str = DEFAULT_STAGING,
     verify_source: bool = False,
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
     The compressed chunks (located by the frame index) reach the device in batches and
     are decoded there (bitshuffle-LZ4, every chunk validated); options as
-    :func:`quantem.io.arina.load_arina`. ``staging`` says how the bytes travel:
-    ``"pread"`` (default) reads them in parallel into reused pinned buffers and copies
-    those asynchronously; ``"mapped"`` page-locks the shards' page-cache pages in place
-    and copies them by DMA with no CPU copy (correct, but no faster than pread on the
-    H200 with 128 shards: the per-shard registration costs about what the copy it
-    saves does; see ``docs/performance/results.md``). ``metadata["load_stats"]``
-    records which one ran (and why mapped staging fell back, if it did).
+    :func:`quantem.io.arina.load_arina`. ``staging`` says how the bytes travel
+    (default :data:`~quantem.cuda.hdf5_pipeline.DEFAULT_STAGING`): ``"pread"`` reads them
+    in parallel into reused pinned buffers and copies those asynchronously;
+    ``"mapped"`` page-locks the shards' page-cache pages in place for this load and
+    copies them by DMA with no CPU copy (no faster than pread: the registration costs
+    about what the copy it saves does); ``"registered"`` does the same with
+    registrations kept across loads (:mod:`quantem.cuda.registered_files`: the first
+    load of the shards in a process stages by pread, the second load of the unchanged,
+    resident shards registers them, later loads copy straight from their pages; the pages stay in memory, within a budget, until
+    :func:`quantem.cuda.release_registered_files`). ``metadata["load_stats"]`` records
+    which one ran (and why mapped or registered staging fell back to pread, if it did).
 
     ``verify_source=True`` checks each raw chunk against the frame index's XXH3-64
     (:func:`quantem.io.arina.expected_chunk_hashes`) on the GPU as it is staged, with
@@ -126,6 +149,8 @@ def hdf5_load_stats(stats: Any) -> dict[str, Any]:
     }
     if stats.fallback is not None:
         load_stats["staging_fallback"] = stats.fallback
+    if stats.staging == "registered":
+        load_stats["registered_bytes"] = stats.registered_bytes
     if stats.stages:  # the staging timeline, when profiling is on (benchmarks)
         load_stats["stages"] = dict(stats.stages)
     return load_stats
@@ -173,6 +198,7 @@ def _decode_hdf5(
     return finisher.out, stats, finisher.info
 
 
+@_releasing_changed
 def load_qem(
     path: str | os.PathLike,
     *,
@@ -261,7 +287,12 @@ def load_qem(
             "batches": stats.batches,
             "read_seconds": stats.read_seconds,
             "pipeline_seconds": stats.wall_seconds,
+            "staging": stats.staging,
         }
+        if stats.fallback is not None:
+            metadata["load_stats"]["staging_fallback"] = stats.fallback
+        if stats.staging == "registered":
+            metadata["load_stats"]["registered_bytes"] = stats.registered_bytes
         validity = options.finish_validity(qem.validity)
         return Acquisition(data, metadata, validity, backend="cuda")
     finally:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from quantem.cuda import staging as _staging
 from quantem.cuda.staging import DeviceLanes, StageStats
 from quantem.io.page_cache import PAGE_SIZE, ReadOnlyMapping, page_ceil, page_floor
 
@@ -184,6 +185,52 @@ def run_mapped(
     return stats
 
 
+def run_registered(
+    batches: Sequence[Sequence[tuple[int, int, int, int]]],
+    slot_bytes: int,
+    address: Callable[[int, int], int],
+    launch: Callable[[int, Any, Any], None],
+    *,
+    launch_bytes: Sequence[int] | None = None,
+    profile: bool | None = None,
+) -> StageStats:
+    """Copy batches out of registered host pages and ``launch(i, device_bytes, stream)``.
+
+    Batch ``i`` is a list of file reads ``(file, file_offset, buffer_offset, length)``;
+    ``address(file, file_offset)`` gives the host address of a byte of a registered range
+    (and may wait for that file's registration). Each batch is gathered into a device
+    slot of ``slot_bytes`` by DMA (one copy per read, no CPU copy) and ``launch`` sees the
+    slot up to the batch's last byte (or ``launch_bytes[i]`` bytes, when given). Returns once all launched work has finished;
+    ``stats.read_seconds`` is the time spent waiting for addresses (registrations).
+    """
+    stats = StageStats(batches=len(batches))
+    if not batches:
+        return stats
+    profile = _staging.PROFILE if profile is None else profile
+    lanes = DeviceLanes(len(batches), slot_bytes, profile=profile)
+    wall0 = time.perf_counter()
+    waited = 0.0
+    try:
+        for i, reads in enumerate(batches):
+            t0 = time.perf_counter()
+            copies = [(at, address(file, offset), length) for file, offset, at, length in reads]
+            waited += time.perf_counter() - t0
+            used = (
+                max((at + length for _, _, at, length in reads), default=0)
+                if launch_bytes is None
+                else int(launch_bytes[i])
+            )
+            stats.copied_bytes += sum(length for _, _, _, length in reads)
+            lanes.copy_many_and_launch(i, copies, used, launch)
+    finally:
+        lanes.drain()
+    stats.read_seconds = waited
+    stats.wall_seconds = time.perf_counter() - wall0
+    if profile:
+        stats.extra.update({"host_wait_registration_s": waited, **lanes.timeline(len(batches))})
+    return stats
+
+
 __all__ = [
     "PAGE_SIZE",
     "FileRange",
@@ -191,4 +238,5 @@ __all__ = [
     "covering_range",
     "live_registrations",
     "run_mapped",
+    "run_registered",
 ]

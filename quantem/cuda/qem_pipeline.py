@@ -11,18 +11,24 @@ failures are raised after the transfer, before any decode status is looked at.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from quantem.cuda import staging, xxh3
+from quantem.cuda import mapped_staging, registered_files, staging, xxh3
 from quantem.errors import QemFormatError
 
 #: 256 MiB: one warp decodes one block, so a batch needs many blocks to fill the GPU
 #: (on the H200, full-size uint16: 64 MiB batches 0.120 s, 256 MiB 0.089 s warm).
 DEFAULT_BATCH_BYTES = 256 << 20
 EXTENT_ALIGN = 16
+#: ``"registered"``: the payload is copied by DMA from its page-cache pages, registered
+#: once and kept across loads (:mod:`quantem.cuda.registered_files`; pread staging for
+#: the file's first load in a process, when it is not wholly resident or over the
+#: budget); ``"pread"``: always pread staging.
+DEFAULT_STAGING = "registered"
 
 
 def block_extents(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +106,14 @@ def stage_blocks(
     lengths = index["length"].astype(np.int64)
     small = xxh3.needs_host(extents)
 
+    def check_extent(block: int, extent: np.ndarray) -> None:
+        if host_xxh3(extent) != int(checksums[block]):
+            raise QemFormatError(
+                qem.path, "block checksum mismatch", section="PAYLOAD", block=block
+            )
+        if extent[int(lengths[block]) :].any():
+            raise QemFormatError(qem.path, "nonzero block padding", section="PAYLOAD", block=block)
+
     def check_small(i: int, slot: np.ndarray) -> None:
         # Extents too short for the GPU hash (and empty ones) are verified here.
         a, b = batches[i]
@@ -107,15 +121,16 @@ def stage_blocks(
         for k in np.flatnonzero(small[ids[a:b]]).tolist():
             block = int(ids[a + k])
             start = int(starts[k])
-            extent = slot[start : start + int(extents[block])]
-            if host_xxh3(extent) != int(checksums[block]):
-                raise QemFormatError(
-                    qem.path, "block checksum mismatch", section="PAYLOAD", block=block
-                )
-            if extent[int(lengths[block]) :].any():
-                raise QemFormatError(
-                    qem.path, "nonzero block padding", section="PAYLOAD", block=block
-                )
+            check_extent(block, slot[start : start + int(extents[block])])
+
+    def check_small_from_file(fd: int) -> None:
+        # Registered staging: the CPU never reads the mapping, so the short extents are
+        # read with pread.
+        for block in ids[small[ids]].tolist():
+            data = os.pread(fd, int(extents[block]), int(file_offsets[block]))
+            if len(data) != int(extents[block]):
+                raise QemFormatError(qem.path, "file ends inside a block", section="PAYLOAD")
+            check_extent(block, np.frombuffer(data, dtype=np.uint8))
 
     flags = cupy.zeros(ids.size, dtype=cupy.int32) if verify else None
     if verify:
@@ -138,9 +153,21 @@ def stage_blocks(
 
     short = lambda path, detail: QemFormatError(path, detail, section="PAYLOAD")  # noqa: E731
     with staging.OpenFiles([qem.path], short) as files:
-        stats = staging.run_staged(
-            files, plans, run, on_read=check_small if verify else None, threads=threads
-        )
+        stats = None
+        fallback = None
+        if DEFAULT_STAGING == "registered":
+            try:
+                stats = _stage_registered(
+                    qem, files, plans, run, check_small_from_file if verify else None
+                )
+            except registered_files.RegistrationUnavailable as exc:
+                fallback = str(exc)
+        if stats is None:
+            stats = staging.run_staged(
+                files, plans, run, on_read=check_small if verify else None, threads=threads
+            )
+            stats.staging = "pread"
+            stats.fallback = fallback
     if verify:
         raise_checksum_errors(cupy.asnumpy(flags), ids, qem.path)
     return stats
@@ -155,3 +182,62 @@ def raise_checksum_errors(flags: np.ndarray, ids: np.ndarray, path: Any) -> None
     mismatch = flags[k] == xxh3.FLAG_MISMATCH
     detail = "block checksum mismatch" if mismatch else "nonzero block padding"
     raise QemFormatError(path, detail, section="PAYLOAD", block=int(ids[k]))
+
+
+def _stage_registered(
+    qem: Any,
+    files: Any,
+    plans: list[staging.Batch],
+    run: Callable[[int, Any, Any], None],
+    check_small_from_file: Callable[[int], None] | None,
+) -> staging.StageStats:
+    """The batches copied by DMA from the file's registered page-cache pages.
+
+    Raises :class:`~quantem.cuda.registered_files.RegistrationUnavailable` before any
+    launch when the payload is not wholly resident, would exceed the budget or cannot
+    be page-locked (the caller stages by pread); a file that changed during the copies
+    raises :class:`QemFormatError` (the decoded blocks may mix two versions)."""
+    cache = registered_files.registered_files()
+    fd, path = files.fds[0], files.paths[0]
+    reads = [r for plan in plans for r in plan.reads]
+    if not reads:
+        raise registered_files.RegistrationUnavailable("no payload bytes to copy")
+    lo = min(r[1] for r in reads)
+    hi = max(r[1] + r[3] for r in reads)
+    size = os.fstat(fd).st_size
+    if hi > size:
+        raise QemFormatError(
+            path, f"file ends before the expected data ({hi - size} bytes missing)",
+            section="PAYLOAD",
+        )  # fmt: skip
+    entry = cache.lookup(fd, path, lo, hi)
+    registered = 0
+    if entry is None:
+        cache.count_load([fd], [path])  # pread while the file's loads are fewer than register_from
+        need = registered_files.page_ceil(hi - registered_files.page_floor(lo))
+        if not cache.fits(need):
+            raise registered_files.RegistrationUnavailable(
+                f"registering {need} bytes would exceed the budget of {cache.budget} bytes "
+                f"({registered_files.BUDGET_ENV})"
+            )
+        cache.check_resident(fd, lo, hi, path)
+        entry = cache.register(fd, path, lo, hi)
+        registered = need
+    try:
+        if check_small_from_file is not None:
+            check_small_from_file(fd)
+        stats = mapped_staging.run_registered(
+            [plan.reads for plan in plans],
+            max(plan.copy_bytes for plan in plans),
+            lambda _file, offset: entry.address_of(offset),
+            run,
+            launch_bytes=[plan.copy_bytes for plan in plans],
+        )
+        if not cache.still_current(entry, fd):
+            cache.forget_version(entry)
+            raise QemFormatError(path, "the file changed during the load", section="PAYLOAD")
+    finally:
+        cache.give_back(entry)
+    stats.staging = "registered"
+    stats.registered_bytes = registered
+    return stats

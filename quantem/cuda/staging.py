@@ -102,6 +102,12 @@ class StageStats:
     copied_bytes: int = 0
     batches: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    #: The staging that moved the bytes, when a caller chose between several.
+    staging: str = ""
+    #: Why a preferred staging gave way to pread, if it did.
+    fallback: str | None = None
+    #: Bytes registered by this call (registered staging).
+    registered_bytes: int = 0
 
 
 def plan_batches(
@@ -218,6 +224,18 @@ class DeviceLanes:
     def copy_and_launch(
         self, i: int, host_pointer: int, nbytes: int, launch: Callable[[int, Any, Any], None]
     ) -> None:
+        self.copy_many_and_launch(i, [(0, host_pointer, nbytes)], nbytes, launch)
+
+    def copy_many_and_launch(
+        self,
+        i: int,
+        copies: Sequence[tuple[int, int, int]],
+        nbytes: int,
+        launch: Callable[[int, Any, Any], None],
+    ) -> None:
+        """:meth:`copy_and_launch` for a batch gathered from several host ranges:
+        ``copies`` are ``(slot_offset, host_pointer, length)``; ``launch`` sees the first
+        ``nbytes`` of the slot."""
         import cupy
 
         n_device = len(self.slots)
@@ -226,9 +244,12 @@ class DeviceLanes:
             self.copy_stream.wait_event(self.work_done[i - n_device])
         if self.profile:
             self.h2d_start[i].record(self.copy_stream)
-        cupy.cuda.runtime.memcpyAsync(
-            slot.data.ptr, host_pointer, nbytes, CUDA_MEMCPY_HOST_TO_DEVICE, self.copy_stream.ptr
-        )
+        base = slot.data.ptr
+        stream = self.copy_stream.ptr
+        for at, host_pointer, length in copies:
+            cupy.cuda.runtime.memcpyAsync(
+                base + at, host_pointer, length, CUDA_MEMCPY_HOST_TO_DEVICE, stream
+            )
         self.h2d_done[i].record(self.copy_stream)
         self.compute_stream.wait_event(self.h2d_done[i])
         if self.profile:
