@@ -18,9 +18,12 @@ those registrations for the life of the process:
   recently used first out; ``0`` turns the cache off;
 * used from the second load of the same unchanged files in a process by default
   (:data:`REGISTER_FROM_ENV`): the first load of a file stages it by pread and notes its
-  stat, so a process that loads a file once never pays for the registration (measured on
-  the H200: a fresh process's first load takes 1.31 s registering against 0.77 s by
-  pread, ``docs/performance/results.md``), and a file loaded again is registered then;
+  stat, so a process that loads a file once never pins its pages, and a file loaded again
+  is registered then. (The first-load figures this default was chosen on were confounded
+  by an empty kernel cache; measured in order on the H200 with a filled cache, a fresh
+  process's first load is 0.45 s above a warm load registering from load 1 and 0.63-0.69 s
+  by this default; ``docs/performance/results.md``, "Device session of 2026-12-02, 03:50-";
+  ``QUANTEM_REGISTER_FROM_LOAD=1`` selects the other policy.)
 * a registration whose file changed is released at the next lookup of that file and
   after any failed GPU load (:meth:`RegisteredFiles.release_changed`);
 * released explicitly (:func:`release_registered_files`, e.g. by the harness before it
