@@ -271,6 +271,36 @@ def decode_blocks(
 
 
 @numba.njit(cache=True, nogil=True)
+def finish_words(scratch, x, states_size, n_words):
+    """Finish an encoded entry in ``scratch``: reverse its ``n_words`` 2-byte words (written
+    after the ``states_size`` bytes of states, last symbol first) into decoder read order,
+    write the final states ``x`` (4 bytes each, little-endian) in front, and zero the
+    padding to the next multiple of 4 bytes. Returns where the escapes start (shared by
+    formats 1.0 and 2.0)."""
+    lo = 0
+    hi = n_words - 1
+    while lo < hi:
+        p = states_size + 2 * lo
+        r = states_size + 2 * hi
+        b0 = scratch[p]
+        b1 = scratch[p + 1]
+        scratch[p] = scratch[r]
+        scratch[p + 1] = scratch[r + 1]
+        scratch[r] = b0
+        scratch[r + 1] = b1
+        lo += 1
+        hi -= 1
+    for i in range(x.shape[0]):
+        for k in range(4):
+            scratch[4 * i + k] = (x[i] >> (8 * k)) & 0xFF
+    position = states_size + 2 * n_words
+    escapes_at = ((position + 3) // 4) * 4
+    for k in range(position, escapes_at):
+        scratch[k] = 0
+    return escapes_at
+
+
+@numba.njit(cache=True, nogil=True)
 def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
     """Encode ``frames`` (n, P) into ``scratch`` as a RANS block (§10).
 
@@ -366,27 +396,7 @@ def _encode_block(frames, group_class, freq, cum, itemsize, scratch):
         remainder = state - quotient * f
         fix = np.int64(remainder >= f)  # the float quotient's floor may be one too small
         x[lane] = ((quotient + fix) << PROB_BITS) + remainder - fix * f + cum[context, s]
-    # reverse the words (2-byte units) into decoder read order
-    lo = 0
-    hi = n_words - 1
-    while lo < hi:
-        p = LANE_STATES_SIZE + 2 * lo
-        r = LANE_STATES_SIZE + 2 * hi
-        b0 = scratch[p]
-        b1 = scratch[p + 1]
-        scratch[p] = scratch[r]
-        scratch[p + 1] = scratch[r + 1]
-        scratch[r] = b0
-        scratch[r + 1] = b1
-        lo += 1
-        hi -= 1
-    for lane in range(LANES):
-        for k in range(4):
-            scratch[4 * lane + k] = (x[lane] >> (8 * k)) & 0xFF
-    position = LANE_STATES_SIZE + 2 * n_words
-    escape_position = ((position + 3) // 4) * 4
-    for k in range(position, escape_position):
-        scratch[k] = 0
+    escape_position = finish_words(scratch, x, LANE_STATES_SIZE, n_words)
     for e in range(n_escapes):
         for k in range(itemsize):
             scratch[escape_position + e * itemsize + k] = (escapes[e] >> (8 * k)) & 0xFF

@@ -39,6 +39,7 @@ from quantem.io.qem.rans import (
     ERR_UNUSED_WORDS,
     ERR_WORDS_EXHAUSTED,
     OK,
+    finish_words,
 )
 
 _MASK_PROB = (1 << PROB_BITS) - 1
@@ -251,26 +252,7 @@ def _encode_block(frames, pixel0, band_pixels, quad_class, quad0, freq, cum, ite
                 n_words += 1
                 state >>= 16
             x[i] = ((state // f) << PROB_BITS) + state % f + cum[c, s]
-    lo = 0
-    hi = n_words - 1
-    while lo < hi:  # reverse the words (2-byte units) into decoder read order
-        p = STATES_2_SIZE + 2 * lo
-        r = STATES_2_SIZE + 2 * hi
-        b0 = scratch[p]
-        b1 = scratch[p + 1]
-        scratch[p] = scratch[r]
-        scratch[p + 1] = scratch[r + 1]
-        scratch[r] = b0
-        scratch[r + 1] = b1
-        lo += 1
-        hi -= 1
-    for i in range(STATES_2):
-        for k in range(4):
-            scratch[4 * i + k] = (x[i] >> (8 * k)) & 0xFF
-    position = STATES_2_SIZE + 2 * n_words
-    escapes_at = ((position + 3) // 4) * 4
-    for k in range(position, escapes_at):
-        scratch[k] = 0
+    escapes_at = finish_words(scratch, x, STATES_2_SIZE, n_words)
     e = escapes_at
     for t in range(n):
         for j in range(band_pixels):
