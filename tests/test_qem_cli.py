@@ -103,6 +103,29 @@ def test_convert_qem_to_qem_with_verify_and_hashes(small, tmp_path):
     assert harness("convert", str(path), str(out), "--overwrite").returncode == 0
 
 
+def test_convert_writes_format_2_and_refuses_bad_band_rows(small, tmp_path):
+    path, data = small
+    out = tmp_path / "v2.qem"
+    result = harness("convert", str(path), str(out), "--format-version", "2", "--verify")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(harness("inspect", str(out), "--json").stdout)
+    assert info["version"].startswith("2.")
+    np.testing.assert_array_equal(load_qem(out, apply_mask=False).data, data)
+    assert "quads per class" in harness("inspect", str(out)).stdout
+    banded = tmp_path / "v2b.qem"
+    result = harness("convert", str(path), str(banded), "--format-version", "2", "--band-rows", "4")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(load_qem(banded, apply_mask=False).data, data)
+    # 16 detector rows: 99 rows a band is refused, cleanly, and nothing is written.
+    bad = tmp_path / "bad.qem"
+    result = harness("convert", str(path), str(bad), "--format-version", "2", "--band-rows", "99")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "band_rows 99" in result.stderr and str(bad) in result.stderr
+    assert not bad.exists() and not list(tmp_path.glob("bad.qem*"))
+    result = harness("convert", str(path), str(bad), "--band-rows", "4")
+    assert result.returncode == 64 and "--format-version 2" in result.stderr
+
+
 def test_usage_errors_exit_64(small, tmp_path):
     path, _ = small
     assert harness().returncode == 64

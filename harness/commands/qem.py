@@ -17,7 +17,7 @@ import sys
 import time
 
 from harness.commands._files import require_file
-from harness.errors import EXIT_OK, UsageError
+from harness.errors import EXIT_OK, HarnessError, UsageError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +48,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--keep-source-dtype",
         action="store_true",
         help="store the source dtype instead of the narrowest that fits",
+    )
+    convert.add_argument(
+        "--format-version",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1 (default): masks and values; 2: per-pixel symbols in detector row bands, "
+        "whose masked sums decode only the bands a mask touches (docs/qem-format.md §19)",
+    )
+    convert.add_argument(
+        "--band-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--format-version 2 only: detector rows per band (default: chosen by the writer)",
     )
     convert.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     convert.set_defaults(func=run_convert)
@@ -107,21 +122,30 @@ def run_convert(args: argparse.Namespace) -> int:
         raise UsageError(f"OUT must end in .qem: {out}")
     if args.block_frames is not None and args.block_frames < 1:
         raise UsageError("--block-frames must be >= 1")
+    if args.band_rows is not None and args.format_version != 2:
+        raise UsageError("--band-rows applies to --format-version 2 only")
+    if args.band_rows is not None and args.band_rows < 1:
+        raise UsageError("--band-rows must be >= 1")
     from harness.fsio import remove_stale_partials
 
     # a killed convert leaves its .partial file: the next convert into the folder removes it
     for stale in remove_stale_partials(out.absolute().parent):
         print(f"removed {stale} (left by a killed writer)", file=sys.stderr)
     started = time.perf_counter()
-    save_qem(
-        args.source,
-        out,
-        verify=args.verify,
-        source_hashes=args.source_hashes,
-        block_frames=args.block_frames,
-        keep_source_dtype=args.keep_source_dtype,
-        overwrite=args.overwrite,
-    )
+    try:
+        save_qem(
+            args.source,
+            out,
+            verify=args.verify,
+            source_hashes=args.source_hashes,
+            block_frames=args.block_frames,
+            keep_source_dtype=args.keep_source_dtype,
+            overwrite=args.overwrite,
+            version=args.format_version,
+            band_rows=args.band_rows,
+        )
+    except ValueError as exc:  # the writer's checks of the options against this source
+        raise HarnessError(f"cannot write {out} from {args.source}: {exc}") from None
     seconds = time.perf_counter() - started
     from quantem.io.qem.reader import QemFile
 
@@ -199,7 +223,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     model = layout["model"]
     out.write(
         f"  model: {model['n_classes']} classes, {model['n_contexts']} contexts, "
-        f"groups per class {model['class_groups']}\n"
+        f"{'quads' if header.version_major == 2 else 'groups'} per class "
+        f"{model['class_groups']}\n"
     )
     out.write("  sections:\n")
     for name, section in layout["sections"].items():
