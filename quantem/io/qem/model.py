@@ -70,6 +70,34 @@ def _code_length(hist: np.ndarray) -> float:
     return float((whole - terms).sum())
 
 
+def _greedy_bin_classes(cumulative: np.ndarray, n_classes: int) -> np.ndarray:
+    """The class of each of ``n_bins`` ordered bins: at most ``n_classes`` runs of
+    adjacent bins, cut greedily where a cut lowers the summed code length most.
+    ``cumulative[k]`` is the histogram of bins ``< k`` (``n_bins + 1`` rows)."""
+    n_bins = cumulative.shape[0] - 1
+
+    def cost(cuts: list[int]) -> float:
+        edges = [0, *cuts, n_bins]
+        return sum(
+            _code_length(cumulative[b] - cumulative[a]) for a, b in itertools.pairwise(edges)
+        )
+
+    cuts: list[int] = []
+    best = cost(cuts)
+    for _ in range(n_classes - 1):
+        choice = None
+        for candidate in range(1, n_bins):
+            if candidate in cuts:
+                continue
+            trial = cost(sorted([*cuts, candidate]))
+            if trial < best - 1e-6 * max(1.0, best):
+                best, choice = trial, candidate
+        if choice is None:
+            break
+        cuts = sorted([*cuts, choice])
+    return np.searchsorted(np.array(cuts, dtype=np.int64), np.arange(n_bins), side="right")
+
+
 def choose_group_classes(
     frames: np.ndarray,
     n_classes: int = DEFAULT_CLASSES,
@@ -102,26 +130,7 @@ def choose_group_classes(
     hist = np.stack([mask_hist, value_hist], axis=1)  # [bin, 2, 256]
     cumulative = np.concatenate([np.zeros((1, 2, ALPHABET), np.int64), np.cumsum(hist, axis=0)])
 
-    def cost(cuts: list[int]) -> float:
-        edges = [0, *cuts, n_bins]
-        return sum(
-            _code_length(cumulative[b] - cumulative[a]) for a, b in itertools.pairwise(edges)
-        )
-
-    cuts: list[int] = []
-    best = cost(cuts)
-    for _ in range(n_classes - 1):
-        choice = None
-        for candidate in range(1, n_bins):
-            if candidate in cuts:
-                continue
-            trial = cost(sorted([*cuts, candidate]))
-            if trial < best - 1e-6 * max(1.0, best):
-                best, choice = trial, candidate
-        if choice is None:
-            break
-        cuts = sorted([*cuts, choice])
-    bin_class = np.searchsorted(np.array(cuts, dtype=np.int64), np.arange(n_bins), side="right")
+    bin_class = _greedy_bin_classes(cumulative, n_classes)
     return bin_class[group_bin].astype(np.uint8)
 
 
@@ -211,26 +220,7 @@ def build_model_2(
     ).reshape(n_bins, ALPHABET)
     cumulative = np.concatenate([np.zeros((1, ALPHABET), np.int64), np.cumsum(hist, axis=0)])
 
-    def cost(cuts: list[int]) -> float:
-        edges = [0, *cuts, n_bins]
-        return sum(
-            _code_length(cumulative[b] - cumulative[a]) for a, b in itertools.pairwise(edges)
-        )
-
-    cuts: list[int] = []
-    best = cost(cuts)
-    for _ in range(n_classes - 1):
-        choice = None
-        for candidate in range(1, n_bins):
-            if candidate in cuts:
-                continue
-            trial = cost(sorted([*cuts, candidate]))
-            if trial < best - 1e-6 * max(1.0, best):
-                best, choice = trial, candidate
-        if choice is None:
-            break
-        cuts = sorted([*cuts, choice])
-    bin_class = np.searchsorted(np.array(cuts, dtype=np.int64), np.arange(n_bins), side="right")
+    bin_class = _greedy_bin_classes(cumulative, n_classes)
     quad_class = bin_class[quad_bin].astype(np.uint8)
     classes_used = int(quad_class.max()) + 1
     pixel_class = quad_class[quad].astype(np.int64)

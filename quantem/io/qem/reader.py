@@ -375,20 +375,13 @@ class QemFile:
             raise IndexError(f"block out of range [0, {self.n_blocks})")
         if self.version_2:
             return self._decode_entries_2(ids, out)
-        packed, packed_offsets = self._read_blocks(ids)
-        if self.verify:
-            pending = ~self._verified[ids]
-            self._check_blocks(ids[pending], packed, packed_offsets[pending])
+        packed, packed_offsets = self._read_checked(ids)
         index = self.block_index[ids]
         counts = index["n_frames"].astype(np.int64)
         rows = np.zeros(ids.size, dtype=np.int64)
         np.cumsum(counts[:-1], out=rows[1:])
         total = int(counts.sum())
-        det = self.detector_shape
-        if out is None:
-            out = np.empty((total, *det), dtype=self.dtype)
-        elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
+        out = self._frames_out(out, total)
         status = np.zeros(ids.size, dtype=np.int64)
         arguments = (
             packed,
@@ -407,9 +400,29 @@ class QemFile:
             out.reshape(total, -1),
             status,
         )
-        _run_ranges(
-            lambda first, stop: rans.decode_blocks(*arguments, first, stop), ids.size, self.threads
-        )
+        self._run_decode(rans.decode_blocks, arguments, ids, status)
+        return out
+
+    def _read_checked(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The packed bytes of entries ``ids``, checksummed first when verifying."""
+        packed, packed_offsets = self._read_blocks(ids)
+        if self.verify:
+            pending = ~self._verified[ids]
+            self._check_blocks(ids[pending], packed, packed_offsets[pending])
+        return packed, packed_offsets
+
+    def _frames_out(self, out: np.ndarray | None, total: int) -> np.ndarray:
+        """``out`` checked as ``total`` C-contiguous frames, or a new such array."""
+        shape = (total, *self.detector_shape)
+        if out is None:
+            return np.empty(shape, dtype=self.dtype)
+        if out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array {shape}")
+        return out
+
+    def _run_decode(self, decode, arguments: tuple, ids: np.ndarray, status: np.ndarray) -> None:
+        """Decode entries ``ids`` in ranges over the threads; the first failure raises."""
+        _run_ranges(lambda first, stop: decode(*arguments, first, stop), ids.size, self.threads)
         if status.any():
             k = int(np.flatnonzero(status)[0])
             raise QemFormatError(
@@ -418,17 +431,13 @@ class QemFile:
                 section="PAYLOAD",
                 block=int(ids[k]),
             )
-        return out
 
     def _decode_entries_2(self, ids: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         frame_blocks = ids // self.n_bands
         _, first = np.unique(frame_blocks, return_index=True)
         frame_blocks = frame_blocks[np.sort(first)]
         ids = self.entries(frame_blocks)
-        packed, packed_offsets = self._read_blocks(ids)
-        if self.verify:
-            pending = ~self._verified[ids]
-            self._check_blocks(ids[pending], packed, packed_offsets[pending])
+        packed, packed_offsets = self._read_checked(ids)
         index = self.block_index[ids]
         counts = index["n_frames"].astype(np.int64)
         block_rows = np.zeros(frame_blocks.size, dtype=np.int64)
@@ -436,10 +445,7 @@ class QemFile:
         rows = np.repeat(block_rows, self.n_bands)
         total = int(counts[:: self.n_bands].sum())
         det = self.detector_shape
-        if out is None:
-            out = np.empty((total, *det), dtype=self.dtype)
-        elif out.shape != (total, *det) or out.dtype != self.dtype or not out.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous {self.dtype} array {(total, *det)}")
+        out = self._frames_out(out, total)
         status = np.zeros(ids.size, dtype=np.int64)
         arguments = (
             packed,
@@ -461,19 +467,7 @@ class QemFile:
             out.reshape(total, -1),
             status,
         )
-        _run_ranges(
-            lambda first, stop: rans2.decode_blocks(*arguments, first, stop),
-            ids.size,
-            self.threads,
-        )
-        if status.any():
-            k = int(np.flatnonzero(status)[0])
-            raise QemFormatError(
-                self.path,
-                f"block decode failed: {rans.STATUS_MESSAGES[int(status[k])]}",
-                section="PAYLOAD",
-                block=int(ids[k]),
-            )
+        self._run_decode(rans2.decode_blocks, arguments, ids, status)
         return out
 
     def read_frames(self, start: int = 0, stop: int | None = None) -> np.ndarray:
