@@ -303,7 +303,13 @@ prof = None
 if len(sys.argv) > 3:
     import cProfile
     prof = cProfile.Profile(); prof.enable()
+import os
+cache = os.environ.get("CUPY_CACHE_DIR", "")
+def cached():
+    return sum(len(f) for _, _, f in os.walk(cache)) if cache and os.path.isdir(cache) else 0
+n_cached = cached()
 t2 = time.perf_counter(); a = load(); t3 = time.perf_counter(); a.close()
+n_compiled = cached() - n_cached
 if prof is not None:
     import pstats
     prof.disable()
@@ -316,7 +322,8 @@ for _ in range(3):  # the second load (registering, by default), then process-wa
 paths = sorted({r["path"] for r in kernel_provenance()})
 stats = a.metadata.get("load_stats", {})
 print(json.dumps({"init": t1 - t0, "first": t3 - t2, "second": later[0], "warm": min(later[1:]),
-                  "paths": paths, "stagings": stagings,
+                  "paths": paths, "stagings": stagings, "cupy_cache_files_before": n_cached,
+                  "cupy_kernels_compiled_by_first_load": n_compiled,
                   "staging": stats.get("staging"), "fallback": stats.get("staging_fallback")}))
 """
 
@@ -611,38 +618,50 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
 
 
 def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> None:
-    """First loads in fresh processes; ``quick``: fatbins (both stagings) and an empty
-    NVRTC cache only, no profile, ``.qem`` with fatbins only."""
+    """First loads in fresh processes, each in a known CuPy kernel-cache state.
+
+    ``empty``: a CuPy cache folder nothing ran in (a machine that never ran the package,
+    with this package's ahead-of-time fatbins); ``filled``: the same folder after that run.
+    The pairs repeat (``quick``: twice, else three times) in alternating order; then pread
+    staging, registering from load 2, and NVRTC with an empty cache; ``.qem`` likewise.
+    Not ``quick``: also a profiled first load and NVRTC with a warm cache."""
     import tempfile
 
+    runs = []
+    pairs = 2 if quick else 3
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = Path(tmp)
-        aot = fresh_process(master, "hdf5", tmp / "aot", True)
-        aot_pread = fresh_process(master, "hdf5-pread", tmp / "aot", True)
-        aot_reg1 = fresh_process(master, "hdf5", tmp / "aot", True,
-                                 env_extra={"QUANTEM_REGISTER_FROM_LOAD": "1"})  # fmt: skip
+        for k in range(pairs):
+            runs.append(("aot_empty_cache", fresh_process(master, "hdf5", tmp / f"e{k}", True)))
+            runs.append(("aot_filled_cache", fresh_process(master, "hdf5", tmp / f"e{k}", True)))
+        filled = tmp / "e0"
+        runs.append(("aot_pread_filled_cache", fresh_process(master, "hdf5-pread", filled, True)))
+        runs.append(("aot_register_from_2_filled_cache", fresh_process(
+            master, "hdf5", filled, True, env_extra={"QUANTEM_REGISTER_FROM_LOAD": "2"})))  # fmt: skip
         if os.environ.get("OUT") and not quick:  # the device run's output folder
-            fresh_process(master, "hdf5", tmp / "aot", True, os.environ["OUT"] + "/first_load.txt")
-        cold = fresh_process(master, "hdf5", tmp / "nvrtc", False)
-        runs = [("aot", aot), ("aot_pread", aot_pread), ("aot_register_from_1", aot_reg1),
-                ("nvrtc_empty_cache", cold)]  # fmt: skip
+            fresh_process(master, "hdf5", filled, True, os.environ["OUT"] + "/first_load.txt")
+        runs.append(("nvrtc_empty_cache", fresh_process(master, "hdf5", tmp / "nvrtc", False)))
         if not quick:
             runs.append(("nvrtc_warm_cache", fresh_process(master, "hdf5", tmp / "nvrtc", False)))
     qem = master.parent / "full.qem"
     if qem.exists():
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            runs.append(("qem_aot", fresh_process(qem, "qem", Path(tmp) / "a", True)))
-            if not quick:
+            tmp = Path(tmp)
+            for k in range(pairs):
+                runs.append(("qem_aot_empty_cache", fresh_process(qem, "qem", tmp / f"q{k}", True)))
                 runs.append(
-                    ("qem_nvrtc_empty_cache", fresh_process(qem, "qem", Path(tmp) / "b", False))
+                    ("qem_aot_filled_cache", fresh_process(qem, "qem", tmp / f"q{k}", True))
                 )
+            if not quick:
+                runs.append(("qem_nvrtc_empty_cache", fresh_process(qem, "qem", tmp / "nv", False)))
     for name, r in runs:
-        # The goal compares the first load with a process-warm one (loads 3 and 4: the
-        # second load registers the files, by default).
+        # The goal compares the first load with a process-warm one (the best of loads 3
+        # and 4 of the same process).
         say(f"{tag}.fresh_{name}_first_minus_warm_s", r["first"] - r["warm"], "s",
             f"first {r['first']:.3f} second {r['second']:.3f} warm {r['warm']:.3f} init "
             f"{r['init']:.3f} paths {r['paths']} stagings {r.get('stagings')} fallback "
-            f"{r.get('fallback')}")  # fmt: skip
+            f"{r.get('fallback')} cupy cache files before {r.get('cupy_cache_files_before')}, "
+            f"compiled by the first load {r.get('cupy_kernels_compiled_by_first_load')}")  # fmt: skip
 
 
 def bench_qem(master: Path, tag: str, hd: dict, args) -> None:

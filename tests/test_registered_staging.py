@@ -297,10 +297,16 @@ def count(cache, *paths):
             os.close(fd)
 
 
-def test_files_are_registered_from_their_second_unchanged_load_by_default(tmp_path, monkeypatch):
+def test_files_are_registered_from_their_first_load_by_default(tmp_path, monkeypatch):
     monkeypatch.delenv(rf.REGISTER_FROM_ENV, raising=False)
     cache = make_cache(FakeDriver())
-    assert cache.register_from == rf.DEFAULT_REGISTER_FROM == 2
+    assert cache.register_from == rf.DEFAULT_REGISTER_FROM == 1
+    count(cache, write(tmp_path / "first", 10))  # the first load registers
+
+
+def test_files_are_registered_from_their_second_unchanged_load_when_asked(tmp_path):
+    cache = make_cache(FakeDriver())
+    cache.set_register_from(2)
     a, b = write(tmp_path / "a", 100), write(tmp_path / "b", 200)
     with pytest.raises(rf.RegistrationUnavailable, match=r"load 1 .* from load 2"):
         count(cache, a, b)

@@ -542,17 +542,18 @@ def test_registered_staging_falls_back_to_pread_and_keeps_nothing_stale(
         assert not fake.register_calls  # refused before registering anything
 
 
-def test_registered_staging_registers_from_the_second_load_by_default(
+def test_registered_staging_registers_from_the_second_load_when_asked(
     tmp_path, fake_cuda, monkeypatch
 ):
-    """The first load of files in a process stages by pread and registers nothing; the
-    second registers them; the third copies from the kept registrations; same products."""
+    """Registering from load 2: the first load of files in a process stages by pread and
+    registers nothing; the second registers them; the third copies from the kept
+    registrations; same products."""
     from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
     from quantem.io.arina import load_arina, open_arina
     from quantem.io.synthetic import write_synthetic_arina
 
     fake = fake_cuda()
-    fake.cache.set_register_from(registered_files.DEFAULT_REGISTER_FROM)
+    fake.cache.set_register_from(2)
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
     master = write_synthetic_arina(
         tmp_path / "acq", "s", scan_shape=(4, 6), detector_shape=(16, 16),

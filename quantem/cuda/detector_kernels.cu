@@ -197,3 +197,14 @@ extern "C" __global__ void sum_frames(const ELEM_T* __restrict__ data, i64 n_fra
     const u64 total = a0 + a1 + a2 + a3;
     if (total) atomicAdd(out + p, total);
 }
+
+// Zero the listed pixels (sorted flat indices) of every frame, in place: the validity mask
+// of a load whose options change neither dtype nor shape. One warp per frame, as masked_sum.
+extern "C" __global__ void zero_pixels(ELEM_T* __restrict__ data, i64 n_frames,
+                                       const int* __restrict__ pixels, int n_pixels) {
+    const int lane = threadIdx.x & 31;
+    const i64 frame = (i64)blockIdx.x * WARPS_PER_CTA + (threadIdx.x >> 5);
+    if (frame >= n_frames) return;
+    ELEM_T* f = data + frame * (i64)FRAME_ELEMS;
+    for (int i = lane; i < n_pixels; i += 32) f[pixels[i]] = (ELEM_T)0;
+}

@@ -161,6 +161,35 @@ def sum_frames(data4d: Any) -> Any:
     return out.reshape(det)
 
 
+def zero_invalid_pixels(frames: Any, validity: Any) -> None:
+    """Zero, in place, the pixels of every frame where ``validity`` (boolean
+    ``(det_r, det_c)``, host or device) is False.
+
+    ``frames`` is a C-contiguous ``(..., det_r, det_c)`` CuPy array of unsigned integers.
+    One kernel of this module (ahead-of-time built for the common detectors), so a load's
+    mask runs no CuPy built-in kernel (those compile at a fresh machine's first use).
+    """
+    import cupy
+
+    if frames.ndim < 2:
+        raise ValueError(f"expected (..., det_r, det_c) frames, got shape {frames.shape}")
+    if not frames.flags.c_contiguous:
+        raise ValueError("zero_invalid_pixels needs C-contiguous frames (it works in place)")
+    det = (int(frames.shape[-2]), int(frames.shape[-1]))
+    valid = validity.get() if hasattr(validity, "get") else np.asarray(validity)
+    valid = np.asarray(valid, dtype=bool)  # as LoadOptions.finish takes it
+    if valid.shape != det:
+        raise ValueError(f"validity shape {valid.shape} does not match the detector shape {det}")
+    invalid = np.flatnonzero(~valid).astype(np.int32)
+    n = int(frames.size) // (det[0] * det[1]) if det[0] * det[1] else 0
+    if not n or not invalid.size:
+        return
+    kernel = _module(frames.dtype, det).get_function("zero_pixels")
+    grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
+    args = (frames, np.int64(n), cupy.asarray(invalid), np.int32(invalid.size))
+    kernel((grid,), (32 * WARPS_PER_CTA,), args)
+
+
 def frame(data4d: Any, i: int) -> Any:
     """Frame ``i`` (flat scan index) as a ``(det_r, det_c)`` device view."""
     flat_shape = (-1, data4d.shape[-2], data4d.shape[-1])

@@ -22,6 +22,7 @@ import numpy as np
 
 from quantem.acquisition import Acquisition
 from quantem.backends import require_backend
+from quantem.cuda.detector_kernels import zero_invalid_pixels
 from quantem.cuda.hdf5_pipeline import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_STAGING,
@@ -29,7 +30,7 @@ from quantem.cuda.hdf5_pipeline import (
 )
 from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
 from quantem.cuda.registered_files import releasing_changed_on_error
-from quantem.io.transforms import FrameFinisher, LoadOptions
+from quantem.io.transforms import FrameFinisher, LoadOptions, empty_info
 
 
 @contextmanager
@@ -156,6 +157,22 @@ def hdf5_load_stats(stats: Any) -> dict[str, Any]:
     return load_stats
 
 
+def finish_in_place(options: LoadOptions, frames: Any, validity: Any) -> tuple[Any, dict]:
+    """``options.finish(frames, validity, cupy, overwrite=True)`` for decoded device frames.
+
+    When the options change neither dtype nor shape, the mask is zeroed by this package's
+    own kernel (:func:`~quantem.cuda.detector_kernels.zero_invalid_pixels`), not by CuPy
+    indexing, whose built-in kernels compile at their first use on a machine (0.1-0.3 s
+    each on a load that otherwise runs ahead-of-time fatbins only)."""
+    if options.changes_layout(frames.dtype):
+        import cupy
+
+        return options.finish(frames, cupy.asarray(validity), cupy, overwrite=True)
+    if options.apply_mask:
+        zero_invalid_pixels(frames, validity)
+    return frames, empty_info()
+
+
 def _decode_hdf5(
     source: Any,
     options: LoadOptions,
@@ -170,7 +187,6 @@ def _decode_hdf5(
     finished per batch where the options change the dtype or shape, else masked in place."""
     import cupy
 
-    validity = cupy.asarray(source.validity)
     if not options.changes_layout(source.dtype):
         frames, stats = decode_source_to_device(
             source,
@@ -180,8 +196,9 @@ def _decode_hdf5(
             frame_range=frame_range,
             verify_source=verify_source,
         )
-        frames, info = options.finish(frames, validity, cupy, overwrite=True)
+        frames, info = finish_in_place(options, frames, source.validity)
         return frames, stats, info
+    validity = cupy.asarray(source.validity)
     first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
     finisher = FrameFinisher(
         options, last - first, source.dtype, source.detector_shape, validity, cupy
@@ -277,7 +294,7 @@ def load_qem(
             frames, block_ids, region, stats = _decode_qem_dense(
                 qem, scan_region, verify, threads, batch_bytes
             )
-            frames, info = options.finish(frames, cupy.asarray(qem.validity), cupy, overwrite=True)
+            frames, info = finish_in_place(options, frames, qem.validity)
             shape = region[2] if region is not None else tuple(qem.scan_shape)
             data = frames.reshape(*shape, *frames.shape[1:])
         corners = None if region is None else [*region[0], *region[1]]

@@ -16,14 +16,13 @@ those registrations for the life of the process:
   the stat; the frame-index memo and git treat such "racy" entries the same way);
 * bounded by :func:`budget_bytes` (the pages cannot be evicted while registered), least
   recently used first out; ``0`` turns the cache off;
-* used from the second load of the same unchanged files in a process by default
-  (:data:`REGISTER_FROM_ENV`): the first load of a file stages it by pread and notes its
-  stat, so a process that loads a file once never pins its pages, and a file loaded again
-  is registered then. (The first-load figures this default was chosen on were confounded
-  by an empty kernel cache; measured in order on the H200 with a filled cache, a fresh
-  process's first load is 0.45 s above a warm load registering from load 1 and 0.63-0.69 s
-  by this default; ``docs/performance/results.md``, "Device session of 2026-12-02, 03:50-";
-  ``QUANTEM_REGISTER_FROM_LOAD=1`` selects the other policy.)
+* used from the first load of a file in a process by default (:data:`REGISTER_FROM_ENV`):
+  measured in order on the H200 with a filled kernel cache, a fresh process's first load
+  is 0.45 s above a warm load when it registers, against 0.63-0.69 s when it stages by
+  pread and registers from the second load (``docs/performance/results.md``, "Device
+  session of 2026-12-02, 03:50-", call 7). ``QUANTEM_REGISTER_FROM_LOAD=2`` keeps a
+  process that reads each file once from pinning its pages (the first load stages by
+  pread and notes the file's stat; a file loaded again is registered then);
 * a registration whose file changed is released at the next lookup of that file and
   after any failed GPU load (:meth:`RegisteredFiles.release_changed`);
 * released explicitly (:func:`release_registered_files`, e.g. by the harness before it
@@ -63,7 +62,7 @@ DEFAULT_BUDGET_FRACTION = 0.25
 #: Environment variable: the load of the same unchanged files (1 = the first, 2 = the
 #: second, ...) from which they are registered (default :data:`DEFAULT_REGISTER_FROM`).
 REGISTER_FROM_ENV = "QUANTEM_REGISTER_FROM_LOAD"
-DEFAULT_REGISTER_FROM = 2
+DEFAULT_REGISTER_FROM = 1
 #: Files whose loads are counted (least recently loaded forgotten first).
 SEEN_LIMIT = 1 << 16
 

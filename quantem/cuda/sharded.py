@@ -532,7 +532,6 @@ def _load_qem(
     scan_shape: tuple[int, int] | None = None,
     batch_bytes: int | None = None,
 ) -> Acquisition:
-    import cupy
 
     from quantem.cuda import loaders
     from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES
@@ -562,9 +561,7 @@ def _load_qem(
                 frames, block_ids, _, stats = loaders._decode_qem_dense(
                     qem, (r0, r1, 0, scan_c), verify, threads, batch_bytes
                 )
-                frames, info = options.finish(
-                    frames, cupy.asarray(qem.validity), cupy, overwrite=True
-                )
+                frames, info = loaders.finish_in_place(options, frames, qem.validity)
                 data = frames.reshape(r1 - r0, scan_c, *frames.shape[1:])
                 return data, info, block_ids, stats
 

@@ -83,3 +83,27 @@ def test_vector_moments_at_full_scale_values(dtype):
         np.testing.assert_array_equal(t.get(), total)
         np.testing.assert_array_equal(r.get(), sum_r)
         np.testing.assert_array_equal(c.get(), sum_c)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@pytest.mark.parametrize("shape", [(5, 7, 32, 48), (3, 4, 17, 19), (2, 3, 192, 192)])
+def test_zero_invalid_pixels_equals_numpy(dtype, shape):
+    rng = np.random.default_rng([7, *shape, np.dtype(dtype).itemsize])
+    data = rng.integers(1, np.iinfo(dtype).max, shape, dtype=dtype, endpoint=True)
+    for density in (0.0, 0.01, 0.3, 1.0):
+        valid = rng.random(shape[-2:]) >= density
+        expected = np.where(valid, data, 0).astype(dtype)
+        for validity in (valid, cupy.asarray(valid)):
+            gpu = cupy.asarray(data)
+            assert dk.zero_invalid_pixels(gpu, validity) is None  # in place
+            np.testing.assert_array_equal(gpu.get(), expected)
+
+
+def test_zero_invalid_pixels_refuses_what_it_cannot_do_in_place():
+    data = cupy.ones((4, 6, 8), dtype=cupy.uint16)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dk.zero_invalid_pixels(data[:, :, ::2], np.ones((6, 4), dtype=bool))
+    with pytest.raises(ValueError, match="does not match"):
+        dk.zero_invalid_pixels(data, np.ones((6, 7), dtype=bool))
+    with pytest.raises(UnsupportedDtypeError):
+        dk.zero_invalid_pixels(cupy.ones((2, 4, 4), dtype=cupy.int16), np.ones((4, 4), dtype=bool))

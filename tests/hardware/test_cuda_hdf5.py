@@ -93,10 +93,10 @@ def test_default_staging_and_mapped_leaves_nothing_registered(tmp_path):
     cpu = io.load(master)
     assert DEFAULT_STAGING == "registered"
     with io.load(master, backend="cuda") as default:
-        # The first load of these files in the process stages by pread; they are
-        # registered from the second (tests/hardware/test_registered_staging_gpu.py).
+        # Registered from the first load (just written, so racy: registered for this
+        # load only, tests/hardware/test_registered_staging_gpu.py).
         stats = default.metadata["load_stats"]
-        assert stats["staging"] == "pread" and "registered from load" in stats["staging_fallback"]
+        assert stats["staging"] == "registered", stats
         np.testing.assert_array_equal(default.data.get(), cpu.data)
     with io.load(master, backend="cuda", staging="mapped", batch_bytes=4096) as mapped:
         assert mapped.metadata["load_stats"]["staging"] == "mapped"

@@ -100,8 +100,23 @@ def test_default_staging_is_registered(aged):
         assert acq.metadata["load_stats"]["staging"] == "registered"
 
 
-def test_by_default_files_are_registered_from_their_second_load(aged, _fresh_cache):
-    _fresh_cache.set_register_from(rf.DEFAULT_REGISTER_FROM)
+def test_by_default_files_are_registered_from_their_first_load(aged, _fresh_cache):
+    _fresh_cache.set_register_from(rf.default_register_from())
+    assert _fresh_cache.register_from == rf.DEFAULT_REGISTER_FROM == 1
+    master = aged["u16"]
+    cpu = io.load(master)
+    seen = []
+    for _ in range(2):
+        with io.load(master, backend="cuda") as acq:
+            stats = acq.metadata["load_stats"]
+            seen.append((stats["staging"], stats.get("registered_bytes", 0) > 0))
+            np.testing.assert_array_equal(acq.data.get(), cpu.data)
+    assert seen == [("registered", True), ("registered", False)]
+    assert sorted(_fresh_cache.paths()) == sorted(shards_of(master))
+
+
+def test_files_are_registered_from_their_second_load_when_asked(aged, _fresh_cache):
+    _fresh_cache.set_register_from(2)
     master = aged["u16"]
     cpu = io.load(master)
     seen = []
