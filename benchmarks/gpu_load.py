@@ -653,6 +653,9 @@ def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> N
                     ("qem_aot_filled_cache", fresh_process(qem, "qem", tmp / f"q{k}", True))
                 )
             if not quick:
+                if os.environ.get("OUT"):  # a profiled first load (filled cache)
+                    out = os.environ["OUT"] + "/first_load_qem.txt"
+                    fresh_process(qem, "qem", tmp / "q0", True, out)
                 runs.append(("qem_nvrtc_empty_cache", fresh_process(qem, "qem", tmp / "nv", False)))
     for name, r in runs:
         # The goal compares the first load with a process-warm one (the best of loads 3

@@ -176,6 +176,7 @@ def zero_invalid_pixels(frames: Any, validity: Any) -> None:
     if not frames.flags.c_contiguous:
         raise ValueError("zero_invalid_pixels needs C-contiguous frames (it works in place)")
     det = (int(frames.shape[-2]), int(frames.shape[-1]))
+    defines = module_defines(frames.dtype, det)  # refuses an unsupported dtype at once
     valid = validity.get() if hasattr(validity, "get") else np.asarray(validity)
     valid = np.asarray(valid, dtype=bool)  # as LoadOptions.finish takes it
     if valid.shape != det:
@@ -184,7 +185,9 @@ def zero_invalid_pixels(frames: Any, validity: Any) -> None:
     n = int(frames.size) // (det[0] * det[1]) if det[0] * det[1] else 0
     if not n or not invalid.size:
         return
-    kernel = _module(frames.dtype, det).get_function("zero_pixels")
+    from quantem.cuda.module_loader import load_module
+
+    kernel = load_module(SOURCE_FILE, defines).get_function("zero_pixels")
     grid = (n + WARPS_PER_CTA - 1) // WARPS_PER_CTA
     args = (frames, np.int64(n), cupy.asarray(invalid), np.int32(invalid.size))
     kernel((grid,), (32 * WARPS_PER_CTA,), args)
