@@ -20,6 +20,7 @@ import types
 
 import numpy as np
 import pytest
+from _cuda_host import host_zero_invalid_pixels
 
 from quantem.cuda import loaders, qem_pipeline, rans_decode, sharded, staging
 from quantem.io import synthetic
@@ -156,6 +157,7 @@ def fake_gpus(monkeypatch):
         monkeypatch.setattr(loaders, "decode_source_to_device", _cpu_decode_source)
         monkeypatch.setattr(qem_pipeline, "stage_blocks", _cpu_stage_blocks)
         monkeypatch.setattr(rans_decode, "QemBlockDecoder", _CpuBlockDecoder)
+        monkeypatch.setattr(loaders, "zero_invalid_pixels", host_zero_invalid_pixels)
         return fake
 
     yield install

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _cuda_host import host_zero_invalid_pixels
 from loader_contract import Loaded, LoaderContract
 
 from quantem.cuda import loaders as cuda_loaders
@@ -94,6 +95,7 @@ def on_host(monkeypatch):
     monkeypatch.setattr(cuda_loaders, "require_backend", lambda backend: None)
     monkeypatch.setattr(cuda_loaders, "decode_source_to_device", host_decode_source)
     monkeypatch.setattr(cuda_loaders, "_decode_qem_dense", host_decode_qem_dense)
+    monkeypatch.setattr(cuda_loaders, "zero_invalid_pixels", host_zero_invalid_pixels)
 
 
 @pytest.mark.usefixtures("on_host")

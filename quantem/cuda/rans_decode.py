@@ -6,7 +6,7 @@ frequency/cumulative tables, copied into shared memory by each thread block) and
 or (``reduce=True``) summing the masked pixels of each frame as they are decoded (total,
 value*row, value*column in uint64) without ever materialising the frames.
 
-Block status codes are those of the CPU codec (:data:`quantem.io.qem.rans.STATUS_MESSAGES`),
+Block status codes are those of the CPU codec (:data:`quantem.io.qem.tables.STATUS_MESSAGES`),
 so a corrupt block raises the same :class:`~quantem.errors.QemFormatError` text on both
 backends.
 """
@@ -327,7 +327,7 @@ def cupy_empty_like_dtype(dtype: np.dtype) -> Any:
 
 def raise_block_error(status_host: np.ndarray, block_ids: np.ndarray, path: Any) -> None:
     """Raise QemFormatError for the first failed block, with the CPU codec's message."""
-    from quantem.io.qem.rans import STATUS_MESSAGES
+    from quantem.io.qem.tables import STATUS_MESSAGES
 
     bad = np.flatnonzero(status_host)
     if bad.size == 0:

@@ -13,8 +13,6 @@ turns them into the error text.
 
 from __future__ import annotations
 
-from typing import Final
-
 import numba
 import numpy as np
 
@@ -30,32 +28,24 @@ from quantem.io.qem.format import (
     RANS_L,
 )
 
-OK: Final = 0
-ERR_STATE_RANGE: Final = 1
-ERR_WORDS_EXHAUSTED: Final = 2
-ERR_MASK_PADDING: Final = 3
-ERR_NONZERO_COUNT: Final = 4
-ERR_ESCAPES_EXHAUSTED: Final = 5
-ERR_ESCAPE_VALUE: Final = 6
-ERR_UNUSED_ESCAPES: Final = 7
-ERR_UNUSED_WORDS: Final = 8
-ERR_FINAL_STATE: Final = 9
-ERR_PADDING: Final = 10
-ERR_MODE: Final = 11
-
-STATUS_MESSAGES: Final = {
-    ERR_STATE_RANGE: "initial lane state out of [2^16, 2^32)",
-    ERR_WORDS_EXHAUSTED: "word stream exhausted",
-    ERR_MASK_PADDING: "mask padding bit set",
-    ERR_NONZERO_COUNT: "nonzero count differs from the block index",
-    ERR_ESCAPES_EXHAUSTED: "escape array exhausted",
-    ERR_ESCAPE_VALUE: "escaped value below 256",
-    ERR_UNUSED_ESCAPES: "unused escapes",
-    ERR_UNUSED_WORDS: "unused words",
-    ERR_FINAL_STATE: "final lane state is not 2^16",
-    ERR_PADDING: "padding between words and escapes is not zero",
-    ERR_MODE: "unknown block mode",
-}
+# Status codes and the numpy-only tables live in quantem.io.qem.tables (importable without
+# numba: the CUDA loader needs them, not this codec); re-exported here.
+from quantem.io.qem.tables import (  # noqa: F401
+    ERR_ESCAPE_VALUE,
+    ERR_ESCAPES_EXHAUSTED,
+    ERR_FINAL_STATE,
+    ERR_MASK_PADDING,
+    ERR_MODE,
+    ERR_NONZERO_COUNT,
+    ERR_PADDING,
+    ERR_STATE_RANGE,
+    ERR_UNUSED_ESCAPES,
+    ERR_UNUSED_WORDS,
+    ERR_WORDS_EXHAUSTED,
+    OK,
+    STATUS_MESSAGES,
+    pack_decode_table,
+)
 
 _MASK_PROB = (1 << PROB_BITS) - 1
 _u = np.uint64  # index conversion only; arithmetic stays int64
@@ -68,23 +58,6 @@ def _read_uint(buffer, position, nbytes):
     for k in range(nbytes):
         value |= np.int64(buffer[position + k]) << (8 * k)
     return value
-
-
-def pack_decode_table(slot_symbol: np.ndarray, freq: np.ndarray, cum: np.ndarray) -> np.ndarray:
-    """One uint32 per (context, slot): ``symbol | (freq - 1) << 8 | (slot - cum) << 20``.
-
-    A single load per decoded symbol instead of three dependent ones (symbol, then its
-    frequency and cumulative frequency).
-    """
-    contexts = slot_symbol.shape[0]
-    slots = np.arange(1 << PROB_BITS, dtype=np.int64)
-    table = np.empty((contexts, 1 << PROB_BITS), dtype=np.uint32)
-    for context in range(contexts):
-        symbol = slot_symbol[context].astype(np.int64)
-        f = freq[context].astype(np.int64)[symbol]
-        bias = slots - cum[context].astype(np.int64)[symbol]
-        table[context] = symbol | ((f - 1) << 8) | (bias << 20)
-    return table
 
 
 @numba.njit(cache=True, nogil=True)

@@ -41,16 +41,10 @@ from quantem.io.qem.rans import (
     OK,
     finish_words,
 )
+from quantem.io.qem.tables import coded_symbols  # noqa: F401  (re-exported)
 
 _MASK_PROB = (1 << PROB_BITS) - 1
 _u = np.uint64
-
-
-def coded_symbols(freq: np.ndarray) -> np.ndarray:
-    """uint8 [K, 256]: 1 where a value below 255 has a slot (is coded directly)."""
-    coded = (np.asarray(freq) > 0).astype(np.uint8)
-    coded[:, ESCAPE_SYMBOL] = 0
-    return coded
 
 
 @numba.njit(cache=True, nogil=True)

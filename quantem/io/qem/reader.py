@@ -23,7 +23,7 @@ import numpy as np
 from quantem.acquisition import Acquisition
 from quantem.errors import QemFormatError, SourceNotFoundError
 from quantem.io.qem import format as fmt
-from quantem.io.qem import rans, rans2
+from quantem.io.qem import tables
 from quantem.io.qem.checksum import xxh3
 from quantem.io.qem.progress import frame_progress
 from quantem.io.transforms import LoadOptions, empty_info
@@ -137,7 +137,7 @@ class QemFile:
         self.freq = self.model.freq.astype(np.int64)
         self.cum = self.model.cum.astype(np.int64)
         self.slot_symbol = self.model.slot_symbol
-        self.decode_table = rans.pack_decode_table(self.slot_symbol, self.freq, self.cum)
+        self.decode_table = tables.pack_decode_table(self.slot_symbol, self.freq, self.cum)
         # row bands (2.0, §19.1; 1.0: one band, the whole frame)
         self.version_2 = header.version_major == fmt.VERSION_2
         self.n_bands = header.n_bands
@@ -146,7 +146,7 @@ class QemFile:
         )
         self.band_quad0 = fmt.band_quads(*header.detector_shape, header.band_rows)
         #: 2.0: uint8 [K, 256], 1 where a value below 255 is coded directly (§19.5).
-        self.coded = rans2.coded_symbols(self.model.freq) if self.version_2 else None
+        self.coded = tables.coded_symbols(self.model.freq) if self.version_2 else None
         self._verified = np.zeros(header.n_blocks, dtype=bool)
 
     def _check_sections(self) -> None:
@@ -400,6 +400,8 @@ class QemFile:
             out.reshape(total, -1),
             status,
         )
+        from quantem.io.qem import rans  # numba: imported by the CPU decode only
+
         self._run_decode(rans.decode_blocks, arguments, ids, status)
         return out
 
@@ -427,7 +429,7 @@ class QemFile:
             k = int(np.flatnonzero(status)[0])
             raise QemFormatError(
                 self.path,
-                f"block decode failed: {rans.STATUS_MESSAGES[int(status[k])]}",
+                f"block decode failed: {tables.STATUS_MESSAGES[int(status[k])]}",
                 section="PAYLOAD",
                 block=int(ids[k]),
             )
@@ -467,6 +469,8 @@ class QemFile:
             out.reshape(total, -1),
             status,
         )
+        from quantem.io.qem import rans2  # numba: imported by the CPU decode only
+
         self._run_decode(rans2.decode_blocks, arguments, ids, status)
         return out
 
