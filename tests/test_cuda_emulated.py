@@ -293,7 +293,8 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
     [(2, False), pytest.param(2, True, marks=pytest.mark.slow), (1, False),
      pytest.param(4, True, marks=pytest.mark.slow)],
 )  # fmt: skip
-def test_lz4_kernel_with_full_warps(simt_dir, elem, stage):
+@pytest.mark.parametrize("variant", [0, 1])
+def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant):
     bitshuffle = pytest.importorskip("bitshuffle")
     det = (24, 20) if elem != 1 else (33, 17)
     dtype = np.dtype(f"u{elem}")
@@ -302,7 +303,8 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage):
     frame_elems = det[0] * det[1]
     defines = {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes,
                "CBOUND": cbound, "WARPS_PER_CTA": 2, "STAGE_COMPRESSED": int(stage),
-               "VECTOR_STORES": int((frame_elems * elem) % (8 * elem) == 0)}  # fmt: skip
+               "VECTOR_STORES": int((frame_elems * elem) % (8 * elem) == 0),
+               "LZ4_SCHEDULE": variant}  # fmt: skip
     lib = build(simt_dir, "lz4", defines, read_source("lz4_bitshuffle.cu"), LZ4_DRIVER)
     rng = np.random.default_rng([5, elem])
     frames = [rng.poisson(lam, det).astype(dtype) for lam in (0.1, 2.0, 60.0)]

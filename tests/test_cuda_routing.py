@@ -175,7 +175,7 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
 """
 
 
-def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage):
+def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant=0):
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip("no C++ compiler to emulate the kernel on the host")
@@ -184,9 +184,10 @@ def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage):
     vector = int((frame_elems * elem) % (8 * elem) == 0)
     defines = module_loader.render_defines(
         {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes, "CBOUND": cbound,
-         "WARPS_PER_CTA": 1, "VECTOR_STORES": vector, "STAGE_COMPRESSED": int(stage)}
+         "WARPS_PER_CTA": 1, "VECTOR_STORES": vector, "STAGE_COMPRESSED": int(stage),
+         "LZ4_SCHEDULE": variant}
     )  # fmt: skip
-    unit = tmp_path / f"k_{elem}_{frame_elems}_{block_bytes}_{int(stage)}.cpp"
+    unit = tmp_path / f"k_{elem}_{frame_elems}_{block_bytes}_{int(stage)}_{variant}.cpp"
     unit.write_text(SHIM + defines + source + DRIVER)
     lib = unit.with_suffix(".so")
     subprocess.run(
@@ -218,22 +219,26 @@ SLOW_CASES = [
 ]
 
 
+@pytest.mark.parametrize("variant", [0, 1])
 @pytest.mark.parametrize("elem,shape,block_bytes,stage", EMULATED_CASES)
-def test_kernel_source_decodes_like_bitshuffle(tmp_path, elem, shape, block_bytes, stage):
-    check_emulated(tmp_path, elem, shape, block_bytes, stage)
+def test_kernel_source_decodes_like_bitshuffle(tmp_path, elem, shape, block_bytes, stage, variant):
+    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("elem,shape,block_bytes,stage", SLOW_CASES)
-def test_kernel_source_decodes_like_bitshuffle_all(tmp_path, elem, shape, block_bytes, stage):
-    check_emulated(tmp_path, elem, shape, block_bytes, stage)
+@pytest.mark.parametrize("variant", [0, 1])
+def test_kernel_source_decodes_like_bitshuffle_all(
+    tmp_path, elem, shape, block_bytes, stage, variant
+):
+    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant)
 
 
-def check_emulated(tmp_path, elem, shape, block_bytes, stage):
+def check_emulated(tmp_path, elem, shape, block_bytes, stage, variant=0):
     bitshuffle = pytest.importorskip("bitshuffle")
     dtype = np.dtype(f"u{elem}")
     frame_elems = shape[0] * shape[1]
-    lib = build_emulated(tmp_path, elem, frame_elems, block_bytes, stage)
+    lib = build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant)
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
     rng = np.random.default_rng([elem, frame_elems, block_bytes])
@@ -276,3 +281,50 @@ def check_emulated(tmp_path, elem, shape, block_bytes, stage):
             int(cpu),
             int(err2[1]),
         )
+
+
+def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_path):
+    """The scheduled parse (LZ4_SCHEDULE 1, the default) loads a sequence's match header
+    before copying its literals and fills runs of period 1, 2 or 4 by words; its error order
+    must stay the sequential one: random byte flips, cuts and growths of real chunks give the
+    same code per chunk (and the same frames where none) as the plain order (0)."""
+    bitshuffle = pytest.importorskip("bitshuffle")
+    elem, shape, block_bytes = 2, (24, 20), 256
+    frame_elems = shape[0] * shape[1]
+    libs = [build_emulated(tmp_path, elem, frame_elems, block_bytes, False, v) for v in (0, 1)]
+    block_elems = block_bytes // elem
+    bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
+    rng = np.random.default_rng(11)
+    frames = [rng.poisson(lam, shape).astype(np.uint16) for lam in (0.05, 0.5, 3.0, 50.0)]
+    good = [
+        struct.pack(">QI", f.nbytes, block_bytes)
+        + bitshuffle.compress_lz4(f.ravel(), block_elems).tobytes()
+        for f in frames
+    ]
+    failures = 0
+    for trial in range(300):
+        chunks = []
+        for c in good:
+            bad = bytearray(c)
+            kind = rng.integers(3)
+            if kind == 0:
+                for _ in range(int(rng.integers(1, 4))):
+                    bad[int(rng.integers(12, len(bad)))] ^= 1 << int(rng.integers(8))
+            elif kind == 1:
+                bad = bad[: int(rng.integers(12, len(bad)))]
+            else:
+                bad += bytes(rng.integers(0, 256, int(rng.integers(1, 5)), dtype=np.uint8))
+            chunks.append(bytes(bad))
+        (out0, err0), *others = (
+            emulate(lib, chunks, len(chunks), frame_elems * elem, bpf) for lib in libs
+        )
+        failures += int(np.count_nonzero(err0))
+        frame_bytes = frame_elems * elem
+        for out1, err1 in others:
+            np.testing.assert_array_equal(err1, err0, err_msg=f"trial {trial}")
+            for k in np.flatnonzero(err0 == 0):
+                np.testing.assert_array_equal(
+                    out1[k * frame_bytes : (k + 1) * frame_bytes],
+                    out0[k * frame_bytes : (k + 1) * frame_bytes],
+                )
+    assert failures > 300  # most damaged chunks are refused: the codes were compared
