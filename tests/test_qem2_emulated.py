@@ -15,7 +15,7 @@ from cuda_simt import build, pointer
 
 from quantem.acquisition import Acquisition
 from quantem.cuda.module_loader import read_source
-from quantem.cuda.rans_decode import decoder_defines, shared_bytes_2
+from quantem.cuda.rans_decode import RING_BYTES_2, decoder_defines, ring_bytes_2, shared_bytes_2
 from quantem.io.qem import format as fmt
 from quantem.io.qem import rans2
 from quantem.io.qem.reader import QemFile
@@ -59,18 +59,31 @@ def write(tmp_path, data, band_rows, block_frames):
     return path
 
 
+#: Kernel variants of ``decode_qem2_blocks`` (``rans_decode.cu``, "Kernel variants"):
+#: the first 2.0 loop, the lean loop with words from global memory, and the lean loop with
+#: the cp.async word ring (the prefetch variants, QEM2_WORDS 1 and 2, are the lean or
+#: first loop with a prefetch hint that the emulator ignores).
+VARIANTS = {
+    "first": {},
+    "lean": {"QEM2_KERNEL": 1},
+    "ring": {"QEM2_KERNEL": 1, "QEM2_WORDS": 3},
+}
+
+
 class Emulated2:
-    def __init__(self, simt_dir, qem: QemFile, reduce: int):
+    def __init__(self, simt_dir, qem: QemFile, reduce: int, extra: dict | None = None):
         self.qem = qem
         det = tuple(int(v) for v in qem.detector_shape)
         defines = decoder_defines(qem.header.stored_itemsize, det, 2 * qem.model.n_classes, reduce)
         defines["WARPS_PER_CTA"] = 1
+        defines.update(extra or {})
         self.lib = build(simt_dir, "rans2", defines, read_source("rans_decode.cu"), DRIVER)
         self.tables = np.ascontiguousarray(qem.decode_table, dtype=np.uint32)
         coded = np.packbits(np.asarray(qem.coded, bool), axis=1, bitorder="little")
         self.coded = np.ascontiguousarray(coded.view("<u4"))
         self.classes = np.ascontiguousarray(qem.model.group_class, dtype=np.uint8)
-        assert shared_bytes_2(qem.model.n_classes, self.classes.size) < (1 << 20)
+        ring = ring_bytes_2(defines)
+        assert shared_bytes_2(qem.model.n_classes, self.classes.size, ring) < (1 << 20)
 
     def run(self, buffer, out=None, sums=None, quad_map=None, ids=None, grid=2):
         qem = self.qem
@@ -118,28 +131,62 @@ CASES = [
 ]
 
 
+#: The lean loop's cases: 160-pixel bands (one whole round and a 32-pixel partial round
+#: per frame) and 576-pixel bands of 32 frames (entries of over 1,024 words: the word ring
+#: wraps) in the default tier, with the word ring; every case and both lean variants in the
+#: slow tier.
+VARIANT_CASES = [
+    pytest.param("ring", (2, 3), (12, 40), np.uint16, 4, 4, id="ring-whole-and-partial"),
+    pytest.param("ring", (4, 8), (16, 72), np.uint16, 8, 32, id="ring-wraps"),
+    pytest.param(
+        "lean", (4, 8), (16, 72), np.uint16, 8, 32, id="lean-long", marks=pytest.mark.slow
+    ),
+    *[
+        pytest.param(v, *c, marks=pytest.mark.slow, id=f"{v}-{i}")
+        for v in ("lean", "ring")
+        for i, c in enumerate(
+            [((2, 3), (12, 40), np.uint16, 4, 4)] + [getattr(p, "values", p) for p in CASES]
+        )
+    ],
+]
+
+
 @pytest.mark.parametrize("scan,det,dtype,band_rows,block_frames", CASES)
 def test_kernel_2_matches_cpu_decoder(
     tmp_path, simt_dir, scan, det, dtype, band_rows, block_frames
 ):
+    check_variant(tmp_path, simt_dir, "first", scan, det, dtype, band_rows, block_frames)
+
+
+@pytest.mark.parametrize("variant,scan,det,dtype,band_rows,block_frames", VARIANT_CASES)
+def test_kernel_2_variants_match_cpu_decoder(
+    tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames
+):
+    check_variant(tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames)
+
+
+def check_variant(tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames):
+    extra = VARIANTS[variant]
     rng = np.random.default_rng(sum(det) + band_rows)
     data = counts(rng, scan, det, dtype)
     path = write(tmp_path, data, band_rows, block_frames=block_frames)
     with QemFile(path) as qem:
         assert (qem.block_index["mode"] == fmt.MODE_RANS).any()
+        if block_frames == 32:  # the wrapping case: more words than the ring holds
+            assert int(qem.block_index["n_words"].max()) > RING_BYTES_2 // 2
         expected = qem.read_frames()
         np.testing.assert_array_equal(expected.reshape(data.shape), data)
         buffer = qem.buffer
         n_out = qem.n_frame_blocks * qem.block_frames
         out = np.full((n_out, *det), 0xAB, dtype=dtype)
-        status = Emulated2(simt_dir, qem, 0).run(buffer, out=out)
+        status = Emulated2(simt_dir, qem, 0, extra).run(buffer, out=out)
         assert not status.any()
         np.testing.assert_array_equal(out[: qem.n_frames], expected)
         # fused moments over a disk touching some bands only
         rr, cc = np.mgrid[: det[0], : det[1]]
         mask = (rr - det[0] / 2) ** 2 + (cc - det[1] / 3) ** 2 <= (det[0] / 5) ** 2
         sums = [np.zeros(n_out, np.uint64) for _ in range(3)]
-        status = Emulated2(simt_dir, qem, 1).run(
+        status = Emulated2(simt_dir, qem, 1, extra).run(
             buffer, sums=sums, quad_map=quad_map_for(qem, mask)
         )
         assert not status.any()
@@ -167,7 +214,8 @@ def cpu_status(qem: QemFile, buffer: np.ndarray, block: int) -> int:
     return int(status[0])
 
 
-def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir):
+@pytest.mark.parametrize("variant", ["first", "ring", pytest.param("lean", marks=pytest.mark.slow)])
+def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir, variant):
     rng = np.random.default_rng(7)
     data = counts(rng, (3, 4), (16, 24), np.uint16)
     path = write(tmp_path, data, 8, block_frames=6)
@@ -175,7 +223,7 @@ def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir)
         index = qem.block_index
         rans_blocks = np.flatnonzero(index["mode"] == fmt.MODE_RANS)
         assert rans_blocks.size
-        emulated = Emulated2(simt_dir, qem, 0)
+        emulated = Emulated2(simt_dir, qem, 0, VARIANTS[variant])
         pristine = qem.buffer
         n_out = qem.n_frame_blocks * qem.block_frames
         refused = 0

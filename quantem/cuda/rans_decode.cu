@@ -20,6 +20,10 @@
 // Dynamic shared memory per thread block: N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * 1536
 // (+ N_GROUPS rounded up to 16 when SHARED_CLASSES).
 //
+#ifndef QEM2_ONLY  // 1: only the 2.0 kernel (benchmark variants, compiled by NVRTC)
+#define QEM2_ONLY 0
+#endif
+
 // Constants injected as #defines by quantem/cuda/module_loader.py:
 //   ELEM_SIZE      stored itemsize, 1, 2 or 4
 //   FRAME_PIXELS   P = det_r * det_c
@@ -164,6 +168,7 @@ __device__ __forceinline__ u32 load_le(const u8* p) {
     return v;
 }
 
+#if !QEM2_ONLY  // benchmarks of the 2.0 kernel compile it alone
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
 decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
                   const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
@@ -425,6 +430,7 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
         if (err && lane == 0) status[b] = err;
     }
 }
+#endif  // !QEM2_ONLY
 
 // ---------------------------------------------------------------------------------------
 // decode_qem_blocks_v2: the same blocks, the same checks and status codes, leaner phase B.
@@ -543,6 +549,7 @@ __device__ __forceinline__ u32 rans_symbol(u32& x, saddr_t s_sym, saddr_t s_fc, 
 #define ENTRY_CONTEXT(e) (((e) >> 8) & 7u)
 #define ENTRY_COUNTED(e) (((e) >> 11) & 1u)
 
+#if !QEM2_ONLY  // benchmarks of the 2.0 kernel compile it alone
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, V2_MIN_CTAS)
 decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
                      const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
@@ -827,6 +834,7 @@ decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_o
         if (err && lane == 0) status[b] = err;
     }
 }
+#endif  // !QEM2_ONLY
 
 // ---------------------------------------------------------------------------------------
 // Format 2.0 (docs/qem-format.md §19): decode_qem2_blocks, one warp per block entry (one
@@ -882,6 +890,348 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
 #define QEM2_MIN_CTAS 2
 #endif
 
+// Kernel variants of decode_qem2_blocks (the same entries, checks, order and status codes;
+// docs/performance/results.md, "rans3"). Benchmarks select them with defines:
+//   QEM2_KERNEL 0: the first 2.0 loop (below, in the kernel);
+//               1: the lean loop of qem2_lean_entry: whole rounds (all 4 states of every
+//                  lane valid) in their own loop without per-state validity selects; the
+//                  quad class of the next round loaded a round ahead; table and quad reads
+//                  through 32-bit shared-window addresses; one partial round per frame
+//                  when the band's pixels are not a multiple of 128.
+//   QEM2_WORDS  how renormalisation words reach the lanes:
+//               0: __ldg at the word (an L1 miss on almost every round: ~14 words a round);
+//               1: as 0, plus prefetch.global.L2 QEM2_PREFETCH_WORDS ahead once a round;
+//               2: as 0, plus prefetch.global.L1 QEM2_PREFETCH_WORDS ahead once a round;
+//               3: (QEM2_KERNEL 1 only) a per-warp ring in shared memory filled by cp.async
+//                  (16 bytes a lane) in 512-byte chunks of 256 words, QEM2_RING_CHUNKS
+//                  chunks, waited QEM2_RING_WAIT chunks behind the newest: the words of a
+//                  round are in shared memory before it starts (see qem2_ring_fill).
+#ifndef QEM2_KERNEL
+#define QEM2_KERNEL 0
+#endif
+#ifndef QEM2_WORDS
+#define QEM2_WORDS 0
+#endif
+#ifndef QEM2_PREFETCH_WORDS
+#define QEM2_PREFETCH_WORDS 256
+#endif
+#ifndef QEM2_UNROLL  // unroll factor of the lean loop's whole rounds
+#define QEM2_UNROLL 1
+#endif
+#define QEM2_PRAGMA(x) _Pragma(#x)
+#define QEM2_UNROLL_PRAGMA(n) QEM2_PRAGMA(unroll n)
+#define QEM2_RING_CHUNKS 4
+#define QEM2_RING_WAIT 2
+#define QEM2_CHUNK_WORDS 256  // 32 lanes x 16 bytes
+#define QEM2_RING_WORDS (QEM2_RING_CHUNKS * QEM2_CHUNK_WORDS)
+#if QEM2_KERNEL == 1 && QEM2_WORDS == 3
+#define QEM2_RING_BYTES (QEM2_RING_WORDS * 2)  // per warp
+#else
+#define QEM2_RING_BYTES 0
+#endif
+#if QEM2_WORDS == 3 && QEM2_KERNEL != 1
+#error "QEM2_WORDS 3 (the shared-memory word ring) needs QEM2_KERNEL 1"
+#endif
+
+#ifdef __CUDACC__
+// Read-only shared tables: not volatile, so the compiler may schedule them freely.
+__device__ __forceinline__ u32 lds_u32_ro(saddr_t a) {
+    u32 v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ u32 lds_u8_ro(saddr_t a) {
+    u32 v;
+    asm("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void qem2_prefetch(const u16* p) {
+#if QEM2_WORDS == 1
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#elif QEM2_WORDS == 2
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#endif
+}
+// 16 bytes global -> shared (both 16-aligned), asynchronous, bypassing L1; only the first
+// n (0..16) are read, the rest zero-filled.
+__device__ __forceinline__ void cp_async16(saddr_t dst, const void* src, u32 n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#else  // host emulation (tests/cuda_simt.py): copies happen at once
+static inline u32 lds_u32_ro(saddr_t a) { return lds_u32(a); }
+static inline u32 lds_u8_ro(saddr_t a) { return lds_u8(a); }
+static inline void qem2_prefetch(const u16*) {}
+static inline void cp_async16(saddr_t dst, const void* src, u32 n) {
+    memset(dst, 0, 16);
+    memcpy(dst, src, n);
+}
+static inline void cp_async_commit() {}
+template <int N> static inline void cp_async_wait() {}
+#endif
+
+// The lane's 4 pixels as one vector store (st.global.v2/v4: the C++ uint2 store of
+// qem2_store4 compiles to two 32-bit stores).
+__device__ __forceinline__ void qem2_store4_v(elem_t* dst, const u32 (&s)[4], u32 p0, u32 p1) {
+#if defined(__CUDACC__) && ELEM_SIZE == 2
+    (void)s;
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(p0), "r"(p1) : "memory");
+#elif defined(__CUDACC__) && ELEM_SIZE == 4
+    (void)p0; (void)p1;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(s[0]), "r"(s[1]),
+                 "r"(s[2]), "r"(s[3]) : "memory");
+#else
+    (void)p0; (void)p1;
+    qem2_store4(dst, s);
+#endif
+}
+
+// x & 4095 kept as an AND (the compiler otherwise forms (x << 2) & 0x3ffc and one more add).
+__device__ __forceinline__ u32 qem2_slot(u32 x) {
+#ifdef __CUDACC__
+    u32 v;
+    asm("and.b32 %0, %1, 4095;" : "=r"(v) : "r"(x));
+    return v;
+#else
+    return x & PROB_MASK;
+#endif
+}
+
+// Renormalisation words of one entry, read in symbol order by rank (0-based word index).
+struct Qem2Words {
+    const u16* words;
+    u32 n_words;
+#if QEM2_RING_BYTES
+    saddr_t ring;     // this warp's ring: chunk k (words 256k .. 256k+255) in slot k % CHUNKS
+    u32 issued;       // chunks issued so far (one cp.async group each)
+    u32 padded_bytes; // 2 * n_words rounded up to 4: the bytes a chunk may copy
+#endif
+};
+
+#if QEM2_RING_BYTES
+// Issue chunk w.issued (every lane 16 bytes of the words, 16-aligned since entries are;
+// no byte past the entry's padded words is read).
+__device__ __forceinline__ void qem2_ring_issue(Qem2Words& w, int lane) {
+    const u32 off = w.issued * (2u * QEM2_CHUNK_WORDS) + 16u * (u32)lane;
+    const u32 left = w.padded_bytes > off ? w.padded_bytes - off : 0u;
+    cp_async16(w.ring + (w.issued & (QEM2_RING_CHUNKS - 1)) * (2u * QEM2_CHUNK_WORDS) + 16u * (u32)lane,
+               reinterpret_cast<const u8*>(w.words) + (left ? off : 0u), left < 16u ? left : 16u);
+    cp_async_commit();
+    ++w.issued;
+}
+// After a round ending at word pos: issue every chunk whose slot is free, up to
+// pos / 256 + CHUNKS (slot of chunk k held chunk k - CHUNKS, wholly below pos). The
+// __syncwarp orders this round's ring reads of every lane before the overwrites.
+__device__ __forceinline__ void qem2_ring_fill(Qem2Words& w, u32 pos, int lane) {
+    const u32 want = pos / QEM2_CHUNK_WORDS + QEM2_RING_CHUNKS;
+    if (w.issued < want) {
+        __syncwarp();
+        do qem2_ring_issue(w, lane);
+        while (w.issued < want);
+    }
+}
+// Before a round starting at word pos: all but the newest WAIT chunks have landed, i.e.
+// words below 256 * (pos / 256 + CHUNKS - WAIT) >= pos + 257 > pos + 128 (a round reads at
+// most 128), and every lane's copies are visible to the warp.
+__device__ __forceinline__ void qem2_ring_ready() {
+    cp_async_wait<QEM2_RING_WAIT>();
+    __syncwarp();
+}
+#endif
+
+__device__ __forceinline__ u32 qem2_word(const Qem2Words& w, u32 rank) {
+#if QEM2_RING_BYTES
+    return lds_u16(w.ring + ((rank & (QEM2_RING_WORDS - 1)) << 1));
+#else
+    return (u32)__ldg(w.words + rank);
+#endif
+}
+
+// One round of the lean loop: the lane's states x[0..3] decode band pixels j..j+3 (nv of
+// them valid; WHOLE: all 4), context quad byte q. Returns a status (0: go on). Same checks
+// and order as the first 2.0 loop and quantem/io/qem/rans2.py.
+template <bool WHOLE>
+__device__ __forceinline__ int qem2_lean_round(u32 (&x)[4], u32& pos, u32& e, const int nv,
+                                               const u32 q, const saddr_t s_tab,
+                                               const saddr_t s_coded, const Qem2Words& w,
+                                               const u8* esc, const u32 n_escapes,
+                                               const u32 below, const int lane, elem_t* dst,
+                                               Moments& acc, const int pixel) {
+    const saddr_t cb = s_tab + ((q & 3u) << 14);
+    u32 s[4], y[4], a[4];
+    bool renorm[4];
+    bool any_esc = false;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const bool valid = WHOLE || h < nv;
+        a[h] = lds_u32_ro(cb + (qem2_slot(x[h]) << 2));
+        y[h] = (((a[h] >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a[h] >> 20);
+        s[h] = a[h] & 255u;
+        renorm[h] = valid && y[h] < RANS_L;
+        if (!(WHOLE && ELEM_SIZE == 2)) any_esc |= valid && s[h] == 255u;
+    }
+    // u16 pixels 0,1 and 2,3 packed for the vector store: byte 0 of each table entry
+    u32 p0 = 0, p1 = 0;
+    if (WHOLE && ELEM_SIZE == 2) {
+        p0 = __byte_perm(a[0], __byte_perm(a[1], 0u, 0x4044), 0x7650);
+        p1 = __byte_perm(a[2], __byte_perm(a[3], 0u, 0x4044), 0x7650);
+        // a symbol 255 (ESCAPE) carries into bit 8 of its half when 1 is added
+        any_esc = (((p0 + 0x10001u) | (p1 + 0x10001u)) & 0x01000100u) != 0;
+    }
+    u32 count = 0, rank = pos;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const u32 need = __ballot_sync(FULL, renorm[h]);
+        count += __popc(need);
+        rank += __popc(need & below);
+    }
+    if (pos + count > w.n_words) return ERR_WORDS_EXHAUSTED;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        if (renorm[h]) y[h] = (y[h] << 16) | qem2_word(w, rank++);
+        if (WHOLE || h < nv) x[h] = y[h];
+    }
+    pos += count;
+    if (__any_sync(FULL, any_esc)) {
+        u32 em[4], ec = 0, er = e;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            em[h] = __ballot_sync(FULL, (WHOLE || h < nv) && s[h] == 255u);
+            ec += __popc(em[h]);
+            er += __popc(em[h] & below);
+        }
+        if (e + ec > n_escapes) return ERR_ESCAPES_EXHAUSTED;
+        bool bad = false;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            if ((em[h] >> lane) & 1u) {
+                s[h] = load_le(esc + (i64)(er++) * ELEM_SIZE);
+                bad |= s[h] < 255u &&
+                       ((lds_u32_ro(s_coded + (((q & 3u) * 8u + (s[h] >> 5)) << 2)) >> (s[h] & 31u)) & 1u);
+            }
+        }
+        if (__any_sync(FULL, bad)) return ERR_ESCAPE_VALUE;
+        e += ec;
+        p0 = s[0] | (s[1] << 16);
+        p1 = s[2] | (s[3] << 16);
+    }
+#if REDUCE
+    const u32 m = q >> 4;
+    if (m) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+            if ((m >> h) & 1u) add_pixel(acc, s[h], pixel + h);
+    }
+#else
+    if (WHOLE && QEM2_VECTOR) {
+        qem2_store4_v(dst, s, p0, p1);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+            if (WHOLE || h < nv) dst[h] = (elem_t)s[h];
+    }
+#endif
+    return 0;
+}
+
+// Quad bytes of the lean loop: shared memory (SHQ) or global.
+template <bool SHQ>
+__device__ __forceinline__ u32 qem2_quad(saddr_t s_q, const u8* g_q, int i) {
+    if (SHQ) return lds_u8_ro(s_q + i);
+    return (u32)__ldg(g_q + i);
+}
+
+// The RANS part of one entry in the lean loop (states, padding, rounds, final checks).
+template <bool SHQ>
+__device__ __forceinline__ int qem2_lean_entry(
+    const u8* block, const u32 n_words, const u32 n_escapes, const int nf, const int bp,
+    const int pixel0, const i64 f0, const int quad0, const saddr_t s_tab, const saddr_t s_coded,
+    const saddr_t s_q, const u8* g_q, const saddr_t ring, elem_t* out, u64* total_out,
+    u64* row_out, u64* col_out, const int lane, const u32 below) {
+    Qem2Words w;
+    w.words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
+    w.n_words = n_words;
+#if QEM2_RING_BYTES
+    w.ring = ring;
+    w.issued = 0;
+    w.padded_bytes = (2u * n_words + 3u) & ~3u;
+#else
+    (void)ring;
+#endif
+    const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
+    const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
+    u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
+    const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
+    if (__any_sync(FULL, low)) return ERR_STATE_RANGE;
+    if ((n_words & 1u) && w.words[n_words] != 0) return ERR_PADDING;
+#if QEM2_RING_BYTES
+    for (int k = 0; k < QEM2_RING_CHUNKS; ++k) qem2_ring_issue(w, lane);
+#endif
+    const int full = bp >> 7;
+    const int tail = bp & 127;
+    const int nv_tail = tail - 4 * lane <= 0 ? 0 : (tail - 4 * lane < 4 ? tail - 4 * lane : 4);
+    const int qlane = quad0 + lane;  // quad of the lane's pixels in round 0
+    u32 pos = 0, e = 0;
+    int err = 0;
+    Moments acc = {0, 0, 0};
+    for (int t = 0; t < nf && !err; ++t) {
+        elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0 + 4 * lane;
+        elem_t* d = dst;
+        u32 q_next = full ? qem2_quad<SHQ>(s_q, g_q, qlane) : 0u;
+#if QEM2_UNROLL > 1
+        QEM2_UNROLL_PRAGMA(QEM2_UNROLL)
+#endif
+        for (int r = 0; r < full; ++r, d += 128) {
+            const u32 q = q_next;
+            if (r + 1 < full) q_next = qem2_quad<SHQ>(s_q, g_q, qlane + 32 * (r + 1));
+#if QEM2_RING_BYTES
+            qem2_ring_ready();
+#endif
+            err = qem2_lean_round<true>(x, pos, e, 4, q, s_tab, s_coded, w, esc, n_escapes,
+                                        below, lane, d, acc,
+                                        pixel0 + 128 * r + 4 * lane);
+            if (err) break;
+#if QEM2_RING_BYTES
+            qem2_ring_fill(w, pos, lane);
+#elif QEM2_WORDS == 1 || QEM2_WORDS == 2
+            if (pos + QEM2_PREFETCH_WORDS < n_words) qem2_prefetch(w.words + pos + QEM2_PREFETCH_WORDS);
+#endif
+        }
+        if (!err && tail) {
+            const u32 q = nv_tail ? qem2_quad<SHQ>(s_q, g_q, qlane + 32 * full) : 0u;
+#if QEM2_RING_BYTES
+            qem2_ring_ready();
+#endif
+            err = qem2_lean_round<false>(x, pos, e, nv_tail, q, s_tab, s_coded, w, esc,
+                                         n_escapes, below, lane, dst + 128 * full, acc,
+                                         pixel0 + 128 * full + 4 * lane);
+#if QEM2_RING_BYTES
+            if (!err) qem2_ring_fill(w, pos, lane);
+#endif
+        }
+#if REDUCE
+        if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
+#endif
+    }
+#if QEM2_RING_BYTES
+    // no copy of this entry may land in the ring after the next entry's first ones
+    cp_async_wait<0>();
+    __syncwarp();
+#endif
+    (void)total_out; (void)row_out; (void)col_out;
+    if (err) return err;
+    const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
+    if (e != n_escapes) return ERR_UNUSED_ESCAPES;
+    if (pos != n_words) return ERR_UNUSED_WORDS;
+    if (__any_sync(FULL, final_bad)) return ERR_FINAL_STATE;
+    return 0;
+}
+
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, QEM2_MIN_CTAS)
 decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
                    const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
@@ -895,7 +1245,8 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
     extern __shared__ __align__(16) u8 smem[];
     u32* tab = reinterpret_cast<u32*>(smem);
     u32* coded = tab + n_classes * 4096;
-    u8* s_quads = reinterpret_cast<u8*>(coded + n_classes * 8);
+    // QEM2_RING_BYTES per warp of word ring (QEM2_WORDS 3), then the quad map
+    u8* s_quads = reinterpret_cast<u8*>(coded + n_classes * 8) + WARPS_PER_CTA * QEM2_RING_BYTES;
     const bool shared_quads = n_quads <= QEM2_SHARED_QUADS;
     for (int i = threadIdx.x; i < n_classes * 4096; i += blockDim.x) tab[i] = tables_global[i];
     for (int i = threadIdx.x; i < n_classes * 8; i += blockDim.x) coded[i] = coded_global[i];
@@ -947,6 +1298,20 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
                 for (int j = lane; j < bp; j += 32) dst[j] = (elem_t)load_le(src + (i64)j * ELEM_SIZE);
 #endif
             }
+        } else if (mode == MODE_RANS && QEM2_KERNEL == 1) {
+            const saddr_t s_tab = shared_address(tab);
+            const saddr_t s_coded = shared_address(coded);
+            const saddr_t s_q = shared_address(s_quads);
+            const saddr_t ring = shared_address(coded + n_classes * 8) + (threadIdx.x >> 5) * QEM2_RING_BYTES;
+            const int quad0 = band * band_quads;
+            if (shared_quads)
+                err = qem2_lean_entry<true>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                            quad0, s_tab, s_coded, s_q, quad_map, ring, out,
+                                            total_out, row_out, col_out, lane, below);
+            else
+                err = qem2_lean_entry<false>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                             quad0, s_tab, s_coded, s_q, quad_map, ring, out,
+                                             total_out, row_out, col_out, lane, below);
         } else if (mode == MODE_RANS) {
             const u32 n_words = t_words[b];
             const u32 n_escapes = t_escapes[b];
@@ -994,6 +1359,9 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
                     for (int h = 0; h < 4; ++h)
                         if ((need[h] >> lane) & 1u) x[h] = (x[h] << 16) | (u32)__ldg(words + rank++);
                     pos += count;
+#if QEM2_WORDS == 1 || QEM2_WORDS == 2
+                    if (pos + QEM2_PREFETCH_WORDS < n_words) qem2_prefetch(words + pos + QEM2_PREFETCH_WORDS);
+#endif
                     if (__any_sync(FULL, any_esc)) {
                         u32 em[4], ec = 0, er = e;
 #pragma unroll
