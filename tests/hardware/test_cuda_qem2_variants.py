@@ -32,7 +32,8 @@ def table_of(qem):
 
 def dense(decoder, qem, buffer, table):
     n_out = qem.n_frame_blocks * qem.block_frames
-    out = cupy.zeros((n_out, *qem.detector_shape), dtype=qem.dtype)
+    stored = {1: cupy.uint8, 2: cupy.uint16, 4: cupy.uint32}[decoder.itemsize]
+    out = cupy.zeros((n_out, *qem.detector_shape), dtype=stored)
     status = cupy.zeros(len(table), dtype=cupy.int32)
     decoder.decode_dense(buffer, table, out, status)
     return out[: qem.n_frames].get(), status.get()
