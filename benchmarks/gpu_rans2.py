@@ -42,32 +42,30 @@ DECODE_BYTES = 4 << 30
 #: with the writer's and the kernel's defaults (``f2``: 16-row bands and 64 frames a block
 #: at 192 x 192, registers held to 2 CTAs per SM), and 2.0 variants (band rows, frames per
 #: block, registers held to 3 CTAs per SM: ``_m3``).
-#: Kernel variants of the 2.0 decoder on the default 2.0 file (``rans_decode.cu``, "Kernel
-#: variants"; one file written, every variant checked against the CPU decode): ``_pfl2`` /
-#: ``_pfl1`` a prefetch of the word stream QEM2_PREFETCH_WORDS ahead into L2 / L1 once a
-#: round (QEM2_WORDS 1 / 2; ``_d128``: 128 words ahead); ``lean`` the lean loop
-#: (QEM2_KERNEL 1); ``_ring`` its cp.async word ring in shared memory (QEM2_WORDS 3);
-#: ``_u2`` whole rounds unrolled twice; ``_m3`` registers held to 3 CTAs per SM.
+#: Tuning variants of the 2.0 decoder on the default 2.0 file (``rans_decode.cu``,
+#: "Tuning"; one file written, every variant checked against the CPU decode; ``f2`` is the
+#: shipped kernel: L1 prefetch, whole rounds unrolled twice): ``_u1`` / ``_u4`` unrolled
+#: once / 4 times; ``_pfl2`` prefetch into L2 (QEM2_PREFETCH 1), ``_pf0`` none;
+#: ``_d128`` 128 words ahead; ``_pe2`` a prefetch every second round; ``_shfl`` the
+#: round's words loaded one a lane at the round's start and taken by shuffle (QEM2_SHFL 1);
+#: ``_m3`` registers held to 3 CTAs per SM.
 VARIANTS = [
     ("f1_v2", {"version": 1}, None),
     ("f2", {"version": 2}, None),
-    ("f2_b16_f64_m3", {"version": 2, "band_rows": 16, "block_frames": 64}, {"QEM2_MIN_CTAS": 3}),
     ("f2_b16_f128", {"version": 2, "band_rows": 16, "block_frames": 128}, None),
     ("f2_b8_f128", {"version": 2, "band_rows": 8, "block_frames": 128}, None),
-    ("f2_pfl2", {"version": 2}, {"QEM2_WORDS": 1}),
-    ("f2_pfl1", {"version": 2}, {"QEM2_WORDS": 2}),
-    ("f2_lean", {"version": 2}, {"QEM2_KERNEL": 1}),
-    ("f2_lean_pfl2", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 1}),
-    ("f2_lean_pfl1", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 2}),
-    (
-        "f2_lean_pfl1_d128",
-        {"version": 2},
-        {"QEM2_KERNEL": 1, "QEM2_WORDS": 2, "QEM2_PREFETCH_WORDS": 128},
-    ),
-    ("f2_lean_ring", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 3}),
-    ("f2_lean_pfl1_u2", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 2, "QEM2_UNROLL": 2}),
-    ("f2_lean_pfl1_m3", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 2, "QEM2_MIN_CTAS": 3}),
-    ("f2_lean_ring_u2", {"version": 2}, {"QEM2_KERNEL": 1, "QEM2_WORDS": 3, "QEM2_UNROLL": 2}),
+    ("f2_u1", {"version": 2}, {"QEM2_UNROLL": 1}),
+    ("f2_u4", {"version": 2}, {"QEM2_UNROLL": 4}),
+    ("f2_pfl2", {"version": 2}, {"QEM2_PREFETCH": 1}),
+    ("f2_pf0", {"version": 2}, {"QEM2_PREFETCH": 0}),
+    ("f2_d128", {"version": 2}, {"QEM2_PREFETCH_WORDS": 128}),
+    ("f2_pe2", {"version": 2}, {"QEM2_PREFETCH_EVERY": 2}),
+    ("f2_m3", {"version": 2}, {"QEM2_MIN_CTAS": 3}),
+    ("f2_shfl", {"version": 2}, {"QEM2_SHFL": 1}),
+    ("f2_shfl_u4", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_UNROLL": 4}),
+    ("f2_shfl_pf0", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH": 0}),
+    ("f2_shfl_pfl2", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH": 1}),
+    ("f2_shfl_pe2", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH_EVERY": 2}),
 ]
 
 

@@ -15,7 +15,7 @@ from cuda_simt import build, pointer
 
 from quantem.acquisition import Acquisition
 from quantem.cuda.module_loader import read_source
-from quantem.cuda.rans_decode import RING_BYTES_2, decoder_defines, ring_bytes_2, shared_bytes_2
+from quantem.cuda.rans_decode import decoder_defines, shared_bytes_2
 from quantem.io.qem import format as fmt
 from quantem.io.qem import rans2
 from quantem.io.qem.reader import QemFile
@@ -59,14 +59,13 @@ def write(tmp_path, data, band_rows, block_frames):
     return path
 
 
-#: Kernel variants of ``decode_qem2_blocks`` (``rans_decode.cu``, "Kernel variants"):
-#: the first 2.0 loop, the lean loop with words from global memory, and the lean loop with
-#: the cp.async word ring (the prefetch variants, QEM2_WORDS 1 and 2, are the lean or
-#: first loop with a prefetch hint that the emulator ignores).
+#: Variants of ``decode_qem2_blocks`` (``rans_decode.cu``, "Tuning"): the shipped kernel
+#: (L1 prefetch, a hint the emulator ignores; unroll 2) and the candidate that takes the
+#: round's words by shuffle (``QEM2_SHFL``; its fallback for rounds of more than 32 words:
+#: test_kernel_2_rounds_of_more_than_32_words).
 VARIANTS = {
-    "first": {},
-    "lean": {"QEM2_KERNEL": 1},
-    "ring": {"QEM2_KERNEL": 1, "QEM2_WORDS": 3},
+    "default": {},
+    "shfl": {"QEM2_SHFL": 1},
 }
 
 
@@ -82,8 +81,7 @@ class Emulated2:
         coded = np.packbits(np.asarray(qem.coded, bool), axis=1, bitorder="little")
         self.coded = np.ascontiguousarray(coded.view("<u4"))
         self.classes = np.ascontiguousarray(qem.model.group_class, dtype=np.uint8)
-        ring = ring_bytes_2(defines)
-        assert shared_bytes_2(qem.model.n_classes, self.classes.size, ring) < (1 << 20)
+        assert shared_bytes_2(qem.model.n_classes, self.classes.size) < (1 << 20)
 
     def run(self, buffer, out=None, sums=None, quad_map=None, ids=None, grid=2):
         qem = self.qem
@@ -131,21 +129,12 @@ CASES = [
 ]
 
 
-#: The lean loop's cases: 576-pixel bands of 32 frames (4 whole rounds and a 64-pixel
-#: partial round a frame, entries of over 1,024 words: the word ring wraps) in the default
-#: tier, with the word ring; 160-pixel bands, every case and both lean variants in the slow
-#: tier.
+#: The candidate's cases: 576-pixel bands of 32 frames (4 whole rounds and a 64-pixel
+#: partial round a frame) in the default tier; every case in the slow tier.
 VARIANT_CASES = [
-    pytest.param(
-        "ring", (2, 3), (12, 40), np.uint16, 4, 4, id="ring-small", marks=pytest.mark.slow
-    ),
-    pytest.param("ring", (4, 8), (16, 72), np.uint16, 8, 32, id="ring-wraps"),
-    pytest.param(
-        "lean", (4, 8), (16, 72), np.uint16, 8, 32, id="lean-long", marks=pytest.mark.slow
-    ),
+    pytest.param("shfl", (4, 8), (16, 72), np.uint16, 8, 32, id="shfl-long"),
     *[
-        pytest.param(v, *c, marks=pytest.mark.slow, id=f"{v}-{i}")
-        for v in ("lean", "ring")
+        pytest.param("shfl", *c, marks=pytest.mark.slow, id=f"shfl-{i}")
         for i, c in enumerate(
             [((2, 3), (12, 40), np.uint16, 4, 4)] + [getattr(p, "values", p) for p in CASES]
         )
@@ -157,7 +146,7 @@ VARIANT_CASES = [
 def test_kernel_2_matches_cpu_decoder(
     tmp_path, simt_dir, scan, det, dtype, band_rows, block_frames
 ):
-    check_variant(tmp_path, simt_dir, "first", scan, det, dtype, band_rows, block_frames)
+    check_variant(tmp_path, simt_dir, "default", scan, det, dtype, band_rows, block_frames)
 
 
 @pytest.mark.parametrize("variant,scan,det,dtype,band_rows,block_frames", VARIANT_CASES)
@@ -174,8 +163,6 @@ def check_variant(tmp_path, simt_dir, variant, scan, det, dtype, band_rows, bloc
     path = write(tmp_path, data, band_rows, block_frames=block_frames)
     with QemFile(path) as qem:
         assert (qem.block_index["mode"] == fmt.MODE_RANS).any()
-        if block_frames == 32:  # the wrapping case: more words than the ring holds
-            assert int(qem.block_index["n_words"].max()) > RING_BYTES_2 // 2
         expected = qem.read_frames()
         np.testing.assert_array_equal(expected.reshape(data.shape), data)
         buffer = qem.buffer
@@ -216,7 +203,7 @@ def cpu_status(qem: QemFile, buffer: np.ndarray, block: int) -> int:
     return int(status[0])
 
 
-@pytest.mark.parametrize("variant", ["first", "ring", pytest.param("lean", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("variant", ["default", "shfl"])
 def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir, variant):
     rng = np.random.default_rng(7)
     data = counts(rng, (3, 4), (16, 24), np.uint16)
@@ -257,3 +244,23 @@ def test_default_2_layout_is_the_measured_one(tmp_path):
         assert (qem.header.band_rows, qem.n_bands, qem.block_frames) == (16, 12, 64)
         assert qem.n_blocks == 2 * 12
         np.testing.assert_array_equal(qem.read_frames(), data.reshape(-1, 192, 192))
+
+
+@pytest.mark.parametrize("variant", ["default", "shfl"])
+def test_kernel_2_rounds_of_more_than_32_words(tmp_path, simt_dir, variant):
+    """Uniform u8 values below 64: ~6 bits a pixel, so a 128-pixel round takes ~48 words
+    and ``QEM2_SHFL`` takes its fallback path (words read at the word) in most rounds."""
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 64, (2, 32, 16, 32)).astype(np.uint8)
+    path = write(tmp_path, data, 8, block_frames=32)
+    with QemFile(path) as qem:
+        index = qem.block_index
+        rans = index["mode"] == fmt.MODE_RANS
+        assert rans.any()
+        rounds = index["n_frames"][rans].astype(np.int64) * (8 * 32 // 128)
+        assert index["n_words"][rans].sum() > 40 * rounds.sum()  # words a round
+        expected = qem.read_frames()
+        out = np.full((qem.n_frame_blocks * qem.block_frames, 16, 32), 0xAB, np.uint8)
+        status = Emulated2(simt_dir, qem, 0, VARIANTS[variant]).run(qem.buffer, out=out)
+        assert not status.any()
+        np.testing.assert_array_equal(out[: qem.n_frames], expected)

@@ -884,54 +884,43 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
 }
 
 // Thread blocks per SM the 2.0 kernel's registers are held to (benchmarks vary it). Two:
-// on the H200 (docs/performance/results.md, rans2) 2 CTAs at 60 registers decoded 0.98 TB/s
-// and ran the BF query in 7.6 ms, against 0.88 TB/s and 9.2 ms for 3 CTAs at 40.
+// on the H200 (docs/performance/results.md, rans2 and rans3) 2 CTAs at 64 registers beat
+// 3 at 40 (spills) for both the first loop and the present one.
 #ifndef QEM2_MIN_CTAS
 #define QEM2_MIN_CTAS 2
 #endif
 
-// Kernel variants of decode_qem2_blocks (the same entries, checks, order and status codes;
-// docs/performance/results.md, "rans3"). Benchmarks select them with defines:
-//   QEM2_KERNEL 0: the first 2.0 loop (below, in the kernel);
-//               1: the lean loop of qem2_lean_entry: whole rounds (all 4 states of every
-//                  lane valid) in their own loop without per-state validity selects; the
-//                  quad class of the next round loaded a round ahead; table and quad reads
-//                  through 32-bit shared-window addresses; one partial round per frame
-//                  when the band's pixels are not a multiple of 128.
-//   QEM2_WORDS  how renormalisation words reach the lanes:
-//               0: __ldg at the word (an L1 miss on almost every round: ~14 words a round);
-//               1: as 0, plus prefetch.global.L2 QEM2_PREFETCH_WORDS ahead once a round;
-//               2: as 0, plus prefetch.global.L1 QEM2_PREFETCH_WORDS ahead once a round;
-//               3: (QEM2_KERNEL 1 only) a per-warp ring in shared memory filled by cp.async
-//                  (16 bytes a lane) in 512-byte chunks of 256 words, QEM2_RING_CHUNKS
-//                  chunks, waited QEM2_RING_WAIT chunks behind the newest: the words of a
-//                  round are in shared memory before it starts (see qem2_ring_fill).
-#ifndef QEM2_KERNEL
-#define QEM2_KERNEL 0
-#endif
-#ifndef QEM2_WORDS
-#define QEM2_WORDS 0
+// Tuning of decode_qem2_blocks (the same entries, checks, order and status codes whatever
+// is chosen; docs/performance/results.md, "rans3"). Benchmarks vary them with defines:
+//   QEM2_PREFETCH  0: renormalisation words read at the word only; 1 / 2 (default): plus
+//                  prefetch.global.L2 / .L1 QEM2_PREFETCH_WORDS ahead once every
+//                  QEM2_PREFETCH_EVERY (1) rounds;
+//   QEM2_UNROLL    unroll factor of the whole-round loop (default 2);
+//   QEM2_SHFL      0 (default): every renormalising state reads its word with __ldg;
+//                  1: at the start of a round every lane loads one of the round's first 32
+//                  words (coalesced, not on the round's dependency chain) and the states
+//                  take theirs by shuffle; a round needing more than 32 words (rare) reads
+//                  them as with 0.
+// On the H200 (rans3, 19.33 GB resident): L1 prefetch + unroll 2 decoded at 1.49 TB/s,
+// against 1.45 (unroll 1), 1.37 (no prefetch), 1.44 (a cp.async word ring in shared
+// memory, since removed) and 0.98 (the first 2.0 loop, since removed).
+#ifndef QEM2_PREFETCH
+#define QEM2_PREFETCH 2
 #endif
 #ifndef QEM2_PREFETCH_WORDS
 #define QEM2_PREFETCH_WORDS 256
 #endif
-#ifndef QEM2_UNROLL  // unroll factor of the lean loop's whole rounds
-#define QEM2_UNROLL 1
+#ifndef QEM2_PREFETCH_EVERY  // rounds per prefetch (a power of two)
+#define QEM2_PREFETCH_EVERY 1
+#endif
+#ifndef QEM2_UNROLL
+#define QEM2_UNROLL 2
+#endif
+#ifndef QEM2_SHFL
+#define QEM2_SHFL 0
 #endif
 #define QEM2_PRAGMA(x) _Pragma(#x)
 #define QEM2_UNROLL_PRAGMA(n) QEM2_PRAGMA(unroll n)
-#define QEM2_RING_CHUNKS 4
-#define QEM2_RING_WAIT 2
-#define QEM2_CHUNK_WORDS 256  // 32 lanes x 16 bytes
-#define QEM2_RING_WORDS (QEM2_RING_CHUNKS * QEM2_CHUNK_WORDS)
-#if QEM2_KERNEL == 1 && QEM2_WORDS == 3
-#define QEM2_RING_BYTES (QEM2_RING_WORDS * 2)  // per warp
-#else
-#define QEM2_RING_BYTES 0
-#endif
-#if QEM2_WORDS == 3 && QEM2_KERNEL != 1
-#error "QEM2_WORDS 3 (the shared-memory word ring) needs QEM2_KERNEL 1"
-#endif
 
 #ifdef __CUDACC__
 // Read-only shared tables: not volatile, so the compiler may schedule them freely.
@@ -946,33 +935,18 @@ __device__ __forceinline__ u32 lds_u8_ro(saddr_t a) {
     return v;
 }
 __device__ __forceinline__ void qem2_prefetch(const u16* p) {
-#if QEM2_WORDS == 1
+#if QEM2_PREFETCH == 1
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#elif QEM2_WORDS == 2
+#elif QEM2_PREFETCH == 2
     asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)p;
 #endif
 }
-// 16 bytes global -> shared (both 16-aligned), asynchronous, bypassing L1; only the first
-// n (0..16) are read, the rest zero-filled.
-__device__ __forceinline__ void cp_async16(saddr_t dst, const void* src, u32 n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-#else  // host emulation (tests/cuda_simt.py): copies happen at once
+#else  // host emulation (tests/cuda_simt.py)
 static inline u32 lds_u32_ro(saddr_t a) { return lds_u32(a); }
 static inline u32 lds_u8_ro(saddr_t a) { return lds_u8(a); }
 static inline void qem2_prefetch(const u16*) {}
-static inline void cp_async16(saddr_t dst, const void* src, u32 n) {
-    memset(dst, 0, 16);
-    memcpy(dst, src, n);
-}
-static inline void cp_async_commit() {}
-template <int N> static inline void cp_async_wait() {}
 #endif
 
 // The lane's 4 pixels as one vector store (st.global.v2/v4: the C++ uint2 store of
@@ -1002,66 +976,23 @@ __device__ __forceinline__ u32 qem2_slot(u32 x) {
 #endif
 }
 
-// Renormalisation words of one entry, read in symbol order by rank (0-based word index).
-struct Qem2Words {
-    const u16* words;
-    u32 n_words;
-#if QEM2_RING_BYTES
-    saddr_t ring;     // this warp's ring: chunk k (words 256k .. 256k+255) in slot k % CHUNKS
-    u32 issued;       // chunks issued so far (one cp.async group each)
-    u32 padded_bytes; // 2 * n_words rounded up to 4: the bytes a chunk may copy
-#endif
-};
-
-#if QEM2_RING_BYTES
-// Issue chunk w.issued (every lane 16 bytes of the words, 16-aligned since entries are;
-// no byte past the entry's padded words is read).
-__device__ __forceinline__ void qem2_ring_issue(Qem2Words& w, int lane) {
-    const u32 off = w.issued * (2u * QEM2_CHUNK_WORDS) + 16u * (u32)lane;
-    const u32 left = w.padded_bytes > off ? w.padded_bytes - off : 0u;
-    cp_async16(w.ring + (w.issued & (QEM2_RING_CHUNKS - 1)) * (2u * QEM2_CHUNK_WORDS) + 16u * (u32)lane,
-               reinterpret_cast<const u8*>(w.words) + (left ? off : 0u), left < 16u ? left : 16u);
-    cp_async_commit();
-    ++w.issued;
-}
-// After a round ending at word pos: issue every chunk whose slot is free, up to
-// pos / 256 + CHUNKS (slot of chunk k held chunk k - CHUNKS, wholly below pos). The
-// __syncwarp orders this round's ring reads of every lane before the overwrites.
-__device__ __forceinline__ void qem2_ring_fill(Qem2Words& w, u32 pos, int lane) {
-    const u32 want = pos / QEM2_CHUNK_WORDS + QEM2_RING_CHUNKS;
-    if (w.issued < want) {
-        __syncwarp();
-        do qem2_ring_issue(w, lane);
-        while (w.issued < want);
-    }
-}
-// Before a round starting at word pos: all but the newest WAIT chunks have landed, i.e.
-// words below 256 * (pos / 256 + CHUNKS - WAIT) >= pos + 257 > pos + 128 (a round reads at
-// most 128), and every lane's copies are visible to the warp.
-__device__ __forceinline__ void qem2_ring_ready() {
-    cp_async_wait<QEM2_RING_WAIT>();
-    __syncwarp();
-}
-#endif
-
-__device__ __forceinline__ u32 qem2_word(const Qem2Words& w, u32 rank) {
-#if QEM2_RING_BYTES
-    return lds_u16(w.ring + ((rank & (QEM2_RING_WORDS - 1)) << 1));
-#else
-    return (u32)__ldg(w.words + rank);
-#endif
-}
-
-// One round of the lean loop: the lane's states x[0..3] decode band pixels j..j+3 (nv of
-// them valid; WHOLE: all 4), context quad byte q. Returns a status (0: go on). Same checks
-// and order as the first 2.0 loop and quantem/io/qem/rans2.py.
+// One round: the lane's states x[0..3] decode band pixels j..j+3 (nv of them valid;
+// WHOLE: all 4), context quad byte q. Returns a status (0: go on). Same checks and order
+// as quantem/io/qem/rans2.py.
 template <bool WHOLE>
-__device__ __forceinline__ int qem2_lean_round(u32 (&x)[4], u32& pos, u32& e, const int nv,
-                                               const u32 q, const saddr_t s_tab,
-                                               const saddr_t s_coded, const Qem2Words& w,
-                                               const u8* esc, const u32 n_escapes,
-                                               const u32 below, const int lane, elem_t* dst,
-                                               Moments& acc, const int pixel) {
+__device__ __forceinline__ int qem2_round(u32 (&x)[4], u32& pos, u32& e, const int nv,
+                                          const u32 q, const saddr_t s_tab,
+                                          const saddr_t s_coded, const u16* words,
+                                          const u32 n_words, const u8* esc,
+                                          const u32 n_escapes, const u32 below,
+                                          const int lane, elem_t* dst, Moments& acc,
+                                          const int pixel) {
+#if QEM2_SHFL
+    // one of the round's first 32 words a lane, asked for before the round needs them
+    // (index clamped into the entry: words[n_words - 1] is the entry's, words[-1] a state's)
+    const u32 wi = pos + (u32)lane < n_words ? pos + (u32)lane : n_words - 1u;
+    const u32 wl = (u32)__ldg(words + (int)wi);
+#endif
     const saddr_t cb = s_tab + ((q & 3u) << 14);
     u32 s[4], y[4], a[4];
     bool renorm[4];
@@ -1083,18 +1014,34 @@ __device__ __forceinline__ int qem2_lean_round(u32 (&x)[4], u32& pos, u32& e, co
         // a symbol 255 (ESCAPE) carries into bit 8 of its half when 1 is added
         any_esc = (((p0 + 0x10001u) | (p1 + 0x10001u)) & 0x01000100u) != 0;
     }
-    u32 count = 0, rank = pos;
+    // words in symbol order: the lane's k-th renormalisation takes word pos + rank + k,
+    // rank = renormalisations of the lanes below
+    u32 count = 0, rank = 0;
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
         const u32 need = __ballot_sync(FULL, renorm[h]);
         count += __popc(need);
         rank += __popc(need & below);
     }
-    if (pos + count > w.n_words) return ERR_WORDS_EXHAUSTED;
+    if (pos + count > n_words) return ERR_WORDS_EXHAUSTED;
+#if QEM2_SHFL
+    if (count <= 32u) {
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {
-        if (renorm[h]) y[h] = (y[h] << 16) | qem2_word(w, rank++);
-        if (WHOLE || h < nv) x[h] = y[h];
+        for (int h = 0; h < 4; ++h) {
+            const u32 v = __shfl_sync(FULL, wl, (int)rank);
+            if (renorm[h]) y[h] = __byte_perm(v, y[h], 0x5410);  // (y << 16) | v
+            rank += renorm[h] ? 1u : 0u;
+            if (WHOLE || h < nv) x[h] = y[h];
+        }
+    } else
+#endif
+    {
+        rank += pos;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            if (renorm[h]) y[h] = (y[h] << 16) | (u32)__ldg(words + rank++);
+            if (WHOLE || h < nv) x[h] = y[h];
+        }
     }
     pos += count;
     if (__any_sync(FULL, any_esc)) {
@@ -1139,39 +1086,29 @@ __device__ __forceinline__ int qem2_lean_round(u32 (&x)[4], u32& pos, u32& e, co
     return 0;
 }
 
-// Quad bytes of the lean loop: shared memory (SHQ) or global.
+// Quad bytes: shared memory (SHQ) or global.
 template <bool SHQ>
 __device__ __forceinline__ u32 qem2_quad(saddr_t s_q, const u8* g_q, int i) {
     if (SHQ) return lds_u8_ro(s_q + i);
     return (u32)__ldg(g_q + i);
 }
 
-// The RANS part of one entry in the lean loop (states, padding, rounds, final checks).
+// The RANS part of one entry: states, padding, rounds (whole rounds in their own loop, the
+// next round's quad class loaded a round ahead; one partial round a frame when the band's
+// pixels are not a multiple of 128), final checks.
 template <bool SHQ>
-__device__ __forceinline__ int qem2_lean_entry(
+__device__ __forceinline__ int qem2_entry(
     const u8* block, const u32 n_words, const u32 n_escapes, const int nf, const int bp,
     const int pixel0, const i64 f0, const int quad0, const saddr_t s_tab, const saddr_t s_coded,
-    const saddr_t s_q, const u8* g_q, const saddr_t ring, elem_t* out, u64* total_out,
-    u64* row_out, u64* col_out, const int lane, const u32 below) {
-    Qem2Words w;
-    w.words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
-    w.n_words = n_words;
-#if QEM2_RING_BYTES
-    w.ring = ring;
-    w.issued = 0;
-    w.padded_bytes = (2u * n_words + 3u) & ~3u;
-#else
-    (void)ring;
-#endif
+    const saddr_t s_q, const u8* g_q, elem_t* out, u64* total_out, u64* row_out,
+    u64* col_out, const int lane, const u32 below) {
+    const u16* words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
     const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
     const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
     u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
     const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
     if (__any_sync(FULL, low)) return ERR_STATE_RANGE;
-    if ((n_words & 1u) && w.words[n_words] != 0) return ERR_PADDING;
-#if QEM2_RING_BYTES
-    for (int k = 0; k < QEM2_RING_CHUNKS; ++k) qem2_ring_issue(w, lane);
-#endif
+    if ((n_words & 1u) && words[n_words] != 0) return ERR_PADDING;
     const int full = bp >> 7;
     const int tail = bp & 127;
     const int nv_tail = tail - 4 * lane <= 0 ? 0 : (tail - 4 * lane < 4 ? tail - 4 * lane : 4);
@@ -1189,40 +1126,25 @@ __device__ __forceinline__ int qem2_lean_entry(
         for (int r = 0; r < full; ++r, d += 128) {
             const u32 q = q_next;
             if (r + 1 < full) q_next = qem2_quad<SHQ>(s_q, g_q, qlane + 32 * (r + 1));
-#if QEM2_RING_BYTES
-            qem2_ring_ready();
-#endif
-            err = qem2_lean_round<true>(x, pos, e, 4, q, s_tab, s_coded, w, esc, n_escapes,
-                                        below, lane, d, acc,
-                                        pixel0 + 128 * r + 4 * lane);
+            err = qem2_round<true>(x, pos, e, 4, q, s_tab, s_coded, words, n_words, esc,
+                                   n_escapes, below, lane, d, acc, pixel0 + 128 * r + 4 * lane);
             if (err) break;
-#if QEM2_RING_BYTES
-            qem2_ring_fill(w, pos, lane);
-#elif QEM2_WORDS == 1 || QEM2_WORDS == 2
-            if (pos + QEM2_PREFETCH_WORDS < n_words) qem2_prefetch(w.words + pos + QEM2_PREFETCH_WORDS);
+#if QEM2_PREFETCH
+            if ((r & (QEM2_PREFETCH_EVERY - 1)) == QEM2_PREFETCH_EVERY - 1 &&
+                pos + QEM2_PREFETCH_WORDS < n_words)
+                qem2_prefetch(words + pos + QEM2_PREFETCH_WORDS);
 #endif
         }
         if (!err && tail) {
             const u32 q = nv_tail ? qem2_quad<SHQ>(s_q, g_q, qlane + 32 * full) : 0u;
-#if QEM2_RING_BYTES
-            qem2_ring_ready();
-#endif
-            err = qem2_lean_round<false>(x, pos, e, nv_tail, q, s_tab, s_coded, w, esc,
-                                         n_escapes, below, lane, dst + 128 * full, acc,
-                                         pixel0 + 128 * full + 4 * lane);
-#if QEM2_RING_BYTES
-            if (!err) qem2_ring_fill(w, pos, lane);
-#endif
+            err = qem2_round<false>(x, pos, e, nv_tail, q, s_tab, s_coded, words, n_words,
+                                    esc, n_escapes, below, lane, dst + 128 * full, acc,
+                                    pixel0 + 128 * full + 4 * lane);
         }
 #if REDUCE
         if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
 #endif
     }
-#if QEM2_RING_BYTES
-    // no copy of this entry may land in the ring after the next entry's first ones
-    cp_async_wait<0>();
-    __syncwarp();
-#endif
     (void)total_out; (void)row_out; (void)col_out;
     if (err) return err;
     const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
@@ -1245,8 +1167,7 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
     extern __shared__ __align__(16) u8 smem[];
     u32* tab = reinterpret_cast<u32*>(smem);
     u32* coded = tab + n_classes * 4096;
-    // QEM2_RING_BYTES per warp of word ring (QEM2_WORDS 3), then the quad map
-    u8* s_quads = reinterpret_cast<u8*>(coded + n_classes * 8) + WARPS_PER_CTA * QEM2_RING_BYTES;
+    u8* s_quads = reinterpret_cast<u8*>(coded + n_classes * 8);
     const bool shared_quads = n_quads <= QEM2_SHARED_QUADS;
     for (int i = threadIdx.x; i < n_classes * 4096; i += blockDim.x) tab[i] = tables_global[i];
     for (int i = threadIdx.x; i < n_classes * 8; i += blockDim.x) coded[i] = coded_global[i];
@@ -1254,6 +1175,9 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
         for (int i = threadIdx.x; i < n_quads; i += blockDim.x) s_quads[i] = quad_map[i];
     __syncthreads();
     const u8* qmap = shared_quads ? s_quads : quad_map;
+    const saddr_t s_tab = shared_address(tab);
+    const saddr_t s_coded = shared_address(coded);
+    const saddr_t s_q = shared_address(s_quads);
     const int lane = threadIdx.x & 31;
     const u32 below = (1u << lane) - 1u;
     const int band_quads = (band_rows * DET_C + 3) / 4;
@@ -1271,9 +1195,6 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
         const i64 f0 = t_out_frame[b];
         const u8* block = payload + t_offset[b];
         int err = 0;
-#if REDUCE
-        Moments acc = {0, 0, 0};
-#endif
         if (mode == MODE_ZERO) {
 #if !REDUCE
             for (int t = 0; t < nf; ++t) {
@@ -1282,6 +1203,9 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
             }
 #endif
         } else if (mode == MODE_RAW) {
+#if REDUCE
+            Moments acc = {0, 0, 0};
+#endif
             for (int t = 0; t < nf; ++t) {
                 const u8* src = block + (i64)t * bp * ELEM_SIZE;
 #if REDUCE
@@ -1298,122 +1222,16 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
                 for (int j = lane; j < bp; j += 32) dst[j] = (elem_t)load_le(src + (i64)j * ELEM_SIZE);
 #endif
             }
-        } else if (mode == MODE_RANS && QEM2_KERNEL == 1) {
-            const saddr_t s_tab = shared_address(tab);
-            const saddr_t s_coded = shared_address(coded);
-            const saddr_t s_q = shared_address(s_quads);
-            const saddr_t ring = shared_address(coded + n_classes * 8) + (threadIdx.x >> 5) * QEM2_RING_BYTES;
+        } else if (mode == MODE_RANS) {
             const int quad0 = band * band_quads;
             if (shared_quads)
-                err = qem2_lean_entry<true>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
-                                            quad0, s_tab, s_coded, s_q, quad_map, ring, out,
-                                            total_out, row_out, col_out, lane, below);
+                err = qem2_entry<true>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                       quad0, s_tab, s_coded, s_q, quad_map, out, total_out,
+                                       row_out, col_out, lane, below);
             else
-                err = qem2_lean_entry<false>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
-                                             quad0, s_tab, s_coded, s_q, quad_map, ring, out,
-                                             total_out, row_out, col_out, lane, below);
-        } else if (mode == MODE_RANS) {
-            const u32 n_words = t_words[b];
-            const u32 n_escapes = t_escapes[b];
-            const u16* words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
-            const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
-            u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
-            const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
-            if (__any_sync(FULL, low)) err = ERR_STATE_RANGE;
-            if (!err && (n_words & 1u) && words[n_words] != 0) err = ERR_PADDING;
-            u32 pos = 0, e = 0;
-            for (int t = 0; t < nf && !err; ++t) {
-#if !REDUCE
-                elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0;
-#endif
-                for (int j0 = 0; j0 < bp; j0 += QEM2_STATES) {
-                    const int j = j0 + 4 * lane;
-                    const int left = bp - j;
-                    const int nv = left <= 0 ? 0 : (left < 4 ? left : 4);
-                    const u32 q = nv ? (u32)bq[j >> 2] : 0u;
-                    const u32 base = (q & 3u) << 12;
-                    u32 s[4], need[4];
-                    bool any_esc = false;
-#pragma unroll
-                    for (int h = 0; h < 4; ++h) {
-                        const bool valid = h < nv;
-                        const u32 a = tab[base + (x[h] & PROB_MASK)];
-                        const u32 y = (((a >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a >> 20);
-                        if (valid) x[h] = y;
-                        s[h] = a & 255u;
-                        const bool esc_h = valid && s[h] == 255u;
-                        any_esc |= esc_h;
-                        need[h] = __ballot_sync(FULL, valid && y < RANS_L);
-                    }
-                    u32 count = 0, rank = pos;
-#pragma unroll
-                    for (int h = 0; h < 4; ++h) {
-                        count += __popc(need[h]);
-                        rank += __popc(need[h] & below);
-                    }
-                    if (pos + count > n_words) {
-                        err = ERR_WORDS_EXHAUSTED;
-                        break;
-                    }
-#pragma unroll
-                    for (int h = 0; h < 4; ++h)
-                        if ((need[h] >> lane) & 1u) x[h] = (x[h] << 16) | (u32)__ldg(words + rank++);
-                    pos += count;
-#if QEM2_WORDS == 1 || QEM2_WORDS == 2
-                    if (pos + QEM2_PREFETCH_WORDS < n_words) qem2_prefetch(words + pos + QEM2_PREFETCH_WORDS);
-#endif
-                    if (__any_sync(FULL, any_esc)) {
-                        u32 em[4], ec = 0, er = e;
-#pragma unroll
-                        for (int h = 0; h < 4; ++h) {
-                            em[h] = __ballot_sync(FULL, h < nv && s[h] == 255u);
-                            ec += __popc(em[h]);
-                            er += __popc(em[h] & below);
-                        }
-                        if (e + ec > n_escapes) {
-                            err = ERR_ESCAPES_EXHAUSTED;
-                            break;
-                        }
-                        bool bad = false;
-                        const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
-#pragma unroll
-                        for (int h = 0; h < 4; ++h) {
-                            if ((em[h] >> lane) & 1u) {
-                                s[h] = load_le(esc + (i64)(er++) * ELEM_SIZE);
-                                bad |= s[h] < 255u && ((coded[(q & 3u) * 8 + (s[h] >> 5)] >> (s[h] & 31u)) & 1u);
-                            }
-                        }
-                        if (__any_sync(FULL, bad)) {
-                            err = ERR_ESCAPE_VALUE;
-                            break;
-                        }
-                        e += ec;
-                    }
-#if REDUCE
-                    const u32 m = q >> 4;
-                    if (m) {
-#pragma unroll
-                        for (int h = 0; h < 4; ++h)
-                            if ((m >> h) & 1u) add_pixel(acc, s[h], pixel0 + j + h);
-                    }
-#else
-                    if (QEM2_VECTOR && nv == 4) {
-                        qem2_store4(dst + j, s);
-                    } else {
-#pragma unroll
-                        for (int h = 0; h < 4; ++h)
-                            if (h < nv) dst[j + h] = (elem_t)s[h];
-                    }
-#endif
-                }
-#if REDUCE
-                if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
-#endif
-            }
-            const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
-            if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;
-            if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
-            if (!err && __any_sync(FULL, final_bad)) err = ERR_FINAL_STATE;
+                err = qem2_entry<false>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                        quad0, s_tab, s_coded, s_q, quad_map, out, total_out,
+                                        row_out, col_out, lane, below);
         } else {
             err = ERR_MODE;
         }

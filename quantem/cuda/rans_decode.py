@@ -116,26 +116,10 @@ def shared_bytes(kernel: str, itemsize: int, n_groups: int, n_contexts: int) -> 
     return tables + WARPS_PER_CTA * per_warp + classes
 
 
-#: Bytes per warp of the 2.0 kernel's shared word ring (``QEM2_WORDS`` 3 with
-#: ``QEM2_KERNEL`` 1; ``QEM2_RING_CHUNKS`` x 512 in ``rans_decode.cu``).
-RING_BYTES_2 = 4 * 512
-
-
-def ring_bytes_2(defines: dict[str, int] | None) -> int:
-    """Per-warp word-ring bytes of the 2.0 kernel compiled with ``defines``."""
-    d = defines or {}
-    return (
-        RING_BYTES_2
-        if int(d.get("QEM2_KERNEL", 0)) == 1 and int(d.get("QEM2_WORDS", 0)) == 3
-        else 0
-    )
-
-
-def shared_bytes_2(n_classes: int, n_quads: int, ring_bytes: int = 0) -> int:
-    """Dynamic shared memory of the 2.0 kernel (tables, coded bitmaps, per-warp word
-    rings, quad map)."""
+def shared_bytes_2(n_classes: int, n_quads: int) -> int:
+    """Dynamic shared memory of the 2.0 kernel (tables, coded bitmaps, quad map)."""
     quads = n_quads if n_quads <= SHARED_QUADS_MAX else 0
-    return n_classes * (4 * 4096 + 32) + WARPS_PER_CTA * ring_bytes + -(-quads // 16) * 16
+    return n_classes * (4 * 4096 + 32) + -(-quads // 16) * 16
 
 
 def decoder_defines(
@@ -199,9 +183,7 @@ class QemBlockDecoder:
             coded = np.asarray(qem.coded, dtype=bool)
             bits = np.packbits(coded, axis=1, bitorder="little").view("<u4")
             self.coded = cupy.asarray(np.ascontiguousarray(bits, dtype=np.uint32))
-            self.shared_bytes = shared_bytes_2(
-                self.n_classes, self.n_quads, ring_bytes_2(extra_defines)
-            )
+            self.shared_bytes = shared_bytes_2(self.n_classes, self.n_quads)
             # the 1.0 specialisation of the same class count: the same fatbins
             n_contexts = 2 * self.n_classes
             function = KERNEL_2
