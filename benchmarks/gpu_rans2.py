@@ -42,13 +42,60 @@ DECODE_BYTES = 4 << 30
 #: with the writer's and the kernel's defaults (``f2``: 16-row bands and 64 frames a block
 #: at 192 x 192, registers held to 2 CTAs per SM), and 2.0 variants (band rows, frames per
 #: block, registers held to 3 CTAs per SM: ``_m3``).
+#: Tuning variants of the 2.0 decoder on the default 2.0 file (``rans_decode.cu``,
+#: "Tuning"; one file written, every variant checked against the CPU decode; ``f2`` is the
+#: shipped kernel: L1 prefetch, whole rounds unrolled twice): ``_u1`` / ``_u4`` unrolled
+#: once / 4 times; ``_pfl2`` prefetch into L2 (QEM2_PREFETCH 1), ``_pf0`` none;
+#: ``_d128`` 128 words ahead; ``_pe2`` a prefetch every second round; ``_shfl`` the
+#: round's words loaded one a lane at the round's start and taken by shuffle (QEM2_SHFL 1);
+#: ``_m3`` registers held to 3 CTAs per SM.
 VARIANTS = [
     ("f1_v2", {"version": 1}, None),
     ("f2", {"version": 2}, None),
-    ("f2_b16_f64_m3", {"version": 2, "band_rows": 16, "block_frames": 64}, {"QEM2_MIN_CTAS": 3}),
     ("f2_b16_f128", {"version": 2, "band_rows": 16, "block_frames": 128}, None),
     ("f2_b8_f128", {"version": 2, "band_rows": 8, "block_frames": 128}, None),
+    ("f2_u1", {"version": 2}, {"QEM2_UNROLL": 1}),
+    ("f2_u4", {"version": 2}, {"QEM2_UNROLL": 4}),
+    ("f2_pfl2", {"version": 2}, {"QEM2_PREFETCH": 1}),
+    ("f2_pf0", {"version": 2}, {"QEM2_PREFETCH": 0}),
+    ("f2_d128", {"version": 2}, {"QEM2_PREFETCH_WORDS": 128}),
+    ("f2_pe2", {"version": 2}, {"QEM2_PREFETCH_EVERY": 2}),
+    ("f2_m3", {"version": 2}, {"QEM2_MIN_CTAS": 3}),
+    ("f2_shfl", {"version": 2}, {"QEM2_SHFL": 1}),
+    ("f2_shfl_u4", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_UNROLL": 4}),
+    ("f2_shfl_pf0", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH": 0}),
+    ("f2_shfl_pfl2", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH": 1}),
+    ("f2_shfl_pe2", {"version": 2}, {"QEM2_SHFL": 1, "QEM2_PREFETCH_EVERY": 2}),
 ]
+
+
+def kernel_defines(extra: dict | None) -> dict | None:
+    """A variant's extra defines; the 2.0 kernel's variants are compiled alone (QEM2_ONLY:
+    the 1.0 kernels left out of the module, which NVRTC then builds about 3x faster)."""
+    if not extra or not any(k.startswith("QEM2_") for k in extra):
+        return extra
+    return {**extra, "QEM2_ONLY": 1}
+
+
+def precompile(qem, extras: list[dict | None]) -> None:
+    """Build every variant's modules (dense and fused) at once in threads (NVRTC runs
+    without the GIL), so the timed loop only looks them up."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from quantem.cuda.module_loader import load_module
+    from quantem.cuda.rans_decode import SOURCE_FILE, decoder_defines
+
+    det = tuple(int(v) for v in qem.detector_shape)
+    jobs = []
+    for extra in extras:
+        for reduce in (0, 1):
+            d = decoder_defines(
+                int(qem.header.stored_itemsize), det, 2 * int(qem.model.n_classes), reduce
+            )
+            d.update(extra or {})
+            jobs.append(d)
+    with ThreadPoolExecutor(min(16, len(jobs))) as pool:
+        list(pool.map(lambda d: load_module(SOURCE_FILE, d), jobs))
 
 
 def write(model, frames, scan_c, path: Path, options: dict) -> Path:
@@ -102,10 +149,17 @@ def bench(args, name, qem, layout, cpu_frames, bf_mask, extra, floor_note) -> di
     distinct = cpu_frames.shape[0]
     payload = cupy.tile(cupy.asarray(layout.distinct), layout.copies)
     table = DeviceBlockTable.from_index(layout.index, layout.offsets, layout.out_frames)
-    decoder = QemBlockDecoder(qem, extra_defines=extra)
+    decoder = QemBlockDecoder(qem, extra_defines=kernel_defines(extra))
     say(f"{name}.launch", f"{decoder.kernel}: dense {decoder.ctas[0]} / fused {decoder.ctas[1]} CTAs",
         "", f"registers {decoder.registers}, shared {decoder.shared_bytes} B/CTA, "
-        f"{len(table)} entries, {int(payload.size)} resident bytes")  # fmt: skip
+        f"{len(table)} entries, {int(payload.size)} resident bytes, defines {extra}")  # fmt: skip
+    if args.once:  # one launch of the whole-scan decode (for a profiler), nothing checked
+        out = cupy.empty((layout.n_frame_blocks * layout.block_frames, *det), dtype=cupy.uint16)
+        status = cupy.zeros(len(table), dtype=cupy.int32)
+        decoder.decode_dense(payload, table, out, status)
+        cupy.cuda.Device().synchronize()
+        say(f"{name}.once_status_max", int(status.max()))
+        return {}
     cpu_dev = cupy.asarray(cpu_frames)
     result = {}
     n_total = layout.n_frame_blocks * layout.block_frames
@@ -186,6 +240,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--variants", nargs="+", default=[v[0] for v in VARIANTS])
     parser.add_argument("--cpu-only", action="store_true")
+    parser.add_argument(
+        "--once", action="store_true", help="one dense launch per variant, no timing (profiling)"
+    )
     parser.add_argument("--revision", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -209,28 +266,59 @@ def main(argv=None) -> int:
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         say("device", props["name"].decode())
+    written: dict[str, tuple] = {}  # layout -> (path, write s[, CPU frames, equal])
     with tempfile.TemporaryDirectory() as tmp:
-        for name, options, extra in VARIANTS:
-            if name not in args.variants:
-                continue
+        known = {v[0]: v for v in VARIANTS}
+        unknown = [n for n in args.variants if n not in known]
+        if unknown:
+            raise SystemExit(f"unknown variants {unknown}; known: {sorted(known)}")
+        for name, options, extra in (known[n] for n in args.variants):  # in the order given
             t0 = time.perf_counter()
-            path = write(model, frames, args.scan[1], Path(tmp) / f"{name}.qem", options)
+            key = repr(sorted(options.items()))
+            if key not in written:  # kernel variants of one layout share its file
+                path = write(model, frames, args.scan[1], Path(tmp) / f"{name}.qem", options)
+                written[key] = (path, time.perf_counter() - t0)
+            path = written[key][0]
             with QemFile(path) as qem:
+                if (
+                    len(written[key]) == 2
+                    and not args.cpu_only
+                    and getattr(qem, "version_2", False)
+                ):
+                    t1 = time.perf_counter()
+                    group = [kernel_defines(e) for n, o, e in VARIANTS
+                             if n in args.variants and repr(sorted(o.items())) == key]  # fmt: skip
+                    try:
+                        precompile(qem, group)
+                    except Exception as exc:  # each variant then reports it
+                        say("precompile_error", f"{type(exc).__name__}: {exc}"[:300])
+                    say("precompile_s", time.perf_counter() - t1, "s",
+                        f"{len(group)} variants x 2 modules, threads")  # fmt: skip
                 sizes[name] = int(qem.header.sections[5].length)
-                cpu = qem.read_frames()
-                ok = bool(np.array_equal(cpu, frames))
+                if len(written[key]) == 2:  # the CPU decode once per file
+                    cpu = qem.read_frames()
+                    written[key] = (*written[key], cpu, bool(np.array_equal(cpu, frames)))
+                cpu, ok = written[key][2], written[key][3]
                 modes = np.bincount(qem.block_index["mode"].astype(np.int64), minlength=3)
                 base = sizes.get("f1_v2")
                 ratio = f", x{sizes[name] / base:.4f} the 1.0 payload" if base else ""
                 say(f"{name}.payload_bytes", sizes[name], "B",
-                    f"write {time.perf_counter() - t0:.1f} s, {qem.n_blocks} entries "
+                    f"write {written[key][1]:.1f} s, {qem.n_blocks} entries "
                     f"(modes {modes.tolist()}), {qem.block_frames} frames x {qem.n_bands} bands"
                     f"{ratio}; CPU decode equals counts: {ok}")  # fmt: skip
                 if args.cpu_only:
                     continue
                 layout = Layout(qem, n_frames)
-                summary[name] = bench(args, name, qem, layout, cpu, bf_mask, extra, "")
+                try:  # one broken variant must not end a device run
+                    summary[name] = bench(args, name, qem, layout, cpu, bf_mask, extra, "")
+                except Exception as exc:  # reported, the run goes on
+                    say(f"{name}.error", f"{type(exc).__name__}: {exc}"[:300])
+                    import cupy
+
+                    cupy.get_default_memory_pool().free_all_blocks()
     for name, r in summary.items():
+        if not r:
+            continue
         say(f"summary.{name}", f"all {r['decode_all'][1]:.3f} TB/s, 4GiB {r['decode_4gib'][1]:.3f} TB/s, "
             f"BF {r['bf'][0] * 1e3:.2f} ms (kernel {r['bf'][1] * 1e3:.2f})",
             "", f"equal: {r['decode_all'][2] and r['decode_4gib'][2] and r['bf'][2]}")  # fmt: skip

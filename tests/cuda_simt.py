@@ -92,6 +92,17 @@ template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned d) {
     return simt_exchange(v, src, src > 31);
 }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {  // prmt, default mode
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) {
+        const unsigned n = (s >> (4 * i)) & 15u;
+        unsigned b = (unsigned)(v >> (8 * (n & 7u))) & 0xffu;
+        if (n & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+        r |= b << (8 * i);
+    }
+    return r;
+}
 static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
     unsigned long long v = ((unsigned long long)hi << 32) | lo;

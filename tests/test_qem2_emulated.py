@@ -59,12 +59,23 @@ def write(tmp_path, data, band_rows, block_frames):
     return path
 
 
+#: Variants of ``decode_qem2_blocks`` (``rans_decode.cu``, "Tuning"): the shipped kernel
+#: (L1 prefetch, a hint the emulator ignores; unroll 2) and the candidate that takes the
+#: round's words by shuffle (``QEM2_SHFL``; its fallback for rounds of more than 32 words:
+#: test_kernel_2_rounds_of_more_than_32_words).
+VARIANTS = {
+    "default": {},
+    "shfl": {"QEM2_SHFL": 1},
+}
+
+
 class Emulated2:
-    def __init__(self, simt_dir, qem: QemFile, reduce: int):
+    def __init__(self, simt_dir, qem: QemFile, reduce: int, extra: dict | None = None):
         self.qem = qem
         det = tuple(int(v) for v in qem.detector_shape)
         defines = decoder_defines(qem.header.stored_itemsize, det, 2 * qem.model.n_classes, reduce)
         defines["WARPS_PER_CTA"] = 1
+        defines.update(extra or {})
         self.lib = build(simt_dir, "rans2", defines, read_source("rans_decode.cu"), DRIVER)
         self.tables = np.ascontiguousarray(qem.decode_table, dtype=np.uint32)
         coded = np.packbits(np.asarray(qem.coded, bool), axis=1, bitorder="little")
@@ -118,10 +129,35 @@ CASES = [
 ]
 
 
+#: The candidate's cases: 576-pixel bands of 32 frames (4 whole rounds and a 64-pixel
+#: partial round a frame) in the default tier; every case in the slow tier.
+VARIANT_CASES = [
+    pytest.param("shfl", (4, 8), (16, 72), np.uint16, 8, 32, id="shfl-long"),
+    *[
+        pytest.param("shfl", *c, marks=pytest.mark.slow, id=f"shfl-{i}")
+        for i, c in enumerate(
+            [((2, 3), (12, 40), np.uint16, 4, 4)] + [getattr(p, "values", p) for p in CASES]
+        )
+    ],
+]
+
+
 @pytest.mark.parametrize("scan,det,dtype,band_rows,block_frames", CASES)
 def test_kernel_2_matches_cpu_decoder(
     tmp_path, simt_dir, scan, det, dtype, band_rows, block_frames
 ):
+    check_variant(tmp_path, simt_dir, "default", scan, det, dtype, band_rows, block_frames)
+
+
+@pytest.mark.parametrize("variant,scan,det,dtype,band_rows,block_frames", VARIANT_CASES)
+def test_kernel_2_variants_match_cpu_decoder(
+    tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames
+):
+    check_variant(tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames)
+
+
+def check_variant(tmp_path, simt_dir, variant, scan, det, dtype, band_rows, block_frames):
+    extra = VARIANTS[variant]
     rng = np.random.default_rng(sum(det) + band_rows)
     data = counts(rng, scan, det, dtype)
     path = write(tmp_path, data, band_rows, block_frames=block_frames)
@@ -132,14 +168,14 @@ def test_kernel_2_matches_cpu_decoder(
         buffer = qem.buffer
         n_out = qem.n_frame_blocks * qem.block_frames
         out = np.full((n_out, *det), 0xAB, dtype=dtype)
-        status = Emulated2(simt_dir, qem, 0).run(buffer, out=out)
+        status = Emulated2(simt_dir, qem, 0, extra).run(buffer, out=out)
         assert not status.any()
         np.testing.assert_array_equal(out[: qem.n_frames], expected)
         # fused moments over a disk touching some bands only
         rr, cc = np.mgrid[: det[0], : det[1]]
         mask = (rr - det[0] / 2) ** 2 + (cc - det[1] / 3) ** 2 <= (det[0] / 5) ** 2
         sums = [np.zeros(n_out, np.uint64) for _ in range(3)]
-        status = Emulated2(simt_dir, qem, 1).run(
+        status = Emulated2(simt_dir, qem, 1, extra).run(
             buffer, sums=sums, quad_map=quad_map_for(qem, mask)
         )
         assert not status.any()
@@ -167,7 +203,8 @@ def cpu_status(qem: QemFile, buffer: np.ndarray, block: int) -> int:
     return int(status[0])
 
 
-def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir):
+@pytest.mark.parametrize("variant", ["default", "shfl"])
+def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir, variant):
     rng = np.random.default_rng(7)
     data = counts(rng, (3, 4), (16, 24), np.uint16)
     path = write(tmp_path, data, 8, block_frames=6)
@@ -175,7 +212,7 @@ def test_kernel_2_reports_the_cpu_status_of_every_corruption(tmp_path, simt_dir)
         index = qem.block_index
         rans_blocks = np.flatnonzero(index["mode"] == fmt.MODE_RANS)
         assert rans_blocks.size
-        emulated = Emulated2(simt_dir, qem, 0)
+        emulated = Emulated2(simt_dir, qem, 0, VARIANTS[variant])
         pristine = qem.buffer
         n_out = qem.n_frame_blocks * qem.block_frames
         refused = 0
@@ -207,3 +244,23 @@ def test_default_2_layout_is_the_measured_one(tmp_path):
         assert (qem.header.band_rows, qem.n_bands, qem.block_frames) == (16, 12, 64)
         assert qem.n_blocks == 2 * 12
         np.testing.assert_array_equal(qem.read_frames(), data.reshape(-1, 192, 192))
+
+
+@pytest.mark.parametrize("variant", ["default", "shfl"])
+def test_kernel_2_rounds_of_more_than_32_words(tmp_path, simt_dir, variant):
+    """Uniform u8 values below 64: ~6 bits a pixel, so a 128-pixel round takes ~48 words
+    and ``QEM2_SHFL`` takes its fallback path (words read at the word) in most rounds."""
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 64, (2, 32, 16, 32)).astype(np.uint8)
+    path = write(tmp_path, data, 8, block_frames=32)
+    with QemFile(path) as qem:
+        index = qem.block_index
+        rans = index["mode"] == fmt.MODE_RANS
+        assert rans.any()
+        rounds = index["n_frames"][rans].astype(np.int64) * (8 * 32 // 128)
+        assert index["n_words"][rans].sum() > 40 * rounds.sum()  # words a round
+        expected = qem.read_frames()
+        out = np.full((qem.n_frame_blocks * qem.block_frames, 16, 32), 0xAB, np.uint8)
+        status = Emulated2(simt_dir, qem, 0, VARIANTS[variant]).run(qem.buffer, out=out)
+        assert not status.any()
+        np.testing.assert_array_equal(out[: qem.n_frames], expected)

@@ -20,6 +20,10 @@
 // Dynamic shared memory per thread block: N_CONTEXTS * (4096 + 1024) + WARPS_PER_CTA * 1536
 // (+ N_GROUPS rounded up to 16 when SHARED_CLASSES).
 //
+#ifndef QEM2_ONLY  // 1: only the 2.0 kernel (benchmark variants, compiled by NVRTC)
+#define QEM2_ONLY 0
+#endif
+
 // Constants injected as #defines by quantem/cuda/module_loader.py:
 //   ELEM_SIZE      stored itemsize, 1, 2 or 4
 //   FRAME_PIXELS   P = det_r * det_c
@@ -164,6 +168,7 @@ __device__ __forceinline__ u32 load_le(const u8* p) {
     return v;
 }
 
+#if !QEM2_ONLY  // benchmarks of the 2.0 kernel compile it alone
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
 decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
                   const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
@@ -425,6 +430,7 @@ decode_qem_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offs
         if (err && lane == 0) status[b] = err;
     }
 }
+#endif  // !QEM2_ONLY
 
 // ---------------------------------------------------------------------------------------
 // decode_qem_blocks_v2: the same blocks, the same checks and status codes, leaner phase B.
@@ -543,6 +549,7 @@ __device__ __forceinline__ u32 rans_symbol(u32& x, saddr_t s_sym, saddr_t s_fc, 
 #define ENTRY_CONTEXT(e) (((e) >> 8) & 7u)
 #define ENTRY_COUNTED(e) (((e) >> 11) & 1u)
 
+#if !QEM2_ONLY  // benchmarks of the 2.0 kernel compile it alone
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, V2_MIN_CTAS)
 decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
                      const u32* __restrict__ t_mode, const u32* __restrict__ t_frames,
@@ -827,6 +834,7 @@ decode_qem_blocks_v2(const u8* __restrict__ payload, const i64* __restrict__ t_o
         if (err && lane == 0) status[b] = err;
     }
 }
+#endif  // !QEM2_ONLY
 
 // ---------------------------------------------------------------------------------------
 // Format 2.0 (docs/qem-format.md §19): decode_qem2_blocks, one warp per block entry (one
@@ -876,11 +884,275 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
 }
 
 // Thread blocks per SM the 2.0 kernel's registers are held to (benchmarks vary it). Two:
-// on the H200 (docs/performance/results.md, rans2) 2 CTAs at 60 registers decoded 0.98 TB/s
-// and ran the BF query in 7.6 ms, against 0.88 TB/s and 9.2 ms for 3 CTAs at 40.
+// on the H200 (docs/performance/results.md, rans2 and rans3) 2 CTAs at 64 registers beat
+// 3 at 40 (spills) for both the first loop and the present one.
 #ifndef QEM2_MIN_CTAS
 #define QEM2_MIN_CTAS 2
 #endif
+
+// Tuning of decode_qem2_blocks (the same entries, checks, order and status codes whatever
+// is chosen; docs/performance/results.md, "rans3"). Benchmarks vary them with defines:
+//   QEM2_PREFETCH  0: renormalisation words read at the word only; 1 / 2 (default): plus
+//                  prefetch.global.L2 / .L1 QEM2_PREFETCH_WORDS ahead once every
+//                  QEM2_PREFETCH_EVERY (1) rounds;
+//   QEM2_UNROLL    unroll factor of the whole-round loop (default 2);
+//   QEM2_SHFL      0 (default): every renormalising state reads its word with __ldg;
+//                  1: at the start of a round every lane loads one of the round's first 32
+//                  words (coalesced, not on the round's dependency chain) and the states
+//                  take theirs by shuffle; a round needing more than 32 words (rare) reads
+//                  them as with 0.
+// On the H200 (rans3, 19.33 GB resident): L1 prefetch + unroll 2 decoded at 1.49 TB/s,
+// against 1.45 (unroll 1), 1.37 (no prefetch), 1.44 (a cp.async word ring in shared
+// memory, since removed) and 0.98 (the first 2.0 loop, since removed).
+#ifndef QEM2_PREFETCH
+#define QEM2_PREFETCH 2
+#endif
+#ifndef QEM2_PREFETCH_WORDS
+#define QEM2_PREFETCH_WORDS 256
+#endif
+#ifndef QEM2_PREFETCH_EVERY  // rounds per prefetch (a power of two)
+#define QEM2_PREFETCH_EVERY 1
+#endif
+#ifndef QEM2_UNROLL
+#define QEM2_UNROLL 2
+#endif
+#ifndef QEM2_SHFL
+#define QEM2_SHFL 0
+#endif
+#define QEM2_PRAGMA(x) _Pragma(#x)
+#define QEM2_UNROLL_PRAGMA(n) QEM2_PRAGMA(unroll n)
+
+#ifdef __CUDACC__
+// Read-only shared tables: not volatile, so the compiler may schedule them freely.
+__device__ __forceinline__ u32 lds_u32_ro(saddr_t a) {
+    u32 v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ u32 lds_u8_ro(saddr_t a) {
+    u32 v;
+    asm("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void qem2_prefetch(const u16* p) {
+#if QEM2_PREFETCH == 1
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#elif QEM2_PREFETCH == 2
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+#else  // host emulation (tests/cuda_simt.py)
+static inline u32 lds_u32_ro(saddr_t a) { return lds_u32(a); }
+static inline u32 lds_u8_ro(saddr_t a) { return lds_u8(a); }
+static inline void qem2_prefetch(const u16*) {}
+#endif
+
+// The lane's 4 pixels as one vector store (st.global.v2/v4: the C++ uint2 store of
+// qem2_store4 compiles to two 32-bit stores).
+__device__ __forceinline__ void qem2_store4_v(elem_t* dst, const u32 (&s)[4], u32 p0, u32 p1) {
+#if defined(__CUDACC__) && ELEM_SIZE == 2
+    (void)s;
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(p0), "r"(p1) : "memory");
+#elif defined(__CUDACC__) && ELEM_SIZE == 4
+    (void)p0; (void)p1;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(s[0]), "r"(s[1]),
+                 "r"(s[2]), "r"(s[3]) : "memory");
+#else
+    (void)p0; (void)p1;
+    qem2_store4(dst, s);
+#endif
+}
+
+// x & 4095 kept as an AND (the compiler otherwise forms (x << 2) & 0x3ffc and one more add).
+__device__ __forceinline__ u32 qem2_slot(u32 x) {
+#ifdef __CUDACC__
+    u32 v;
+    asm("and.b32 %0, %1, 4095;" : "=r"(v) : "r"(x));
+    return v;
+#else
+    return x & PROB_MASK;
+#endif
+}
+
+// One round: the lane's states x[0..3] decode band pixels j..j+3 (nv of them valid;
+// WHOLE: all 4), context quad byte q. Returns a status (0: go on). Same checks and order
+// as quantem/io/qem/rans2.py.
+template <bool WHOLE>
+__device__ __forceinline__ int qem2_round(u32 (&x)[4], u32& pos, u32& e, const int nv,
+                                          const u32 q, const saddr_t s_tab,
+                                          const saddr_t s_coded, const u16* words,
+                                          const u32 n_words, const u8* esc,
+                                          const u32 n_escapes, const u32 below,
+                                          const int lane, elem_t* dst, Moments& acc,
+                                          const int pixel) {
+#if QEM2_SHFL
+    // one of the round's first 32 words a lane, asked for before the round needs them
+    // (index clamped into the entry: words[n_words - 1] is the entry's, words[-1] a state's)
+    const u32 wi = pos + (u32)lane < n_words ? pos + (u32)lane : n_words - 1u;
+    const u32 wl = (u32)__ldg(words + (int)wi);
+#endif
+    const saddr_t cb = s_tab + ((q & 3u) << 14);
+    u32 s[4], y[4], a[4];
+    bool renorm[4];
+    bool any_esc = false;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const bool valid = WHOLE || h < nv;
+        a[h] = lds_u32_ro(cb + (qem2_slot(x[h]) << 2));
+        y[h] = (((a[h] >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a[h] >> 20);
+        s[h] = a[h] & 255u;
+        renorm[h] = valid && y[h] < RANS_L;
+        if (!(WHOLE && ELEM_SIZE == 2)) any_esc |= valid && s[h] == 255u;
+    }
+    // u16 pixels 0,1 and 2,3 packed for the vector store: byte 0 of each table entry
+    u32 p0 = 0, p1 = 0;
+    if (WHOLE && ELEM_SIZE == 2) {
+        p0 = __byte_perm(a[0], __byte_perm(a[1], 0u, 0x4044), 0x7650);
+        p1 = __byte_perm(a[2], __byte_perm(a[3], 0u, 0x4044), 0x7650);
+        // a symbol 255 (ESCAPE) carries into bit 8 of its half when 1 is added
+        any_esc = (((p0 + 0x10001u) | (p1 + 0x10001u)) & 0x01000100u) != 0;
+    }
+    // words in symbol order: the lane's k-th renormalisation takes word pos + rank + k,
+    // rank = renormalisations of the lanes below
+    u32 count = 0, rank = 0;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const u32 need = __ballot_sync(FULL, renorm[h]);
+        count += __popc(need);
+        rank += __popc(need & below);
+    }
+    if (pos + count > n_words) return ERR_WORDS_EXHAUSTED;
+#if QEM2_SHFL
+    if (count <= 32u) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const u32 v = __shfl_sync(FULL, wl, (int)rank);
+            if (renorm[h]) y[h] = __byte_perm(v, y[h], 0x5410);  // (y << 16) | v
+            rank += renorm[h] ? 1u : 0u;
+            if (WHOLE || h < nv) x[h] = y[h];
+        }
+    } else
+#endif
+    {
+        rank += pos;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            if (renorm[h]) y[h] = (y[h] << 16) | (u32)__ldg(words + rank++);
+            if (WHOLE || h < nv) x[h] = y[h];
+        }
+    }
+    pos += count;
+    if (__any_sync(FULL, any_esc)) {
+        u32 em[4], ec = 0, er = e;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            em[h] = __ballot_sync(FULL, (WHOLE || h < nv) && s[h] == 255u);
+            ec += __popc(em[h]);
+            er += __popc(em[h] & below);
+        }
+        if (e + ec > n_escapes) return ERR_ESCAPES_EXHAUSTED;
+        bool bad = false;
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            if ((em[h] >> lane) & 1u) {
+                s[h] = load_le(esc + (i64)(er++) * ELEM_SIZE);
+                bad |= s[h] < 255u &&
+                       ((lds_u32_ro(s_coded + (((q & 3u) * 8u + (s[h] >> 5)) << 2)) >> (s[h] & 31u)) & 1u);
+            }
+        }
+        if (__any_sync(FULL, bad)) return ERR_ESCAPE_VALUE;
+        e += ec;
+        p0 = s[0] | (s[1] << 16);
+        p1 = s[2] | (s[3] << 16);
+    }
+#if REDUCE
+    const u32 m = q >> 4;
+    if (m) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+            if ((m >> h) & 1u) add_pixel(acc, s[h], pixel + h);
+    }
+#else
+    if (WHOLE && QEM2_VECTOR) {
+        qem2_store4_v(dst, s, p0, p1);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+            if (WHOLE || h < nv) dst[h] = (elem_t)s[h];
+    }
+#endif
+    return 0;
+}
+
+// Quad bytes: shared memory (SHQ) or global.
+template <bool SHQ>
+__device__ __forceinline__ u32 qem2_quad(saddr_t s_q, const u8* g_q, int i) {
+    if (SHQ) return lds_u8_ro(s_q + i);
+    return (u32)__ldg(g_q + i);
+}
+
+// The RANS part of one entry: states, padding, rounds (whole rounds in their own loop, the
+// next round's quad class loaded a round ahead; one partial round a frame when the band's
+// pixels are not a multiple of 128), final checks.
+template <bool SHQ>
+__device__ __forceinline__ int qem2_entry(
+    const u8* block, const u32 n_words, const u32 n_escapes, const int nf, const int bp,
+    const int pixel0, const i64 f0, const int quad0, const saddr_t s_tab, const saddr_t s_coded,
+    const saddr_t s_q, const u8* g_q, elem_t* out, u64* total_out, u64* row_out,
+    u64* col_out, const int lane, const u32 below) {
+    const u16* words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
+    const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
+    const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
+    u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
+    const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
+    if (__any_sync(FULL, low)) return ERR_STATE_RANGE;
+    if ((n_words & 1u) && words[n_words] != 0) return ERR_PADDING;
+    const int full = bp >> 7;
+    const int tail = bp & 127;
+    const int nv_tail = tail - 4 * lane <= 0 ? 0 : (tail - 4 * lane < 4 ? tail - 4 * lane : 4);
+    const int qlane = quad0 + lane;  // quad of the lane's pixels in round 0
+    u32 pos = 0, e = 0;
+    int err = 0;
+    Moments acc = {0, 0, 0};
+    for (int t = 0; t < nf && !err; ++t) {
+        elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0 + 4 * lane;
+        elem_t* d = dst;
+        u32 q_next = full ? qem2_quad<SHQ>(s_q, g_q, qlane) : 0u;
+#if QEM2_UNROLL > 1
+        QEM2_UNROLL_PRAGMA(QEM2_UNROLL)
+#endif
+        for (int r = 0; r < full; ++r, d += 128) {
+            const u32 q = q_next;
+            if (r + 1 < full) q_next = qem2_quad<SHQ>(s_q, g_q, qlane + 32 * (r + 1));
+            err = qem2_round<true>(x, pos, e, 4, q, s_tab, s_coded, words, n_words, esc,
+                                   n_escapes, below, lane, d, acc, pixel0 + 128 * r + 4 * lane);
+            if (err) break;
+#if QEM2_PREFETCH
+            if ((r & (QEM2_PREFETCH_EVERY - 1)) == QEM2_PREFETCH_EVERY - 1 &&
+                pos + QEM2_PREFETCH_WORDS < n_words)
+                qem2_prefetch(words + pos + QEM2_PREFETCH_WORDS);
+#endif
+        }
+        if (!err && tail) {
+            const u32 q = nv_tail ? qem2_quad<SHQ>(s_q, g_q, qlane + 32 * full) : 0u;
+            err = qem2_round<false>(x, pos, e, nv_tail, q, s_tab, s_coded, words, n_words,
+                                    esc, n_escapes, below, lane, dst + 128 * full, acc,
+                                    pixel0 + 128 * full + 4 * lane);
+        }
+#if REDUCE
+        if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
+#endif
+    }
+    (void)total_out; (void)row_out; (void)col_out;
+    if (err) return err;
+    const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
+    if (e != n_escapes) return ERR_UNUSED_ESCAPES;
+    if (pos != n_words) return ERR_UNUSED_WORDS;
+    if (__any_sync(FULL, final_bad)) return ERR_FINAL_STATE;
+    return 0;
+}
 
 extern "C" __global__ void __launch_bounds__(WARPS_PER_CTA * 32, QEM2_MIN_CTAS)
 decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_offset,
@@ -903,6 +1175,9 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
         for (int i = threadIdx.x; i < n_quads; i += blockDim.x) s_quads[i] = quad_map[i];
     __syncthreads();
     const u8* qmap = shared_quads ? s_quads : quad_map;
+    const saddr_t s_tab = shared_address(tab);
+    const saddr_t s_coded = shared_address(coded);
+    const saddr_t s_q = shared_address(s_quads);
     const int lane = threadIdx.x & 31;
     const u32 below = (1u << lane) - 1u;
     const int band_quads = (band_rows * DET_C + 3) / 4;
@@ -920,9 +1195,6 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
         const i64 f0 = t_out_frame[b];
         const u8* block = payload + t_offset[b];
         int err = 0;
-#if REDUCE
-        Moments acc = {0, 0, 0};
-#endif
         if (mode == MODE_ZERO) {
 #if !REDUCE
             for (int t = 0; t < nf; ++t) {
@@ -931,6 +1203,9 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
             }
 #endif
         } else if (mode == MODE_RAW) {
+#if REDUCE
+            Moments acc = {0, 0, 0};
+#endif
             for (int t = 0; t < nf; ++t) {
                 const u8* src = block + (i64)t * bp * ELEM_SIZE;
 #if REDUCE
@@ -948,104 +1223,15 @@ decode_qem2_blocks(const u8* __restrict__ payload, const i64* __restrict__ t_off
 #endif
             }
         } else if (mode == MODE_RANS) {
-            const u32 n_words = t_words[b];
-            const u32 n_escapes = t_escapes[b];
-            const u16* words = reinterpret_cast<const u16*>(block + QEM2_STATES_BYTES);
-            const uint4 x4 = reinterpret_cast<const uint4*>(block)[lane];
-            u32 x[4] = {x4.x, x4.y, x4.z, x4.w};
-            const bool low = x[0] < RANS_L || x[1] < RANS_L || x[2] < RANS_L || x[3] < RANS_L;
-            if (__any_sync(FULL, low)) err = ERR_STATE_RANGE;
-            if (!err && (n_words & 1u) && words[n_words] != 0) err = ERR_PADDING;
-            u32 pos = 0, e = 0;
-            for (int t = 0; t < nf && !err; ++t) {
-#if !REDUCE
-                elem_t* dst = out + (f0 + t) * (i64)FRAME_PIXELS + pixel0;
-#endif
-                for (int j0 = 0; j0 < bp; j0 += QEM2_STATES) {
-                    const int j = j0 + 4 * lane;
-                    const int left = bp - j;
-                    const int nv = left <= 0 ? 0 : (left < 4 ? left : 4);
-                    const u32 q = nv ? (u32)bq[j >> 2] : 0u;
-                    const u32 base = (q & 3u) << 12;
-                    u32 s[4], need[4];
-                    bool any_esc = false;
-#pragma unroll
-                    for (int h = 0; h < 4; ++h) {
-                        const bool valid = h < nv;
-                        const u32 a = tab[base + (x[h] & PROB_MASK)];
-                        const u32 y = (((a >> 8) & 4095u) + 1u) * (x[h] >> 12) + (a >> 20);
-                        if (valid) x[h] = y;
-                        s[h] = a & 255u;
-                        const bool esc_h = valid && s[h] == 255u;
-                        any_esc |= esc_h;
-                        need[h] = __ballot_sync(FULL, valid && y < RANS_L);
-                    }
-                    u32 count = 0, rank = pos;
-#pragma unroll
-                    for (int h = 0; h < 4; ++h) {
-                        count += __popc(need[h]);
-                        rank += __popc(need[h] & below);
-                    }
-                    if (pos + count > n_words) {
-                        err = ERR_WORDS_EXHAUSTED;
-                        break;
-                    }
-#pragma unroll
-                    for (int h = 0; h < 4; ++h)
-                        if ((need[h] >> lane) & 1u) x[h] = (x[h] << 16) | (u32)__ldg(words + rank++);
-                    pos += count;
-                    if (__any_sync(FULL, any_esc)) {
-                        u32 em[4], ec = 0, er = e;
-#pragma unroll
-                        for (int h = 0; h < 4; ++h) {
-                            em[h] = __ballot_sync(FULL, h < nv && s[h] == 255u);
-                            ec += __popc(em[h]);
-                            er += __popc(em[h] & below);
-                        }
-                        if (e + ec > n_escapes) {
-                            err = ERR_ESCAPES_EXHAUSTED;
-                            break;
-                        }
-                        bool bad = false;
-                        const u8* esc = block + ((QEM2_STATES_BYTES + 2 * n_words + 3) & ~3u);
-#pragma unroll
-                        for (int h = 0; h < 4; ++h) {
-                            if ((em[h] >> lane) & 1u) {
-                                s[h] = load_le(esc + (i64)(er++) * ELEM_SIZE);
-                                bad |= s[h] < 255u && ((coded[(q & 3u) * 8 + (s[h] >> 5)] >> (s[h] & 31u)) & 1u);
-                            }
-                        }
-                        if (__any_sync(FULL, bad)) {
-                            err = ERR_ESCAPE_VALUE;
-                            break;
-                        }
-                        e += ec;
-                    }
-#if REDUCE
-                    const u32 m = q >> 4;
-                    if (m) {
-#pragma unroll
-                        for (int h = 0; h < 4; ++h)
-                            if ((m >> h) & 1u) add_pixel(acc, s[h], pixel0 + j + h);
-                    }
-#else
-                    if (QEM2_VECTOR && nv == 4) {
-                        qem2_store4(dst + j, s);
-                    } else {
-#pragma unroll
-                        for (int h = 0; h < 4; ++h)
-                            if (h < nv) dst[j + h] = (elem_t)s[h];
-                    }
-#endif
-                }
-#if REDUCE
-                if (!err) qem2_flush(acc, f0 + t, total_out, row_out, col_out);
-#endif
-            }
-            const bool final_bad = x[0] != RANS_L || x[1] != RANS_L || x[2] != RANS_L || x[3] != RANS_L;
-            if (!err && e != n_escapes) err = ERR_UNUSED_ESCAPES;
-            if (!err && pos != n_words) err = ERR_UNUSED_WORDS;
-            if (!err && __any_sync(FULL, final_bad)) err = ERR_FINAL_STATE;
+            const int quad0 = band * band_quads;
+            if (shared_quads)
+                err = qem2_entry<true>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                       quad0, s_tab, s_coded, s_q, quad_map, out, total_out,
+                                       row_out, col_out, lane, below);
+            else
+                err = qem2_entry<false>(block, t_words[b], t_escapes[b], nf, bp, pixel0, f0,
+                                        quad0, s_tab, s_coded, s_q, quad_map, out, total_out,
+                                        row_out, col_out, lane, below);
         } else {
             err = ERR_MODE;
         }
