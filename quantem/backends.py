@@ -44,8 +44,11 @@ def best_backend() -> str:
     return "cuda" if cuda_available() else "cpu"
 
 
-def format_gpu_uuid(raw: bytes) -> str:
+def format_gpu_uuid(raw: bytes) -> str | None:
     """A device's 16-byte UUID (CUDA device properties) as nvidia-smi prints it:
-    ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``."""
+    ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``; None unless ``raw`` is 16 bytes (CuPy
+    returns the field as a C string, cut at the UUID's first zero byte)."""
+    if len(raw) != 16:
+        return None
     h = bytes(raw).hex()
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

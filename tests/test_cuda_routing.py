@@ -328,3 +328,18 @@ def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_pat
                     out0[k * frame_bytes : (k + 1) * frame_bytes],
                 )
     assert failures > 300  # most damaged chunks are refused: the codes were compared
+
+
+def test_a_gpu_uuid_cut_at_a_zero_byte_is_not_formatted():
+    """CuPy hands the properties' UUID over as a C string: a UUID with a zero byte arrives
+    short, and must not be spelled as a (wrong) UUID; nvidia-smi's spelling is taken."""
+    from harness.run.environment import gpu_uuid
+    from quantem.backends import format_gpu_uuid
+
+    raw = bytes.fromhex("207222a773d46031cc33b4baad0096f0")
+    assert format_gpu_uuid(raw) == "GPU-207222a7-73d4-6031-cc33-b4baad0096f0"
+    assert format_gpu_uuid(raw[:13]) is None
+    smi = "GPU-207222a7-73d4-6031-cc33-b4baad0096f0"
+    assert gpu_uuid(raw[:13], smi) == smi
+    assert gpu_uuid(raw, None) == smi
+    assert gpu_uuid(None, None) is None

@@ -27,7 +27,7 @@ from harness.errors import UsageError
 from harness.native import io_read_bytes, run_native_load
 from harness.run import trials
 from harness.run.timers import WallTimer, device_barrier
-from quantem.backends import format_gpu_uuid, require_backend
+from quantem.backends import require_backend
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,8 @@ def describe_devices(devices: Sequence[int]) -> list[dict[str, Any]]:
     key: the same ids on another host are other devices)."""
     import cupy
 
+    from harness.run.environment import device_uuid
+
     described = []
     for device in devices:
         props = cupy.cuda.runtime.getDeviceProperties(int(device))
@@ -175,7 +177,7 @@ def describe_devices(devices: Sequence[int]) -> list[dict[str, Any]]:
             {
                 "id": int(device),
                 "name": name.decode() if isinstance(name, bytes) else str(name),
-                "uuid": format_gpu_uuid(uuid) if isinstance(uuid, bytes | bytearray) else None,
+                "uuid": device_uuid(int(device), uuid),
             }
         )
     return described

@@ -13,6 +13,7 @@ import platform
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from quantem.backends import format_gpu_uuid
 
@@ -143,6 +144,19 @@ def _cuda_version_string(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
+def gpu_uuid(raw: Any, smi_uuid: str | None = None) -> str | None:
+    """The UUID of a GPU from its CUDA properties' 16 bytes, else nvidia-smi's spelling
+    (a UUID with a zero byte reaches Python cut short)."""
+    formatted = format_gpu_uuid(raw) if isinstance(raw, bytes | bytearray) else None
+    return formatted or smi_uuid
+
+
+def device_uuid(device_id: int, raw: Any) -> str | None:
+    """:func:`gpu_uuid`, asking nvidia-smi only when the properties' bytes are short."""
+    formatted = format_gpu_uuid(raw) if isinstance(raw, bytes | bytearray) else None
+    return formatted or _nvidia_smi(device_id)[0]
+
+
 def _nvidia_smi(device_id: int) -> tuple[str | None, str | None]:
     """``(uuid, driver version)`` of a GPU from nvidia-smi, or Nones when it is unavailable."""
     import subprocess
@@ -190,12 +204,8 @@ def collect_device(backend: str) -> dict:
     device_id = cupy.cuda.Device().id
     props = runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    raw_uuid = props.get("uuid")
-    uuid = (
-        format_gpu_uuid(raw_uuid) if isinstance(raw_uuid, bytes) and len(raw_uuid) == 16 else None
-    )
     smi_uuid, driver = _nvidia_smi(device_id)
-    uuid = uuid or smi_uuid
+    uuid = gpu_uuid(props.get("uuid"), smi_uuid)
     if driver is None:
         driver = f"cuda-driver-api {_cuda_version_string(runtime.driverGetVersion())}"
     return {
