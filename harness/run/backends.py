@@ -26,6 +26,7 @@ import quantem.io
 from harness.errors import UsageError
 from harness.native import io_read_bytes, run_native_load
 from harness.run import trials
+from harness.run.environment import device_uuid
 from harness.run.timers import WallTimer, device_barrier
 from quantem.backends import require_backend
 
@@ -165,8 +166,6 @@ def describe_devices(devices: Sequence[int]) -> list[dict[str, Any]]:
     """Identity of each GPU of a sharded run: id, name and UUID (part of the comparison
     key: the same ids on another host are other devices)."""
     import cupy
-
-    from harness.run.environment import device_uuid
 
     described = []
     for device in devices:
