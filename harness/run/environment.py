@@ -153,8 +153,7 @@ def gpu_uuid(raw: Any, smi_uuid: str | None = None) -> str | None:
 
 def device_uuid(device_id: int, raw: Any) -> str | None:
     """:func:`gpu_uuid`, asking nvidia-smi only when the properties' bytes are short."""
-    formatted = format_gpu_uuid(raw) if isinstance(raw, bytes | bytearray) else None
-    return formatted or _nvidia_smi(device_id)[0]
+    return gpu_uuid(raw) or _nvidia_smi(device_id)[0]
 
 
 def _nvidia_smi(device_id: int) -> tuple[str | None, str | None]:

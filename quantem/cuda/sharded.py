@@ -532,7 +532,6 @@ def _load_qem(
     scan_shape: tuple[int, int] | None = None,
     batch_bytes: int | None = None,
 ) -> Acquisition:
-
     from quantem.cuda import loaders
     from quantem.cuda.qem_pipeline import DEFAULT_BATCH_BYTES
     from quantem.cuda.staging import prestart_threads

@@ -7,7 +7,7 @@ symbol ``i`` of a phase on lane ``i mod 32``), so the words are emitted in the
 decoder's read order. All arithmetic is in int64 so no unsigned/signed mixing can
 silently turn into floating point.
 
-Decode status codes (one per block) name what is wrong; :data:`STATUS_MESSAGES`
+Decode status codes (one per block) name what is wrong; :data:`~quantem.io.qem.tables.STATUS_MESSAGES`
 turns them into the error text.
 """
 
@@ -28,9 +28,9 @@ from quantem.io.qem.format import (
     RANS_L,
 )
 
-# Status codes and the numpy-only tables live in quantem.io.qem.tables (importable without
-# numba: the CUDA loader needs them, not this codec); re-exported here.
-from quantem.io.qem.tables import (  # noqa: F401
+# The status codes live in quantem.io.qem.tables (numpy only: the CUDA loader and the reader
+# use them without importing numba).
+from quantem.io.qem.tables import (
     ERR_ESCAPE_VALUE,
     ERR_ESCAPES_EXHAUSTED,
     ERR_FINAL_STATE,
@@ -43,8 +43,6 @@ from quantem.io.qem.tables import (  # noqa: F401
     ERR_UNUSED_WORDS,
     ERR_WORDS_EXHAUSTED,
     OK,
-    STATUS_MESSAGES,
-    pack_decode_table,
 )
 
 _MASK_PROB = (1 << PROB_BITS) - 1

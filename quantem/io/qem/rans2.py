@@ -28,7 +28,8 @@ from quantem.io.qem.format import (
     STATES_2,
     STATES_2_SIZE,
 )
-from quantem.io.qem.rans import (
+from quantem.io.qem.rans import finish_words
+from quantem.io.qem.tables import (
     ERR_ESCAPE_VALUE,
     ERR_ESCAPES_EXHAUSTED,
     ERR_FINAL_STATE,
@@ -39,9 +40,7 @@ from quantem.io.qem.rans import (
     ERR_UNUSED_WORDS,
     ERR_WORDS_EXHAUSTED,
     OK,
-    finish_words,
 )
-from quantem.io.qem.tables import coded_symbols  # noqa: F401  (re-exported)
 
 _MASK_PROB = (1 << PROB_BITS) - 1
 _u = np.uint64

@@ -4,7 +4,7 @@ table of format 2.0 (§19.5).
 
 Kept apart from the numba codecs (:mod:`quantem.io.qem.rans`, :mod:`quantem.io.qem.rans2`)
 so that opening a file, and the CUDA loader, do not import numba (0.3-0.7 s, on a fresh
-process's first load); :mod:`~quantem.io.qem.rans` re-exports all of it.
+process's first load).
 """
 
 from __future__ import annotations
