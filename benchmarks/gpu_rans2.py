@@ -44,9 +44,10 @@ DECODE_BYTES = 4 << 30
 #: block, registers held to 3 CTAs per SM: ``_m3``).
 #: Tuning variants of the 2.0 decoder on the default 2.0 file (``rans_decode.cu``,
 #: "Tuning"; one file written, every variant checked against the CPU decode; ``f2`` is the
-#: shipped kernel: L1 prefetch, whole rounds unrolled twice): ``_u1`` / ``_u4`` unrolled
-#: once / 4 times; ``_pfl2`` prefetch into L2 (QEM2_PREFETCH 1), ``_pf0`` none;
-#: ``_d128`` 128 words ahead; ``_pe2`` a prefetch every second round; ``_shfl`` the
+#: shipped kernel: L1 prefetch every second round, whole rounds unrolled twice): ``_u1`` /
+#: ``_u4`` unrolled once / 4 times; ``_pfl2`` prefetch into L2 (QEM2_PREFETCH 1), ``_pf0``
+#: none; ``_d128`` 128 words ahead; ``_pe1`` a prefetch every round (the default until
+#: 2026-12-02), ``_pe2`` every second round (the default, named); ``_shfl`` the
 #: round's words loaded one a lane at the round's start and taken by shuffle (QEM2_SHFL 1);
 #: ``_m3`` registers held to 3 CTAs per SM.
 VARIANTS = [
@@ -59,6 +60,7 @@ VARIANTS = [
     ("f2_pfl2", {"version": 2}, {"QEM2_PREFETCH": 1}),
     ("f2_pf0", {"version": 2}, {"QEM2_PREFETCH": 0}),
     ("f2_d128", {"version": 2}, {"QEM2_PREFETCH_WORDS": 128}),
+    ("f2_pe1", {"version": 2}, {"QEM2_PREFETCH_EVERY": 1}),
     ("f2_pe2", {"version": 2}, {"QEM2_PREFETCH_EVERY": 2}),
     ("f2_m3", {"version": 2}, {"QEM2_MIN_CTAS": 3}),
     ("f2_shfl", {"version": 2}, {"QEM2_SHFL": 1}),

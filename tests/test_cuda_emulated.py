@@ -293,8 +293,17 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
     [(2, False), pytest.param(2, True, marks=pytest.mark.slow), (1, False),
      pytest.param(4, True, marks=pytest.mark.slow)],
 )  # fmt: skip
-@pytest.mark.parametrize("variant", [0, 1])
-def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant):
+@pytest.mark.parametrize(
+    "variant,extra",
+    [
+        (0, {"LZ4_TRANSPOSE": 1}),
+        (1, {"LZ4_TRANSPOSE": 1}),
+        (2, {"LZ4_WIDE_MIN": 8, "LZ4_TRANSPOSE": 1}),
+        (2, {"LZ4_WIDE_MIN": 8}),
+        (2, {}),
+    ],
+)
+def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):
     bitshuffle = pytest.importorskip("bitshuffle")
     det = (24, 20) if elem != 1 else (33, 17)
     dtype = np.dtype(f"u{elem}")
@@ -304,7 +313,7 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant):
     defines = {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes,
                "CBOUND": cbound, "WARPS_PER_CTA": 2, "STAGE_COMPRESSED": int(stage),
                "VECTOR_STORES": int((frame_elems * elem) % (8 * elem) == 0),
-               "LZ4_SCHEDULE": variant}  # fmt: skip
+               "LZ4_SCHEDULE": variant, **extra}  # fmt: skip
     lib = build(simt_dir, "lz4", defines, read_source("lz4_bitshuffle.cu"), LZ4_DRIVER)
     rng = np.random.default_rng([5, elem])
     frames = [rng.poisson(lam, det).astype(dtype) for lam in (0.1, 2.0, 60.0)]

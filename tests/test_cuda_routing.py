@@ -164,6 +164,15 @@ static unsigned char g_smem[1 << 18];
 #define SYNC_LANES()
 static inline int atomicCAS(int* p, int c, int v) { int o = *p; if (o == c) *p = v; return o; }
 struct uint4 { unsigned x, y, z, w; };
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31u));
+}
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+}
 """
 
 DRIVER = r"""
@@ -175,7 +184,7 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
 """
 
 
-def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant=0):
+def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant=0, extra=None):
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip("no C++ compiler to emulate the kernel on the host")
@@ -185,9 +194,10 @@ def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant=0):
     defines = module_loader.render_defines(
         {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes, "CBOUND": cbound,
          "WARPS_PER_CTA": 1, "VECTOR_STORES": vector, "STAGE_COMPRESSED": int(stage),
-         "LZ4_SCHEDULE": variant}
+         "LZ4_SCHEDULE": variant, **(extra or {})}
     )  # fmt: skip
-    unit = tmp_path / f"k_{elem}_{frame_elems}_{block_bytes}_{int(stage)}_{variant}.cpp"
+    tag = "_".join(f"{k}{v}" for k, v in sorted((extra or {}).items()))
+    unit = tmp_path / f"k_{elem}_{frame_elems}_{block_bytes}_{int(stage)}_{variant}{tag}.cpp"
     unit.write_text(SHIM + defines + source + DRIVER)
     lib = unit.with_suffix(".so")
     subprocess.run(
@@ -219,26 +229,34 @@ SLOW_CASES = [
 ]
 
 
-@pytest.mark.parametrize("variant", [0, 1])
+#: (LZ4_SCHEDULE, more defines): the kernel's variants (lz4_bitshuffle.cu; the shipped
+#: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2)
+T1 = {"LZ4_TRANSPOSE": 1}
+KERNEL_VARIANTS = [(0, T1), (1, T1), (2, T1), (1, None), (2, None)]
+
+
+@pytest.mark.parametrize("variant,extra", KERNEL_VARIANTS)
 @pytest.mark.parametrize("elem,shape,block_bytes,stage", EMULATED_CASES)
-def test_kernel_source_decodes_like_bitshuffle(tmp_path, elem, shape, block_bytes, stage, variant):
-    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant)
+def test_kernel_source_decodes_like_bitshuffle(
+    tmp_path, elem, shape, block_bytes, stage, variant, extra
+):
+    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant, extra)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("elem,shape,block_bytes,stage", SLOW_CASES)
-@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("variant,extra", [(0, T1), (1, T1), (2, None)])
 def test_kernel_source_decodes_like_bitshuffle_all(
-    tmp_path, elem, shape, block_bytes, stage, variant
+    tmp_path, elem, shape, block_bytes, stage, variant, extra
 ):
-    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant)
+    check_emulated(tmp_path, elem, shape, block_bytes, stage, variant, extra)
 
 
-def check_emulated(tmp_path, elem, shape, block_bytes, stage, variant=0):
+def check_emulated(tmp_path, elem, shape, block_bytes, stage, variant=0, extra=None):
     bitshuffle = pytest.importorskip("bitshuffle")
     dtype = np.dtype(f"u{elem}")
     frame_elems = shape[0] * shape[1]
-    lib = build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant)
+    lib = build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant, extra)
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
     rng = np.random.default_rng([elem, frame_elems, block_bytes])
@@ -285,13 +303,18 @@ def check_emulated(tmp_path, elem, shape, block_bytes, stage, variant=0):
 
 def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_path):
     """The scheduled parse (LZ4_SCHEDULE 1, the default) loads a sequence's match header
-    before copying its literals and fills runs of period 1, 2 or 4 by words; its error order
-    must stay the sequential one: random byte flips, cuts and growths of real chunks give the
-    same code per chunk (and the same frames where none) as the plain order (0)."""
+    before copying its literals and fills runs of period 1, 2 or 4 by words (2: and copies
+    long matches by words, with LZ4_WIDE_MIN lowered here so that short ones take that path
+    too); its error order must stay the sequential one: random byte flips, cuts and growths
+    of real chunks give the same code per chunk (and the same frames where none) as the
+    plain order (0)."""
     bitshuffle = pytest.importorskip("bitshuffle")
     elem, shape, block_bytes = 2, (24, 20), 256
     frame_elems = shape[0] * shape[1]
     libs = [build_emulated(tmp_path, elem, frame_elems, block_bytes, False, v) for v in (0, 1)]
+    libs.append(
+        build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_WIDE_MIN": 5})
+    )
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
     rng = np.random.default_rng(11)
@@ -343,3 +366,65 @@ def test_a_gpu_uuid_cut_at_a_zero_byte_is_not_formatted():
     assert gpu_uuid(raw[:13], smi) == smi
     assert gpu_uuid(raw, None) == smi
     assert gpu_uuid(None, None) is None
+
+
+def lz4_matches(chunk: bytes) -> list[tuple[int, int]]:
+    """(offset, length) of every match of a bitshuffle-LZ4 chunk's blocks (host parse)."""
+    matches = []
+    pos = 12
+    while len(chunk) - pos >= 4:
+        clen = struct.unpack(">I", chunk[pos : pos + 4])[0]
+        pos += 4
+        block, pos = chunk[pos : pos + clen], pos + clen
+        ip = 0
+        while True:
+            token = block[ip]
+            ip += 1
+            lit = token >> 4
+            if lit == 15:
+                while True:
+                    lit += block[ip]
+                    ip += 1
+                    if block[ip - 1] != 255:
+                        break
+            ip += lit
+            if ip >= len(block):
+                break
+            offset = block[ip] | block[ip + 1] << 8
+            ip += 2
+            mlen = token & 15
+            if mlen == 15:
+                while True:
+                    mlen += block[ip]
+                    ip += 1
+                    if block[ip - 1] != 255:
+                        break
+            matches.append((offset, mlen + 4))
+    return matches
+
+
+@pytest.mark.parametrize("dose", [1000.0, 40000.0])
+@pytest.mark.parametrize("wide_min", [8, 64])
+def test_wide_match_copies_decode_arina_frames(tmp_path, dose, wide_min):
+    """LZ4_SCHEDULE 2 copies long matches a word a lane: straight copies, and long-period
+    overlapping ones (zero bit planes matched against an earlier plane) in doubling rounds.
+    ARINA-sized synthetic frames hold both kinds; the emulated kernel decodes them to the
+    frames, as variant 0 does (with either bit transpose)."""
+    pytest.importorskip("bitshuffle")
+    from quantem.io import synthetic
+
+    model = synthetic.SyntheticModel((1, 6), (192, 192), np.uint16, dose, 0)
+    frames = list(model.make_frames(0, 6))
+    chunks = [synthetic.encode_chunk(f) for f in frames]
+    matches = [m for c in chunks for m in lz4_matches(c)]
+    assert any(4 <= o < n and n >= wide_min for o, n in matches)  # long overlapping period
+    assert any(o >= n >= wide_min for o, n in matches)  # long straight copy
+    frame_elems = 192 * 192
+    bpf = frame_elems * 2 // 8192
+    expected = np.concatenate([f.ravel() for f in frames]).view(np.uint8)
+    for transpose in (1, 2):
+        extra = {"LZ4_WIDE_MIN": wide_min, "LZ4_TRANSPOSE": transpose}
+        lib = build_emulated(tmp_path, 2, frame_elems, 8192, False, 2, extra)
+        out, err = emulate(lib, chunks, len(chunks), frame_elems * 2, bpf)
+        assert not err.any()
+        np.testing.assert_array_equal(out, expected)

@@ -110,10 +110,18 @@ class ChunkDecoder:
         ``False``, parses straight from global memory (L1-cached): on an H200 that ran at
         406 GB/s of decoded output against 282 GB/s staged, because staging halves the
         warps per multiprocessor; the staged variant is kept for benchmarking.
+    extra_defines
+        More kernel constants (benchmarks and tests: ``LZ4_SCHEDULE``, ``LZ4_WIDE_MIN``).
     """
 
     def __init__(
-        self, elem_size: int, frame_elems: int, block_bytes: int, *, stage_compressed: bool = False
+        self,
+        elem_size: int,
+        frame_elems: int,
+        block_bytes: int,
+        *,
+        stage_compressed: bool = False,
+        extra_defines: dict[str, int] | None = None,
     ) -> None:
         if elem_size not in SUPPORTED_ELEM_SIZES:
             raise UnsupportedDtypeError(
@@ -129,6 +137,9 @@ class ChunkDecoder:
         leftover = frame_elems % block_elems
         self.blocks_per_frame = frame_elems // block_elems + (1 if leftover >= 8 else 0)
         defines = decoder_defines(elem_size, frame_elems, block_bytes, stage_compressed)
+        # extra_defines (benchmarks and tests only): kernel variants such as LZ4_SCHEDULE,
+        # compiled by NVRTC (no fatbin names them)
+        defines.update(extra_defines or {})
         self.warps_per_cta = int(defines["WARPS_PER_CTA"])
         per_warp = block_bytes + (int(defines["CBOUND"]) if stage_compressed else 0)
         self.shared_bytes = self.warps_per_cta * per_warp

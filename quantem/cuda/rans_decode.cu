@@ -894,16 +894,18 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
 // is chosen; docs/performance/results.md, "rans3"). Benchmarks vary them with defines:
 //   QEM2_PREFETCH  0: renormalisation words read at the word only; 1 / 2 (default): plus
 //                  prefetch.global.L2 / .L1 QEM2_PREFETCH_WORDS ahead once every
-//                  QEM2_PREFETCH_EVERY (1) rounds;
+//                  QEM2_PREFETCH_EVERY (2) rounds;
 //   QEM2_UNROLL    unroll factor of the whole-round loop (default 2);
 //   QEM2_SHFL      0 (default): every renormalising state reads its word with __ldg;
 //                  1: at the start of a round every lane loads one of the round's first 32
 //                  words (coalesced, not on the round's dependency chain) and the states
 //                  take theirs by shuffle; a round needing more than 32 words (rare) reads
 //                  them as with 0.
-// On the H200 (rans3, 19.33 GB resident): L1 prefetch + unroll 2 decoded at 1.49 TB/s,
-// against 1.45 (unroll 1), 1.37 (no prefetch), 1.44 (a cp.async word ring in shared
-// memory, since removed) and 0.98 (the first 2.0 loop, since removed).
+// On the H200 (rans3, 19.33 GB resident): L1 prefetch + unroll 2 decoded at 1.49 TB/s
+// with a prefetch every round and 1.53 TB/s with one every second round (the default
+// since 2026-12-02, call 4), against 1.45 (unroll 1), 1.37 (no prefetch), 1.44 (a
+// cp.async word ring in shared memory, since removed) and 0.98 (the first 2.0 loop,
+// since removed).
 #ifndef QEM2_PREFETCH
 #define QEM2_PREFETCH 2
 #endif
@@ -911,7 +913,7 @@ __device__ __forceinline__ void qem2_flush(Moments& acc, i64 frame, u64* total_o
 #define QEM2_PREFETCH_WORDS 256
 #endif
 #ifndef QEM2_PREFETCH_EVERY  // rounds per prefetch (a power of two)
-#define QEM2_PREFETCH_EVERY 1
+#define QEM2_PREFETCH_EVERY 2
 #endif
 #ifndef QEM2_UNROLL
 #define QEM2_UNROLL 2

@@ -36,15 +36,16 @@ def make_frames(
 
 
 def decode_on_gpu(chunks: list[bytes], shape: tuple[int, int], dtype: np.dtype, block_bytes: int,
-                  stage: bool = True):  # fmt: skip
+                  stage: bool = True, extra: dict | None = None):  # fmt: skip
     dtype = np.dtype(dtype)
     n = len(chunks)
     buffer = cupy.asarray(np.frombuffer(b"".join(chunks), dtype=np.uint8))
     offsets = np.zeros(n + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(c) for c in chunks])
     decoder = lz4.ChunkDecoder(
-        dtype.itemsize, shape[0] * shape[1], block_bytes, stage_compressed=stage
-    )
+        dtype.itemsize, shape[0] * shape[1], block_bytes, stage_compressed=stage,
+        extra_defines=extra,
+    )  # fmt: skip
     per_frame = max(decoder.blocks_per_frame, 1)
     scratch = (cupy.empty(n * per_frame, cupy.int64), cupy.empty(n * per_frame, cupy.uint32))
     out = cupy.full((n, *shape), 0xA5, dtype=dtype)  # poisoned: every element must be written
@@ -55,6 +56,53 @@ def decode_on_gpu(chunks: list[bytes], shape: tuple[int, int], dtype: np.dtype, 
 
 
 SHAPES = [(192, 192), (96, 100), (50, 50), (7, 13), (1, 5), (3, 3), (256, 255)]
+
+#: the kernel's variants (lz4_bitshuffle.cu: LZ4_SCHEDULE, LZ4_WIDE_MIN, LZ4_TRANSPOSE; the
+#: shipped kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2)
+KERNEL_VARIANTS = [
+    {"LZ4_SCHEDULE": 0, "LZ4_TRANSPOSE": 1},
+    {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 1},
+    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 1},
+    {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 2},
+    {"LZ4_SCHEDULE": 2, "LZ4_WIDE_MIN": 8},
+    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_WIDE_MIN": 8},
+]
+
+
+@pytest.mark.parametrize(
+    "extra", KERNEL_VARIANTS, ids=lambda e: "-".join(f"{k}{v}" for k, v in e.items())
+)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_kernel_variants_decode_like_bitshuffle(dtype, extra):
+    """Every variant of the parse and of the bit transpose decodes to the frames, ARINA-sized
+    synthetic ones (long zero-plane matches, the wide copies' case) included, and names the
+    same damage in a corrupt chunk as the shipped kernel."""
+    from quantem.io import synthetic
+
+    dtype = np.dtype(dtype)
+    for shape, block_bytes in (
+        ((192, 192), 8192),
+        ((50, 50), 8192),
+        ((7, 13), 8 * dtype.itemsize * 4),
+    ):
+        rng = np.random.default_rng([2, shape[0], dtype.itemsize])
+        frames = make_frames(rng, shape, dtype)
+        if shape == (192, 192):
+            for dose in (1000.0, 40000.0, 1e7):
+                model = synthetic.SyntheticModel((1, 2), shape, dtype.name, dose, 0)
+                frames += [f.astype(dtype) for f in model.make_frames(0, 2)]
+        chunks = [make_chunk(f, block_bytes) for f in frames]
+        out, errors = decode_on_gpu(chunks, shape, dtype, block_bytes, False, extra)
+        assert not errors.any(), (shape, errors)
+        np.testing.assert_array_equal(out, np.stack(frames))
+        bad = list(chunks)
+        for k in range(len(bad)):
+            damaged = bytearray(bad[k])
+            damaged[12 + 4 + (k * 37) % max(1, len(damaged) - 16)] ^= 0x5A
+            bad[k] = bytes(damaged)
+        _, got = decode_on_gpu(bad, shape, dtype, block_bytes, False, extra)
+        _, shipped = decode_on_gpu(bad, shape, dtype, block_bytes, False)
+        np.testing.assert_array_equal(got, shipped)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
