@@ -31,7 +31,8 @@ import numpy as np
 #: name -> extra defines (None: the shipped kernel, fatbin where one matches); ``s`` the
 #: parse (LZ4_SCHEDULE), ``t`` the bit transpose (LZ4_TRANSPOSE), ``w`` LZ4_WIDE_MIN;
 #: ``_c100`` also asks for the largest shared-memory carveout (a launch attribute);
-#: ``_ctaN`` N warps a thread block (the shipped 4: 6 blocks of 33 KB, 24 warps an SM)
+#: ``_ctaN`` N warps a thread block (shipped: 1 for 8 KB blocks, 25 an SM; 4 until
+#: 2026-12-02: 6 blocks of 33 KB, 24 warps an SM)
 VARIANTS = {
     "default": None,
     "s0_t1": {"LZ4_SCHEDULE": 0, "LZ4_TRANSPOSE": 1},
@@ -45,6 +46,7 @@ VARIANTS = {
     "default_cta1": {"WARPS_PER_CTA": 1},
     "default_cta2": {"WARPS_PER_CTA": 2},
     "default_cta3": {"WARPS_PER_CTA": 3},
+    "default_cta4": {"WARPS_PER_CTA": 4},
     "default_cta7": {"WARPS_PER_CTA": 7},
 }
 

@@ -24,7 +24,7 @@ from harness.history.records import sha256_bytes
 from harness.report import dump_report, summarise_trials
 from harness.run import paired_trials, runner
 from harness.run.paired_code import WORKER_FILE, baseline_code, check_pairable
-from harness.run.paired_trials import order_of_round
+from harness.run.paired_trials import order_of_round, start_order
 from harness.run.provenance import compute_source_fingerprint
 from harness.testing import make_example_report
 from harness.verdict.cells import CellVerdict, decide_cells
@@ -169,6 +169,17 @@ def test_the_order_alternates_between_rounds() -> None:
     assert order_of_round(6) == ("baseline", "candidate")
 
 
+def test_the_workers_start_in_a_random_order() -> None:
+    """Which worker starts first is a fair coin (the worker started second measured
+    slower on the development VM): both orders occur, a given one is kept, others refused."""
+    assert start_order("candidate") == ("candidate", "baseline")
+    assert start_order("baseline") == ("baseline", "candidate")
+    seen = {start_order() for _ in range(200)}
+    assert seen == {("baseline", "candidate"), ("candidate", "baseline")}
+    with pytest.raises(ValueError):
+        start_order("both")
+
+
 # -- the baseline's code -----------------------------------------------------------------
 
 
@@ -304,6 +315,7 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
     assert block["cells"] == [list(c) for c in cells]
     paired = block["paired"]
     assert paired["baseline_sha256"] == base_sha
+    assert paired["started_first"] in ("baseline", "candidate")
     assert paired["baseline_code"] == f"tree {CHECKOUT}"
     for side in ("baseline", "candidate"):
         worker = paired["workers"][side]

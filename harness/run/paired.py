@@ -109,6 +109,7 @@ def paired_block(
         "baseline_sha256": baseline_sha256,
         "baseline_code": code.origin,
         "order": "alternating per cell: baseline first in even rounds, candidate first in odd",
+        "started_first": measured["started_first"],
         "baseline_trials": measured["baseline_trials"],
         "workers": workers,
     }

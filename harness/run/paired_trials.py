@@ -4,7 +4,8 @@
 speaks its protocol (the spec, then one trial request per line; the worker module's
 docstring); :func:`measure_paired` asks the baseline's and the candidate's workers in turn
 (:func:`order_of_round`: the baseline first in even rounds, the candidate first in odd
-ones), so that drift hits both sides alike.
+ones), so that drift hits both sides alike; the two workers are started in a random
+order (:func:`start_order`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -133,6 +135,22 @@ def order_of_round(index: int) -> tuple[str, str]:
     return SIDES if index % 2 == 0 else SIDES[::-1]
 
 
+def start_order(started_first: str | None = None) -> tuple[str, str]:
+    """The order the two workers are started in: ``started_first``'s first, else a fair
+    coin's choice (:mod:`secrets`).
+
+    On the 2-core development VM the worker started second measured 4.3% slower than the
+    first, in 95% of 80 A/A sessions, and the bias followed the start order when it was
+    swapped (docs/performance/results.md, "The start-order bias of paired rechecks"): a
+    fixed order would put it on one side of every paired verdict; chosen at random, it is
+    noise with mean zero, and the report says which order ran."""
+    if started_first is None:
+        started_first = secrets.choice(SIDES)
+    if started_first not in SIDES:
+        raise ValueError(f"started_first must be one of {SIDES}, not {started_first!r}")
+    return (started_first, SIDES[1 - SIDES.index(started_first)])
+
+
 def measure_paired(
     spec: PairedSpec,
     cells: Sequence[CellKey],
@@ -143,23 +161,28 @@ def measure_paired(
     expected: dict[str, str],
     scratch: Path,
     on_trial: Callable[[], None] | None = None,
+    started_first: str | None = None,
 ) -> dict[str, Any]:
     """Measure ``cells`` ``rounds`` rounds with both codes, alternately.
 
     ``expected`` is each side's recorded source fingerprint: a worker whose imported code
     fingerprints otherwise (an installed copy shadowing the tree, say) is refused
-    (:class:`IncomparableError`) before any trial.
+    (:class:`IncomparableError`) before any trial. The workers are started in
+    :func:`start_order` (``started_first``, else at random).
 
-    Returns ``{"baseline_trials", "candidate_trials", "workers"}``: the trials of each
-    side (trial indices from ``spec.first_index``) and each worker's fingerprints,
-    stability, failures and products. Both workers are ended whatever happens.
+    Returns ``{"baseline_trials", "candidate_trials", "workers", "started_first"}``: the
+    trials of each side (trial indices from ``spec.first_index``), each worker's
+    fingerprints, stability, failures and products, and the side whose worker was started
+    first. Both workers are ended whatever happens.
     """
     workers: dict[str, PairedWorker] = {}
     trials: dict[str, list[dict]] = {side: [] for side in SIDES}
     finals: dict[str, dict] = {}
+    order = start_order(started_first)
+    trees = {"baseline": baseline.tree, "candidate": candidate_tree}
     try:
-        workers["baseline"] = PairedWorker("baseline", baseline.tree, spec, scratch)
-        workers["candidate"] = PairedWorker("candidate", candidate_tree, spec, scratch)
+        for side in order:
+            workers[side] = PairedWorker(side, trees[side], spec, scratch)
         for side, worker in workers.items():
             if worker.fingerprint != expected[side]:
                 raise IncomparableError(
@@ -178,6 +201,7 @@ def measure_paired(
     return {
         "baseline_trials": trials["baseline"],
         "candidate_trials": trials["candidate"],
+        "started_first": order[0],
         "workers": {
             side: {
                 "source_fingerprint_start": workers[side].fingerprint,

@@ -81,7 +81,14 @@ def decoder_defines(
     what the ahead-of-time build of :mod:`quantem.cuda.aot` specialises)."""
     cbound = (lz4_bound(block_bytes) + 15) // 16 * 16
     per_warp = block_bytes + (cbound if stage_compressed else 0)
-    warps_per_cta = max(1, min(4, (96 * 1024) // per_warp))
+    # One warp a thread block for blocks of 4 KB and more: on the H200 (8 KB blocks,
+    # docs/performance/results.md, "LZ4") 25 one-warp blocks an SM decode 11-13% faster
+    # than 6 four-warp ones (24 warps), whose shared memory rounds down per block; smaller
+    # blocks keep up to 4 warps, so that the 32 blocks an SM can hold still fill it.
+    if per_warp >= 4096:
+        warps_per_cta = 1
+    else:
+        warps_per_cta = max(1, min(4, (96 * 1024) // per_warp))
     vector = (frame_elems * elem_size) % (ELEMENTS_PER_GROUP * elem_size) == 0
     return {
         "ELEM_SIZE": elem_size,
