@@ -368,6 +368,17 @@ def test_a_gpu_uuid_cut_at_a_zero_byte_is_not_formatted():
     assert gpu_uuid(None, None) is None
 
 
+def _extended(block: bytes, ip: int, value: int) -> tuple[int, int]:
+    """An LZ4 length field of 15 continues in bytes of 255 and one last byte."""
+    if value == 15:
+        while True:
+            value += block[ip]
+            ip += 1
+            if block[ip - 1] != 255:
+                break
+    return value, ip
+
+
 def lz4_matches(chunk: bytes) -> list[tuple[int, int]]:
     """(offset, length) of every match of a bitshuffle-LZ4 chunk's blocks (host parse)."""
     matches = []
@@ -380,25 +391,13 @@ def lz4_matches(chunk: bytes) -> list[tuple[int, int]]:
         while True:
             token = block[ip]
             ip += 1
-            lit = token >> 4
-            if lit == 15:
-                while True:
-                    lit += block[ip]
-                    ip += 1
-                    if block[ip - 1] != 255:
-                        break
+            lit, ip = _extended(block, ip, token >> 4)
             ip += lit
             if ip >= len(block):
                 break
             offset = block[ip] | block[ip + 1] << 8
             ip += 2
-            mlen = token & 15
-            if mlen == 15:
-                while True:
-                    mlen += block[ip]
-                    ip += 1
-                    if block[ip - 1] != 255:
-                        break
+            mlen, ip = _extended(block, ip, token & 15)
             matches.append((offset, mlen + 4))
     return matches
 
