@@ -476,3 +476,17 @@ def test_a_server_restart_during_registrations(url: str, postgres_socket: Path, 
         assert "Traceback" not in line
     assert main(["history", "verify", "--history-url", url]) == EXIT_OK
     assert "60 records checked: 0 errors" in capsys.readouterr().out
+
+
+def test_psycopg_cleanup_warnings_do_not_reach_the_terminal() -> None:
+    """psycopg's warning about a pipeline it could not flush (the server went away during a
+    registration, whose own error the store reports) is not printed by logging's
+    last-resort handler in a process that configured no logging."""
+    code = (
+        "import logging, harness.history.postgres\n"
+        "logging.getLogger('psycopg').warning('error ignored terminating <psycopg.Pipeline>')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
+        **os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "error ignored" not in done.stderr

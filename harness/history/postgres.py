@@ -23,6 +23,7 @@ head kept from a folder or a server is checked the same way. The CLI reaches it 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -64,6 +65,13 @@ from harness.history.migrate import (
 )
 from harness.history.records import sha256_bytes
 from harness.history.store import PreparedReport, prepare_report
+
+# When the server goes away in the middle of a registration, psycopg logs a warning
+# ("error ignored terminating <psycopg.Pipeline [BAD]>") for the cleanup of the pipeline
+# it could not flush, before the error itself reaches us; we report that error (with the
+# server and the step), so the warning is only a second, rawer copy of it. Without a
+# handler, logging's last-resort handler would print it on a user's terminal.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 metadata = MetaData()
 
