@@ -82,7 +82,8 @@ def decoder_defines(
     cbound = (lz4_bound(block_bytes) + 15) // 16 * 16
     per_warp = block_bytes + (cbound if stage_compressed else 0)
     # One warp a thread block for blocks of 4 KB and more: on the H200 (8 KB blocks,
-    # docs/performance/results.md, "LZ4") 25 one-warp blocks an SM decode 11-13% faster
+    # docs/performance/results.md, "Device session of 2026-12-02, 12:33-13:06 UTC",
+    # calls 3 and 4) 25 one-warp blocks an SM decode 11-13% faster
     # than 6 four-warp ones (24 warps), whose shared memory rounds down per block; smaller
     # blocks keep up to 4 warps, so that the 32 blocks an SM can hold still fill it.
     if per_warp >= 4096:
@@ -118,7 +119,8 @@ class ChunkDecoder:
         406 GB/s of decoded output against 282 GB/s staged, because staging halves the
         warps per multiprocessor; the staged variant is kept for benchmarking.
     extra_defines
-        More kernel constants (benchmarks and tests: ``LZ4_SCHEDULE``, ``LZ4_WIDE_MIN``).
+        More kernel constants, compiled by NVRTC (benchmarks and tests: ``LZ4_SCHEDULE``,
+        ``LZ4_WIDE_MIN``, ``LZ4_TRANSPOSE``, ``WARPS_PER_CTA``).
     """
 
     def __init__(
@@ -144,9 +146,7 @@ class ChunkDecoder:
         leftover = frame_elems % block_elems
         self.blocks_per_frame = frame_elems // block_elems + (1 if leftover >= 8 else 0)
         defines = decoder_defines(elem_size, frame_elems, block_bytes, stage_compressed)
-        # extra_defines (benchmarks and tests only): kernel variants such as LZ4_SCHEDULE,
-        # compiled by NVRTC (no fatbin names them)
-        defines.update(extra_defines or {})
+        defines.update(extra_defines or {})  # no fatbin names these: NVRTC compiles them
         self.warps_per_cta = int(defines["WARPS_PER_CTA"])
         per_warp = block_bytes + (int(defines["CBOUND"]) if stage_compressed else 0)
         self.shared_bytes = self.warps_per_cta * per_warp
