@@ -268,11 +268,11 @@ def test_paired_options_are_checked(tmp_path: Path, capsys) -> None:
     assert code == 64
     assert "--recheck" in capsys.readouterr().err
     code = main(
-        ["recheck", "x", "--baseline", "y", "--baseline-tree", str(tmp_path), "--history-dir",
-         str(tmp_path / "h")]
+        ["recheck", "x", "--baseline", "y", "--baseline-tree", str(tmp_path), "--no-paired",
+         "--history-dir", str(tmp_path / "h")]
     )  # fmt: skip
     assert code == 64
-    assert "--baseline-tree needs --paired" in capsys.readouterr().err
+    assert "--baseline-tree names the baseline's code" in capsys.readouterr().err
     binary = tmp_path / "qem-native-load"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
@@ -305,10 +305,8 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
     cells = [("demo-u8", "hdf5", "cold"), ("demo-u16", "qem", "cached")]
     # force two flags, whatever the timings, so that the paired recheck surely runs
     monkeypatch.setattr(runner, "flagged_for_recheck", lambda *a, **k: list(cells))
-    code, second = _demo(
-        tmp_path, "b", "--baseline", base_sha, "--recheck", "3", "--paired",
-        "--baseline-tree", str(CHECKOUT),
-    )  # fmt: skip
+    # no pairing flag: the default pairs, and the baseline's code is this checkout
+    code, second = _demo(tmp_path, "b", "--baseline", base_sha, "--recheck", "3")
     assert code in (0, 2), capsys.readouterr().err
     doc = json.loads(second.read_bytes())
     block = doc["recheck"]
@@ -316,7 +314,8 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
     paired = block["paired"]
     assert paired["baseline_sha256"] == base_sha
     assert paired["started_first"] in ("baseline", "candidate")
-    assert paired["baseline_code"] == f"tree {CHECKOUT}"
+    assert paired["baseline_code"] == f"this checkout {CHECKOUT} (same fingerprint)"
+    assert block["pairing"]["paired"] is True and block["pairing"]["requested"] == "default"
     for side in ("baseline", "candidate"):
         worker = paired["workers"][side]
         assert worker["stable"] and not worker["failures"]
@@ -376,6 +375,8 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
     record = json.loads((tmp_path / "r" / "loading.json").read_bytes())
     assert record["recheck"]["candidate_sha256"] == sha256_bytes(candidate.read_bytes())
     assert record["recheck"]["paired"]["baseline_sha256"] == base_sha
+    assert record["recheck"]["paired"]["baseline_code"] == f"tree {CHECKOUT}"  # as given
+    assert record["recheck"]["pairing"]["requested"] == "--paired"
     flagged = {tuple(c) for c in record["recheck"]["cells"]}
     assert flagged  # x1.5 is past the 20% threshold in every cell
     rechecked = [c for c in record["comparison"]["cells"]

@@ -99,7 +99,10 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     assert [(c["acquisition"], c["format"], c["cache_state"]) for c in flagged] == [SCALED]
 
     out = folder / "rechecked"
-    argv = ["recheck", str(candidate), *common, "--recheck", "3", "--output-dir", str(out)]
+    # unpaired: the paired workers would fingerprint the whole tree, not WATCHED
+    # (tests/test_pairing_default.py checks the default's choice)
+    argv = ["recheck", str(candidate), *common, "--recheck", "3", "--no-paired",
+            "--output-dir", str(out)]  # fmt: skip
     assert main([*argv, "--format", "json"]) == 0
     final = json.loads(capsys.readouterr().out)
     cell = next(
@@ -117,6 +120,11 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     assert [t["trial_index"] for t in block["trials"]] == [2, 3, 4]  # after the main ones
     assert {(t["acquisition"], t["format"], t["cache_state"]) for t in block["trials"]} == {SCALED}
     assert "contended" in block["contention"] and block["command"][0] == "harness"
+    assert block["pairing"] == {
+        "paired": False,
+        "requested": "--no-paired",
+        "reason": "--no-paired asked for this code alone",
+    }
     assert record["trials"] == json.loads(before)["trials"]  # never mixed into the trials
     assert record["baseline"]["sha256"] == base_sha
     assert record["status"]["performance"] == "pass" and record["status"]["exit_code"] == 0
@@ -258,8 +266,13 @@ def test_recheck_of_a_demo_report_writes_its_suite_again(tmp_path):
         (c["acquisition"], c["format"], c["cache_state"]): c
         for c in json.loads(done.stdout)["cells"]
     }
-    assert "cleared by the recheck" in cells[scaled]["notes"][0]
+    # no pairing flag, the candidate's code is this checkout's and the baseline's: paired,
+    # both workers in this tree
+    assert "flag cleared by the paired recheck" in " ".join(cells[scaled]["notes"])
+    assert "recheck: paired by default, the baseline's code: this checkout" in done.stderr
     record = parse_report(tmp_path / "r" / "loading.json")
+    assert record["recheck"]["pairing"]["paired"] is True
+    assert record["recheck"]["paired"]["baseline_code"].endswith("(same fingerprint)")
     assert (
         record["recheck"]["candidate_sha256"] == hashlib.sha256(candidate.read_bytes()).hexdigest()
     )

@@ -54,16 +54,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--paired",
         action="store_true",
-        help="measure the baseline's code too, alternately with the candidate's, and judge "
-        "the flagged cells on those paired trials (the baseline's code: --baseline-tree, else "
-        "its git revision exported from this repository; checked by source fingerprint)",
+        help="require the paired recheck, the default whenever the baseline's code can be had: "
+        "the baseline's code measured too, alternately with the candidate's, and the flagged "
+        "cells judged on those pairs (its code: --baseline-tree, else this checkout when it "
+        "fingerprints as the baseline, else its git revision exported from this repository; "
+        "checked by source fingerprint); exit 2 when it cannot be had",
+    )
+    parser.add_argument(
+        "--no-paired",
+        action="store_true",
+        help="recheck the candidate's code alone, against the baseline's original trials",
     )
     parser.add_argument(
         "--baseline-tree",
         type=Path,
         metavar="DIR",
-        help="with --paired: a folder holding the baseline's code (default: git archive of "
-        "its recorded revision)",
+        help="a folder holding the baseline's code, for the paired recheck (default: this "
+        "checkout when it fingerprints as the baseline, else git archive of its revision)",
     )
     parser.add_argument(
         "--regression-percent",
@@ -178,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.compare import Verdict, compare_loaded
     from harness.history.lookup import load_report
     from harness.report import BENCHMARK
+    from harness.run.pairing import parse_pairing_flags
     from harness.run.provenance import check_code_origin
     from harness.verdict.calibration_report import resolve_calibration
     from harness.verdict.present import print_comparison
@@ -189,10 +197,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--recheck must be at least 1, not {args.recheck}")
     if args.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
-    if args.baseline_tree is not None and not args.paired:
-        raise UsageError("--baseline-tree needs --paired")
-    if args.baseline_tree is not None and not args.baseline_tree.is_dir():
-        raise UsageError(f"--baseline-tree {args.baseline_tree} is not a folder")
+    paired = parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     check_code_origin()
     url = history_url(args)
     if url is not None:
@@ -225,13 +230,16 @@ def run(args: argparse.Namespace) -> int:
         )
         _say(f"recheck: nothing measured and no record written: {why}", args.format)
         return first.exit_code
-    return _recheck(args, candidate, baseline, calibration, first, history)
+    return _recheck(args, candidate, baseline, calibration, first, history, paired)
 
 
-def _recheck(args, candidate, baseline, calibration, first, history: Path | str) -> int:
+def _recheck(
+    args, candidate, baseline, calibration, first, history: Path | str, paired: bool | None
+) -> int:
     """Measure the flagged cells; ``history``: a folder, or the URL of a server (a str)."""
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
+    from harness.run.pairing import describe_pairing
     from harness.run.recheck import RecheckConfig, run_recheck
     from harness.verdict.present import print_comparison
 
@@ -259,13 +267,17 @@ def _recheck(args, candidate, baseline, calibration, first, history: Path | str)
                 lock_dir=args.lock_dir,
                 lock_timeout=args.lock_timeout,
                 command=["harness", *sys.argv[1:]],
-                paired=args.paired,
+                paired=paired,
                 baseline_tree=args.baseline_tree,
             )
         )
     record = load_report(str(outcome.report_path), history_dir=None)
     final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
     print_comparison(final, args.format)
+    _say(
+        describe_pairing(record.doc["recheck"]) or "recheck: how it ran is not recorded",
+        args.format,
+    )
     _say(f"report: {outcome.report_path}", args.format)
     if isinstance(history, Path):
         for result in outcome.registered:

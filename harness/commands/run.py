@@ -88,15 +88,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument(
         "--paired",
         action="store_true",
-        help="with --recheck: measure the baseline's code too, alternately with this code, and "
-        "judge the flagged cells on those paired trials (docs/verdicts.md)",
+        help="with --recheck: require the paired recheck (the baseline's code measured too, "
+        "alternately with this code; the default whenever its code can be had), refusing "
+        "with exit 2 when it cannot (docs/verdicts.md)",
+    )
+    io.add_argument(
+        "--no-paired",
+        action="store_true",
+        help="with --recheck: recheck this code alone, against the baseline's original trials",
     )
     io.add_argument(
         "--baseline-tree",
         type=Path,
         metavar="DIR",
-        help="with --paired: a folder holding the baseline's code (default: git archive of its "
-        "recorded revision)",
+        help="with --recheck: a folder holding the baseline's code, for the paired recheck "
+        "(default: this checkout when its source fingerprint is the baseline's, else git "
+        "archive of its recorded revision)",
     )
     io.add_argument(
         "--lock-dir",
@@ -221,6 +228,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 def _config_from_args(args: argparse.Namespace, **overrides):
     from harness.render import registration_renderer
     from harness.run.io_scale_config import IoScaleConfig
+    from harness.run.pairing import parse_pairing_flags
 
     values = dict(
         root=Path(args.root) if args.root else None,
@@ -237,7 +245,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         regression_percent=args.regression_percent,
         calibration=args.calibration,
         recheck=args.recheck,
-        paired=args.paired,
+        paired=parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree),
         baseline_tree=args.baseline_tree,
         lock_dir=args.lock_dir,
         lock_timeout=args.lock_timeout,
@@ -275,9 +283,11 @@ def _parse_devices_flag(value: str | None) -> tuple[int, ...] | str | None:
 
 def _check_usage(args: argparse.Namespace) -> None:
     from harness.errors import UsageError
+    from harness.run.pairing import parse_pairing_flags
 
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
+    parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     if args.demo:
         given = [
             name for name in ("root", "selection_manifest", "storage_id") if getattr(args, name)

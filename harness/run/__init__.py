@@ -8,7 +8,8 @@ baseline, workspace, report), :mod:`~harness.run.io_scale` (the io-scale kind),
 (the compute kind; ``compute_*``: its configuration, outputs, workload registry and one
 module of stages per workload), :mod:`~harness.run.recheck` (``harness recheck``;
 ``recheck_guards``, ``recheck_record``), :mod:`~harness.run.paired` (paired rechecks;
-``paired_code``, ``paired_trials``, ``paired_worker``), :mod:`~harness.run.loop`
+``paired_code``, ``paired_trials``, ``paired_worker``; whether a recheck pairs:
+:mod:`~harness.run.pairing`), :mod:`~harness.run.loop`
 (interleaved rounds of cells), :mod:`~harness.run.backends` (what a backend means),
 :mod:`~harness.run.checks` (failure log, product checks), :mod:`~harness.run.conversion`
 (the disposable QEM, the timed conversion, reference headers),

@@ -40,9 +40,12 @@ class IoScaleConfig:
     calibration: str | None = None
     #: with a baseline: measure each flagged cell this many more rounds, right away
     recheck: int = 0
-    #: ``--paired``: the recheck measures the baseline's code too, alternately (harness.run.paired)
-    paired: bool = False
-    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
+    #: Whether the recheck measures the baseline's code too, alternately (harness.run.paired):
+    #: True ``--paired`` (required), False ``--no-paired``, None (default) when its code can
+    #: be had (harness.run.pairing)
+    paired: bool | None = None
+    #: ``--baseline-tree``: the baseline's code (default: this checkout when its source
+    #: fingerprint is the baseline's, else its git revision, exported)
     baseline_tree: Path | None = None
     lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
     lock_timeout: float = 600.0
@@ -80,11 +83,14 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--recheck must not be negative")
     if cfg.recheck and not cfg.baseline:
         raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
-    if cfg.paired and not cfg.recheck:
-        raise UsageError("--paired needs --recheck K (it is a kind of recheck)")
-    if cfg.baseline_tree is not None and not cfg.paired:
-        raise UsageError("--baseline-tree needs --paired")
-    if cfg.paired and not profile.in_process:
+    if cfg.paired is not None and not cfg.recheck:
+        flag = "--paired" if cfg.paired else "--no-paired"
+        raise UsageError(f"{flag} needs --recheck K (it says how the recheck runs)")
+    if cfg.baseline_tree is not None and not cfg.recheck:
+        raise UsageError("--baseline-tree needs --recheck K (it is the code a paired recheck runs)")
+    if cfg.baseline_tree is not None and cfg.paired is False:
+        raise UsageError("--baseline-tree cannot go with --no-paired")
+    if (cfg.paired or cfg.baseline_tree is not None) and not profile.in_process:
         raise UsageError(
             "--paired needs --backend cpu or cuda (a native load runs this checkout's built "
             "binary, which is not the baseline's code)"

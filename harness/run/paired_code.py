@@ -1,12 +1,16 @@
-"""The baseline's code for a paired recheck: given or exported, and checked by fingerprint.
+"""The baseline's code for a paired recheck: given, this checkout, or exported; checked.
 
-The baseline's code is ``--baseline-tree DIR``, or the baseline's git revision exported
-with ``git archive`` from the repository of this checkout (only when the baseline ran
-from a clean tree, :func:`check_pairable`). Either way the tree's source fingerprint must
-equal the baseline's recorded one, and the tree must have the worker
-(:data:`WORKER_FILE`; code from before paired rechecks cannot be paired): otherwise
-:class:`IncomparableError` (exit 2) before anything is measured. :class:`Scratch` is the
-private folder the export and the workers' files live in.
+The baseline's code is, in this order: ``--baseline-tree DIR``; this checkout itself,
+when its source fingerprint equals the baseline's recorded
+``provenance.source_fingerprint_end`` (the same code: nothing to export, and the only
+source for a baseline measured from a tree with local changes that this tree still
+is); or the baseline's git revision exported with ``git archive`` from the repository
+of this checkout (only when the baseline ran from a clean tree, :func:`check_pairable`).
+A given or exported tree's source fingerprint must equal the baseline's recorded one,
+and the tree must have the worker (:data:`WORKER_FILE`; code from before paired
+rechecks cannot be paired): otherwise :class:`IncomparableError` (exit 2) before
+anything is measured. :class:`Scratch` is the private folder the export and the
+workers' files live in. Whether a recheck pairs at all is :mod:`harness.run.pairing`.
 """
 
 from __future__ import annotations
@@ -94,9 +98,22 @@ def baseline_code(
     return BaselineCode(found, origin)
 
 
-def check_pairable(baseline_doc: dict, baseline_sha256: str, tree: Path | None) -> None:
-    """Refuse at once (before any trial) a baseline whose code cannot be had back."""
+def same_code(baseline_doc: dict, fingerprint: str | None) -> bool:
+    """Whether code of source fingerprint ``fingerprint`` is the code the baseline measured."""
+    recorded = baseline_doc["provenance"].get("source_fingerprint_end")
+    return fingerprint is not None and recorded is not None and fingerprint == recorded
+
+
+def check_pairable(
+    baseline_doc: dict, baseline_sha256: str, tree: Path | None, fingerprint: str | None = None
+) -> None:
+    """Refuse at once (before any trial) a baseline whose code cannot be had back.
+
+    ``fingerprint`` is this checkout's: when it is the baseline's, this checkout is its code.
+    """
     provenance = baseline_doc["provenance"]
+    if tree is None and same_code(baseline_doc, fingerprint):
+        return
     if tree is None and (not provenance.get("git_revision") or provenance.get("git_dirty")):
         raise IncomparableError(
             f"paired recheck: baseline {baseline_sha256[:12]} was measured from "
@@ -111,13 +128,28 @@ def check_pairable(baseline_doc: dict, baseline_sha256: str, tree: Path | None) 
 
 @contextlib.contextmanager
 def baseline_checked_out(
-    baseline_doc: dict, baseline_sha256: str, *, tree: Path | None, checkout: Path
+    baseline_doc: dict,
+    baseline_sha256: str,
+    *,
+    tree: Path | None,
+    checkout: Path,
+    fingerprint: str | None = None,
 ) -> Iterator[BaselineCode]:
-    """The baseline's code (given or exported, and checked), for as long as it is needed.
+    """The baseline's code (given, this checkout, or exported and checked), while needed.
 
-    Used before anything is measured, so that a baseline whose code cannot be had back
-    refuses the run or recheck at once (IncomparableError), not after the trials.
+    ``fingerprint`` is the source fingerprint of ``checkout`` (the code running now): when
+    it equals the baseline's recorded one and no tree is given, ``checkout`` is the
+    baseline's code, and both workers run from it (each in its own process). Used before
+    anything is measured, so that a baseline whose code cannot be had back refuses the
+    run or recheck at once (IncomparableError), not after the trials.
     """
+    if tree is None and same_code(baseline_doc, fingerprint):
+        if not (checkout / WORKER_FILE).is_file():  # not this code's layout: refuse, not guess
+            raise IncomparableError(
+                f"paired recheck: this checkout {checkout} has no {WORKER_FILE.as_posix()}"
+            )
+        yield BaselineCode(checkout, f"this checkout {checkout} (same fingerprint)")
+        return
     # outside any git checkout: a tree inside one would be taken for that checkout
     scratch = Scratch.create(Path(tempfile.gettempdir()))
     try:

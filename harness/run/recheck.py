@@ -42,7 +42,8 @@ from harness.run.io_scale import IoScaleRun
 from harness.run.io_scale_config import IoScaleConfig
 from harness.run.manifest import parse_manifest
 from harness.run.paired import candidate_products, check_workers, paired_recheck
-from harness.run.paired_code import BaselineCode, baseline_checked_out, check_pairable
+from harness.run.paired_code import BaselineCode
+from harness.run.pairing import choose_baseline_code
 from harness.run.provenance import SourceTracker
 from harness.run.recheck_guards import (
     check_same_inputs,
@@ -82,9 +83,12 @@ class RecheckConfig:
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
-    #: ``--paired``: measure the baseline's code too, alternately (:mod:`harness.run.paired`)
-    paired: bool = False
-    #: ``--baseline-tree``: the baseline's code (default: its git revision, exported)
+    #: Measure the baseline's code too, alternately (:mod:`harness.run.paired`): True
+    #: ``--paired`` (required), False ``--no-paired``, None when its code can be had
+    #: (:mod:`harness.run.pairing`)
+    paired: bool | None = None
+    #: ``--baseline-tree``: the baseline's code (default: this checkout when it fingerprints
+    #: as the baseline, else its git revision, exported)
     baseline_tree: Path | None = None
 
 
@@ -123,13 +127,12 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
     if cfg.rounds < 1:
         raise ValueError("a recheck needs at least one round")
     candidate = cfg.candidate
-    if cfg.paired:
-        if candidate.doc["conditions"]["backend"] == "native":
-            raise UsageError(
-                "--paired needs a cpu or cuda candidate (a native load runs this checkout's "
-                "built binary, which is not the baseline's code)"
-            )
-        check_pairable(cfg.baseline.doc, cfg.baseline.sha256, cfg.baseline_tree)
+    native = candidate.doc["conditions"]["backend"] == "native"
+    if native and (cfg.paired or cfg.baseline_tree is not None):
+        raise UsageError(
+            "--paired needs a cpu or cuda candidate (a native load runs this checkout's "
+            "built binary, which is not the baseline's code)"
+        )
     kind = IoScaleRun(kind_config(cfg))
     kind.check_config()
     tracker = SourceTracker().start()
@@ -148,25 +151,31 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
         environment = collect_environment(io_cfg.backend, io_cfg.root, io_cfg.storage_id)
         check_same_place(environment, candidate)
         resources = resources_for([environment["device"].get("uuid")], io_cfg.storage_id)
-        with host_locks(
-            resources,
-            lock_dir=cfg.lock_dir,
-            timeout=cfg.lock_timeout,
-            command=[str(a) for a in cfg.command],
-            on_wait=say_waiting,
+        assert tracker.checkout is not None  # started
+        with (
+            choose_baseline_code(
+                cfg.baseline.doc,
+                cfg.baseline.sha256,
+                paired=cfg.paired,
+                tree=cfg.baseline_tree,
+                checkout=tracker.checkout,
+                fingerprint=tracker.start_fingerprint,  # the candidate's (check_same_source)
+                in_process=not native,
+            ) as (code, choice),
+            host_locks(
+                resources,
+                lock_dir=cfg.lock_dir,
+                timeout=cfg.lock_timeout,
+                command=[str(a) for a in cfg.command],
+                on_wait=say_waiting,
+            ),
         ):
             created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if cfg.paired:
-                assert tracker.checkout is not None  # started
-                with baseline_checked_out(
-                    cfg.baseline.doc,
-                    cfg.baseline.sha256,
-                    tree=cfg.baseline_tree,
-                    checkout=tracker.checkout,
-                ) as code:
-                    rechecked = _measure_paired(kind, cfg, acquisitions, environment, tracker, code)
+            if code is not None:
+                rechecked = _measure_paired(kind, cfg, acquisitions, environment, tracker, code)
             else:
                 rechecked = _measure(kind, cfg, acquisitions, environment)
+            rechecked["pairing"] = choice.to_dict()
             provenance, stable = finish_provenance(tracker, kind.log)
             doc = recheck_record(
                 candidate,
@@ -185,7 +194,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
                 cfg.regression_percent,
                 calibration=cfg.calibration,
                 # a paired block is read from the record itself, as `harness compare` reads it
-                recheck=None if cfg.paired else collect_cells({"trials": rechecked["trials"]}),
+                recheck=collect_cells({"trials": rechecked["trials"]}) if code is None else None,
             )
             report_path = write_report(doc, cfg.output_dir)
     outcome = RunOutcome(doc, report_path, exit_code)

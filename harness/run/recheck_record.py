@@ -2,7 +2,8 @@
 
 The candidate's content is copied (never rewritten on disk) and its comparison dropped
 (it is judged again on original plus recheck trials); the ``recheck`` block holds the
-rechecked cells and trials (and, paired, the baseline's side), the candidate's SHA-256,
+rechecked cells and trials (and, paired, the baseline's side; whether it paired and why),
+the candidate's SHA-256,
 when and by which command the recheck ran, its contention samples and fingerprints;
 the status takes the recheck's failures.
 """
@@ -39,6 +40,8 @@ def recheck_record(
     block = recheck_block(rounds, list(cells), measured["trials"])
     if measured.get("paired"):
         block["paired"] = measured["paired"]
+    if measured.get("pairing"):
+        block["pairing"] = measured["pairing"]  # paired or not, and why
     block.update(
         {
             "candidate_sha256": candidate.sha256,

@@ -42,7 +42,7 @@ from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
 from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
 from harness.run.paired import Pairing
-from harness.run.paired_code import baseline_checked_out
+from harness.run.pairing import PairingChoice, choose_baseline_code
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
 from harness.run.workspace import Workspace, claim_output_dir, open_workspace
@@ -127,9 +127,9 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
             command=[str(a) for a in cfg.command],
             on_wait=say_waiting,
         )
-        with _pairing(cfg, baseline, tracker) as pairing, locks:
+        with _pairing(kind, baseline, tracker) as (pairing, choice), locks:
             outcome = _measure_and_report(
-                kind, manifest, tracker, baseline, calibration, environment, pairing
+                kind, manifest, tracker, baseline, calibration, environment, pairing, choice
             )
     registered = (
         register_reports(cfg.history_dir, [outcome.report_path], render=cfg.render)
@@ -141,16 +141,31 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
 
 
 @contextlib.contextmanager
-def _pairing(cfg, baseline, tracker: SourceTracker) -> Iterator[Pairing | None]:
-    """``--paired``: the baseline's code, checked before anything is measured."""
-    if not getattr(cfg, "paired", False) or baseline is None:
-        yield None
+def _pairing(
+    kind, baseline, tracker: SourceTracker
+) -> Iterator[tuple[Pairing | None, PairingChoice | None]]:
+    """With ``--recheck``: whether it pairs and the baseline's code, chosen before anything
+    is measured (:mod:`harness.run.pairing`); (None, None) for a kind that cannot pair."""
+    cfg = kind.config
+    if not hasattr(cfg, "paired") or baseline is None or cfg.recheck <= 0:
+        yield None, None
         return
     assert tracker.checkout is not None and tracker.start_fingerprint is not None
-    with baseline_checked_out(
-        baseline.doc, baseline.sha256, tree=cfg.baseline_tree, checkout=tracker.checkout
-    ) as code:
-        yield Pairing(baseline, code, tracker.checkout, tracker.start_fingerprint)
+    with choose_baseline_code(
+        baseline.doc,
+        baseline.sha256,
+        paired=cfg.paired,
+        tree=cfg.baseline_tree,
+        checkout=tracker.checkout,
+        fingerprint=tracker.start_fingerprint,
+        in_process=kind.profile.in_process,  # a kind with `paired` is io-scale
+    ) as (code, choice):
+        pairing = (
+            Pairing(baseline, code, tracker.checkout, tracker.start_fingerprint)
+            if code is not None
+            else None
+        )
+        yield pairing, choice
 
 
 def say_waiting(resource, holder: str) -> None:
@@ -162,7 +177,7 @@ def say_waiting(resource, holder: str) -> None:
 
 
 def _measure_and_report(
-    kind, manifest, tracker, baseline, calibration, environment, pairing=None
+    kind, manifest, tracker, baseline, calibration, environment, pairing=None, choice=None
 ) -> RunOutcome:
     """Steps 5 and 6 of the module docstring, with the host locks held."""
     cfg, log = kind.config, kind.log
@@ -230,6 +245,8 @@ def _measure_and_report(
     recheck = None
     if flagged:
         doc["recheck"] = recheck_block(cfg.recheck, flagged, rechecked)
+        if choice is not None:
+            doc["recheck"]["pairing"] = choice.to_dict()
         if paired is not None:
             doc["recheck"]["paired"] = paired  # judged from the block, as `compare` reads it
         else:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.run.pairing import describe_pairing
+
 _COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95", "min", "max")
 _STATS = ("first", "median", "p95", "min", "max")
 
@@ -138,6 +140,9 @@ def status_lines(doc: dict) -> list[str]:
                 f"({c['change_percent']:+.1f}%)" + (f"; {c['notes'][0]}" if c.get("notes") else "")
             )
         lines += [f"  - warning: {w}" for w in comparison.get("warnings", [])]
+    pairing = describe_pairing(doc.get("recheck"))
+    if pairing is not None:
+        lines.append(pairing)
     return lines
 
 
