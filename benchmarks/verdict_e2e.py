@@ -7,7 +7,8 @@ Each pair is two demo runs of the same code, each in its own process:
 
 with no pairing flag (so the recheck is paired by default when the baseline's code can
 be had: here the two runs' source fingerprints are equal, so both workers run from the
-tree). Both run from ``--tree`` (``PYTHONPATH`` names it and the working directory is
+tree); ``--no-paired`` adds that flag to the candidate run, the unpaired control. Both
+runs of a pair run from ``--tree`` (``PYTHONPATH`` names it and the working directory is
 inside it, so edits of a checkout cannot reach the measured code); each pair has its own
 history ``H``. Per pair it keeps the exit codes, how the recheck ran
 (``recheck.pairing``, ``recheck.paired.baseline_code`` and ``started_first``) and every
@@ -42,7 +43,7 @@ def harness(tree: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def one_pair(tree: Path, folder: Path, recheck: int) -> dict:
+def one_pair(tree: Path, folder: Path, recheck: int, extra: tuple[str, ...] = ()) -> dict:
     """Baseline run, candidate run against it; what came of it."""
     history = folder / "h"
     load = [os.getloadavg()[0]]
@@ -55,7 +56,7 @@ def one_pair(tree: Path, folder: Path, recheck: int) -> dict:
     sha = hashlib.sha256((folder / "a" / "loading.json").read_bytes()).hexdigest()
     second = harness(tree, "run", "io-scale", "--demo", "--history-dir", str(history),
                      "--output-dir", str(folder / "b"), "--baseline", sha[:12],
-                     "--recheck", str(recheck))  # fmt: skip
+                     "--recheck", str(recheck), *extra)  # fmt: skip
     load.append(os.getloadavg()[0])
     result.update(exit=second.returncode, load_1min=load)
     report_path = folder / "b" / "loading.json"
@@ -119,6 +120,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True, help="a new folder for the pairs")
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--recheck", type=int, default=5)
+    parser.add_argument(
+        "--no-paired", action="store_true", help="the control: the candidate runs --no-paired"
+    )
     args = parser.parse_args()
     if not (args.tree / "harness" / "__init__.py").is_file():
         parser.error(f"--tree {args.tree} holds no harness package")
@@ -129,7 +133,8 @@ def main() -> int:
     with open(args.work / "pairs.jsonl", "w") as out:
         for i in range(args.pairs):
             started = time.time()
-            result = one_pair(args.tree.resolve(), args.work / f"pair-{i:02d}", args.recheck)
+            extra = ("--no-paired",) if args.no_paired else ()
+            result = one_pair(args.tree.resolve(), args.work / f"pair-{i:02d}", args.recheck, extra)
             result["seconds"] = round(time.time() - started, 1)
             out.write(json.dumps(result, sort_keys=True) + "\n")
             out.flush()
