@@ -163,3 +163,49 @@ def test_concurrent_opens_of_more_sources_than_are_remembered(tmp_path, monkeypa
         list(pool.map(open_all, range(6)))
     assert len(frame_index._VERIFIED) == frame_index._VERIFIED_MAX
     frame_index._VERIFIED.clear()
+
+
+def _sidecar_facts(index_dir):
+    return frame_index._read_json(next(index_dir.glob("*.json")))
+
+
+def test_a_remembered_sidecar_gives_the_shard_layout_without_reading_its_json(
+    master, tmp_path, reads, monkeypatch
+):
+    monkeypatch.setattr(frame_index, "_RACY_NS", 50_000_000)
+    index_dir = tmp_path / "index"
+    open_arina(master, index_dir=index_dir)
+    time.sleep(0.1)
+    source = open_arina(master, index_dir=index_dir)  # read, checked, remembered
+    facts = _sidecar_facts(index_dir)
+    json_reads = []
+    real = frame_index._read_json
+    monkeypatch.setattr(
+        frame_index, "_read_json", lambda path: json_reads.append(path) or real(path)
+    )
+    args = (facts["source_identity"], source.shard_paths, facts["datasets"])
+    remembered = frame_index.cached_shard_layout(*args, index_dir=index_dir)
+    assert json_reads == []
+    again = open_arina(master, index_dir=index_dir)
+    assert json_reads == [] and again.index is source.index
+    frame_index._VERIFIED.clear()
+    from_file = frame_index.cached_shard_layout(*args, index_dir=index_dir)
+    assert json_reads, "without the memory the sidecar's JSON is read"
+    assert remembered == from_file == ([5, 5, 2], DET, np.dtype(source.dtype))
+
+
+def test_a_remembered_layout_is_not_used_for_changed_shards(master, tmp_path, reads, monkeypatch):
+    monkeypatch.setattr(frame_index, "_RACY_NS", 50_000_000)
+    index_dir = tmp_path / "index"
+    open_arina(master, index_dir=index_dir)
+    time.sleep(0.1)
+    source = open_arina(master, index_dir=index_dir)
+    facts = _sidecar_facts(index_dir)
+    args = (facts["source_identity"], source.shard_paths, facts["datasets"])
+    stats = frame_index.shard_stats(source.shard_paths)
+    assert frame_index.cached_shard_layout(*args, index_dir=index_dir, stats=stats) is not None
+    changed = [list(s) for s in stats]
+    changed[0][1] += 1  # another mtime: not the shards the sidecar describes
+    assert frame_index.cached_shard_layout(*args, index_dir=index_dir, stats=changed) is None
+    other = {**facts["source_identity"], "mtime_ns": facts["source_identity"]["mtime_ns"] + 1}
+    assert frame_index.cached_shard_layout(other, *args[1:], index_dir=index_dir) is None

@@ -183,6 +183,43 @@ def test_run_staged_moves_each_batch_to_a_slot_in_order(tmp_path, fake_cuda):
     assert fake.copies == len(wanted)
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_run_registered_checks_after_the_copies_and_drains_first_on_failure(
+    tmp_path, fake_cuda, monkeypatch, fails
+):
+    """``after_copies`` runs once, after every copy was enqueued and the copy stream
+    synchronised; what it raises comes out after the launched work was drained."""
+    fake = fake_cuda()
+    blob = np.arange(4096, dtype=np.uint8)
+    events = []
+    real_drain = staging.DeviceLanes.drain
+
+    def drain(self) -> None:
+        events.append("drain")
+        real_drain(self)
+
+    monkeypatch.setattr(staging.DeviceLanes, "drain", drain)
+    batches = [[(0, 100 * i, 0, 100)] for i in range(5)]
+
+    def launch(i, device_bytes, stream) -> None:
+        events.append(f"launch {i}")
+
+    def after() -> None:
+        events.append(f"after {fake.copies} copies")
+        if fails:
+            raise RuntimeError("a file changed")
+
+    run = lambda: mapped_staging.run_registered(  # noqa: E731
+        batches, 100, lambda f, off: blob.ctypes.data + off, launch, after_copies=after
+    )
+    if fails:
+        with pytest.raises(RuntimeError, match="a file changed"):
+            run()
+    else:
+        run()
+    assert events == [*(f"launch {i}" for i in range(5)), "after 5 copies", "drain"]
+
+
 def test_run_mapped_copies_each_range_and_releases_every_registration(tmp_path, fake_cuda):
     fake = fake_cuda()
     paths, blobs = _files(tmp_path, [9 * PAGE_SIZE + 5, 3 * PAGE_SIZE])

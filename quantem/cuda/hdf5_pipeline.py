@@ -22,15 +22,17 @@ import numpy as np
 from quantem.cuda import lz4_bitshuffle as lz4
 from quantem.cuda import mapped_staging, registered_files, xxh3
 from quantem.cuda import staging as staging_module
-from quantem.cuda.staging import plan_batches
+from quantem.cuda.load_plan import (  # noqa: F401 (their home was here)
+    SPAN_GAP_BYTES,
+    LoadPlan,
+    load_plan,
+    plan_span_reads,
+    shard_spans,
+)
+from quantem.cuda.staging import plan_batches  # noqa: F401 (tests and benchmarks use it here)
 from quantem.errors import ArinaFormatError, ChunkDecodeError
 
 DEFAULT_BATCH_BYTES = 128 << 20
-#: Chunks of one shard whose file gap is at most this many bytes are read as one span
-#: (the gap read and ignored): HDF5 puts a B-tree node of a few KiB between runs of
-#: chunks, and reading past it is far cheaper than another read call (measured on the
-#: H200: per-run reads of ~0.7 MB reach 10-14 GB/s, 64 MiB pieces of a file 42 GB/s).
-SPAN_GAP_BYTES = 1 << 20
 #: How compressed bytes reach the device (see :func:`decode_source_to_device`).
 STAGINGS = ("pread", "mapped", "registered")
 #: The staging a load uses unless told otherwise: registered, since a warm load of
@@ -183,48 +185,6 @@ def plan_reads(
     return reads
 
 
-def plan_span_reads(
-    shard: np.ndarray,
-    offset: np.ndarray,
-    nbytes: np.ndarray,
-    piece_bytes: int,
-    gap_bytes: int = SPAN_GAP_BYTES,
-) -> tuple[list[tuple[int, int, int, int]], np.ndarray, int]:
-    """Cover a batch's chunks with few large file spans.
-
-    Consecutive chunks of one shard in increasing file order, with at most ``gap_bytes``
-    between them, form one span, read whole (gaps included) in pieces of at most
-    ``piece_bytes``. Returns the reads ``(shard, file_offset, buffer_offset, length)``,
-    each chunk's start in the buffer (int64) and the buffer's data length.
-    """
-    n = int(shard.size)
-    if n == 0:
-        return [], np.zeros(0, dtype=np.int64), 0
-    offset = np.asarray(offset, dtype=np.int64)
-    ends = offset + np.asarray(nbytes, dtype=np.int64)
-    new = np.ones(n, dtype=bool)
-    gap = offset[1:] - ends[:-1]
-    new[1:] = (shard[1:] != shard[:-1]) | (gap < 0) | (gap > gap_bytes)
-    span_of = np.cumsum(new) - 1
-    first = np.flatnonzero(new)
-    lo = offset[first]
-    hi = np.maximum.reduceat(ends, first)
-    length = hi - lo
-    buffer_at = np.concatenate(([0], np.cumsum(length)[:-1]))
-    starts = buffer_at[span_of] + offset - lo[span_of]
-    reads = []
-    for k in range(first.size):
-        file, file_offset, at, size = (
-            int(shard[first[k]]),
-            int(lo[k]),
-            int(buffer_at[k]),
-            int(length[k]),
-        )
-        for done in range(0, size, piece_bytes):
-            reads.append((file, file_offset + done, at + done, min(piece_bytes, size - done)))
-    return reads, starts, int(length.sum())
-
-
 def decode_source_to_device(
     source: Any,
     *,
@@ -276,9 +236,8 @@ def decode_source_to_device(
     frame_elems = det_r * det_c
     frame_bytes = frame_elems * elem
     first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
-    shard = np.asarray(index.frame_shard[first:last])
-    offset = np.asarray(index.frame_offset[first:last], dtype=np.int64)
-    nbytes = np.asarray(index.frame_nbytes[first:last], dtype=np.int64)
+    plan = load_plan(index, first, last, batch_bytes, batch_frames)
+    shard, offset, nbytes = plan.shard, plan.offset, plan.nbytes
     n = last - first
     stats = PipelineStats()
 
@@ -288,13 +247,13 @@ def decode_source_to_device(
         return source.shard_paths[s], {"shard_frame": frame - shard_first}
 
     limit = lz4.max_chunk_bytes(frame_bytes, elem)
-    bad = np.flatnonzero((nbytes < lz4.HEADER_BYTES) | (nbytes > limit))
-    if bad.size:
-        f = first + int(bad[0])
+    bad = plan.first_bad_chunk(lz4.HEADER_BYTES, limit)
+    if bad >= 0:
+        f = first + bad
         path, fields = describe(f)
         raise ChunkDecodeError(
             path,
-            f"frame index gives a chunk of {int(nbytes[bad[0]])} bytes, outside "
+            f"frame index gives a chunk of {int(nbytes[bad])} bytes, outside "
             f"[{lz4.HEADER_BYTES}, {limit}] for a {frame_bytes}-byte frame",
             frame=f,
             **fields,
@@ -309,8 +268,8 @@ def decode_source_to_device(
     verify = _SourceCheck(source, first, nbytes) if verify_source and n else None
     if n == 0:
         return out, stats
-    batches = plan_batches(nbytes, batch_bytes, batch_frames)
-    stats.compressed_bytes = int(nbytes.sum())
+    batches = plan.batches
+    stats.compressed_bytes = plan.compressed_bytes
     threads = threads or min(32, os.cpu_count() or 4)
     state: dict[str, Any] = {}
     short = lambda path, detail: ArinaFormatError(path, detail)  # noqa: E731
@@ -358,9 +317,7 @@ def decode_source_to_device(
                     staged = _run_mapped(files, mapped, offset, nbytes, batch_decoder)
                     stats.batches = len(mapped[0])
                 else:
-                    staged, stats.registered_bytes = _run_registered(
-                        files, batches, shard, offset, nbytes, batch_decoder
-                    )
+                    staged, stats.registered_bytes = _run_registered(files, plan, batch_decoder)
                     stats.batches = len(batches)
                 stats.staging = staging
             except mapped_staging.MappedStagingUnavailable as exc:
@@ -371,7 +328,7 @@ def decode_source_to_device(
                     verify.flags.fill(0)
                     verify.host_bad[:] = False
         if staged is None:
-            staged = _run_pread(files, batches, shard, offset, nbytes, batch_decoder)
+            staged = _run_pread(files, plan, batch_decoder)
             stats.staging = "pread"
             stats.batches = len(batches)
     stats.read_seconds = staged.read_seconds
@@ -385,27 +342,14 @@ def decode_source_to_device(
     return out, stats
 
 
-def _run_pread(
-    files: Any,
-    batches: list[tuple[int, int]],
-    shard: np.ndarray,
-    offset: np.ndarray,
-    nbytes: np.ndarray,
-    decoder: _BatchDecoder,
-) -> Any:
+def _run_pread(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> Any:
     """Pread staging: each batch's chunk spans in a pinned buffer, then the chunks' starts
     and ends in it (int64 each), copied to the device together."""
     import cupy
 
-    plans = []
-    bounds = []
-    for a, b in batches:
-        reads, starts, data = plan_span_reads(
-            shard[a:b], offset[a:b], nbytes[a:b], staging_module.READ_PIECE_BYTES
-        )
-        at = -(-data // 8) * 8
-        bounds.append((at, starts, starts + nbytes[a:b]))
-        plans.append(staging_module.Batch(reads, at + 16 * (b - a)))
+    batches = plan.batches
+    pread = plan.pread(staging_module.READ_PIECE_BYTES)
+    bounds = pread.bounds
 
     def fill_bounds(i: int, slot: np.ndarray) -> None:
         at, starts, ends = bounds[i]
@@ -431,7 +375,7 @@ def _run_pread(
         decoder.decode_batch(a, b, device_bytes[:at], starts_dev, ends_dev, stream)
 
     return staging_module.run_staged(
-        files, plans, launch, on_read=fill_bounds, threads=decoder.threads
+        files, pread.batches, launch, on_read=fill_bounds, threads=decoder.threads
     )
 
 
@@ -541,39 +485,7 @@ def _run_mapped(
     return mapped_staging.run_mapped(files.fds, ranges, launch, threads=decoder.threads)
 
 
-def shard_spans(
-    shard: np.ndarray, offset: np.ndarray, nbytes: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The shards a load reads, in first-use order, and the file span ``[lo, hi)`` each
-    one's loaded chunks cover (int64)."""
-    ends = offset + nbytes
-    if shard.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    if np.all(shard[1:] >= shard[:-1]):  # shards in order: one pass, no sort
-        starts = np.concatenate(([0], np.flatnonzero(shard[1:] != shard[:-1]) + 1))
-        return (
-            shard[starts].astype(np.int64),
-            np.minimum.reduceat(offset, starts),
-            np.maximum.reduceat(ends, starts),
-        )
-    files, first, inverse = np.unique(shard, return_index=True, return_inverse=True)
-    lo = np.full(files.size, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.zeros(files.size, dtype=np.int64)
-    np.minimum.at(lo, inverse, offset)
-    np.maximum.at(hi, inverse, ends)
-    order = np.argsort(first, kind="stable")
-    return files[order].astype(np.int64), lo[order], hi[order]
-
-
-def _run_registered(
-    files: Any,
-    batches: list[tuple[int, int]],
-    shard: np.ndarray,
-    offset: np.ndarray,
-    nbytes: np.ndarray,
-    decoder: _BatchDecoder,
-) -> tuple[Any, int]:
+def _run_registered(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> tuple[Any, int]:
     """Registered staging: each batch's chunk spans copied by DMA from the shards'
     registered page-cache pages (kept across loads, :mod:`quantem.cuda.registered_files`).
 
@@ -586,37 +498,30 @@ def _run_registered(
     :class:`~quantem.cuda.registered_files.RegistrationUnavailable` (the caller falls
     back to pread). Returns the staging statistics and the bytes registered by this load.
     """
-    import cupy
 
     cache = registered_files.registered_files()
     fds, paths = files.fds, files.paths
-    used, lo, hi = shard_spans(shard, offset, nbytes)
-    plans = []
-    starts = np.empty(offset.size, dtype=np.int64)
-    slot_bytes = 1
-    for a, b in batches:
-        reads, batch_starts, data = plan_span_reads(shard[a:b], offset[a:b], nbytes[a:b], 1 << 62)
-        plans.append(reads)
-        starts[a:b] = batch_starts
-        slot_bytes = max(slot_bytes, data)
+    batches, shard, offset, nbytes = plan.batches, plan.shard, plan.offset, plan.nbytes
+    registered_plan = plan.registered()
+    used, lo, hi = registered_plan.used, registered_plan.lo, registered_plan.hi
     leases: dict[int, registered_files.Registration] = {}
     futures: dict[int, Any] = {}
     registered = 0
     try:
         misses = []
         for f, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+            st = os.fstat(fds[f])
             # The lookup first: it releases the registration of a file that changed.
-            entry = cache.lookup(fds[f], paths[f], a, b)
+            entry = cache.lookup(fds[f], paths[f], a, b, st)
             if entry is not None:
                 leases[f] = entry
             else:
                 misses.append((f, a, b))
-        for f, end in zip(used.tolist(), hi.tolist()):
-            size = os.fstat(fds[f]).st_size
-            if end > size:
+            if b > st.st_size:
                 raise ArinaFormatError(
                     paths[f],
-                    f"file ends before the expected data ({end - size} bytes missing at offset {size})",
+                    f"file ends before the expected data ({b - st.st_size} bytes missing at "
+                    f"offset {st.st_size})",
                 )
         if misses:
             cache.count_load([fds[f] for f, _, _ in misses], [paths[f] for f, _, _ in misses])
@@ -640,8 +545,7 @@ def _run_registered(
                 entry = leases[f] = futures[f].result()
             return entry.address_of(file_offset)
 
-        starts_dev = cupy.asarray(starts)
-        ends_dev = cupy.asarray(starts + nbytes)
+        starts_dev, ends_dev = plan.device_bounds()
 
         def chunk_of(k: int) -> bytes:  # the CPU reads chunks by pread, never the mappings
             return os.pread(fds[int(shard[k])], int(nbytes[k]), int(offset[k]))
@@ -655,14 +559,24 @@ def _run_registered(
             a, b = batches[i]
             decoder.decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
 
-        stats = mapped_staging.run_registered(plans, slot_bytes, address, launch)
-        changed = [f for f, entry in leases.items() if not cache.still_current(entry, fds[f])]
-        for f in changed:
-            cache.forget_version(leases[f])
-        if changed:
-            raise registered_files.RegistrationUnavailable(
-                f"{paths[changed[0]]} changed during the load"
-            )
+        def unchanged_while_copied() -> None:
+            changed = [f for f, e in leases.items() if not cache.still_current(e, fds[f])]
+            for f in changed:
+                cache.forget_version(leases[f])
+            if changed:
+                raise registered_files.RegistrationUnavailable(
+                    f"{paths[changed[0]]} changed during the load"
+                )
+
+        # The files' stats are checked once the copies are done, while the last batches
+        # decode.
+        stats = mapped_staging.run_registered(
+            registered_plan.reads,
+            registered_plan.slot_bytes,
+            address,
+            launch,
+            after_copies=unchanged_while_copied,
+        )
         return stats, registered
     finally:
         for future in futures.values():

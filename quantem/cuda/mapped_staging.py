@@ -193,6 +193,7 @@ def run_registered(
     *,
     launch_bytes: Sequence[int] | None = None,
     profile: bool | None = None,
+    after_copies: Callable[[], None] | None = None,
 ) -> StageStats:
     """Copy batches out of registered host pages and ``launch(i, device_bytes, stream)``.
 
@@ -202,6 +203,9 @@ def run_registered(
     slot of ``slot_bytes`` by DMA (one copy per read, no CPU copy) and ``launch`` sees the
     slot up to the batch's last byte (or ``launch_bytes[i]`` bytes, when given). Returns once all launched work has finished;
     ``stats.read_seconds`` is the time spent waiting for addresses (registrations).
+    ``after_copies()`` runs once every copy is done, while the last launches may still
+    run (host checks of the copied pages overlap the decode); what it raises is raised
+    after the launched work has finished.
     """
     stats = StageStats(batches=len(batches))
     if not batches:
@@ -222,6 +226,9 @@ def run_registered(
             )
             stats.copied_bytes += sum(length for _, _, _, length in reads)
             lanes.copy_many_and_launch(i, copies, used, launch)
+        if after_copies is not None:
+            lanes.copy_stream.synchronize()
+            after_copies()
     finally:
         lanes.drain()
     stats.read_seconds = waited

@@ -284,12 +284,14 @@ class RegisteredFiles:
             return [r.path for r in self._entries.values()]
 
     # -- loads ------------------------------------------------------------------------
-    def lookup(self, fd: int, path: str, lo: int, hi: int) -> Registration | None:
+    def lookup(
+        self, fd: int, path: str, lo: int, hi: int, st: os.stat_result | None = None
+    ) -> Registration | None:
         """A kept registration of the open file ``fd`` covering ``[lo, hi)``, leased to
         the caller (give it back with :meth:`give_back`); ``None`` when there is none, it
         covers less, or the file changed since it was registered (that registration is
-        then released)."""
-        stat = FileStat.of(os.fstat(fd))
+        then released). ``st``: ``os.fstat(fd)``, when the caller has just taken it."""
+        stat = FileStat.of(os.fstat(fd) if st is None else st)
         with self._lock:
             self._check_pid()
             entry = self._entries.get(stat.identity)

@@ -35,7 +35,12 @@ from quantem.errors import (
     UnsupportedDtypeError,
 )
 from quantem.io import arina_layout as layout
-from quantem.io.frame_index import FrameIndex, cached_shard_layout, load_or_build_frame_index
+from quantem.io.frame_index import (
+    FrameIndex,
+    cached_shard_layout,
+    load_or_build_frame_index,
+    shard_stats,
+)
 from quantem.io.transforms import FrameFinisher, LoadOptions
 
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
@@ -373,10 +378,13 @@ def open_arina(
     }
     shard_paths = [path for path, _ in shards]
     dataset_paths = [dataset for _, dataset in shards]
+    stats = shard_stats(shard_paths)  # once, for the layout and the index
     cached = (
         None
         if fresh_index
-        else cached_shard_layout(identity, shard_paths, dataset_paths, index_dir=index_dir)
+        else cached_shard_layout(
+            identity, shard_paths, dataset_paths, index_dir=index_dir, stats=stats
+        )
     )
     if cached is not None:  # the shards are unchanged since their index was built
         shard_frames, detector_shape, dtype = cached
@@ -415,6 +423,7 @@ def open_arina(
         dataset_paths=dataset_paths,
         detector_shape=detector_shape,
         dtype=dtype.name,
+        stats=stats,
     )
     validity = pixel_mask == 0
     metadata = {

@@ -256,29 +256,44 @@ def _sidecar_paths(identity: dict, index_dir: str | os.PathLike | None) -> tuple
     return folder / f"{key}.npz", folder / f"{key}.json"
 
 
+def shard_stats(shard_paths: Sequence[str]) -> list[list[int]]:
+    """Each shard's ``[size, mtime_ns]``, as a sidecar records them (a caller that calls
+    both :func:`cached_shard_layout` and :func:`load_or_build_frame_index` takes them
+    once and passes them to each). Raises :class:`SourceNotFoundError` for a missing one."""
+    return _shard_stats(shard_paths)
+
+
 def cached_shard_layout(
     identity: dict,
     shard_paths: Sequence[str],
     dataset_paths: Sequence[str] | None,
     *,
     index_dir: str | os.PathLike | None = None,
+    stats: list[list[int]] | None = None,
 ) -> tuple[list[int], tuple[int, int], np.dtype] | None:
     """Frames per shard, frame shape and dtype recorded by a sidecar that still matches.
 
     None when there is no sidecar, or it fails its own checksum (it is then rebuilt, with
     a warning, by :func:`load_or_build_frame_index`), or it was written for other shards,
     or any shard's size or modification time changed since. Raises
-    :class:`SourceNotFoundError` for a missing shard (as opening it would).
+    :class:`SourceNotFoundError` for a missing shard (as opening it would). ``stats``:
+    :func:`shard_stats` of ``shard_paths``, when the caller has them.
+
+    A sidecar this process verified and remembers (:func:`_read_sidecar_once`), whose
+    files kept their stat, answers from memory: its facts are the file's.
     """
-    _, json_path = _sidecar_paths(identity, index_dir)
-    stored = _read_json(json_path)
-    if stored is None or _check_document(stored) is not None:
-        return None
+    npz_path, json_path = _sidecar_paths(identity, index_dir)
+    stats = _shard_stats(shard_paths) if stats is None else stats
+    stored = _remembered_facts(npz_path, json_path)
+    if stored is None:
+        stored = _read_json(json_path)
+        if stored is None or _check_document(stored) is not None:
+            return None
     if (
         stored.get("source_identity") != identity
         or stored.get("shards") != [os.fspath(p) for p in shard_paths]
         or stored.get("datasets") != (list(dataset_paths) if dataset_paths is not None else None)
-        or stored.get("shard_stats") != _shard_stats(shard_paths)
+        or stored.get("shard_stats") != stats
     ):
         return None
     try:
@@ -304,12 +319,14 @@ def load_or_build_frame_index(
     dataset_paths: Sequence[str] | None = None,
     detector_shape: tuple[int, int] | None = None,
     dtype: str | None = None,
+    stats: list[list[int]] | None = None,
 ) -> FrameIndex:
     """The source's frame index from its sidecar, or built (and stored) when absent/stale.
 
     A sidecar that fails its checksums or its shards' offset-table hashes is discarded
     and rebuilt with a :class:`~quantem.errors.FrameIndexWarning`. An index folder that
-    cannot be written is not an error: the index is then only kept in memory.
+    cannot be written is not an error: the index is then only kept in memory. ``stats``:
+    :func:`shard_stats` of ``shard_paths``, when the caller has them.
     """
     npz_path, json_path = _sidecar_paths(identity, index_dir)
     expected = {
@@ -318,7 +335,7 @@ def load_or_build_frame_index(
         "source_identity": identity,
         "shards": [os.fspath(p) for p in shard_paths],
         "datasets": list(dataset_paths) if dataset_paths is not None else None,
-        "shard_stats": _shard_stats(shard_paths),
+        "shard_stats": _shard_stats(shard_paths) if stats is None else stats,
         "frames_per_shard": [int(n) for n in frames_per_shard],
         "detector_shape": list(detector_shape) if detector_shape is not None else None,
         "dtype": np.dtype(dtype).name if dtype is not None else None,
@@ -387,6 +404,17 @@ def _read_sidecar_once(npz_path: Path, json_path: Path, expected: dict) -> Frame
             while len(_VERIFIED) > _VERIFIED_MAX:
                 _VERIFIED.popitem(last=False)
     return index
+
+
+def _remembered_facts(npz_path: Path, json_path: Path) -> dict | None:
+    """The facts of a sidecar this process verified and remembers, while both its files
+    keep the stat they had (parsed from the remembered canonical JSON)."""
+    key = _sidecar_stat(npz_path, json_path)
+    if key is None:
+        return None
+    with _VERIFIED_LOCK:
+        remembered = _VERIFIED.get(key)
+    return None if remembered is None else json.loads(remembered[0])
 
 
 def _first_observed_hashes(npz_path: Path, json_path: Path, expected: dict) -> np.ndarray | None:
