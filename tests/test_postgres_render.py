@@ -396,3 +396,93 @@ def test_a_first_render_with_pages_in_workers_equals_one_without(
     finally:
         local.close()
         engine.dispose()
+
+
+@pytest.mark.slow
+def test_a_first_render_writes_records_straight_and_the_next_repairs_a_partial_one(
+    server, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first render writes each record file straight to its name (no temporary file
+    renamed over it), which is not atomic: a render that dies part-way through a record
+    leaves it truncated under its own name. The next render must not trust that folder:
+    it takes a whole snapshot, which compares every record file with the server's bytes
+    and replaces the truncated one (atomically), and the folder is then the one a whole
+    render into a new folder gives."""
+    import os
+
+    import harness.history.snapshot as snapshot
+    from harness.errors import HistoryError
+
+    url, reports = server
+    paths = [_report(reports, seed) for seed in range(3)]
+    _register(url, *paths)
+    out = tmp_path / "dash"
+    renamed: list[str] = []
+    real_replace = os.replace
+
+    def replacing(source, target, *args, **kwargs):
+        renamed.append(str(target))
+        return real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot.os, "replace", replacing)
+    write_new, written = snapshot._write_new_record, []
+
+    def dying(path: str, data: bytes) -> bool:
+        if len(written) == 1:  # the second record: half of it, then the render dies
+            assert write_new(path, data[: len(data) // 2])
+            written.append(path)
+            raise HistoryError("killed part-way through a record")
+        written.append(path)
+        return write_new(path, data)
+
+    monkeypatch.setattr(snapshot, "_write_new_record", dying)
+    command = ["render", "index", "--out", str(out), "--history-url", url,
+               "--git-repo", str(tmp_path)]  # fmt: skip
+    assert main(command) != EXIT_OK
+    assert "killed part-way" in capsys.readouterr().err
+    partial = Path(written[1])
+    sha = partial.name.removesuffix(".json")
+    whole = next(p for p in paths if sha256_bytes(p.read_bytes()) == sha).read_bytes()
+    assert 0 < partial.stat().st_size < len(whole)
+    # the first record went straight to its name: nothing was renamed over a record
+    assert Path(written[0]).is_file() and not [t for t in renamed if "/records/" in t]
+
+    monkeypatch.setattr(snapshot, "_write_new_record", write_new)
+    stdout, err = _render(url, out, tmp_path, capsys)
+    assert "rendering everything again" in err and "rendered every record" in stdout, err
+    assert sha256_bytes(partial.read_bytes()) == sha
+    assert str(partial) in renamed  # replaced whole, not written into
+    assert [t for t in renamed if "/records/sha256/" in t] == [str(partial)]
+    _assert_same_as_whole_render(url, out, tmp_path, capsys)
+    stdout, err = _render(url, out, tmp_path, capsys)  # and it is trusted from now on
+    assert "0 records new since the last render" in stdout and "note:" not in err
+
+
+@pytest.mark.slow
+def test_a_whole_snapshot_has_the_schema_of_a_new_index_and_is_sound(
+    server, tmp_path: Path, capsys
+) -> None:
+    """The snapshot's bulk copy runs without a rollback journal and builds the trials'
+    and summaries' indexes after their rows: the file is then a sound SQLite database
+    with every table and index a new index has, made by the same statements."""
+    from harness.history.index_db import forget_index, open_index
+
+    url, reports = server
+    _register(url, *(_report(reports, seed) for seed in range(3)))
+    out = tmp_path / "dash"
+    _render(url, out, tmp_path, capsys)
+    fresh = tmp_path / "fresh.sqlite"
+    open_index(fresh).dispose()
+    forget_index(fresh)
+    schemas = []
+    for path in (snapshot_path(out), fresh):
+        connection = sqlite3.connect(path)
+        try:
+            schemas.append(
+                sorted(connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+            )
+            assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            connection.close()
+    assert schemas[0] == schemas[1]
+    assert any(row[:2] == ("index", "ix_trials_record_seq") for row in schemas[0])

@@ -17,7 +17,7 @@ import pytest
 from harness.history.index_db import IndexMetaRow, RecordRow, SummaryRow, TrialRow, open_index
 from harness.history.layout import HistoryLayout
 from harness.history.store import register_reports
-from harness.render import build_timings_csv, registration_renderer
+from harness.render import build_timings_csv, registration_renderer, timings
 from harness.render.timings import TimingsFromRows
 from harness.report import dump_report
 from harness.testing import make_example_report
@@ -51,10 +51,17 @@ def _table_rows(index_db: Path, model, as_driver: bool) -> list[tuple]:
     return rows
 
 
-@pytest.mark.parametrize(("batch", "as_driver"), [(1, True), (3, False), (1000, True)])
+@pytest.mark.parametrize(
+    ("batch", "as_driver", "texts_held"),
+    [(1, True, None), (3, False, None), (1000, True, None), (1000, True, 1)],
+)
 def test_timings_from_copied_rows_are_the_rendered_bytes(
-    tmp_path: Path, batch: int, as_driver: bool
+    tmp_path: Path, batch: int, as_driver: bool, texts_held: int | None, monkeypatch
 ) -> None:
+    """``texts_held``: the formatted text parts held at most (1: the held one dropped
+    before each new one)."""
+    if texts_held is not None:
+        monkeypatch.setattr(timings, "_TEXTS_HELD", texts_held)
     history = _history(tmp_path)
     index_db = HistoryLayout.at(history).index_db
     engine = open_index(index_db, create=False)
@@ -70,6 +77,8 @@ def test_timings_from_copied_rows_are_the_rendered_bytes(
         for first in range(0, len(rows), batch):
             writer.rows(model.__tablename__, rows[first : first + batch])
     assert not out.exists()  # in place only when finished
+    if texts_held is not None:  # the formatted parts held stay bounded
+        assert len(writer._texts) <= texts_held
     size = writer.finish()
     assert out.read_bytes() == expected and size == len(expected)
     text = expected.decode("utf-8")

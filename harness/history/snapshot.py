@@ -27,6 +27,7 @@ meanwhile are not half-seen) and hash-check every record they copy.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from typing import Protocol
 from sqlalchemy import Connection, func, select, text
 
 from harness.errors import HistoryError
-from harness.fsio import ensure_dir, replace_file
+from harness.fsio import FileWriteError, ensure_dir, replace_file
 from harness.history.index_db import (
     IndexMetaRow,
     RecordRow,
@@ -50,7 +51,12 @@ from harness.history.index_db import (
     open_index,
 )
 from harness.history.journal import GENESIS_HEAD
-from harness.history.layout import HistoryLayout, sha256_of_record_name
+from harness.history.layout import (
+    FANOUT_DIGITS,
+    RECORD_SUFFIX,
+    HistoryLayout,
+    sha256_of_record_name,
+)
 from harness.history.postgres import PostgresStore, journal_table, records_table, server_step
 from harness.history.records import sha256_bytes
 from harness.history.remote import server_name
@@ -198,19 +204,56 @@ def _checked(sha256: str, data: bytes, where: str) -> bytes:
     return data
 
 
-def _write_record(
-    layout: HistoryLayout, sha256: str, data: bytes, made: set[Path] | None = None
-) -> None:
-    """Write a record file (atomically: a temporary file renamed); ``made``: the folders
-    known to exist already (one ``mkdir`` per folder, not per record)."""
+def _write_record(layout: HistoryLayout, sha256: str, data: bytes) -> None:
+    """Write a record file atomically (a temporary file renamed over its name): for a
+    file that exists with other bytes, or one that an update adds."""
     path = layout.record_path(sha256)
-    if made is None or path.parent not in made:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if made is not None:
-            made.add(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}")
     temp.write_bytes(data)
     os.replace(temp, path)
+
+
+#: A record file that a whole snapshot writes straight to its name: created, never opened
+#: if it exists already (``O_EXCL``).
+_NEW_RECORD_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_new_record(path: str, data: bytes) -> bool:
+    """Create the record file ``path`` holding ``data``, straight under its name (no
+    temporary file, no rename, no ``stat`` before); False, writing nothing, when a file
+    of that name exists. Its folder is created when missing.
+
+    Not atomic, and safe only inside :func:`take_snapshot`: it writes record files
+    while the snapshot holds no source (removed before the first record; the source
+    is written, not complete, after the last), so a render killed part-way through
+    a file leaves a folder that the next render does not trust: it takes a whole
+    snapshot, which compares every record file there with the server's bytes and
+    replaces one that differs (a truncated one) atomically. At 100,000 records this
+    saves the temporary file's create, rename and the failed ``stat`` of each record
+    (``docs/performance/results.md``, "the first URL render under 60 s")."""
+    step = "writing the records to render"
+    try:
+        try:
+            fd = os.open(path, _NEW_RECORD_FLAGS, 0o666)
+        except FileNotFoundError:  # its folder, the first time one of its records comes
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, _NEW_RECORD_FLAGS, 0o666)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise FileWriteError(path, step, exc) from exc
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # not left half-written where this render can help it
+        raise FileWriteError(path, step, exc) from exc
+    os.close(fd)
+    return True
 
 
 def _server_rows(
@@ -385,10 +428,11 @@ def take_snapshot(
     forget_index(index_path)
     with _server_snapshot(store, "reading the history to render") as connection:
         stored = set()
-        made: set[Path] = set()
         if record_files is not None:
             record_files.begin(connection)
         query = select(records_table.c.sha256, records_table.c.data)
+        # the records' paths as text (a Path per record cost more than its write)
+        records = f"{layout.records}{os.sep}"
         for rows in _server_rows(
             connection, query, "snapshot_records", binary=True, batch=_RECORDS_BATCH
         ):
@@ -397,13 +441,18 @@ def take_snapshot(
                 placed.append(sha256)
                 stored.add(sha256)
                 data = _checked(sha256, bytes(data), where)
-                path = layout.record_path(sha256)
+                path = f"{records}{sha256[:FANOUT_DIGITS]}{os.sep}{sha256}{RECORD_SUFFIX}"
+                if _write_new_record(path, data):
+                    continue
+                # there already (rendered before, or left by a render that did not
+                # finish): kept when it holds the server's bytes, else replaced whole
                 try:
-                    if path.stat().st_size == len(data) and path.read_bytes() == data:
-                        continue
-                except FileNotFoundError:
-                    pass
-                _write_record(layout, sha256, data, made)
+                    with open(path, "rb") as handle:
+                        if handle.read() == data:
+                            continue
+                except OSError:
+                    pass  # not a file this can read: replaced
+                _write_record(layout, sha256, data)
             if record_files is not None:
                 record_files.placed(placed)
         if prune:
@@ -425,7 +474,26 @@ def take_snapshot(
         source = _prefix(connection, where, journal_seq.scalar(), records_seq.scalar())
         target = sqlite3.connect(index_path)
         try:
+            # No rollback journal for this copy into a new file: its WAL (set by
+            # open_index) wrote every page twice, 1.7 s more for 4,000,000 trial rows in
+            # a measurement apart. What a journal protects is not needed here: a copy
+            # that fails or is killed part-way leaves a file with no source, or one not
+            # complete, and such a snapshot is never read again (the next render removes
+            # it and takes a whole one). The commit is still synced (synchronous stays
+            # FULL), so a snapshot marked complete later (mark_complete, in a journalled
+            # transaction of its own) never rests on pages not yet on disk.
+            target.execute("PRAGMA journal_mode=OFF")
             target.execute("DELETE FROM index_meta")
+            # the large tables' own indexes are built once their rows are in, not row by
+            # row (0.45 s less for 2,000,000 trial rows in a measurement apart), by the
+            # statements that made them
+            indexes = target.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                "AND tbl_name IN (?, ?) ORDER BY name",
+                (TrialRow.__tablename__, SummaryRow.__tablename__),
+            ).fetchall()
+            for name, _sql in indexes:
+                target.execute(f'DROP INDEX "{name}"')
 
             def into(model) -> sqlite3.Connection | _Tee:
                 if rows_copied is None:
@@ -434,6 +502,8 @@ def take_snapshot(
 
             for model in (IndexMetaRow, RecordRow, TrialRow, SummaryRow):
                 _copy_rows(connection, into(model), model)
+            for _name, sql in indexes:
+                target.execute(sql)
             _write_source(target, source)
             target.commit()
         finally:

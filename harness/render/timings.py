@@ -182,6 +182,42 @@ def write_timings_state(connection: Connection, size: int) -> None:
     write_meta(connection, META_TIMINGS, json.dumps({"bytes": size, "seq": max_seq(connection)}))
 
 
+#: The fields of a trial's line that :class:`_TrialTexts` formats (its key, in order).
+_TEXT_FIELDS = ("acquisition", "format", "cache_state", "trial_index", "label", "kept")
+#: Distinct text parts held by :class:`_TrialTexts` before it starts again (a bound on
+#: its memory for a history whose trials share few labels; 4 at 100,000 records here).
+_TEXTS_HELD = 100_000
+
+
+class _TrialTexts(dict):
+    """A trial's (acquisition, format, cache state, trial index, label, kept) -> that
+    part of its timings.csv line, each distinct combination formatted once: a history's
+    trials repeat a few of them (4,000,000 trial rows at 100,000 records, tens of
+    distinct parts), so the line of most rows is a lookup, not four joins, four scans
+    for the characters the csv writer quotes and a format. Keys that are equal are
+    formatted alike because each column's values come as one type (a driver gives an
+    integer column ints and a boolean column bools: ``1 == True`` never meets ``True``).
+    """
+
+    def __missing__(self, fields: tuple) -> str:
+        acquisition, format_, cache_state, trial_index, label, kept = fields
+        # the characters of _CSV_SPECIAL: the csv writer quotes such a field
+        joined = acquisition + format_ + cache_state + label
+        if "," in joined or '"' in joined or "\n" in joined or "\r" in joined:
+            text = _csv_line(
+                (acquisition, format_, cache_state, trial_index, label, _bool_text(kept))
+            )
+        else:
+            text = (
+                f"{acquisition},{format_},{cache_state},{trial_index},{label},"
+                f"{'True' if kept else 'False'}"
+            )
+        if len(self) >= _TEXTS_HELD:
+            self.clear()
+        self[fields] = text
+        return text
+
+
 class TimingsFromRows:
     """timings.csv written from index rows as they are copied into an empty index (the
     snapshot of a first server render: ``rows(table, batch)`` is the ``rows_copied`` hook of
@@ -206,12 +242,16 @@ class TimingsFromRows:
         self._handle.flush()
         self.size = len(header)
         self._prefixes: dict[int, str] = {}
+        self._texts = _TrialTexts()
         names = lambda model: [column.name for column in model.__table__.columns]  # noqa: E731
         self._record_fields = operator.itemgetter(
             *(names(RecordRow).index(name) for name in _RECORD_FIELDS)
         )
-        self._trial_fields = operator.itemgetter(
-            *(names(TrialRow).index(name) for name in ("record_seq", *TRIAL_FIELDS))
+        trial = names(TrialRow)
+        self._text_fields = operator.itemgetter(*(trial.index(name) for name in _TEXT_FIELDS))
+        self._number_at = tuple(
+            trial.index(name)
+            for name in ("record_seq", "seconds", "read_bytes", "file_bytes", "residency_before")
         )
 
     def rows(self, table: str, batch: Sequence[Sequence]) -> None:
@@ -220,27 +260,16 @@ class TimingsFromRows:
                 seq, *fields = self._record_fields(row)
                 self._prefixes[seq] = _record_prefix(*fields)
         elif table == TrialRow.__tablename__:
-            prefixes = self._prefixes
-            lines = []
-            for row in batch:
-                (seq, acquisition, format_, cache_state, trial_index, label, kept, seconds,
-                 read_bytes, file_bytes, residency) = self._trial_fields(row)  # fmt: skip
-                # the characters of _CSV_SPECIAL: the csv writer quotes such a field
-                joined = acquisition + format_ + cache_state + label
-                if "," in joined or '"' in joined or "\n" in joined or "\r" in joined:
-                    text = _csv_line(
-                        (acquisition, format_, cache_state, trial_index, label, _bool_text(kept))
-                    )
-                else:
-                    text = (
-                        f"{acquisition},{format_},{cache_state},{trial_index},{label},"
-                        f"{'True' if kept else 'False'}"
-                    )
-                lines.append(
-                    f"{prefixes[seq]}{text},{seconds!r},{read_bytes},{file_bytes},"
-                    f"{'' if residency is None else repr(residency)}\n"
-                )
-            data = "".join(lines).encode("utf-8")
+            prefixes, texts, text_of = self._prefixes, self._texts, self._text_fields
+            seq, seconds, read_bytes, file_bytes, residency = self._number_at
+            data = "".join(
+                [
+                    f"{prefixes[row[seq]]}{texts[text_of(row)]},{row[seconds]!r},"
+                    f"{row[read_bytes]},{row[file_bytes]},"
+                    f"{'' if row[residency] is None else repr(row[residency])}\n"
+                    for row in batch
+                ]
+            ).encode("utf-8")
             self._handle.write(data)
             self.size += len(data)
 
