@@ -165,7 +165,7 @@ def fake_gpus(monkeypatch):
 
 
 def _cpu_decode_source(
-    source, *, out=None, consume=None, frame_range=None, verify_source=False, **_
+    source, *, out=None, consume=None, frame_range=None, verify_source=False, finish=None, **_
 ):
     """``decode_source_to_device`` on the CPU: the chunks of ``frame_range`` only, read
     through the frame index and decoded by the CPU codec, batches of 3 frames; with
@@ -194,6 +194,8 @@ def _cpu_decode_source(
     decoded = cupy.asarray(np.stack(frames))
     stats = PipelineStats(compressed_bytes=nbytes, batches=1, staging="pread")
     if consume is None:
+        if finish is not None:  # after the last batch, as the pipeline calls it
+            finish(decoded)
         return decoded, stats
     for a in range(0, decoded.shape[0], 3):
         consume(a, min(a + 3, decoded.shape[0]), decoded[a : a + 3])

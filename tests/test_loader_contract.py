@@ -53,8 +53,9 @@ def host_cupy() -> types.ModuleType:
     return fake
 
 
-def host_decode_source(source, *, consume=None, staging="pread", **_: Any):
-    """``decode_source_to_device`` with the CPU decoder: frames in batches of 5."""
+def host_decode_source(source, *, consume=None, staging="pread", finish=None, **_: Any):
+    """``decode_source_to_device`` with the CPU decoder: frames in batches of 5 (and
+    ``finish(out)`` after the last one, as the pipeline calls it)."""
     stats = PipelineStats(compressed_bytes=source.index.compressed_bytes, staging=staging)
     out = (
         None
@@ -67,6 +68,8 @@ def host_decode_source(source, *, consume=None, staging="pread", **_: Any):
             consume(first, first + len(frames), frames)
         else:
             out[first : first + len(frames)] = frames
+    if finish is not None:
+        finish(out)
     return out, stats
 
 

@@ -197,6 +197,7 @@ def decode_source_to_device(
     staging: str = DEFAULT_STAGING,
     verify_source: bool = False,
     batch_frames: int | None = None,
+    finish: Callable[[Any], None] | None = None,
 ) -> tuple[Any, PipelineStats]:
     """Decode frames of an ARINA source on the current device.
 
@@ -226,6 +227,10 @@ def decode_source_to_device(
     :class:`~quantem.errors.SourceIntegrityError` naming the shard and the first such
     frame, before any decode error (a changed chunk explains a failed decode). Off, it
     costs nothing.
+
+    ``finish(out)`` (only without ``consume``) is called once, with the compute stream
+    current, right after the last batch's decode is enqueued: the work it enqueues runs
+    on the decoded frames (a load's mask), and its host side overlaps the decode.
     """
     import cupy
 
@@ -259,6 +264,8 @@ def decode_source_to_device(
             **fields,
         )
 
+    if finish is not None and consume is not None:
+        raise ValueError("finish applies to a decode into out, not to a consume run")
     if staging not in STAGINGS:
         raise ValueError(f"staging must be one of {', '.join(STAGINGS)}, not {staging!r}")
     if batch_frames is not None and staging == "mapped":
@@ -306,6 +313,9 @@ def decode_source_to_device(
             if consume is not None:
                 with stream:
                     consume(a, b, scratch_out[: b - a])
+            elif finish is not None and b == n:
+                with stream:
+                    finish(out)
 
         batch_decoder = _BatchDecoder(
             frame_bytes, elem, state, decode_batch, describe, first, threads, verify
@@ -507,6 +517,7 @@ def _run_registered(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> tuple
     leases: dict[int, registered_files.Registration] = {}
     futures: dict[int, Any] = {}
     registered = 0
+    returned = False  # the leases given back once the copies were done
     try:
         misses = []
         for f, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
@@ -560,6 +571,7 @@ def _run_registered(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> tuple
             decoder.decode_batch(a, b, device_bytes, starts_dev[a:b], ends_dev[a:b], stream)
 
         def unchanged_while_copied() -> None:
+            nonlocal returned
             changed = [f for f, e in leases.items() if not cache.still_current(e, fds[f])]
             for f in changed:
                 cache.forget_version(leases[f])
@@ -567,6 +579,12 @@ def _run_registered(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> tuple
                 raise registered_files.RegistrationUnavailable(
                     f"{paths[changed[0]]} changed during the load"
                 )
+            # Every copy is done: nothing reads the pages again, so the leases go back
+            # now, while the last batches decode (every registration was waited for by
+            # ``address``, so no future is left).
+            for entry in leases.values():
+                cache.give_back(entry)
+            returned = True
 
         # The files' stats are checked once the copies are done, while the last batches
         # decode.
@@ -579,11 +597,12 @@ def _run_registered(files: Any, plan: LoadPlan, decoder: _BatchDecoder) -> tuple
         )
         return stats, registered
     finally:
-        for future in futures.values():
-            future.cancel()
-        for f, future in futures.items():
-            if f not in leases and not future.cancelled():
-                with contextlib.suppress(mapped_staging.MappedStagingUnavailable):
-                    leases[f] = future.result()
-        for entry in leases.values():
-            cache.give_back(entry)
+        if not returned:
+            for future in futures.values():
+                future.cancel()
+            for f, future in futures.items():
+                if f not in leases and not future.cancelled():
+                    with contextlib.suppress(mapped_staging.MappedStagingUnavailable):
+                        leases[f] = future.result()
+            for entry in leases.values():
+                cache.give_back(entry)

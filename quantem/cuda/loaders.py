@@ -188,6 +188,10 @@ def _decode_hdf5(
     import cupy
 
     if not options.changes_layout(source.dtype):
+        # The mask is zeroed on the decode's stream right after the last batch (as
+        # finish_in_place would after the load): its launch overlaps the decode.
+        validity = source.validity
+        mask = (lambda out: zero_invalid_pixels(out, validity)) if options.apply_mask else None
         frames, stats = decode_source_to_device(
             source,
             threads=threads,
@@ -195,9 +199,9 @@ def _decode_hdf5(
             staging=staging,
             frame_range=frame_range,
             verify_source=verify_source,
+            finish=mask,
         )
-        frames, info = finish_in_place(options, frames, source.validity)
-        return frames, stats, info
+        return frames, stats, empty_info()
     validity = cupy.asarray(source.validity)
     first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
     finisher = FrameFinisher(

@@ -358,9 +358,10 @@ def load_or_build_frame_index(
 
 
 #: Sidecars this process has read and verified: (both files' stat) -> (the expected
-#: facts they matched, the index). A process that opens the same source again skips
-#: re-hashing ~11 MB per 262,144 frames while neither file has changed.
-_VERIFIED: OrderedDict[tuple, tuple[bytes, FrameIndex]] = OrderedDict()
+#: facts they matched, canonical, the index, the facts parsed: read only). A process that
+#: opens the same source again skips re-hashing ~11 MB per 262,144 frames while neither
+#: file has changed.
+_VERIFIED: OrderedDict[tuple, tuple[bytes, FrameIndex, dict]] = OrderedDict()
 _VERIFIED_MAX = 8
 #: Sources may be opened from several threads at once (sharded loads).
 _VERIFIED_LOCK = threading.Lock()
@@ -400,7 +401,7 @@ def _read_sidecar_once(npz_path: Path, json_path: Path, expected: dict) -> Frame
             if array is not None:
                 array.setflags(write=False)
         with _VERIFIED_LOCK:
-            _VERIFIED[key] = (facts, index)
+            _VERIFIED[key] = (facts, index, json.loads(facts))
             while len(_VERIFIED) > _VERIFIED_MAX:
                 _VERIFIED.popitem(last=False)
     return index
@@ -408,13 +409,13 @@ def _read_sidecar_once(npz_path: Path, json_path: Path, expected: dict) -> Frame
 
 def _remembered_facts(npz_path: Path, json_path: Path) -> dict | None:
     """The facts of a sidecar this process verified and remembers, while both its files
-    keep the stat they had (parsed from the remembered canonical JSON)."""
+    keep the stat they had (the remembered parse: the caller only reads it)."""
     key = _sidecar_stat(npz_path, json_path)
     if key is None:
         return None
     with _VERIFIED_LOCK:
         remembered = _VERIFIED.get(key)
-    return None if remembered is None else json.loads(remembered[0])
+    return None if remembered is None else remembered[2]
 
 
 def _first_observed_hashes(npz_path: Path, json_path: Path, expected: dict) -> np.ndarray | None:
