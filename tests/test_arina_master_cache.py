@@ -7,7 +7,6 @@ again; callers cannot change what the cache holds.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import h5py
@@ -71,49 +70,3 @@ def test_a_master_rewritten_while_parsed_is_not_cached(master, monkeypatch):
     monkeypatch.setattr(arina, "_read_master", rewritten)
     arina._parsed_master(master, arina._sha256_file(os.fspath(master)))
     assert not arina._MASTER_CACHE
-
-
-@pytest.fixture()
-def hashes(monkeypatch):
-    """Counts the master hashes; the master's SHA-256 memo starts empty."""
-    calls = []
-    real = arina._sha256_file
-    monkeypatch.setattr(arina, "_sha256_file", lambda p: calls.append(p) or real(p))
-    monkeypatch.setattr(arina, "_MASTER_HASHES", {})
-    return calls
-
-
-def test_an_old_unchanged_master_is_hashed_once(master, hashes, monkeypatch):
-    monkeypatch.setattr(arina, "_MASTER_RACY_NS", 0)  # written "long ago"
-    first = arina.open_arina(master)
-    hashed = len(hashes)
-    second = arina.open_arina(master)
-    assert len(hashes) == hashed  # the memo, no read of the master
-    assert second.metadata["source_identity"] == first.metadata["source_identity"]
-    with open(master, "rb") as f:
-        assert (
-            second.metadata["source_identity"]["master_sha256"]
-            == hashlib.sha256(f.read()).hexdigest()
-        )
-
-
-def test_a_rewritten_master_is_hashed_again_even_with_its_mtime_kept(master, hashes, monkeypatch):
-    monkeypatch.setattr(arina, "_MASTER_RACY_NS", 0)
-    before = arina.open_arina(master).metadata["source_identity"]["master_sha256"]
-    stat = os.stat(master)
-    with open(master, "r+b") as f:  # same size, other bytes (the userblock's last byte)
-        f.seek(stat.st_size - 1)
-        last = f.read(1)
-        f.seek(stat.st_size - 1)
-        f.write(bytes([last[0] ^ 0xFF]))
-    os.utime(master, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same mtime
-    hashed = len(hashes)
-    after = arina._master_sha256(os.fspath(master), os.stat(master))
-    assert len(hashes) == hashed + 1 and after != before  # the change time moved
-
-
-def test_a_young_master_is_hashed_on_every_open(master, hashes):
-    stat = os.stat(master)  # just written: within the racy window
-    arina._master_sha256(os.fspath(master), stat)
-    arina._master_sha256(os.fspath(master), stat)
-    assert len(hashes) == 2 and not arina._MASTER_HASHES

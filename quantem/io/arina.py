@@ -17,7 +17,6 @@ import hashlib
 import math
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -123,46 +122,6 @@ def _sha256_file(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-#: Masters' SHA-256 this process computed, by the file's stat (path, device, inode, size,
-#: modification and change times): :func:`_master_sha256`.
-_MASTER_HASHES: dict[tuple, str] = {}
-_MASTER_HASHES_SIZE = 64
-#: A master changed less than this long before it was hashed is hashed on every open:
-#: file times come from a coarse clock, so a same-size rewrite within a tick could keep
-#: its stat (the "racy" rule of ``quantem.io.frame_index``).
-_MASTER_RACY_NS = 2_000_000_000
-
-
-def _stat_key(path: str, st: os.stat_result) -> tuple:
-    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _master_sha256(path: str, st: os.stat_result) -> str:
-    """The SHA-256 of the master at ``path`` whose stat is ``st``: remembered while the
-    file keeps that stat (a write changes its change time, which no user can set back),
-    once it is older than :data:`_MASTER_RACY_NS` and unchanged across the hash; a warm
-    open skips re-reading it (0.25 ms a load on the H200 for a synthetic master)."""
-    key = _stat_key(path, st)
-    with _MASTER_CACHE_LOCK:
-        known = _MASTER_HASHES.get(key)
-    if known is not None:
-        return known
-    started = time.time_ns()
-    digest = _sha256_file(path)
-    try:
-        after = os.stat(path)
-    except OSError:
-        return digest
-    if _stat_key(path, after) == key and max(st.st_mtime_ns, st.st_ctime_ns) < started - (
-        _MASTER_RACY_NS
-    ):
-        with _MASTER_CACHE_LOCK:
-            while len(_MASTER_HASHES) >= _MASTER_HASHES_SIZE:
-                _MASTER_HASHES.pop(next(iter(_MASTER_HASHES)))
-            _MASTER_HASHES[key] = digest
-    return digest
 
 
 def _scalar(value: Any) -> Any:
@@ -404,7 +363,9 @@ def open_arina(
     if not master.is_file():
         raise SourceNotFoundError(master, "master file does not exist")
     stat = master.stat()
-    master_sha256 = _master_sha256(os.fspath(master), stat)
+    # Hashed on every open (not remembered by stat): the harness's cold loads prove by
+    # the physical reads that every file of a load, the master included, was read.
+    master_sha256 = _sha256_file(os.fspath(master))
     shards, fields, units, scan_attr, pixel_mask = _parsed_master(master, master_sha256)
     if layout.NTRIGGER not in fields:
         raise ArinaFormatError(
