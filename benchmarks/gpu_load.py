@@ -799,7 +799,7 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=os.cpu_count())
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--cold-reps", type=int, default=1)
+    parser.add_argument("--cold-reps", type=int, default=None, help="default 1 (0 with --short)")
     parser.add_argument("--no-check-cpu", dest="check_cpu", action="store_false")
     parser.add_argument(
         "--qem", action="store_true", help="also convert and time .qem (first acquisition)"
@@ -812,15 +812,15 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--short", action="store_true",
-        help="a short run: two pread floors, no cold loads, the default, pread and 256 MiB "
+        help="a short run: two pread floors, no cold loads unless --cold-reps, the default, pread and 256 MiB "
         "registered warm loads only",
     )  # fmt: skip
     parser.add_argument("--naive-frames", type=int, default=512)
     parser.add_argument("--skip-naive", action="store_true", help="no h5py + cupy naive path")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if args.short:
-        args.cold_reps = 0
+    if args.cold_reps is None:
+        args.cold_reps = 0 if args.short else 1
     if args.json:
         JSON_PATH.append(Path(args.json))
     if (args.data is None) == (args.dir is None):
