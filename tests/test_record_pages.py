@@ -102,3 +102,45 @@ def test_record_html_escapes_exactly_as_html_escape(value: object) -> None:
     assert text(value) == escape(str(value), quote=True)
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         assert value_html(value) == escape(str(value), quote=True)
+
+
+def test_a_record_page_escapes_and_orders_as_the_jinja2_template_did() -> None:
+    """The page's own text is escaped as Jinja2's autoescaping escapes it (markupsafe:
+    ``&#34;``/``&#39;`` for quotes, not :func:`html.escape`'s), and the fields without a
+    section of their own follow in ``dictsort`` order (case-insensitive): both checked
+    against Jinja2 itself, as the page was a template before."""
+    from jinja2 import Environment
+
+    from harness.render.pages import format_seconds
+    from harness.render.record_html import RecordPageHtml
+    from harness.testing import make_example_report
+
+    doc = make_example_report(
+        3, updates={"Zeta": 1, "alpha<'\"": "x", "Beta&": [2], "beta": None, "mid": {}}
+    )
+    doc["benchmark"] = "io<b>'\""
+    doc["command"] = ["harness", "run", "a&b", "'q'", '"<x>"', 7]
+    key, json_href = "k<'\">&", "../../r&'.json"
+    page = RecordPageHtml(record_pages.HANDLED_SECTIONS, format_seconds).page(
+        "ab" * 32, key, doc, None, json_href, "<tr>T</tr>", "<tr>S</tr>"
+    )
+    jinja = Environment(autoescape=True, trim_blocks=True)
+    expected = jinja.from_string(
+        '<a href="{{ json_href }}">the record\'s JSON</a> (the evidence itself; this page is'
+        " derived from it) · {{ doc.benchmark }} · created {{ doc.created_utc }} · comparison"
+        ' key <a href="../keys/{{ key }}.html"><code>{{ key }}</code></a></p>\n'
+        '<p class="command"><code>{{ doc.command|join(" ") }}</code></p>'
+    ).render(doc=doc, key=key, json_href=json_href)
+    assert expected in page and "&#39;" in expected and "&#34;" in expected
+    headings = jinja.from_string(
+        '{% for name, item in doc|dictsort if name not in handled and name != "command" %}'
+        '<h2 id="{{ name }}">{{ name }}</h2>\n{% endfor %}'
+    ).render(doc=doc, handled=record_pages.HANDLED_SECTIONS)
+    got = "".join(
+        line + "\n"
+        for line in page.split('<h2 id="baseline">')[1].splitlines()
+        if line.startswith("<h2 ")
+    )
+    assert got == headings and headings.index("alpha") < headings.index("Beta&amp;")
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    assert "<tr>T</tr>" in page and "<tr>S</tr>" in page
