@@ -28,7 +28,7 @@ from harness.fsio import FileWriteError
 from harness.history.index_db import RecordRow
 from harness.history.layout import HistoryLayout, record_relpath
 from harness.render.pages import FLAGGED_VERDICTS, format_seconds
-from harness.render.record_html import RecordPageHtml, summary_rows_html, trial_rows_html
+from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
 from harness.render.targets import RENDERED_MODE, RenderTargets, record_page_name, write_atomic
 
 #: Below this many pages to write, they are written in the calling process (a worker
@@ -164,19 +164,29 @@ class RecordPageBuilder:
     """Builds the record pages of one history into one target folder.
 
     What is the same for every page is worked out once here, not once a page: the
-    page's frame and templates (:class:`~harness.render.record_html.RecordPageHtml`), the
-    record folder's path relative to the pages (each page links its record's JSON).
-    100,000 pages are most of a first render's CPU (``docs/performance/results.md``, "render7").
+    compiled template, the record folder's path relative to the pages (each page links
+    its record's JSON), the template's constant arguments. 100,000 pages are most of a
+    first render's CPU (``docs/performance/results.md``, "render7").
     """
 
     def __init__(self, layout: HistoryLayout, targets: RenderTargets) -> None:
+        from markupsafe import Markup
+
+        from harness.templating import template_environment
+
         self._layout = layout
         self._targets = targets
         self._root = str(layout.root)
         page_folder = targets.record_page("x").parent
         # a record's href is this prefix and its path under the root (record_relpath)
         self._href_prefix = Path(os.path.relpath(layout.root, page_folder)).as_posix()
-        self._html = RecordPageHtml(HANDLED_SECTIONS, format_seconds)
+        self._template = template_environment().get_template("dashboard_record.html.j2")
+        self._markup = Markup
+        self._constants = {
+            "seconds": format_seconds,
+            "value": lambda item: Markup(value_html(item)),
+            "handled": HANDLED_SECTIONS,
+        }
 
     def build(self, sha256: str, comparison_key: str, placed: str | None = None) -> bytes | None:
         """The page's bytes; with ``placed`` (a page written while the records are still
@@ -193,14 +203,16 @@ class RecordPageBuilder:
                 t["acquisition"], t["format"], t["cache_state"] != "cold", t["trial_index"]
             ),
         )  # fmt: skip
-        return self._html.page(
-            sha256,
-            comparison_key,
-            doc,
-            _comparison_of(self._layout, doc, sha256, path),
-            f"{self._href_prefix}/{relative}",
-            trial_rows_html(trials, format_seconds),
-            summary_rows_html(doc["summaries"], format_seconds),
+        markup = self._markup
+        return self._template.render(
+            sha256=sha256,
+            key=comparison_key,
+            doc=doc,
+            comparison=_comparison_of(self._layout, doc, sha256, path),
+            json_href=f"{self._href_prefix}/{relative}",
+            trial_rows=markup(trial_rows_html(trials, format_seconds)),
+            summary_rows=markup(summary_rows_html(doc["summaries"], format_seconds)),
+            **self._constants,
         ).encode("utf-8")
 
 
