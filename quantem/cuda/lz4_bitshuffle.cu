@@ -250,10 +250,12 @@ __device__ __forceinline__ void copy_forward_words(u8* __restrict__ out, int dst
 }
 #endif
 
-// LZ4_SHORT 1: a sequence of at most `lanes` literals and a non-overlapping match of at
-// most `lanes` bytes lying wholly before them is copied in one pass (LZ4_SCHEDULE 1 and 2).
+// LZ4_SHORT 1 (default): a sequence of at most `lanes` literals and a non-overlapping match
+// of at most `lanes` bytes lying wholly before them is copied in one pass (LZ4_SCHEDULE 1
+// and 2); 0: through the general loops. On the H200 (benchmarks/gpu_lz4.py, as below) 1
+// decodes 8.6% faster at dose 1,000 and 8.2% at 40,000 (docs/performance/results.md).
 #ifndef LZ4_SHORT
-#define LZ4_SHORT 0
+#define LZ4_SHORT 1
 #endif
 
 #if LZ4_SCHEDULE
