@@ -250,12 +250,15 @@ __device__ __forceinline__ void copy_forward_words(u8* __restrict__ out, int dst
 }
 #endif
 
-// LZ4_SHORT 1 (default): a sequence of at most `lanes` literals and a non-overlapping match
-// of at most `lanes` bytes lying wholly before them is copied in one pass (LZ4_SCHEDULE 1
-// and 2); 0: through the general loops. On the H200 (benchmarks/gpu_lz4.py, as below) 1
-// decodes 8.6% faster at dose 1,000 and 8.2% at 40,000 (docs/performance/results.md).
+// LZ4_SHORT (LZ4_SCHEDULE 1 and 2): a sequence of at most `lanes` literals and a match of
+// at most `lanes` bytes is copied in one pass, a byte of each a lane, with one barrier.
+// 2 (default): any straight match and any power-of-two period (the window's bytes among
+// this sequence's literals read from the input); 1: only a straight match lying wholly
+// before the literals; 0: through the general loops. On the H200 (benchmarks/gpu_lz4.py,
+// as below) 1 decodes 8.6% faster than 0 at dose 1,000 and 8.2% at 40,000
+// (docs/performance/results.md, "The LZ4 kernel's short sequences").
 #ifndef LZ4_SHORT
-#define LZ4_SHORT 1
+#define LZ4_SHORT 2
 #endif
 
 #if LZ4_SCHEDULE
@@ -305,7 +308,27 @@ __device__ int lz4_decode_block_scheduled(const u8* __restrict__ in, int in_len,
         mlen += 4;
         if (mlen > out_len - op - lit) return ERR_LZ4_MATCH;
         const int next = ip < in_len ? in[ip] : 0;  // before the copies
-#if LZ4_SHORT
+#if LZ4_SHORT >= 2
+        if (lit <= lanes && mlen <= lanes && (offset >= mlen || (offset & (offset - 1)) == 0)) {
+            // A short sequence (86% of the sequences of ARINA frames at dose 1,000): a lane
+            // stores at most one literal and one match byte, with no loop and one barrier.
+            // Match byte j is byte r of the window that ends at the match (r = j for a
+            // straight copy, j mod offset for a power-of-two period); a window byte that is
+            // one of this sequence's literals is read from the input, not from `out`.
+            SYNC_LANES();  // earlier sequences' bytes visible to every lane
+            if (lane < lit) out[op + lane] = in[lit_ip + lane];
+            if (lane < mlen) {
+                const int r = offset >= mlen ? lane : (lane & (offset - 1));
+                const int s = op + lit - offset + r;
+                out[op + lit + lane] = s >= op ? in[lit_ip + (s - op)] : out[s];
+            }
+            op += lit + mlen;
+            if (ip >= in_len) return ERR_LZ4_TRUNCATED;
+            token = next;
+            ++ip;
+            continue;
+        }
+#elif LZ4_SHORT
         if (lit <= lanes && mlen <= lanes && offset >= lit + mlen) {
             // A short sequence whose match lies wholly before its literals (71% of the
             // sequences of ARINA frames are straight copies, most of them short): a lane
