@@ -303,7 +303,7 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
         (2, {}),
         (2, {"LZ4_SHORT": 0}),
         (1, {"LZ4_SHORT": 0, "LZ4_TRANSPOSE": 1}),
-        (2, {"LZ4_SHORT": 1}),
+        (2, {"LZ4_SHORT": 2}),
     ],
 )
 def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):

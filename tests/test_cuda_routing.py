@@ -230,7 +230,7 @@ SLOW_CASES = [
 
 
 #: (LZ4_SCHEDULE, more defines): the kernel's variants (lz4_bitshuffle.cu; the shipped
-#: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 2)
+#: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 1)
 T1 = {"LZ4_TRANSPOSE": 1}
 KERNEL_VARIANTS = [
     (0, T1),
@@ -240,7 +240,7 @@ KERNEL_VARIANTS = [
     (2, None),
     (2, {"LZ4_SHORT": 0}),
     (1, {"LZ4_SHORT": 0, **T1}),
-    (2, {"LZ4_SHORT": 1}),
+    (2, {"LZ4_SHORT": 2}),
 ]
 
 
@@ -328,7 +328,7 @@ def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_pat
         build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_SHORT": 0})
     )
     libs.append(
-        build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_SHORT": 1})
+        build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_SHORT": 2})
     )
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)

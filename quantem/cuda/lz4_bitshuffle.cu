@@ -252,13 +252,14 @@ __device__ __forceinline__ void copy_forward_words(u8* __restrict__ out, int dst
 
 // LZ4_SHORT (LZ4_SCHEDULE 1 and 2): a sequence of at most `lanes` literals and a match of
 // at most `lanes` bytes is copied in one pass, a byte of each a lane, with one barrier.
-// 2 (default): any straight match and any power-of-two period (the window's bytes among
-// this sequence's literals read from the input); 1: only a straight match lying wholly
-// before the literals; 0: through the general loops. On the H200 (benchmarks/gpu_lz4.py,
-// as below) 1 decodes 8.6% faster than 0 at dose 1,000 and 8.2% at 40,000
-// (docs/performance/results.md, "The LZ4 kernel's short sequences").
+// 1 (default): a straight match lying wholly before the literals; 2: also a straight match
+// overlapping them and any power-of-two period (the window's bytes among this sequence's
+// literals read from the input); 0: through the general loops. On the H200
+// (benchmarks/gpu_lz4.py, as below, doses 1,000 / 40,000 / 10^7) 1 decodes 8.1% / 7.6% /
+// 7.8% faster than 0, 2 only 2.5% / 2.0% / 2.0% (docs/performance/results.md, "The LZ4
+// kernel's short sequences").
 #ifndef LZ4_SHORT
-#define LZ4_SHORT 2
+#define LZ4_SHORT 1
 #endif
 
 #if LZ4_SCHEDULE

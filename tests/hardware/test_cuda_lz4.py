@@ -58,7 +58,7 @@ def decode_on_gpu(chunks: list[bytes], shape: tuple[int, int], dtype: np.dtype, 
 SHAPES = [(192, 192), (96, 100), (50, 50), (7, 13), (1, 5), (3, 3), (256, 255)]
 
 #: the kernel's variants (lz4_bitshuffle.cu: LZ4_SCHEDULE, LZ4_WIDE_MIN, LZ4_TRANSPOSE,
-#: LZ4_SHORT; the shipped kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 2)
+#: LZ4_SHORT; the shipped kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 1)
 KERNEL_VARIANTS = [
     {"LZ4_SCHEDULE": 0, "LZ4_TRANSPOSE": 1},
     {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 1, "WARPS_PER_CTA": 4},  # the kernel until 2026-12-02
@@ -68,7 +68,7 @@ KERNEL_VARIANTS = [
     {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_WIDE_MIN": 8},
     {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 0},
     {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 1, "LZ4_SHORT": 0},
-    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 1},
+    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 2},
 ]
 
 
