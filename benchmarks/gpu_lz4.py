@@ -43,7 +43,7 @@ VARIANTS = {
     "s2_t2_w32": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_WIDE_MIN": 32},
     "s2_t2_w128": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_WIDE_MIN": 128},
     "s2_t2_short": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 1},
-    "s2_t2_short2": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 2},  # slower than 1
+    "s2_t2_nofast": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_FAST": 0},  # until 2026-12-03
     "s2_t2_noshort": {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 0},  # until 2026-12-02
     "default_c100": None,
     "default_cta1": {"WARPS_PER_CTA": 1},

@@ -13,12 +13,14 @@ import struct
 
 import numpy as np
 import pytest
+from _lz4_edges import edge_chunks
 from cuda_simt import build, pointer
 
 from quantem.acquisition import Acquisition
 from quantem.cuda import lz4_bitshuffle
 from quantem.cuda.module_loader import read_source
 from quantem.cuda.rans_decode import GROUP_PIXELS, KERNEL_FUNCTIONS, pack_mask_bits
+from quantem.io import cpu_decode
 from quantem.io.qem.reader import QemFile
 from quantem.io.qem.writer import save_qem
 
@@ -303,7 +305,7 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
         (2, {}),
         (2, {"LZ4_SHORT": 0}),
         (1, {"LZ4_SHORT": 0, "LZ4_TRANSPOSE": 1}),
-        (2, {"LZ4_SHORT": 2}),
+        (2, {"LZ4_FAST": 0}),
     ],
 )
 def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):
@@ -344,6 +346,59 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):
     lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
             pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[3] + 5))  # fmt: skip
     assert err[3] == 11 and err[2] != 0 and not err[:2].any()
+
+
+#: The kernel's one-pass reads counted, from every lane's thread, where they would race
+LATE_READS = r"""
+static std::atomic<long> g_late_reads{0};
+#define LZ4_EARLIER(index, start) do { if ((index) >= (start)) ++g_late_reads; } while (0)
+extern "C" long late_reads() { return g_late_reads.load(); }
+"""
+
+
+@pytest.mark.parametrize("extra", [{}, {"LZ4_FAST": 0}, {"LZ4_SHORT": 0}], ids=str)
+def test_lz4_one_pass_copies_with_full_warps(simt_dir, extra):
+    """The crafted blocks of tests/test_cuda_routing.py at 32 lanes a warp, where a sequence
+    of at most 32 bytes is copied in one pass (LZ4_FAST, LZ4_SHORT): each valid block decodes
+    to the byte-by-byte reference, each invalid one is refused with the CPU decoder's kind of
+    damage, and no one-pass copy reads a byte of its own sequence."""
+    bitshuffle = pytest.importorskip("bitshuffle")
+    elem, block_bytes = 2, 1024
+    frame_elems = block_bytes // elem
+    cbound = -(-lz4_bitshuffle.lz4_bound(block_bytes) // 16) * 16
+    defines = {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes,
+               "CBOUND": cbound, "WARPS_PER_CTA": 2, "STAGE_COMPRESSED": 0, "VECTOR_STORES": 1,
+               "LZ4_SCHEDULE": 2, **extra}  # fmt: skip
+    lib = build(
+        simt_dir, "lz4edges", defines, LATE_READS + read_source("lz4_bitshuffle.cu"), LZ4_DRIVER
+    )
+    lib.late_reads.restype = ctypes.c_long
+    chunks, decoded = edge_chunks(np.random.default_rng(3), block_bytes, 192)
+    n = len(chunks)
+    buf = np.frombuffer(b"".join(chunks), np.uint8).copy()
+    offs = np.zeros(n + 1, np.int64)
+    offs[1:] = np.cumsum([len(c) for c in chunks])
+    src, ln = np.zeros(n, np.int64), np.zeros(n, np.uint32)
+    out = np.full(n * block_bytes, 0xAB, np.uint8)
+    err = np.zeros(n, np.int32)
+    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(n), pointer(src), pointer(ln),
+            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[-1]))  # fmt: skip
+    assert lib.late_reads() == 0
+    valid = 0
+    for k, block in enumerate(decoded):
+        raw = np.frombuffer(chunks[k], np.uint8)
+        cpu = cpu_decode.scan_chunk(raw, 0, raw.size, block_bytes, elem)
+        kind = cpu_decode.KERNEL_ERROR_CLASS[int(err[k])] if err[k] else None
+        if block is None:
+            assert err[k] != 0 and kind == cpu_decode.CPU_ERROR_CLASS[int(cpu)], k
+            continue
+        valid += 1
+        assert err[k] == 0 and cpu == 0, k
+        frame = bitshuffle.bitunshuffle(np.frombuffer(block, np.uint16), frame_elems)
+        np.testing.assert_array_equal(
+            out[k * block_bytes : (k + 1) * block_bytes], frame.view(np.uint8)
+        )
+    assert valid > 80 and n - valid > 30  # both kinds were held to the reference
 
 
 def test_rans_kernel_selection_and_shared_bytes(monkeypatch):

@@ -19,6 +19,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from _lz4_edges import edge_chunks
 
 from quantem.backends import cuda_available
 from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, module_loader, qem_pipeline
@@ -162,6 +163,8 @@ static Dim3 threadIdx, blockIdx, blockDim;
 static unsigned char g_smem[1 << 18];
 #define DECLARE_DYNAMIC_SHARED(name) unsigned char* name = g_smem
 #define SYNC_LANES()
+static long g_late_reads = 0;  // one-pass reads of bytes not written by an earlier sequence
+#define LZ4_EARLIER(index, start) do { if ((index) >= (start)) ++g_late_reads; } while (0)
 static inline int atomicCAS(int* p, int c, int v) { int o = *p; if (o == c) *p = v; return o; }
 struct uint4 { unsigned x, y, z, w; };
 static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
@@ -176,6 +179,7 @@ static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 """
 
 DRIVER = r"""
+extern "C" long late_reads() { return g_late_reads; }
 extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u8* out, int* err) {
   blockDim.x = 1; threadIdx.x = 0;
   for (i64 f = 0; f < n; ++f) { blockIdx.x = f; walk_chunks(buf, offs, offs + 1, offs[n], n, src, len, out, err); }
@@ -194,7 +198,7 @@ def build_emulated(tmp_path, elem, frame_elems, block_bytes, stage, variant=0, e
     defines = module_loader.render_defines(
         {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes, "CBOUND": cbound,
          "WARPS_PER_CTA": 1, "VECTOR_STORES": vector, "STAGE_COMPRESSED": int(stage),
-         "LZ4_SCHEDULE": variant, **(extra or {})}
+         "LZ4_SCHEDULE": variant, "LANES": 1, **(extra or {})}
     )  # fmt: skip
     tag = "_".join(f"{k}{v}" for k, v in sorted((extra or {}).items()))
     unit = tmp_path / f"k_{elem}_{frame_elems}_{block_bytes}_{int(stage)}_{variant}{tag}.cpp"
@@ -216,6 +220,9 @@ def emulate(lib, chunks, n, frame_bytes, bpf):
     err = np.zeros(n, np.int32)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
     lib.run(ptr(buf), ptr(offs), ctypes.c_longlong(n), ptr(src), ptr(ln), ptr(out), ptr(err))
+    lib.late_reads.restype = ctypes.c_long
+    # a one-pass copy reading a byte of its own sequence races between the GPU's lanes
+    assert lib.late_reads() == 0
     return out, err
 
 
@@ -230,7 +237,7 @@ SLOW_CASES = [
 
 
 #: (LZ4_SCHEDULE, more defines): the kernel's variants (lz4_bitshuffle.cu; the shipped
-#: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 1)
+#: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2, LZ4_SHORT 1 and LZ4_FAST 1)
 T1 = {"LZ4_TRANSPOSE": 1}
 KERNEL_VARIANTS = [
     (0, T1),
@@ -240,7 +247,7 @@ KERNEL_VARIANTS = [
     (2, None),
     (2, {"LZ4_SHORT": 0}),
     (1, {"LZ4_SHORT": 0, **T1}),
-    (2, {"LZ4_SHORT": 2}),
+    (2, {"LZ4_FAST": 0}),
 ]
 
 
@@ -327,9 +334,7 @@ def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_pat
     libs.append(
         build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_SHORT": 0})
     )
-    libs.append(
-        build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_SHORT": 2})
-    )
+    libs.append(build_emulated(tmp_path, elem, frame_elems, block_bytes, False, 2, {"LZ4_FAST": 0}))
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
     rng = np.random.default_rng(11)
@@ -366,6 +371,44 @@ def test_scheduled_lz4_parse_reports_the_same_error_for_every_corruption(tmp_pat
                     out0[k * frame_bytes : (k + 1) * frame_bytes],
                 )
     assert failures > 300  # most damaged chunks are refused: the codes were compared
+
+
+def test_lz4_one_pass_copies_at_their_bounds(tmp_path):
+    """Crafted LZ4 blocks at the bounds of the fast and short paths (LZ4_FAST, LZ4_SHORT):
+    every variant decodes each valid block to the byte-by-byte reference decode, refuses
+    each invalid one with the plain order's (LZ4_SCHEDULE 0) code, and no one-pass copy
+    reads a byte of its own sequence (which would race between the GPU's lanes)."""
+    bitshuffle = pytest.importorskip("bitshuffle")
+    elem, block_bytes = 2, 1024
+    frame_elems = block_bytes // elem
+    variants = [(0, T1), (2, None), (2, {"LZ4_FAST": 0}), (1, None), (2, {"LZ4_SHORT": 0})]
+    libs = [
+        build_emulated(tmp_path, elem, frame_elems, block_bytes, False, v, e) for v, e in variants
+    ]
+    rng = np.random.default_rng(20261203)
+    valid = refused = 0
+    for _call in range(8):
+        chunks, decoded = edge_chunks(rng, block_bytes, 64)
+        (out0, err0), *others = (emulate(lib, chunks, len(chunks), block_bytes, 1) for lib in libs)
+        for k, block in enumerate(decoded):
+            if block is None:
+                refused += 1
+                assert err0[k] != 0, k
+                continue
+            valid += 1
+            assert err0[k] == 0, k
+            frame = bitshuffle.bitunshuffle(np.frombuffer(block, np.uint16), frame_elems)
+            np.testing.assert_array_equal(
+                out0[k * block_bytes : (k + 1) * block_bytes], frame.view(np.uint8)
+            )
+        for (out1, err1), variant in zip(others, variants[1:]):
+            np.testing.assert_array_equal(err1, err0, err_msg=str(variant))
+            np.testing.assert_array_equal(
+                out1.reshape(len(chunks), -1)[err0 == 0],
+                out0.reshape(len(chunks), -1)[err0 == 0],
+                err_msg=str(variant),
+            )
+    assert valid > 200 and refused > 50  # both kinds were held to the reference
 
 
 def test_a_gpu_uuid_cut_at_a_zero_byte_is_not_formatted():

@@ -61,6 +61,18 @@ typedef long long i64;
 #ifndef DECLARE_DYNAMIC_SHARED
 #define DECLARE_DYNAMIC_SHARED(name) extern __shared__ __align__(16) u8 name[]
 #endif
+// Threads of a warp sharing a block: 32 on the GPU (decode_blocks is launched with 32 *
+// WARPS_PER_CTA threads); the host routing tests run one thread a warp (LANES 1).
+#ifndef LANES
+#define LANES 32
+#endif
+// LZ4_EARLIER(index, start): a byte `out[index]` read in the same pass as the stores of the
+// sequence starting at `start`, with no barrier between them, must have been written by an
+// earlier sequence (index < start). Nothing on the GPU; the host tests count the reads that
+// are not, which no comparison of outputs can see when the lanes run one after another.
+#ifndef LZ4_EARLIER
+#define LZ4_EARLIER(index, start)
+#endif
 #ifndef SYNC_LANES
 #define SYNC_LANES() __syncwarp()
 #endif
@@ -250,16 +262,20 @@ __device__ __forceinline__ void copy_forward_words(u8* __restrict__ out, int dst
 }
 #endif
 
-// LZ4_SHORT (LZ4_SCHEDULE 1 and 2): a sequence of at most `lanes` literals and a match of
-// at most `lanes` bytes is copied in one pass, a byte of each a lane, with one barrier.
-// 1 (default): a straight match lying wholly before the literals; 2: also a straight match
-// overlapping them and any power-of-two period (the window's bytes among this sequence's
-// literals read from the input); 0: through the general loops. On the H200
-// (benchmarks/gpu_lz4.py, as below, doses 1,000 / 40,000 / 10^7) 1 decodes 8.1% / 7.6% /
-// 7.8% faster than 0, 2 only 2.5% / 2.0% / 2.0% (docs/performance/results.md, "The LZ4
-// kernel's short sequences").
+// LZ4_SHORT (LZ4_SCHEDULE 1 and 2): a sequence of at most `lanes` literals and a straight
+// match of at most `lanes` bytes lying wholly before them is copied in one pass, a byte of
+// each a lane, with one barrier; 0: through the general loops. On the H200
+// (benchmarks/gpu_lz4.py, doses 1,000 / 40,000 / 10^7) 1 decodes 8.1% / 7.6% / 7.8% faster
+// than 0 (docs/performance/results.md, "The LZ4 kernel's short sequences"). A variant 2,
+// which also took overlapping matches, measured slower than 1 and was removed.
 #ifndef LZ4_SHORT
 #define LZ4_SHORT 1
+#endif
+
+// LZ4_FAST 1 (LZ4_SCHEDULE 1 and 2): the common sequence takes one test of all its checks
+// before the general parse (lz4_decode_block_scheduled); 0: the general parse only.
+#ifndef LZ4_FAST
+#define LZ4_FAST 1
 #endif
 
 #if LZ4_SCHEDULE
@@ -276,6 +292,50 @@ __device__ int lz4_decode_block_scheduled(const u8* __restrict__ in, int in_len,
     if (in_len <= 0) return ERR_LZ4_TRUNCATED;
     int token = in[ip++];
     while (true) {
+#if LZ4_FAST
+        {
+            // The common sequence (81% of those of ARINA frames at dose 1,000), parsed with
+            // one branch for all of its checks: no length byte follows the token, the match
+            // header and the next token lie inside the block, and the match reads only bytes
+            // of earlier sequences: a straight copy lying wholly before the literals, or,
+            // with no literals, a run of period 1, 2, 4, 8 or 16. Whatever else (a length
+            // byte, an overlap, any damage) takes the general parse below from this token,
+            // whose checks then fail or pass exactly as they would have.
+            const int lit = token >> 4;
+            const int mlen = (token & 15) + 4;
+            const int at = ip + lit;  // the match offset's first byte
+            if (lit != 15 && mlen != 19 && at + 2 < in_len) {
+                const int offset = in[at] | (in[at + 1] << 8);
+                const int next = in[at + 2];
+                const bool straight = offset >= lit + mlen;
+                const bool period = lit == 0 && offset < mlen && ((0x10116u >> offset) & 1u);
+                if ((straight || period) && offset <= op + lit && mlen <= out_len - op - lit) {
+                    const int mask = straight ? -1 : offset - 1;
+                    const int from = op + lit - offset;
+                    SYNC_LANES();  // earlier sequences' bytes visible to every lane
+#if LANES >= 19
+                    if (lane < lit) out[op + lane] = in[ip + lane];
+                    if (lane < mlen) {
+                        const int src = from + (lane & mask);
+                        LZ4_EARLIER(src, op);
+                        out[op + lit + lane] = out[src];
+                    }
+#else
+                    for (int i = lane; i < lit; i += lanes) out[op + i] = in[ip + i];
+                    for (int i = lane; i < mlen; i += lanes) {
+                        const int src = from + (i & mask);
+                        LZ4_EARLIER(src, op);
+                        out[op + lit + i] = out[src];
+                    }
+#endif
+                    op += lit + mlen;
+                    ip = at + 3;
+                    token = next;
+                    continue;
+                }
+            }
+        }
+#endif
         int lit = token >> 4;
         if (lit == 15) {
             int b;
@@ -309,34 +369,18 @@ __device__ int lz4_decode_block_scheduled(const u8* __restrict__ in, int in_len,
         mlen += 4;
         if (mlen > out_len - op - lit) return ERR_LZ4_MATCH;
         const int next = ip < in_len ? in[ip] : 0;  // before the copies
-#if LZ4_SHORT >= 2
-        if (lit <= lanes && mlen <= lanes && (offset >= mlen || (offset & (offset - 1)) == 0)) {
-            // A short sequence (86% of the sequences of ARINA frames at dose 1,000): a lane
-            // stores at most one literal and one match byte, with no loop and one barrier.
-            // Match byte j is byte r of the window that ends at the match (r = j for a
-            // straight copy, j mod offset for a power-of-two period); a window byte that is
-            // one of this sequence's literals is read from the input, not from `out`.
-            SYNC_LANES();  // earlier sequences' bytes visible to every lane
-            if (lane < lit) out[op + lane] = in[lit_ip + lane];
-            if (lane < mlen) {
-                const int r = offset >= mlen ? lane : (lane & (offset - 1));
-                const int s = op + lit - offset + r;
-                out[op + lit + lane] = s >= op ? in[lit_ip + (s - op)] : out[s];
-            }
-            op += lit + mlen;
-            if (ip >= in_len) return ERR_LZ4_TRUNCATED;
-            token = next;
-            ++ip;
-            continue;
-        }
-#elif LZ4_SHORT
+#if LZ4_SHORT
         if (lit <= lanes && mlen <= lanes && offset >= lit + mlen) {
             // A short sequence whose match lies wholly before its literals (71% of the
             // sequences of ARINA frames are straight copies, most of them short): a lane
             // stores at most one literal and one match byte, with no loop and one barrier.
             SYNC_LANES();  // earlier sequences' bytes visible to every lane
             if (lane < lit) out[op + lane] = in[lit_ip + lane];
-            if (lane < mlen) out[op + lit + lane] = out[op + lit - offset + lane];
+            if (lane < mlen) {
+                const int src = op + lit - offset + lane;
+                LZ4_EARLIER(src, op);
+                out[op + lit + lane] = out[src];
+            }
             op += lit + mlen;
             if (ip >= in_len) return ERR_LZ4_TRUNCATED;
             token = next;
@@ -503,16 +547,16 @@ extern "C" __global__ void decode_blocks(const u8* __restrict__ buf,
                                          u8* __restrict__ out,
                                          int* __restrict__ errors) {
     DECLARE_DYNAMIC_SHARED(smem);
-    const int lanes = blockDim.x < 32 ? blockDim.x : 32;
-    const int lane = threadIdx.x % lanes;
-    const int warp = threadIdx.x / lanes;
+    const int lanes = LANES;
+    const int lane = threadIdx.x % LANES;
+    const int warp = threadIdx.x / LANES;
 #if STAGE_COMPRESSED
     u8* decoded = smem + warp * (BLOCK_BYTES + CBOUND);
     u8* staged = decoded + BLOCK_BYTES;
 #else
     u8* decoded = smem + warp * BLOCK_BYTES;
 #endif
-    const i64 item = (i64)blockIdx.x * (blockDim.x / lanes) + warp;
+    const i64 item = (i64)blockIdx.x * (blockDim.x / LANES) + warp;
     if (item >= n_frames * BLOCKS_PER_FRAME) return;
 #if BLOCKS_PER_FRAME > 0  // frames of fewer than 8 elements are all raw tail
     const i64 frame = item / BLOCKS_PER_FRAME;

@@ -58,7 +58,8 @@ def decode_on_gpu(chunks: list[bytes], shape: tuple[int, int], dtype: np.dtype, 
 SHAPES = [(192, 192), (96, 100), (50, 50), (7, 13), (1, 5), (3, 3), (256, 255)]
 
 #: the kernel's variants (lz4_bitshuffle.cu: LZ4_SCHEDULE, LZ4_WIDE_MIN, LZ4_TRANSPOSE,
-#: LZ4_SHORT; the shipped kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2 and LZ4_SHORT 1)
+#: LZ4_SHORT, LZ4_FAST; the shipped kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2, LZ4_SHORT 1
+#: and LZ4_FAST 1)
 KERNEL_VARIANTS = [
     {"LZ4_SCHEDULE": 0, "LZ4_TRANSPOSE": 1},
     {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 1, "WARPS_PER_CTA": 4},  # the kernel until 2026-12-02
@@ -68,7 +69,7 @@ KERNEL_VARIANTS = [
     {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_WIDE_MIN": 8},
     {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 0},
     {"LZ4_SCHEDULE": 1, "LZ4_TRANSPOSE": 1, "LZ4_SHORT": 0},
-    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_SHORT": 2},
+    {"LZ4_SCHEDULE": 2, "LZ4_TRANSPOSE": 2, "LZ4_FAST": 0},  # the kernel until 2026-12-03
 ]
 
 
@@ -106,6 +107,33 @@ def test_kernel_variants_decode_like_bitshuffle(dtype, extra):
         _, got = decode_on_gpu(bad, shape, dtype, block_bytes, False, extra)
         _, shipped = decode_on_gpu(bad, shape, dtype, block_bytes, False)
         np.testing.assert_array_equal(got, shipped)
+
+
+@pytest.mark.parametrize("extra", [None, {"LZ4_FAST": 0}, {"LZ4_SHORT": 0}], ids=str)
+def test_one_pass_copies_at_their_bounds(extra):
+    """Crafted LZ4 blocks at every bound of the one-pass copies (tests/_lz4_edges.py), on the
+    GPU's real lanes: each valid block decodes to the byte-by-byte reference (a copy reading
+    a byte of its own sequence would race here), each invalid one is refused, with the same
+    code as the plain order (LZ4_SCHEDULE 0)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from _lz4_edges import edge_chunks
+
+    block_bytes = 1024
+    shape = (1, block_bytes // 2)
+    chunks, decoded = edge_chunks(np.random.default_rng(7), block_bytes, 4096)
+    out, errors = decode_on_gpu(chunks, shape, np.uint16, block_bytes, False, extra)
+    _, plain = decode_on_gpu(chunks, shape, np.uint16, block_bytes, False,
+                             {"LZ4_SCHEDULE": 0, "LZ4_TRANSPOSE": 1})  # fmt: skip
+    np.testing.assert_array_equal(errors, plain)
+    valid = [k for k, block in enumerate(decoded) if block is not None]
+    assert len(valid) > 1000 and errors[valid].max() == 0
+    assert all(errors[k] != 0 for k, block in enumerate(decoded) if block is None)
+    for k in valid:
+        frame = bitshuffle.bitunshuffle(np.frombuffer(decoded[k], np.uint16), block_bytes // 2)
+        np.testing.assert_array_equal(out[k].ravel(), frame)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
