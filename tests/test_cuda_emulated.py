@@ -65,7 +65,8 @@ def counts(rng, scan, det, dtype):
 
 
 #: Both kernels of rans_decode.cu: v1 (decode_qem_blocks) and v2 (decode_qem_blocks_v2).
-RANS_KERNELS = ["v1", "v2"]
+#: v2 is the default; v1 (format 1.0's first kernel) in the full tier only
+RANS_KERNELS = [pytest.param("v1", marks=pytest.mark.slow), "v2"]
 
 
 class EmulatedRans:
@@ -279,6 +280,11 @@ def test_xxh3_kernel_hashes_unaligned_ranges(simt_dir, shift):
     assert flags.tolist() == [0, 0, 0, 1, 0, 0]
 
 
+def slow_variant(variant, extra):
+    """A kernel variant other than the shipped one and the plain order: the full tier only."""
+    return pytest.param(variant, extra, marks=pytest.mark.slow)
+
+
 LZ4_DRIVER = r"""
 extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u8* out, int* err,
                     int shared_bytes, i64 buf_bytes) {
@@ -299,13 +305,13 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
     "variant,extra",
     [
         (0, {"LZ4_TRANSPOSE": 1}),
-        (1, {"LZ4_TRANSPOSE": 1}),
-        (2, {"LZ4_WIDE_MIN": 8, "LZ4_TRANSPOSE": 1}),
-        (2, {"LZ4_WIDE_MIN": 8}),
+        slow_variant(1, {"LZ4_TRANSPOSE": 1}),
+        slow_variant(2, {"LZ4_WIDE_MIN": 8, "LZ4_TRANSPOSE": 1}),
+        slow_variant(2, {"LZ4_WIDE_MIN": 8}),
         (2, {}),
-        (2, {"LZ4_SHORT": 0}),
-        (1, {"LZ4_SHORT": 0, "LZ4_TRANSPOSE": 1}),
-        (2, {"LZ4_FAST": 0}),
+        slow_variant(2, {"LZ4_SHORT": 0}),
+        slow_variant(1, {"LZ4_SHORT": 0, "LZ4_TRANSPOSE": 1}),
+        slow_variant(2, {"LZ4_FAST": 0}),
     ],
 )
 def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):

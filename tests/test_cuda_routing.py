@@ -239,15 +239,16 @@ SLOW_CASES = [
 #: (LZ4_SCHEDULE, more defines): the kernel's variants (lz4_bitshuffle.cu; the shipped
 #: kernel is LZ4_SCHEDULE 2 with LZ4_TRANSPOSE 2, LZ4_SHORT 1 and LZ4_FAST 1)
 T1 = {"LZ4_TRANSPOSE": 1}
+SLOW = pytest.mark.slow  # the variants other than the shipped one and the plain order
 KERNEL_VARIANTS = [
     (0, T1),
-    (1, T1),
-    (2, T1),
-    (1, None),
+    pytest.param(1, T1, marks=SLOW),
+    pytest.param(2, T1, marks=SLOW),
+    pytest.param(1, None, marks=SLOW),
     (2, None),
-    (2, {"LZ4_SHORT": 0}),
-    (1, {"LZ4_SHORT": 0, **T1}),
-    (2, {"LZ4_FAST": 0}),
+    pytest.param(2, {"LZ4_SHORT": 0}, marks=SLOW),
+    pytest.param(1, {"LZ4_SHORT": 0, **T1}, marks=SLOW),
+    pytest.param(2, {"LZ4_FAST": 0}, marks=SLOW),
 ]
 
 
