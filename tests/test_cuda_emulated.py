@@ -364,7 +364,7 @@ extern "C" long late_reads() { return g_late_reads.load(); }
 
 @pytest.mark.parametrize("extra", [{}, {"LZ4_FAST": 0}, {"LZ4_SHORT": 0}], ids=str)
 def test_lz4_one_pass_copies_with_full_warps(simt_dir, extra):
-    """The crafted blocks of tests/test_cuda_routing.py at 32 lanes a warp, where a sequence
+    """The crafted blocks of tests/_lz4_edges.py at 32 lanes a warp, where a sequence
     of at most 32 bytes is copied in one pass (LZ4_FAST, LZ4_SHORT): each valid block decodes
     to the byte-by-byte reference, each invalid one is refused with the CPU decoder's kind of
     damage, and no one-pass copy reads a byte of its own sequence."""

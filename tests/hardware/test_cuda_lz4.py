@@ -16,6 +16,8 @@ import pytest
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 bitshuffle = pytest.importorskip("bitshuffle")
 
+from _lz4_edges import edge_chunks  # noqa: E402  (tests/, on the path by its conftest)
+
 from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
 
 
@@ -115,12 +117,6 @@ def test_one_pass_copies_at_their_bounds(extra):
     GPU's real lanes: each valid block decodes to the byte-by-byte reference (a copy reading
     a byte of its own sequence would race here), each invalid one is refused, with the same
     code as the plain order (LZ4_SCHEDULE 0)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from _lz4_edges import edge_chunks
-
     block_bytes = 1024
     shape = (1, block_bytes // 2)
     chunks, decoded = edge_chunks(np.random.default_rng(7), block_bytes, 4096)
