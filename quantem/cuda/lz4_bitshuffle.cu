@@ -313,7 +313,10 @@ __device__ int lz4_decode_block_scheduled(const u8* __restrict__ in, int in_len,
                     const int mask = straight ? -1 : offset - 1;
                     const int from = op + lit - offset;
                     SYNC_LANES();  // earlier sequences' bytes visible to every lane
-#if LANES >= 19
+                    // At most 14 literals and 18 match bytes here (lit != 15, mlen != 19):
+                    // with 18 lanes or more (32 on the GPU) a lane copies at most one byte
+                    // of each, with no loop; fewer lanes (the host tests' 1) loop.
+#if LANES >= 18
                     if (lane < lit) out[op + lane] = in[ip + lane];
                     if (lane < mlen) {
                         const int src = from + (lane & mask);
