@@ -296,6 +296,22 @@ extern "C" void run(const u8* buf, const i64* offs, i64 n, i64* src, u32* len, u
 """
 
 
+def run_lz4(lib, chunks, bpf, frame_bytes, buf_bytes=None):
+    """The emulated walk and decode of `chunks` (`bpf` blocks a frame of `frame_bytes`), with
+    `buf_bytes` of them staged (all by default): (out, err), out prefilled with 0xAB."""
+    n = len(chunks)
+    buf = np.frombuffer(b"".join(chunks), np.uint8).copy()
+    offs = np.zeros(n + 1, np.int64)
+    offs[1:] = np.cumsum([len(c) for c in chunks])
+    src, ln = np.zeros(n * bpf, np.int64), np.zeros(n * bpf, np.uint32)
+    out = np.full(n * frame_bytes, 0xAB, np.uint8)
+    err = np.zeros(n, np.int32)
+    staged = offs[-1] if buf_bytes is None else buf_bytes
+    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(n), pointer(src), pointer(ln),
+            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(staged))  # fmt: skip
+    return out, err
+
+
 @pytest.mark.parametrize(
     "elem,stage",
     [(2, False), pytest.param(2, True, marks=pytest.mark.slow), (1, False),
@@ -332,25 +348,15 @@ def test_lz4_kernel_with_full_warps(simt_dir, elem, stage, variant, extra):
     chunks = [struct.pack(">QI", f.nbytes, block_bytes) + bitshuffle.compress_lz4(f.ravel(), block_bytes // elem).tobytes()
               for f in frames]  # fmt: skip
     chunks[2] = chunks[2][:-2]  # truncated: flagged, the others intact
-    buf = np.frombuffer(b"".join(chunks), np.uint8).copy()
-    offs = np.zeros(len(chunks) + 1, np.int64)
-    offs[1:] = np.cumsum([len(c) for c in chunks])
     block_elems = block_bytes // elem
     bpf = frame_elems // block_elems + (1 if frame_elems % block_elems >= 8 else 0)
-    src = np.zeros(len(chunks) * bpf, np.int64)
-    ln = np.zeros(len(chunks) * bpf, np.uint32)
-    out = np.full(len(chunks) * frame_elems * elem, 0xAB, np.uint8)
-    err = np.zeros(len(chunks), np.int32)
-    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
-            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[-1]))  # fmt: skip
+    out, err = run_lz4(lib, chunks, bpf, frame_elems * elem)
     assert err[2] != 0 and not np.delete(err, 2).any()
     got = out.view(dtype).reshape(len(chunks), *det)
     for k in (0, 1, 3):
         np.testing.assert_array_equal(got[k], frames[k])
     # A chunk reaching past the staged bytes is refused before any of it is read.
-    err[:] = 0
-    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(len(chunks)), pointer(src), pointer(ln),
-            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[3] + 5))  # fmt: skip
+    _, err = run_lz4(lib, chunks, bpf, frame_elems * elem, sum(len(c) for c in chunks[:3]) + 5)
     assert err[3] == 11 and err[2] != 0 and not err[:2].any()
 
 
@@ -371,24 +377,15 @@ def test_lz4_one_pass_copies_with_full_warps(simt_dir, extra):
     bitshuffle = pytest.importorskip("bitshuffle")
     elem, block_bytes = 2, 1024
     frame_elems = block_bytes // elem
-    cbound = -(-lz4_bitshuffle.lz4_bound(block_bytes) // 16) * 16
-    defines = {"ELEM_SIZE": elem, "FRAME_ELEMS": frame_elems, "BLOCK_BYTES": block_bytes,
-               "CBOUND": cbound, "WARPS_PER_CTA": 2, "STAGE_COMPRESSED": 0, "VECTOR_STORES": 1,
-               "LZ4_SCHEDULE": 2, **extra}  # fmt: skip
+    defines = {**lz4_bitshuffle.decoder_defines(elem, frame_elems, block_bytes),
+               "WARPS_PER_CTA": 2, "LZ4_SCHEDULE": 2, **extra}  # fmt: skip
     lib = build(
         simt_dir, "lz4edges", defines, LATE_READS + read_source("lz4_bitshuffle.cu"), LZ4_DRIVER
     )
     lib.late_reads.restype = ctypes.c_long
     chunks, decoded = edge_chunks(np.random.default_rng(3), block_bytes, 192)
     n = len(chunks)
-    buf = np.frombuffer(b"".join(chunks), np.uint8).copy()
-    offs = np.zeros(n + 1, np.int64)
-    offs[1:] = np.cumsum([len(c) for c in chunks])
-    src, ln = np.zeros(n, np.int64), np.zeros(n, np.uint32)
-    out = np.full(n * block_bytes, 0xAB, np.uint8)
-    err = np.zeros(n, np.int32)
-    lib.run(pointer(buf), pointer(offs), ctypes.c_longlong(n), pointer(src), pointer(ln),
-            pointer(out), pointer(err), ctypes.c_int(0), ctypes.c_longlong(offs[-1]))  # fmt: skip
+    out, err = run_lz4(lib, chunks, 1, block_bytes)
     assert lib.late_reads() == 0
     valid = 0
     for k, block in enumerate(decoded):
