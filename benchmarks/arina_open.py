@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=21)
     args = parser.parse_args(argv)
 
-    from quantem.io.arina import open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.io.arina import open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     n = args.shards * args.frames_per_shard
     master = args.dir / "acq_master.h5"

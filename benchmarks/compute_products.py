@@ -38,11 +38,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import git_revision
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.dpc import dpc
-from quantem.parallax import parallax
-from quantem.virtual import Annulus, Calibration, virtual_images
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.dpc import dpc
+from quantem.stem4d.parallax import parallax
+from quantem.stem4d.virtual import Annulus, Calibration, virtual_images
 
 
 def base_pattern(det: int) -> np.ndarray:

@@ -25,8 +25,8 @@ def median_time(function, runs: int = 9) -> tuple[float, float]:
 
 
 def main(master: str) -> None:
-    from quantem.io import cpu_decode
-    from quantem.io.arina import load_arina, open_arina, read_compressed
+    from quantem.stem4d.io import cpu_decode
+    from quantem.stem4d.io.arina import load_arina, open_arina, read_compressed
 
     source = open_arina(master)
     print("open_arina", median_time(lambda: open_arina(master)))

@@ -25,8 +25,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=9)
     args = parser.parse_args(argv)
     sys.path.insert(0, args.source_root)
-    from quantem.io.arina import load_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.io.arina import load_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     master = args.dir / "e_master.h5"
     if not master.exists():

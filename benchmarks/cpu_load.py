@@ -5,7 +5,7 @@ timed runs of
 
 * ``h5py``: h5py + hdf5plugin reading every shard's ``/entry/data/data`` into one
   preallocated ``(n, det_r, det_c)`` array (``read_direct``), one thread;
-* ``quantem``: ``quantem.io.arina.load_arina(master)`` end to end (master hash, index
+* ``quantem``: ``quantem.stem4d.io.arina.load_arina(master)`` end to end (master hash, index
   sidecar, parallel ``preadv``, parallel decode), returning the 4D array;
 
 checks that both arrays are identical, and prints the median, min and max wall time
@@ -48,7 +48,7 @@ def read_with_h5py(master: Path) -> np.ndarray:
 
 
 def read_with_quantem(master: Path, index_dir: Path, threads: int | None) -> np.ndarray:
-    from quantem.io.arina import load_arina
+    from quantem.stem4d.io.arina import load_arina
 
     acq = load_arina(master, index_dir=index_dir, threads=threads)
     data = acq.data
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="reuse/keep the acquisition here")
     args = parser.parse_args()
 
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     tmp = tempfile.TemporaryDirectory(prefix="quantem-cpu-load-")
     data_dir = Path(args.data_dir) if args.data_dir else Path(tmp.name) / "acq"

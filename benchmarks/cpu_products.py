@@ -25,9 +25,9 @@ from collections.abc import Callable
 import numpy as np
 from _common import git_revision
 
-from quantem.acquisition import Acquisition
-from quantem.detector import cpu_kernels, prepare
-from quantem.detector.masks import annulus_mask, disk_mask
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import cpu_kernels, prepare
+from quantem.stem4d.detector.masks import annulus_mask, disk_mask
 
 
 def make_data(scan: tuple[int, int], det: tuple[int, int], dtype: str, seed: int) -> np.ndarray:

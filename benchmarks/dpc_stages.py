@@ -20,13 +20,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from compute_products import make_cuda
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.dpc.fields import divergence, rotate_field
-from quantem.dpc.integrate import integrate_gradient
-from quantem.dpc.reconstruct import beam_shifts, dpc, measure_com, reconstruct
-from quantem.dpc.rotation import find_rotation
-from quantem.virtual.frames import open_frames
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.dpc.fields import divergence, rotate_field
+from quantem.stem4d.dpc.integrate import integrate_gradient
+from quantem.stem4d.dpc.reconstruct import beam_shifts, dpc, measure_com, reconstruct
+from quantem.stem4d.dpc.rotation import find_rotation
+from quantem.stem4d.virtual.frames import open_frames
 
 
 def main() -> None:

@@ -73,10 +73,10 @@ def main(argv=None):
 
     import cupy
 
-    from quantem.acquisition import Acquisition
-    from quantem.cuda import detector_kernels as dk
-    from quantem.cuda import hdf5_pipeline
-    from quantem.cuda import lz4_bitshuffle as lz4
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.cuda import detector_kernels as dk
+    from quantem.stem4d.cuda import hdf5_pipeline
+    from quantem.stem4d.cuda import lz4_bitshuffle as lz4
 
     det = tuple(args.det)
     n = args.frames
@@ -158,7 +158,7 @@ def main(argv=None):
         )
 
     # QEM: encode the same frames, resident payload, decode kernels.
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.io.qem.writer import save_qem
 
     qem = path / "k.qem"
     side = int(np.sqrt(n))
@@ -167,7 +167,7 @@ def main(argv=None):
     save_qem(Acquisition(frames.reshape(*scan, *det), {}, np.ones(det, bool), "cpu"), qem)
     say("qem_encode_s", time.perf_counter() - t0, "s")
     say("qem_bytes", qem.stat().st_size, "B")
-    from quantem import io
+    from quantem.stem4d import io
 
     enc = io.load(qem, backend="cuda", representation="encoded")
     ids = np.arange(enc.encoded.n_blocks)

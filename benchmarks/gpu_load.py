@@ -22,7 +22,7 @@ current GPU:
 
 Synthetic layouts (``--dir``): ``--layout FRAMES_PER_SHARD:DOSE[:SCAN_ROWS]`` (repeatable)
 writes the 512 x 512 x 192 x 192 uint16 model's first ``--distinct`` frames once per dose
-(``quantem.io.synthetic``, in parallel processes) and lays them out cyclically over the
+(``quantem.stem4d.io.synthetic``, in parallel processes) and lays them out cyclically over the
 whole scan, ``FRAMES_PER_SHARD`` frames per shard, with h5py's direct chunk writes, so a
 layout of 3 GB of chunks is written at disk speed.
 
@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 from _common import git_revision, gpu_times
 
-from quantem.cuda import hdf5_pipeline, registered_files
-from quantem.cuda.registered_files import release_registered_files
+from quantem.stem4d.cuda import hdf5_pipeline, registered_files
+from quantem.stem4d.cuda.registered_files import release_registered_files
 
 RESULTS: dict = {}
 JSON_PATH: list[Path] = []
@@ -71,7 +71,7 @@ def median(values) -> float:
 
 # -- synthetic layouts ----------------------------------------------------------------
 def _encode_range(model, start: int, stop: int) -> list[bytes]:
-    from quantem.io.synthetic import encode_chunk
+    from quantem.stem4d.io.synthetic import encode_chunk
 
     return [encode_chunk(frame) for frame in model.make_frames(start, stop)]
 
@@ -87,7 +87,7 @@ def _write_layout_shard(path: str, model, start: int, stop: int) -> None:
     import h5py
     import hdf5plugin
 
-    from quantem.io import arina_layout as layout
+    from quantem.stem4d.io import arina_layout as layout
 
     det_r, det_c = model.detector_shape
     with h5py.File(path, "w") as f:
@@ -103,8 +103,8 @@ def _write_layout_shard(path: str, model, start: int, stop: int) -> None:
 
 def write_layout(root: Path, per_shard: int, dose: float, rows: int, args) -> Path:
     """A synthetic acquisition: ``--distinct`` generated frames laid out cyclically."""
-    from quantem.io import arina_layout as layout
-    from quantem.io import synthetic
+    from quantem.stem4d.io import arina_layout as layout
+    from quantem.stem4d.io import synthetic
 
     out = root / f"fps{per_shard}_dose{int(dose)}_rows{rows}"
     master = out / f"full{layout.MASTER_SUFFIX}"
@@ -145,7 +145,7 @@ def write_layout(root: Path, per_shard: int, dose: float, rows: int, args) -> Pa
 
 
 def find_master(directory: Path) -> Path:
-    from quantem.io import arina_layout as layout
+    from quantem.stem4d.io import arina_layout as layout
 
     masters = sorted(directory.glob(f"*{layout.MASTER_SUFFIX}"))
     if len(masters) != 1:
@@ -183,8 +183,8 @@ def pread_all(source, buf, threads: int, piece: int, spans: bool = True) -> floa
     """Seconds to pread every chunk byte into ``buf``: the chunk spans the staging reads
     (``spans``: gaps of up to ``hdf5_pipeline.SPAN_GAP_BYTES`` read through), or each run
     of adjacent chunks on its own (the earlier floor), in reads of at most ``piece``."""
-    from quantem.cuda import hdf5_pipeline, staging
-    from quantem.errors import ArinaFormatError
+    from quantem.stem4d.cuda import hdf5_pipeline, staging
+    from quantem.stem4d.errors import ArinaFormatError
 
     index = source.index
     args = (
@@ -204,9 +204,9 @@ def pread_all(source, buf, threads: int, piece: int, spans: bool = True) -> floa
 
 def staging_only(source, threads: int, batch_bytes: int) -> float:
     """Our staging engine with a launch that does nothing: read + copy, overlapped."""
-    from quantem.cuda import hdf5_pipeline, staging
-    from quantem.cuda.staging import plan_batches
-    from quantem.errors import ArinaFormatError
+    from quantem.stem4d.cuda import hdf5_pipeline, staging
+    from quantem.stem4d.cuda.staging import plan_batches
+    from quantem.stem4d.errors import ArinaFormatError
 
     index = source.index
     shard = np.asarray(index.frame_shard)
@@ -232,9 +232,9 @@ def registered_copy_only(source, batch_bytes: int) -> float:
     copied by DMA from the (already registered) page-cache pages of the shards."""
     import cupy
 
-    from quantem.cuda import hdf5_pipeline, mapped_staging
-    from quantem.cuda.staging import OpenFiles, plan_batches
-    from quantem.errors import ArinaFormatError
+    from quantem.stem4d.cuda import hdf5_pipeline, mapped_staging
+    from quantem.stem4d.cuda.staging import OpenFiles, plan_batches
+    from quantem.stem4d.errors import ArinaFormatError
 
     index = source.index
     shard = np.asarray(index.frame_shard)
@@ -291,8 +291,8 @@ t0 = time.perf_counter()
 import cupy
 cupy.zeros(1); cupy.cuda.Device().synchronize()
 t1 = time.perf_counter()
-from quantem import io
-from quantem.cuda.module_loader import kernel_provenance
+from quantem.stem4d import io
+from quantem.stem4d.cuda.module_loader import kernel_provenance
 kind = sys.argv[2]
 kwargs = {"staging": "pread"} if kind == "hdf5-pread" else {}
 def load():
@@ -347,9 +347,9 @@ def fresh_process(
 def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     import cupy
 
-    from quantem.cuda import detector_kernels as dk
-    from quantem.cuda import loaders, pinned, staging
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.cuda import detector_kernels as dk
+    from quantem.stem4d.cuda import loaders, pinned, staging
+    from quantem.stem4d.io.arina import open_arina
 
     threads = args.threads or min(32, os.cpu_count() or 4)
     t0 = time.perf_counter()
@@ -379,7 +379,7 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
     sweep_pieces = [16, 64] if args.short else [2, 8, 16, 64] if full else [8, 64]
     sweep_threads = [16] if args.short else [8, 16] if full else [16]
     best = (np.inf, 0, 0)
-    from quantem.cuda.hdf5_pipeline import plan_span_reads
+    from quantem.stem4d.cuda.hdf5_pipeline import plan_span_reads
 
     index = source.index
     span_bytes = plan_span_reads(
@@ -496,7 +496,7 @@ def bench_hdf5(master: Path, tag: str, args, full: bool) -> dict:
             "s",
         )
     if full and args.check_cpu:
-        from quantem import io
+        from quantem.stem4d import io
 
         t0 = time.perf_counter()
         cpu = io.load(master, backend="cpu")
@@ -670,10 +670,10 @@ def bench_fresh(master: Path, tag: str, out_dir: Path, quick: bool = False) -> N
 def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
     import cupy
 
-    from quantem import io
-    from quantem.acquisition import Acquisition
-    from quantem.cuda import loaders, pinned
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d import io
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.cuda import loaders, pinned
+    from quantem.stem4d.io.qem.writer import save_qem
 
     source = hd["source"]
     qem_path = master.parent / "full.qem"
@@ -734,7 +734,7 @@ def bench_qem(master: Path, tag: str, hd: dict, args) -> None:
     times, ls = wall_time(lambda: io.load(qem_path, backend="cuda"), args.reps)
     say(f"{tag}.qem_warm_load_s", median(times), "s",
         f"x{median(times) / floor:.2f} floor; min {min(times):.4f}; {ls}")  # fmt: skip
-    from quantem.cuda import qem_pipeline
+    from quantem.stem4d.cuda import qem_pipeline
 
     saved = qem_pipeline.DEFAULT_STAGING
     registered = io.load(qem_path, backend="cuda")

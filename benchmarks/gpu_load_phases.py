@@ -27,40 +27,40 @@ import time
 #: ``(module, attribute)``: ``attribute`` may be ``Class.method``. Names are patched
 #: where the load looks them up (a module's global, or a class's attribute).
 PHASES = [
-    ("quantem.cuda.staging", "prestart_threads"),
-    ("quantem.io.arina", "open_arina"),
-    ("quantem.io.arina", "_sha256_file"),
-    ("quantem.io.arina", "_parsed_master"),
-    ("quantem.io.arina", "shard_stats"),
-    ("quantem.io.arina", "cached_shard_layout"),
-    ("quantem.io.arina", "load_or_build_frame_index"),
-    ("quantem.io.frame_index", "_remembered_facts"),
-    ("quantem.io.frame_index", "_read_sidecar_once"),
-    ("quantem.cuda.loaders", "zero_invalid_pixels"),
-    ("quantem.io.transforms", "LoadOptions.check_detector"),
-    ("quantem.cuda.loaders", "decode_source_to_device"),
-    ("quantem.cuda.hdf5_pipeline", "plan_batches"),
-    ("quantem.cuda.hdf5_pipeline", "load_plan"),
-    ("quantem.cuda.load_plan", "LoadPlan.registered"),
-    ("quantem.cuda.load_plan", "plan_span_reads"),
-    ("quantem.cuda.load_plan", "shard_spans"),
-    ("quantem.cuda.staging", "OpenFiles.__enter__"),
-    ("quantem.cuda.staging", "OpenFiles.__exit__"),
-    ("quantem.cuda.hdf5_pipeline", "_run_registered"),
-    ("quantem.cuda.hdf5_pipeline", "shard_spans"),
-    ("quantem.cuda.hdf5_pipeline", "plan_span_reads"),
-    ("quantem.cuda.registered_files", "RegisteredFiles.lookup"),
-    ("quantem.cuda.registered_files", "RegisteredFiles.count_load"),
-    ("quantem.cuda.registered_files", "RegisteredFiles.still_current"),
-    ("quantem.cuda.registered_files", "RegisteredFiles.give_back"),
-    ("quantem.cuda.mapped_staging", "run_registered"),
-    ("quantem.cuda.staging", "DeviceLanes.__init__"),
-    ("quantem.cuda.staging", "DeviceLanes.drain"),
-    ("quantem.cuda.lz4_bitshuffle", "ChunkDecoder.__init__"),
-    ("quantem.cuda.lz4_bitshuffle", "ChunkDecoder.decode"),
-    ("quantem.cuda.lz4_bitshuffle", "raise_first_error"),
-    ("quantem.cuda.loaders", "finish_in_place"),
-    ("quantem.cuda.loaders", "hdf5_load_stats"),
+    ("quantem.stem4d.cuda.staging", "prestart_threads"),
+    ("quantem.stem4d.io.arina", "open_arina"),
+    ("quantem.stem4d.io.arina", "_sha256_file"),
+    ("quantem.stem4d.io.arina", "_parsed_master"),
+    ("quantem.stem4d.io.arina", "shard_stats"),
+    ("quantem.stem4d.io.arina", "cached_shard_layout"),
+    ("quantem.stem4d.io.arina", "load_or_build_frame_index"),
+    ("quantem.stem4d.io.frame_index", "_remembered_facts"),
+    ("quantem.stem4d.io.frame_index", "_read_sidecar_once"),
+    ("quantem.stem4d.cuda.loaders", "zero_invalid_pixels"),
+    ("quantem.stem4d.io.transforms", "LoadOptions.check_detector"),
+    ("quantem.stem4d.cuda.loaders", "decode_source_to_device"),
+    ("quantem.stem4d.cuda.hdf5_pipeline", "plan_batches"),
+    ("quantem.stem4d.cuda.hdf5_pipeline", "load_plan"),
+    ("quantem.stem4d.cuda.load_plan", "LoadPlan.registered"),
+    ("quantem.stem4d.cuda.load_plan", "plan_span_reads"),
+    ("quantem.stem4d.cuda.load_plan", "shard_spans"),
+    ("quantem.stem4d.cuda.staging", "OpenFiles.__enter__"),
+    ("quantem.stem4d.cuda.staging", "OpenFiles.__exit__"),
+    ("quantem.stem4d.cuda.hdf5_pipeline", "_run_registered"),
+    ("quantem.stem4d.cuda.hdf5_pipeline", "shard_spans"),
+    ("quantem.stem4d.cuda.hdf5_pipeline", "plan_span_reads"),
+    ("quantem.stem4d.cuda.registered_files", "RegisteredFiles.lookup"),
+    ("quantem.stem4d.cuda.registered_files", "RegisteredFiles.count_load"),
+    ("quantem.stem4d.cuda.registered_files", "RegisteredFiles.still_current"),
+    ("quantem.stem4d.cuda.registered_files", "RegisteredFiles.give_back"),
+    ("quantem.stem4d.cuda.mapped_staging", "run_registered"),
+    ("quantem.stem4d.cuda.staging", "DeviceLanes.__init__"),
+    ("quantem.stem4d.cuda.staging", "DeviceLanes.drain"),
+    ("quantem.stem4d.cuda.lz4_bitshuffle", "ChunkDecoder.__init__"),
+    ("quantem.stem4d.cuda.lz4_bitshuffle", "ChunkDecoder.decode"),
+    ("quantem.stem4d.cuda.lz4_bitshuffle", "raise_first_error"),
+    ("quantem.stem4d.cuda.loaders", "finish_in_place"),
+    ("quantem.stem4d.cuda.loaders", "hdf5_load_stats"),
 ]
 
 TIMES: dict[str, list[float]] = {}
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem.cuda import loaders
+    from quantem.stem4d.cuda import loaders
 
     def sync() -> None:
         cupy.cuda.Device().synchronize()

@@ -1,6 +1,6 @@
 """Kernel variants of the bitshuffle-LZ4 decoder on device-resident chunks (no HDF5 layer).
 
-The chunks are those of ``gpu_load.py``'s synthetic layouts (``quantem.io.synthetic``,
+The chunks are those of ``gpu_load.py``'s synthetic layouts (``quantem.stem4d.io.synthetic``,
 192 x 192 uint16 frames at a given dose, one chunk a frame, bitshuffle blocks of 8 KB):
 ``--distinct`` frames are generated and encoded on the host, copied to the device once and
 tiled there to ``--frames`` chunks (262,144 = a 512 x 512 scan, as the load benchmark),
@@ -58,7 +58,7 @@ SCAN_COLUMNS = 512
 
 
 def encode_range(args: tuple[float, int, int]) -> tuple[list[bytes], np.ndarray]:
-    from quantem.io import synthetic
+    from quantem.stem4d.io import synthetic
 
     dose, start, stop = args
     # the scan of gpu_load.py's layouts (512 x 512), whose first frames these are
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
     from _common import git_revision
 
-    from quantem.cuda import lz4_bitshuffle as lz4
+    from quantem.stem4d.cuda import lz4_bitshuffle as lz4
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dose", type=float, nargs="+", default=[1000.0, 40000.0, 10000000.0])

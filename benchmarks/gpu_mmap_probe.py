@@ -39,7 +39,7 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem.io.page_cache import libc as page_cache_libc
+    from quantem.stem4d.io.page_cache import libc as page_cache_libc
 
     libc = page_cache_libc()
 

@@ -1,7 +1,7 @@
 """rANS decode of a resident ``.qem`` payload on the GPU: kernel v1 against v2, one run.
 
 Self-contained. It writes a ``.qem`` of ``--distinct`` synthetic frames of the full-size
-model (``quantem.io.synthetic``: 512 x 512 scan, 192 x 192 uint16, dose 40000 by default,
+model (``quantem.stem4d.io.synthetic``: 512 x 512 scan, 192 x 192 uint16, dose 40000 by default,
 the generator ``benchmarks/gpu_load.py`` uses, its first ``--distinct`` frames, in
 parallel processes), then lays its blocks out cyclically over the whole scan on the device,
 as ``gpu_load.py``'s layouts repeat their distinct frames: a resident payload of the full
@@ -65,7 +65,7 @@ def _frames(model, start: int, stop: int) -> np.ndarray:
 
 def generate(args) -> tuple[object, np.ndarray]:
     """The model and its first ``--distinct`` frames (``(distinct, det_r, det_c)``)."""
-    from quantem.io import synthetic
+    from quantem.stem4d.io import synthetic
 
     model = synthetic.SyntheticModel(
         tuple(args.scan), tuple(args.det), args.dtype, args.dose, args.seed
@@ -82,8 +82,8 @@ def generate(args) -> tuple[object, np.ndarray]:
 
 
 def write_distinct(model, frames: np.ndarray, scan_c: int, path: Path) -> Path:
-    from quantem.acquisition import Acquisition
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.io.qem.writer import save_qem
 
     det = frames.shape[1:]
     mask = np.asarray(model.pixel_mask)
@@ -96,7 +96,7 @@ class Layout:
     """The distinct blocks laid out cyclically over the full scan (host side)."""
 
     def __init__(self, qem, n_frames: int):
-        from quantem.cuda import qem_pipeline
+        from quantem.stem4d.cuda import qem_pipeline
 
         index = qem.block_index
         bf = int(qem.block_frames)
@@ -128,7 +128,7 @@ class Layout:
 
 def cpu_check_layout(qem, layout: Layout, cpu_frames: np.ndarray, blocks: int) -> bool:
     """Decode the first and last ``blocks`` blocks of the tiled layout with the CPU codec."""
-    from quantem.io.qem import rans
+    from quantem.stem4d.io.qem import rans
 
     payload = layout.host_payload()
     n = layout.n_blocks
@@ -165,7 +165,7 @@ def gpu_median(fn, reps: int, warmup: int = 2) -> float:
 def bench_gpu(args, qem, layout: Layout, cpu_frames: np.ndarray, bf_mask: np.ndarray) -> None:
     import cupy
 
-    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, pack_mask_bits
+    from quantem.stem4d.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, pack_mask_bits
 
     det = tuple(args.det)
     itemsize = np.dtype(qem.dtype).itemsize
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
     say("revision", args.revision or git_revision())
     say("host_cores", os.cpu_count())
 
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     t0 = time.perf_counter()
     model, frames = generate(args)

@@ -84,8 +84,8 @@ def precompile(qem, extras: list[dict | None]) -> None:
     without the GIL), so the timed loop only looks them up."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from quantem.cuda.module_loader import load_module
-    from quantem.cuda.rans_decode import SOURCE_FILE, decoder_defines
+    from quantem.stem4d.cuda.module_loader import load_module
+    from quantem.stem4d.cuda.rans_decode import SOURCE_FILE, decoder_defines
 
     det = tuple(int(v) for v in qem.detector_shape)
     jobs = []
@@ -101,8 +101,8 @@ def precompile(qem, extras: list[dict | None]) -> None:
 
 
 def write(model, frames, scan_c, path: Path, options: dict) -> Path:
-    from quantem.acquisition import Acquisition
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.io.qem.writer import save_qem
 
     mask = np.asarray(model.pixel_mask)
     data = frames.reshape(-1, scan_c, *frames.shape[1:])
@@ -114,7 +114,7 @@ class Layout:
     """A file's entries laid out cyclically over ``n_frames`` (frame blocks repeat)."""
 
     def __init__(self, qem, n_frames: int):
-        from quantem.cuda import qem_pipeline
+        from quantem.stem4d.cuda import qem_pipeline
 
         index = qem.block_index
         bf = int(qem.block_frames)
@@ -144,7 +144,7 @@ class Layout:
 def bench(args, name, qem, layout, cpu_frames, bf_mask, extra, floor_note) -> dict:
     import cupy
 
-    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, pack_mask_bits
+    from quantem.stem4d.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder, pack_mask_bits
 
     det = tuple(args.det)
     frame_bytes = det[0] * det[1] * 2
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     if args.json:
         JSON_PATH.append(Path(args.json))
     say("revision", args.revision or git_revision())
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     t0 = time.perf_counter()
     model, frames = generate(args)

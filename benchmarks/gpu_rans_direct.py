@@ -510,7 +510,7 @@ def main(argv=None) -> int:
         from gpu_rans import JSON_PATH
 
         JSON_PATH.append(Path(args.json))
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     model, frames = generate(args)
     det = tuple(args.det)

@@ -1,7 +1,7 @@
 """Benchmark: CoM + BF of a whole ARINA acquisition streamed onto the GPU, against the
 resident path (load, then the products), in one process.
 
-``quantem.virtual.open_frames(MASTER, backend="cuda", batch_frames=N)`` for each
+``quantem.stem4d.virtual.open_frames(MASTER, backend="cuda", batch_frames=N)`` for each
 ``--batch-frames`` (median of ``--reps``; the CuPy pool's reserved bytes after, from an
 emptied pool), then ``load_hdf5`` + the same products; the streamed CoM and BF image are
 checked equal to the resident ones. The BF disk: radius ``--radius`` pixels at the
@@ -29,9 +29,9 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem.cuda import loaders
-    from quantem.io.arina import open_arina
-    from quantem.virtual import open_frames
+    from quantem.stem4d.cuda import loaders
+    from quantem.stem4d.io.arina import open_arina
+    from quantem.stem4d.virtual import open_frames
 
     source = open_arina(args.master)
     for path in source.shard_paths:  # warm page cache

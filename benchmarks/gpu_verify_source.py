@@ -51,8 +51,8 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem import io
-    from quantem.io.arina import open_arina
+    from quantem.stem4d import io
+    from quantem.stem4d.io.arina import open_arina
 
     if args.data is not None:
         master = gpu_load.find_master(args.data)

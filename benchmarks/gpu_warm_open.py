@@ -2,9 +2,9 @@
 
 For one ARINA master (``MASTER``), in this process: a first load (kernels compiled, pinned
 staging and the CuPy pool populated), a pause of ``--pause`` seconds (so a frame-index
-sidecar just written is older than the racy window of ``quantem.io.frame_index`` and can
+sidecar just written is older than the racy window of ``quantem.stem4d.io.frame_index`` and can
 be remembered), then ``--reps`` rounds of ``open_arina`` alone and of a whole
-``quantem.cuda.loaders.load_hdf5`` (wall clock with device synchronisation). Prints the
+``quantem.stem4d.cuda.loaders.load_hdf5`` (wall clock with device synchronisation). Prints the
 medians of the load, of its staged pipeline (``load_stats["pipeline_seconds"]``) and of
 the open, and checks every load's uint64 sum against the first load's.
 
@@ -31,8 +31,8 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem.cuda import loaders
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.cuda import loaders
+    from quantem.stem4d.io.arina import open_arina
 
     def sync() -> None:
         cupy.cuda.Device().synchronize()

@@ -40,7 +40,7 @@ def prepare(
 ) -> Path:
     """Write (or reuse) the acquisitions and the manifest; return the manifest path."""
     from harness.run.manifest import dump_manifest, manifest_entry
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     data_dir.mkdir(parents=True, exist_ok=True)
     entries = []

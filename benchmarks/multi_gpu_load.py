@@ -5,7 +5,7 @@ For one ARINA acquisition (``--data DIR``, or ``--dir DIR`` with a synthetic lay
 measures, page cache warm:
 
 * the host floor with every GPU working at once: each GPU's share of the chunk spans
-  (the rows ``quantem.cuda.sharded.split_rows`` gives it) pread into its own pinned
+  (the rows ``quantem.stem4d.cuda.sharded.split_rows`` gives it) pread into its own pinned
   buffer, all GPUs' reads concurrent through one pool (the host's read bandwidth is
   shared); all GPUs' host-to-device copies of those buffers at once; and our staging
   engine with an empty launch on every GPU at once (read and copy overlapped);
@@ -66,7 +66,7 @@ def synchronize_all(devices) -> None:
 
 def device_shares(source, devices):
     """Each GPU's frames ``(first, last)``: the rows the sharded loader gives it."""
-    from quantem.cuda.sharded import split_rows
+    from quantem.stem4d.cuda.sharded import split_rows
 
     scan_c = int(source.scan_shape[1])
     rows = split_rows(int(source.scan_shape[0]), len(devices))
@@ -77,8 +77,8 @@ def floors(source, devices, threads: int, reps: int) -> None:
     """Read, copy and staging floors with every GPU working at once (best of ``reps``)."""
     import cupy
 
-    from quantem.cuda import hdf5_pipeline, staging
-    from quantem.errors import ArinaFormatError
+    from quantem.stem4d.cuda import hdf5_pipeline, staging
+    from quantem.stem4d.errors import ArinaFormatError
 
     index = source.index
     shard = np.asarray(index.frame_shard)
@@ -176,9 +176,9 @@ def check(path, devices, options, tag: str) -> None:
     """Blocks equal the one-GPU rows, products bit-identical to the one-GPU products."""
     import cupy
 
-    from quantem import io
-    from quantem.cuda.sharded import _copy_to
-    from quantem.detector import prepare
+    from quantem.stem4d import io
+    from quantem.stem4d.cuda.sharded import _copy_to
+    from quantem.stem4d.detector import prepare
 
     with io.load(path, backend="cuda", **options) as one:
         reference = products(prepare(one))
@@ -198,7 +198,7 @@ def check(path, devices, options, tag: str) -> None:
 
 
 def bench(path, devices, options, reps: int, tag: str) -> None:
-    from quantem import io
+    from quantem.stem4d import io
 
     timed_loads(lambda: io.load(path, backend="cuda", **options), [0], 1)  # warm-up
     one, one_stats = timed_loads(lambda: io.load(path, backend="cuda", **options), [0], reps)
@@ -243,8 +243,8 @@ def main(argv=None) -> int:
     import cupy
     import gpu_load
 
-    from quantem.cuda import sharded, staging
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.cuda import sharded, staging
+    from quantem.stem4d.io.arina import open_arina
 
     staging.PROFILE = args.profile
     count = sharded.device_count()

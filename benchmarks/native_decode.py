@@ -1,7 +1,7 @@
 """CPU decode throughput: the native C++ reader (qem-native-load) vs the Python CPU
 decoder (numba) on the same .qem file, same machine, back to back.
 
-Makes one synthetic acquisition (``quantem.io.synthetic.make_frames``, the ARINA
+Makes one synthetic acquisition (``quantem.stem4d.io.synthetic.make_frames``, the ARINA
 model), writes it as .qem (outside all timings), reads the file once so the page
 cache is warm for every trial, compiles numba with one untimed load, then alternates,
 for each thread count and repetition:
@@ -42,10 +42,10 @@ from harness.native import (
     hash_frame_u32_le,
     run_native_load,
 )
-from quantem.acquisition import Acquisition
-from quantem.io.qem.reader import load_qem
-from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import make_frames
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.reader import load_qem
+from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.synthetic import make_frames
 
 
 def cpu_seconds() -> float:

@@ -1,6 +1,6 @@
 """Compression of synthetic counting data: .qem vs bitshuffle-LZ4 vs zstd.
 
-For each dose, the same frames (``quantem.io.synthetic.make_frames``) are encoded as
+For each dose, the same frames (``quantem.stem4d.io.synthetic.make_frames``) are encoded as
 
 * ``.qem`` (whole file: header, model, indexes, payload, footer);
 * bitshuffle-LZ4 as the ARINA HDF5 filter stores it: one chunk per frame, the
@@ -28,9 +28,9 @@ from _common import git_revision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import SyntheticModel, make_frames
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.synthetic import SyntheticModel, make_frames
 
 BSHUF_CHUNK_HEADER = 12
 

@@ -3,7 +3,7 @@
 Writes one synthetic ARINA acquisition (bitshuffle-LZ4 HDF5), converts it to .qem,
 checks both decode to the same array, then times full loads back to back, alternating
 formats, with the page cache warm (both files are read once first) and numba compiled.
-The HDF5 side is ``quantem.io.arina.load_arina`` (the CPU backend) when it exists,
+The HDF5 side is ``quantem.stem4d.io.arina.load_arina`` (the CPU backend) when it exists,
 otherwise h5py + hdf5plugin (said in the output). Usage::
 
     python benchmarks/qem_decode.py [--scan 64 64] [--det 192 192] [--dose 40000] [--reps 5]
@@ -24,20 +24,20 @@ from _common import git_revision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantem.acquisition import Acquisition
-from quantem.io.qem.reader import load_qem
-from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.reader import load_qem
+from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
 
 
 def hdf5_loader():
     """The CPU HDF5 load function and its label."""
     try:
-        from quantem.io.arina import load_arina
+        from quantem.stem4d.io.arina import load_arina
     except ModuleNotFoundError:
         load_arina = None
     if load_arina is not None:
-        return (lambda path: load_arina(path).data), "quantem.io.arina.load_arina (cpu)"
+        return (lambda path: load_arina(path).data), "quantem.stem4d.io.arina.load_arina (cpu)"
 
     import h5py
     import hdf5plugin  # noqa: F401  (registers the bitshuffle filter)
@@ -49,7 +49,7 @@ def hdf5_loader():
             parts = [group[name][()] for name in names]
         return np.concatenate(parts)
 
-    return load, "h5py + hdf5plugin (quantem.io.arina not available)"
+    return load, "h5py + hdf5plugin (quantem.stem4d.io.arina not available)"
 
 
 def read_file(path: Path) -> None:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         master = write_synthetic_arina(tmp, scan_shape=scan, detector_shape=det, dose=args.dose)
         qem_path = tmp / "synthetic.qem"
         try:
-            from quantem.io.arina import open_arina  # noqa: F401
+            from quantem.stem4d.io.arina import open_arina  # noqa: F401
 
             save_qem(master, qem_path)
             source = "converted from the HDF5 file"

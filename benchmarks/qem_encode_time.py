@@ -1,4 +1,4 @@
-"""Time ``quantem.io.save`` of a 32x32x192x192 uint16 synthetic acquisition (in memory).
+"""Time ``quantem.stem4d.io.save`` of a 32x32x192x192 uint16 synthetic acquisition (in memory).
 
 Prints the median of 5 saves and the first 16 hex digits of the file's SHA-256 (so two
 encoder versions can be checked byte-identical as well as timed)::
@@ -17,9 +17,9 @@ import numpy as np
 
 
 def main() -> None:
-    import quantem.io as qio
-    from quantem.acquisition import Acquisition
-    from quantem.io.synthetic import make_frames
+    import quantem.stem4d.io as qio
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.io.synthetic import make_frames
 
     frames = make_frames(0, 1024, scan_shape=(32, 32), detector_shape=(192, 192))
     mask = np.zeros((192, 192), np.uint32)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import git_revision
 
-from quantem.ssb import (
+from quantem.stem4d.ssb import (
     Aberrations,
     BrightFieldDisk,
     Calibration,
@@ -43,7 +43,7 @@ from quantem.ssb import (
     prepare,
     reconstruct,
 )
-from quantem.ssb.reconstruct import object_from_sums, select_sums
+from quantem.stem4d.ssb.reconstruct import object_from_sums, select_sums
 
 
 def make_data(xp, scan: int, det: int, radius: float, dose: float, seed: int):

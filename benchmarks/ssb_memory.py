@@ -35,7 +35,7 @@ CHILD = textwrap.dedent(
     """
     import hashlib, json, resource, sys, time, tracemalloc
     import h5py, numpy as np
-    from quantem.ssb import BrightFieldDisk, Calibration, prepare
+    from quantem.stem4d.ssb import BrightFieldDisk, Calibration, prepare
     path, mode, det, radius, binning, budget = sys.argv[1:7]
     cal = Calibration(energy_ev=200e3, semiangle_mrad=25.0, scan_step_a=0.25, rotation_deg=0.0)
     disk = BrightFieldDisk(center=((int(det) - 1) / 2,) * 2, radius=float(radius))

@@ -41,8 +41,8 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from quantem.io import load
-    from quantem.ssb import Calibration, prepare
+    from quantem.stem4d.io import load
+    from quantem.stem4d.ssb import Calibration, prepare
 
     cal = Calibration(energy_ev=200e3, semiangle_mrad=25.0, scan_step_a=0.25, rotation_deg=0.0)
     pool = cupy.get_default_memory_pool()

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from quantem.io import frame_index
-from quantem.io.arina import load_arina, open_arina, read_compressed
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io import frame_index
+from quantem.stem4d.io.arina import load_arina, open_arina, read_compressed
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 
 def median_time(work, reps: int) -> float:

@@ -66,7 +66,7 @@ def _quiet_closed_stdout() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from quantem.errors import QuantemError
+    from quantem.stem4d.errors import QuantemError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -146,8 +146,8 @@ def make_example_report(
             "source_fingerprint_end": fake_sha256("tree"),
             "modules": [
                 {
-                    "name": "quantem.io.arina",
-                    "path": "quantem/io/arina.py",
+                    "name": "quantem.stem4d.io.arina",
+                    "path": "quantem/stem4d/io/arina.py",
                     "sha256": fake_sha256("arina"),
                 }
             ],

@@ -7,6 +7,6 @@ import numpy as np
 
 
 def host_zero_invalid_pixels(frames, validity) -> None:
-    """``quantem.cuda.detector_kernels.zero_invalid_pixels`` on numpy frames, in place."""
+    """``quantem.stem4d.cuda.detector_kernels.zero_invalid_pixels`` on numpy frames, in place."""
     valid = np.asarray(validity, dtype=bool)
     frames.reshape(-1, valid.size)[:, ~valid.reshape(-1)] = 0

@@ -1,5 +1,5 @@
 """Crafted LZ4 blocks for the kernel tests: sequences at every bound of the one-pass copies
-of ``quantem/cuda/lz4_bitshuffle.cu``, written and decoded by the plain rules of the format."""
+of ``quantem/stem4d/cuda/lz4_bitshuffle.cu``, written and decoded by the plain rules of the format."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A slow, independent pure-Python .qem reader written from docs/qem-format.md alone.
 
-It shares no code with ``quantem.io.qem`` (only ``xxhash``, ``json``, ``struct``): the
+It shares no code with ``quantem.stem4d.io.qem`` (only ``xxhash``, ``json``, ``struct``): the
 tests decode the same files with both and compare, so a misreading of the spec in one
 implementation shows up as a difference. Use it on small files only.
 """

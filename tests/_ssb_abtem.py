@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-import quantem.io
-from quantem.detector import prepare as prepare_detector
-from quantem.ssb import Aberrations, Calibration
+import quantem.stem4d.io
+from quantem.stem4d.detector import prepare as prepare_detector
+from quantem.stem4d.ssb import Aberrations, Calibration
 
 ROOT = Path(__file__).resolve().parent / "data" / "ssb"
 META = json.loads((ROOT / "fixtures.json").read_text())
@@ -31,7 +31,7 @@ def master(sample: str, dose: str) -> Path:
 
 
 def load(sample: str, dose: str) -> np.ndarray:
-    with quantem.io.load(master(sample, dose)) as acq:
+    with quantem.stem4d.io.load(master(sample, dose)) as acq:
         return np.asarray(acq.array).copy()
 
 
@@ -63,13 +63,13 @@ def potential(sample: str, cal: Calibration, band_limited: bool = True) -> np.nd
 
 
 def com_integrated_phase(sample: str, dose: str, cal: Calibration) -> np.ndarray:
-    """A plain iDPC phase: quantem.detector's centre of mass, Fourier-integrated.
+    """A plain iDPC phase: quantem.stem4d.detector's centre of mass, Fourier-integrated.
 
     The intensity centre of mass (as an angle) is ``lambda / (2 pi)`` times the phase
     gradient (convolved with the probe intensity), so ``grad phi = 2 pi / lambda * com``
     and ``phi(Q) = (Qx Gx + Qy Gy) / (2 pi i |Q|^2)``, zero at Q = 0.
     """
-    with quantem.io.load(master(sample, dose)) as acq:
+    with quantem.stem4d.io.load(master(sample, dose)) as acq:
         com = prepare_detector(acq).center_of_mass()
     sampling = META["samples"][sample]["detector_sampling_mrad"][0] * 1e-3
     gx = (com.row - com.row.mean()) * sampling * 2 * math.pi / cal.wavelength_a

@@ -2,7 +2,7 @@
 
 ``I(k, R) = |FFT[p(r - R) exp(i sigma V(r))]|^2`` on a periodic grid, with the probe
 ``p = IFFT[aperture * exp(-i chi)]`` written here from the textbook formula (polar form,
-abTEM's sign convention), not from ``quantem.ssb``. Probe positions are whole grid pixels,
+abTEM's sign convention), not from ``quantem.stem4d.ssb``. Probe positions are whole grid pixels,
 so shifting is a roll.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantem.ssb import Calibration, electron_wavelength_a
+from quantem.stem4d.ssb import Calibration, electron_wavelength_a
 
 ENERGY_EV = 200e3
 SEMIANGLE_MRAD = 25.0

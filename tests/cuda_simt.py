@@ -151,7 +151,7 @@ def build(tmp_dir: Path, name: str, defines: dict, source: str, driver: str) -> 
         import pytest
 
         pytest.skip("no C++ compiler to emulate the kernels on the host")
-    from quantem.cuda.module_loader import render_defines
+    from quantem.stem4d.cuda.module_loader import render_defines
 
     text = SHIM + render_defines(defines) + source + driver
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]

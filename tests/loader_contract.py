@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 from _arina_helpers import h5py_frames, reference_options
 
-from quantem.errors import UnsupportedDtypeError
-from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import SyntheticModel, write_synthetic_arina
-from quantem.io.transforms import LOAD_METADATA_KEYS
+from quantem.stem4d.errors import UnsupportedDtypeError
+from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.synthetic import SyntheticModel, write_synthetic_arina
+from quantem.stem4d.io.transforms import LOAD_METADATA_KEYS
 
 SCAN = (3, 4)
 DETECTOR = (13, 10)
@@ -113,8 +113,8 @@ class LoaderContract:
     def reference(self, path: Path, fmt: str | None = None, **options: Any) -> Loaded:
         """The CPU loader of ``fmt`` (default: this loader's format): the metadata every
         loader of that format must match."""
-        from quantem.io.arina import load_arina
-        from quantem.io.qem.reader import load_qem
+        from quantem.stem4d.io.arina import load_arina
+        from quantem.stem4d.io.qem.reader import load_qem
 
         reader = load_arina if (fmt or self.fmt) == "hdf5" else load_qem
         with reader(path, **options) as acq:

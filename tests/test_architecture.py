@@ -54,7 +54,7 @@ def test_the_contracts_catch_violations(tmp_path):
         tmp_path,
         {
             "quantem/__init__.py": "",
-            "quantem/io.py": "import harness.cli\n",  # quantem importing harness
+            "quantem/stem4d/io.py": "import harness.cli\n",  # quantem importing harness
             "harness/__init__.py": "",
             "harness/cli.py": "import harness.commands\n",
             "harness/commands/__init__.py": "import harness.run\n",

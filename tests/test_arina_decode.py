@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantem.errors import ChunkDecodeError
-from quantem.io.cpu_decode import (
+from quantem.stem4d.errors import ChunkDecodeError
+from quantem.stem4d.io.cpu_decode import (
     BITSHUFFLE_C_AVAILABLE,
     decode_chunk_bytes,
     decode_frames,
 )
-from quantem.io.synthetic import SyntheticModel
+from quantem.stem4d.io.synthetic import SyntheticModel
 
 ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
 
@@ -178,7 +178,7 @@ def test_offsets_are_validated():
 
 def test_every_bitshuffle_library_decodes_like_the_reference():
     """Both C builds the default engine may pick (hdf5plugin's first) agree with numba."""
-    from quantem.io.cpu_decode import bitshuffle_library_candidates, load_bitshuffle_function
+    from quantem.stem4d.io.cpu_decode import bitshuffle_library_candidates, load_bitshuffle_function
 
     frame = SyntheticModel((2, 2), (50, 70), "uint16").make_frames(0, 1)[0]
     chunk = np.frombuffer(_library_chunk(frame), np.uint8)

@@ -11,15 +11,15 @@ import hdf5plugin
 import numpy as np
 import pytest
 
-from quantem.errors import (
+from quantem.stem4d.errors import (
     ArinaFormatError,
     ChunkDecodeError,
     QuantemError,
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
-from quantem.io.arina import load_arina, open_arina
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io.arina import load_arina, open_arina
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def test_errors_are_quantem_errors():
 
 def _rewrite_shard(master, index, frames, *, skip=(), raw=()):
     """Replace shard ``index`` with ``frames``, leaving out or storing unfiltered some chunks."""
-    from quantem.io.synthetic import encode_chunk
+    from quantem.stem4d.io.synthetic import encode_chunk
 
     shard = _shard(master, index)
     shard.unlink()
@@ -219,7 +219,7 @@ def _rewrite_shard(master, index, frames, *, skip=(), raw=()):
 
 
 def test_unwritten_chunk_is_reported(acquisition):
-    from quantem.io.synthetic import make_frames
+    from quantem.stem4d.io.synthetic import make_frames
 
     frames = make_frames(5, 10, scan_shape=(3, 4), detector_shape=(16, 16))
     shard = _rewrite_shard(acquisition, 2, frames, skip={3})
@@ -229,7 +229,7 @@ def test_unwritten_chunk_is_reported(acquisition):
 
 
 def test_unfiltered_chunk_is_reported(acquisition):
-    from quantem.io.synthetic import make_frames
+    from quantem.stem4d.io.synthetic import make_frames
 
     frames = make_frames(5, 10, scan_shape=(3, 4), detector_shape=(16, 16))
     shard = _rewrite_shard(acquisition, 2, frames, raw={1})

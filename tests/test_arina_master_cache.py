@@ -1,6 +1,6 @@
 """The process's cache of parsed ARINA masters: keyed by the master's bytes, never stale.
 
-A warm re-open of an unchanged master skips h5py (``quantem.io.arina._parsed_master``);
+A warm re-open of an unchanged master skips h5py (``quantem.stem4d.io.arina._parsed_master``);
 a master whose bytes changed, even with its size and modification time kept, is parsed
 again; callers cannot change what the cache holds.
 """
@@ -13,9 +13,9 @@ import h5py
 import numpy as np
 import pytest
 
-from quantem.io import arina
-from quantem.io import arina_layout as layout
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io import arina
+from quantem.stem4d.io import arina_layout as layout
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 
 @pytest.fixture()

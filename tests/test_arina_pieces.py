@@ -1,6 +1,6 @@
 """The CPU load's read-and-decode workers: pieces, threads, shard edges, errors.
 
-:func:`quantem.io.arina.load_arina` (no load options) has each thread read a piece of
+:func:`quantem.stem4d.io.arina.load_arina` (no load options) has each thread read a piece of
 frames into its own staging buffer and decode it; these tests shrink the pieces so that
 several threads, shard boundaries and reused buffers all take part, and compare with an
 independent h5py + hdf5plugin read.
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from _arina_helpers import h5py_frames
 
-from quantem.errors import ArinaFormatError, ChunkDecodeError
-from quantem.io import cpu_decode
-from quantem.io.arina import load_arina
-from quantem.io.cpu_decode import BITSHUFFLE_C_AVAILABLE, decode_chunks
-from quantem.io.synthetic import SyntheticModel, encode_chunk, write_synthetic_arina
+from quantem.stem4d.errors import ArinaFormatError, ChunkDecodeError
+from quantem.stem4d.io import cpu_decode
+from quantem.stem4d.io.arina import load_arina
+from quantem.stem4d.io.cpu_decode import BITSHUFFLE_C_AVAILABLE, decode_chunks
+from quantem.stem4d.io.synthetic import SyntheticModel, encode_chunk, write_synthetic_arina
 
 ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
 

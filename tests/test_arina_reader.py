@@ -12,10 +12,10 @@ from _arina_helpers import h5py_frames, reference_options
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantem.errors import ScanShapeError
-from quantem.io import load
-from quantem.io.arina import iter_frame_batches, load_arina, open_arina, read_compressed
-from quantem.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
+from quantem.stem4d.errors import ScanShapeError
+from quantem.stem4d.io import load
+from quantem.stem4d.io.arina import iter_frame_batches, load_arina, open_arina, read_compressed
+from quantem.stem4d.io.synthetic import SyntheticModel, make_frames, write_synthetic_arina
 
 CASES = [
     # scan, detector, dtype, frames per shard
@@ -214,7 +214,7 @@ def test_index_sidecar_is_reused_and_fresh_index_rebuilds(tmp_path):
     bad["frame_offset"] += 1
     with open(npz, "wb") as f:
         np.savez(f, **bad)
-    from quantem.errors import FrameIndexWarning
+    from quantem.stem4d.errors import FrameIndexWarning
 
     with (
         pytest.warns(FrameIndexWarning, match="discarded and rebuilt"),
@@ -235,7 +235,7 @@ def test_index_sidecar_is_reused_and_fresh_index_rebuilds(tmp_path):
 def test_unchanged_shards_are_not_reopened_while_their_index_matches(tmp_path, monkeypatch):
     import os
 
-    from quantem.io import arina
+    from quantem.stem4d.io import arina
 
     master = write_synthetic_arina(
         tmp_path / "acq", scan_shape=(3, 4), detector_shape=(8, 8), frames_per_shard=5, processes=1
@@ -262,7 +262,7 @@ def test_unchanged_shards_are_not_reopened_while_their_index_matches(tmp_path, m
     open_arina(master, index_dir=index_dir, fresh_index=True)
     assert opened == first.shard_paths
     # a missing shard is still named
-    from quantem.errors import SourceNotFoundError
+    from quantem.stem4d.errors import SourceNotFoundError
 
     os.remove(first.shard_paths[2])
     with pytest.raises(SourceNotFoundError, match="data_000003"):
@@ -312,7 +312,7 @@ def test_shared_fixture_documented_values(arina_small, arina_known):
 
 @pytest.mark.parametrize("engine", ["bitshuffle", "numba"])
 def test_shared_u8_fixture_chunk_with_partial_block(arina_small, engine):
-    from quantem.io.cpu_decode import decode_chunk_bytes
+    from quantem.stem4d.io.cpu_decode import decode_chunk_bytes
 
     path = arina_small / "fixture_u8_data_000001.h5"
     with h5py.File(path, "r") as f:
@@ -406,8 +406,8 @@ def test_round_trip_property(
 @pytest.mark.parametrize("max_read", [1, 700, 1 << 20])
 def test_reads_split_and_out_of_order_chunks(tmp_path, monkeypatch, max_read):
     """Chunks stored in reverse frame order, read with small and large coalescing limits."""
-    from quantem.io import arina
-    from quantem.io.synthetic import encode_chunk
+    from quantem.stem4d.io import arina
+    from quantem.stem4d.io.synthetic import encode_chunk
 
     scan, det = (3, 4), (10, 9)
     master = write_synthetic_arina(

@@ -9,7 +9,7 @@ import h5py
 import hdf5plugin  # noqa: F401
 import numpy as np
 
-from quantem.io.synthetic import make_frames
+from quantem.stem4d.io.synthetic import make_frames
 
 
 def _harness(*argv, cwd=None):

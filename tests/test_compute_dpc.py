@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.arrays import array_digest
-from quantem.dpc import divergence, dpc, find_rotation, integrate_gradient, rotate_field
-from quantem.errors import ComputeError
-from quantem.io import synthetic
-from quantem.virtual import Calibration
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.arrays import array_digest
+from quantem.stem4d.dpc import divergence, dpc, find_rotation, integrate_gradient, rotate_field
+from quantem.stem4d.errors import ComputeError
+from quantem.stem4d.io import synthetic
+from quantem.stem4d.virtual import Calibration
 
 
 def blob_phase(shape=(48, 56)) -> np.ndarray:

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from quantem.arrays import array_digest
-from quantem.errors import ComputeError
-from quantem.parallax import align, fit_aberrations, shift_and_sum
-from quantem.parallax.align import fourier_shift
+from quantem.stem4d.arrays import array_digest
+from quantem.stem4d.errors import ComputeError
+from quantem.stem4d.parallax import align, fit_aberrations, shift_and_sum
+from quantem.stem4d.parallax.align import fourier_shift
 
 
 def smooth_object(shape=(40, 48), seed=0) -> np.ndarray:

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantem.dpc import dpc
-from quantem.io import load
-from quantem.parallax import parallax
-from quantem.virtual import Calibration, open_frames
+from quantem.stem4d.dpc import dpc
+from quantem.stem4d.io import load
+from quantem.stem4d.parallax import parallax
+from quantem.stem4d.virtual import Calibration, open_frames
 
 DATA = Path(__file__).parent / "data" / "srtio3"
 TRUTH = json.loads((DATA / "srtio3_truth.json").read_text())

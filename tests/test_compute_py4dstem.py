@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantem.dpc import dpc
-from quantem.io import load
-from quantem.parallax import fit_aberrations, parallax
-from quantem.virtual import Calibration
+from quantem.stem4d.dpc import dpc
+from quantem.stem4d.io import load
+from quantem.stem4d.parallax import fit_aberrations, parallax
+from quantem.stem4d.virtual import Calibration
 
 DATA = Path(__file__).parent / "data" / "srtio3"
 TRUTH = json.loads((DATA / "srtio3_truth.json").read_text())

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.errors import CalibrationError, ComputeError
-from quantem.io import synthetic
-from quantem.virtual import Annulus, Calibration, Disk, df, open_frames, virtual_images
-from quantem.virtual.calibration import electron_wavelength_angstrom
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.errors import CalibrationError, ComputeError
+from quantem.stem4d.io import synthetic
+from quantem.stem4d.virtual import Annulus, Calibration, Disk, df, open_frames, virtual_images
+from quantem.stem4d.virtual.calibration import electron_wavelength_angstrom
 
 SCAN, DETECTOR = (7, 10), (36, 30)
 
@@ -136,7 +136,7 @@ def test_stream_backend_is_checked(tmp_path):
     try:
         import cupy  # noqa: F401
     except ImportError:
-        from quantem.errors import BackendUnavailableError
+        from quantem.stem4d.errors import BackendUnavailableError
 
         with pytest.raises(BackendUnavailableError):
             open_frames(master, backend="cuda")

@@ -3,14 +3,14 @@ tests/hardware/test_cuda_aot.py)."""
 
 from __future__ import annotations
 
-from quantem.cuda import aot, module_loader
+from quantem.stem4d.cuda import aot, module_loader
 
 
 def test_every_specialisation_has_a_current_fatbin():
     missing = aot.stale()
     assert missing == [], (
         "fatbins are stale or missing (a .cu file or its constants changed): run "
-        f"`python -m quantem.cuda.aot build` with nvcc; missing: {[p.name for p in missing]}"
+        f"`python -m quantem.stem4d.cuda.aot build` with nvcc; missing: {[p.name for p in missing]}"
     )
 
 

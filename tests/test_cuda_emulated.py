@@ -16,13 +16,13 @@ import pytest
 from _lz4_edges import edge_chunks
 from cuda_simt import build, pointer
 
-from quantem.acquisition import Acquisition
-from quantem.cuda import lz4_bitshuffle
-from quantem.cuda.module_loader import read_source
-from quantem.cuda.rans_decode import GROUP_PIXELS, KERNEL_FUNCTIONS, pack_mask_bits
-from quantem.io import cpu_decode
-from quantem.io.qem.reader import QemFile
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.cuda import lz4_bitshuffle
+from quantem.stem4d.cuda.module_loader import read_source
+from quantem.stem4d.cuda.rans_decode import GROUP_PIXELS, KERNEL_FUNCTIONS, pack_mask_bits
+from quantem.stem4d.io import cpu_decode
+from quantem.stem4d.io.qem.reader import QemFile
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 @pytest.fixture(scope="module")
@@ -405,7 +405,7 @@ def test_lz4_one_pass_copies_with_full_warps(simt_dir, extra):
 
 
 def test_rans_kernel_selection_and_shared_bytes(monkeypatch):
-    from quantem.cuda import rans_decode as rd
+    from quantem.stem4d.cuda import rans_decode as rd
 
     monkeypatch.delenv("QUANTEM_RANS_KERNEL", raising=False)
     assert rd.selected_kernel() == rd.DEFAULT_KERNEL == "v2"

@@ -21,17 +21,17 @@ import numpy as np
 import pytest
 from _lz4_edges import edge_chunks
 
-from quantem.backends import cuda_available
-from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, module_loader, qem_pipeline
-from quantem.cuda.rans_decode import pack_mask_bits
-from quantem.errors import ChunkDecodeError
-from quantem.io import cpu_decode
+from quantem.stem4d.backends import cuda_available
+from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle, module_loader, qem_pipeline
+from quantem.stem4d.cuda.rans_decode import pack_mask_bits
+from quantem.stem4d.errors import ChunkDecodeError
+from quantem.stem4d.io import cpu_decode
 
 
 def test_importing_quantem_does_not_import_cupy():
     code = (
-        "import sys, quantem, quantem.io, quantem.detector, quantem.cuda, quantem.cuda.loaders, "
-        "quantem.cuda.detector_kernels, quantem.cuda.encoded, quantem.cuda.sharded\n"
+        "import sys, quantem, quantem.stem4d.io, quantem.stem4d.detector, quantem.stem4d.cuda, quantem.stem4d.cuda.loaders, "
+        "quantem.stem4d.cuda.detector_kernels, quantem.stem4d.cuda.encoded, quantem.stem4d.cuda.sharded\n"
         "assert 'cupy' not in sys.modules, 'cupy imported'\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
@@ -40,8 +40,8 @@ def test_importing_quantem_does_not_import_cupy():
 
 @pytest.mark.skipif(cuda_available(), reason="checks the behaviour without a GPU")
 def test_cuda_backend_without_gpu_raises_clearly(tmp_path):
-    from quantem import io
-    from quantem.errors import BackendUnavailableError
+    from quantem.stem4d import io
+    from quantem.stem4d.errors import BackendUnavailableError
 
     for name in ("x_master.h5", "x.qem"):
         with pytest.raises(BackendUnavailableError, match="cuda backend is unavailable"):
@@ -50,7 +50,7 @@ def test_cuda_backend_without_gpu_raises_clearly(tmp_path):
 
 def test_kernel_sources_ship_as_package_data():
     for name in ("lz4_bitshuffle.cu", "rans_decode.cu", "detector_kernels.cu"):
-        assert resources.files("quantem.cuda").joinpath(name).is_file()
+        assert resources.files("quantem.stem4d.cuda").joinpath(name).is_file()
         assert 'extern "C" __global__' in module_loader.read_source(name)
     assert module_loader.render_defines({"B": 2, "A": "unsigned char"}) == (
         "#define A unsigned char\n#define B 2\n"
@@ -416,7 +416,7 @@ def test_a_gpu_uuid_cut_at_a_zero_byte_is_not_formatted():
     """CuPy hands the properties' UUID over as a C string: a UUID with a zero byte arrives
     short, and must not be spelled as a (wrong) UUID; nvidia-smi's spelling is taken."""
     from harness.run.environment import gpu_uuid
-    from quantem.backends import format_gpu_uuid
+    from quantem.stem4d.backends import format_gpu_uuid
 
     raw = bytes.fromhex("207222a773d46031cc33b4baad0096f0")
     assert format_gpu_uuid(raw) == "GPU-207222a7-73d4-6031-cc33-b4baad0096f0"
@@ -469,7 +469,7 @@ def test_wide_match_copies_decode_arina_frames(tmp_path, dose, wide_min):
     ARINA-sized synthetic frames hold both kinds; the emulated kernel decodes them to the
     frames, as variant 0 does (with either bit transpose)."""
     pytest.importorskip("bitshuffle")
-    from quantem.io import synthetic
+    from quantem.stem4d.io import synthetic
 
     model = synthetic.SyntheticModel((1, 6), (192, 192), np.uint16, dose, 0)
     frames = list(model.make_frames(0, 6))

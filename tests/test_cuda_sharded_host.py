@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from _cuda_host import host_zero_invalid_pixels
 
-from quantem.cuda import loaders, qem_pipeline, rans_decode, sharded, staging
-from quantem.io import synthetic
+from quantem.stem4d.cuda import loaders, qem_pipeline, rans_decode, sharded, staging
+from quantem.stem4d.io import synthetic
 
 SCAN = (7, 5)
 DETECTOR = (12, 10)
@@ -152,7 +152,7 @@ def fake_gpus(monkeypatch):
         fake = FakeCupy(n)
         _FAKE.fake = fake
         monkeypatch.setitem(sys.modules, "cupy", fake)
-        monkeypatch.setattr(sharded, "DENSE_KERNELS", "quantem.detector.cpu_kernels")
+        monkeypatch.setattr(sharded, "DENSE_KERNELS", "quantem.stem4d.detector.cpu_kernels")
         monkeypatch.setattr(staging, "prestart_threads", lambda *a, **k: None)
         monkeypatch.setattr(loaders, "decode_source_to_device", _cpu_decode_source)
         monkeypatch.setattr(qem_pipeline, "stage_blocks", _cpu_stage_blocks)
@@ -174,9 +174,9 @@ def _cpu_decode_source(
     import cupy
     import xxhash
 
-    from quantem.cuda.hdf5_pipeline import PipelineStats
-    from quantem.io.arina import chunk_mismatch_error, expected_chunk_hashes
-    from quantem.io.cpu_decode import decode_chunk_bytes
+    from quantem.stem4d.cuda.hdf5_pipeline import PipelineStats
+    from quantem.stem4d.io.arina import chunk_mismatch_error, expected_chunk_hashes
+    from quantem.stem4d.io.cpu_decode import decode_chunk_bytes
 
     first, last = frame_range if frame_range is not None else (0, int(source.n_frames))
     index = source.index
@@ -247,7 +247,7 @@ def arina(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qem_path(arina, tmp_path_factory):
-    from quantem import io
+    from quantem.stem4d import io
 
     out = tmp_path_factory.mktemp("qem") / "a.qem"
     io.save(arina, out, block_frames=3)
@@ -255,7 +255,7 @@ def qem_path(arina, tmp_path_factory):
 
 
 def _cpu(path, **options):
-    from quantem import io
+    from quantem.stem4d import io
 
     return io.load(path, **options)
 
@@ -294,7 +294,7 @@ def test_bad_device_lists_are_named(devices, match):
 
 
 def test_load_with_a_missing_device_names_it(fake_gpus, arina, monkeypatch):
-    from quantem import io
+    from quantem.stem4d import io
 
     fake_gpus(1)
     monkeypatch.setattr(io, "require_backend", lambda backend: backend)
@@ -374,7 +374,7 @@ def _products(session):
 
 @pytest.mark.parametrize("path_fixture", ["arina", "qem_path"])
 def test_products_equal_the_one_device_products_exactly(fake_gpus, request, path_fixture):
-    from quantem.detector import prepare
+    from quantem.stem4d.detector import prepare
 
     path = request.getfixturevalue(path_fixture)
     fake = fake_gpus(3)
@@ -424,8 +424,8 @@ def test_an_error_on_one_gpu_waits_for_the_others_and_names_it(fake_gpus):
 
 
 def test_default_devices_none_keeps_the_one_gpu_loader(monkeypatch, arina):
-    from quantem import io
-    from quantem.cuda import loaders as cuda_loaders
+    from quantem.stem4d import io
+    from quantem.stem4d.cuda import loaders as cuda_loaders
 
     calls = []
     monkeypatch.setattr(io, "require_backend", lambda backend: backend)
@@ -437,8 +437,8 @@ def test_default_devices_none_keeps_the_one_gpu_loader(monkeypatch, arina):
 
 
 def _compute_products(acq):
-    from quantem.dpc import dpc
-    from quantem.virtual import Annulus, Disk, open_frames, virtual_images
+    from quantem.stem4d.dpc import dpc
+    from quantem.stem4d.virtual import Annulus, Disk, open_frames, virtual_images
 
     images = virtual_images(acq, {"bf": Disk(3.0), "adf": Annulus(3.0, 5.0)})
     result = dpc(acq, rotation_deg=10.0)
@@ -467,8 +467,8 @@ def test_compute_products_equal_the_one_device_products_exactly(fake_gpus, reque
 
 
 def test_compute_refuses_a_scan_region_of_a_sharded_acquisition(fake_gpus, arina):
-    from quantem.errors import ComputeError
-    from quantem.virtual import open_frames
+    from quantem.stem4d.errors import ComputeError
+    from quantem.stem4d.virtual import open_frames
 
     fake_gpus(2)
     with pytest.raises(ComputeError, match="scan region of a sharded acquisition"):
@@ -479,9 +479,9 @@ def test_verify_source_reaches_every_gpu_and_names_the_changed_frame(fake_gpus, 
     """``verify_source`` is passed to every GPU's block: a chunk changed after the index
     was built fails the load (on the GPU holding it), naming shard and frame; unchanged
     chunks load as the CPU does."""
-    from quantem import io
-    from quantem.errors import SourceIntegrityError
-    from quantem.io.arina import open_arina
+    from quantem.stem4d import io
+    from quantem.stem4d.errors import SourceIntegrityError
+    from quantem.stem4d.io.arina import open_arina
 
     master = synthetic.write_synthetic_arina(
         tmp_path / "acq", scan_shape=SCAN, detector_shape=DETECTOR, dtype="uint16", seed=5,

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantem.cuda.hdf5_pipeline import plan_span_reads
+from quantem.stem4d.cuda.hdf5_pipeline import plan_span_reads
 
 
 @st.composite
@@ -58,7 +58,7 @@ def test_adjacent_chunks_make_one_span_split_in_pieces():
 
 
 def test_plan_stage_starts_every_batch_buffer_at_zero():
-    from quantem.cuda.qem_pipeline import plan_stage
+    from quantem.stem4d.cuda.qem_pipeline import plan_stage
 
     extents = np.array([16, 32, 48, 16, 64, 16], np.int64)
     ids = np.array([5, 0, 1, 2, 4], np.int64)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.detector.masks import DiskEstimate
-from quantem.errors import BackendUnavailableError, DetectorError, UnsupportedDtypeError
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.detector.masks import DiskEstimate
+from quantem.stem4d.errors import BackendUnavailableError, DetectorError, UnsupportedDtypeError
 
 DTYPES = ["uint8", "uint16", "uint32", "float32"]
 SEEDS = [0, 1, 7]
@@ -516,14 +516,14 @@ def test_encoded_representation_calls_the_payload():
 def test_cuda_backend_uses_its_kernel_module(monkeypatch):
     data, validity, mask = random_case(5, "uint16")
     calls = []
-    fake = types.ModuleType("quantem.cuda.detector_kernels")
+    fake = types.ModuleType("quantem.stem4d.cuda.detector_kernels")
 
     def masked_sum(data4d, mask2d):
         calls.append(("masked_sum", type(mask2d), mask2d.dtype))
         return reference_masked_sum(data4d, mask2d)
 
     fake.masked_sum = masked_sum
-    monkeypatch.setitem(sys.modules, "quantem.cuda.detector_kernels", fake)
+    monkeypatch.setitem(sys.modules, "quantem.stem4d.cuda.detector_kernels", fake)
     session = prepare(make_acquisition(data, validity, backend="cuda"))
     np.testing.assert_array_equal(
         session.masked_sum(mask), reference_masked_sum(data, mask & validity)
@@ -534,7 +534,7 @@ def test_cuda_backend_uses_its_kernel_module(monkeypatch):
     with pytest.raises(DetectorError, match="returned uint32"):
         session.masked_sum(mask)
 
-    monkeypatch.setitem(sys.modules, "quantem.cuda.detector_kernels", None)
+    monkeypatch.setitem(sys.modules, "quantem.stem4d.cuda.detector_kernels", None)
     with pytest.raises(BackendUnavailableError, match="cuda"):
         session.masked_sum(mask)
 
@@ -554,7 +554,7 @@ def test_ring_boundaries_disk_inclusive_annulus_exclusive_inside():
 
 
 def test_disk_centre_includes_pixels_at_exactly_half_maximum():
-    from quantem.detector.masks import estimate_disk
+    from quantem.stem4d.detector.masks import estimate_disk
 
     pattern = np.zeros((11, 11), dtype=np.uint64)
     rows, cols = np.mgrid[:11, :11]

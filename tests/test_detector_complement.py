@@ -1,5 +1,5 @@
 """Masked sums of large detectors taken as frame total minus the complement
-(``quantem.detector.session._Prepared.masked_sum``): exact for integer data, so every
+(``quantem.stem4d.detector.session._Prepared.masked_sum``): exact for integer data, so every
 result must equal a direct per-frame sum bit for bit, and the reads must be the small ones."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.detector.masks import annulus_mask
-from quantem.detector.session import _Prepared
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.detector.masks import annulus_mask
+from quantem.stem4d.detector.session import _Prepared
 
 
 def acquisition(dtype: str, seed: int = 0, scan=(6, 5), det=(16, 14)):

@@ -1,4 +1,4 @@
-"""The CPU kernel interface (quantem.detector.cpu_kernels) against plain numpy."""
+"""The CPU kernel interface (quantem.stem4d.detector.cpu_kernels) against plain numpy."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from quantem.detector import cpu_kernels
-from quantem.errors import UnsupportedDtypeError
+from quantem.stem4d.detector import cpu_kernels
+from quantem.stem4d.errors import UnsupportedDtypeError
 
 
 @settings(max_examples=60, deadline=None)
@@ -256,7 +256,7 @@ def test_narrow_guards_keep_long_columns_and_many_frames_exact():
 
 
 def test_prefetch_distances_and_the_last_frames():
-    from quantem.detector import cpu_prefetch
+    from quantem.stem4d.detector import cpu_prefetch
 
     # The full 192 x 192 uint16 frame (73,728 bytes) is already 8 KiB of reads: 1 ahead;
     # a 46-pixel mask reads 92 bytes a frame: 90 frames ahead.

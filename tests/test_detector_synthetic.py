@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.detector import prepare
-from quantem.io import synthetic
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.io import synthetic
 
 SCAN, DETECTOR = (6, 9), (40, 34)
 
@@ -62,7 +62,7 @@ def test_products_on_synthetic_frames(dtype, seed):
 
 
 def test_products_through_io_load(tmp_path):
-    from quantem.io import load
+    from quantem.stem4d.io import load
 
     master = synthetic.write_synthetic_arina(
         tmp_path,
@@ -87,7 +87,7 @@ def test_products_through_io_load(tmp_path):
 
 def test_products_on_the_foreign_arina_fixture(arina_small):
     """Files written by another project: the README's documented sums, validity applied."""
-    from quantem.io import load
+    from quantem.stem4d.io import load
 
     with load(arina_small / "fixture_master.h5", apply_mask=False) as acq:
         raw = prepare(acq)
@@ -109,7 +109,7 @@ def test_products_on_the_foreign_arina_fixture(arina_small):
 
 
 def test_products_on_det_binned_uint32_load(tmp_path):
-    from quantem.io import load
+    from quantem.stem4d.io import load
 
     master = synthetic.write_synthetic_arina(
         tmp_path,

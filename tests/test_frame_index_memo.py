@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from quantem.errors import FrameIndexWarning
-from quantem.io import frame_index
-from quantem.io.arina import load_arina, open_arina
-from quantem.io.synthetic import make_frames, write_synthetic_arina
+from quantem.stem4d.errors import FrameIndexWarning
+from quantem.stem4d.io import frame_index
+from quantem.stem4d.io.arina import load_arina, open_arina
+from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina
 
 SCAN, DET = (3, 4), (16, 12)
 

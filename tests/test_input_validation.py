@@ -17,9 +17,9 @@ from harness.fsio import PARTIAL_STALE_SECONDS, iter_stale_partials
 from harness.report import dump_report, parse_report
 from harness.run.manifest import parse_manifest
 from harness.testing import make_example_report
-from quantem.errors import ArinaFormatError
-from quantem.io.arina import open_arina
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.errors import ArinaFormatError
+from quantem.stem4d.io.arina import open_arina
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 SHA = hashlib.sha256(b"master bytes").hexdigest()
 

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
 
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from quantem import io
-    import quantem.cuda.loaders, quantem.cuda.sharded, quantem.cuda.rans_decode
-    import quantem.cuda.encoded, quantem.cuda.qem_pipeline, quantem.cuda.hdf5_pipeline
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d import io
+    import quantem.stem4d.cuda.loaders, quantem.stem4d.cuda.sharded, quantem.stem4d.cuda.rans_decode
+    import quantem.stem4d.cuda.encoded, quantem.stem4d.cuda.qem_pipeline, quantem.stem4d.cuda.hdf5_pipeline
+    from quantem.stem4d.io.qem.reader import QemFile
     with QemFile(sys.argv[1], verify=True) as qem:  # what the CUDA loader opens
         tables = qem.decode_table.shape, None if qem.coded is None else qem.coded.shape
     before = "numba" in sys.modules

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantem.cuda import load_plan as lp
-from quantem.cuda import staging
-from quantem.cuda.load_plan import load_plan, plan_span_reads, shard_spans
+from quantem.stem4d.cuda import load_plan as lp
+from quantem.stem4d.cuda import staging
+from quantem.stem4d.cuda.load_plan import load_plan, plan_span_reads, shard_spans
 
 
 @dataclass

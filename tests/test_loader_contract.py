@@ -1,6 +1,6 @@
 """Every loader passes the loader contract (``loader_contract.py``), on the host.
 
-The CPU readers run as they are. The CUDA loaders (``quantem.cuda.loaders``) run with
+The CPU readers run as they are. The CUDA loaders (``quantem.stem4d.cuda.loaders``) run with
 CuPy replaced by numpy and their device decode replaced by the CPU decoder, as
 ``test_staging_host.py`` does for the staging engines: what runs for real is everything
 the loaders do around the kernels (option parsing, finishing per batch or in place,
@@ -21,11 +21,11 @@ import pytest
 from _cuda_host import host_zero_invalid_pixels
 from loader_contract import Loaded, LoaderContract
 
-from quantem.cuda import loaders as cuda_loaders
-from quantem.cuda.hdf5_pipeline import PipelineStats
-from quantem.cuda.staging import StageStats
-from quantem.io.arina import iter_frame_batches, load_arina
-from quantem.io.qem.reader import QemFile, load_qem, parse_scan_region
+from quantem.stem4d.cuda import loaders as cuda_loaders
+from quantem.stem4d.cuda.hdf5_pipeline import PipelineStats
+from quantem.stem4d.cuda.staging import StageStats
+from quantem.stem4d.io.arina import iter_frame_batches, load_arina
+from quantem.stem4d.io.qem.reader import QemFile, load_qem, parse_scan_region
 
 
 class TestCpuHdf5(LoaderContract):

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantem.cuda.hdf5_pipeline import _plan_mapped, plan_mapped_ranges
-from quantem.cuda.staging import OpenFiles
-from quantem.errors import ArinaFormatError
-from quantem.io.page_cache import PAGE_SIZE, ReadOnlyMapping, resident_pages
+from quantem.stem4d.cuda.hdf5_pipeline import _plan_mapped, plan_mapped_ranges
+from quantem.stem4d.cuda.staging import OpenFiles
+from quantem.stem4d.errors import ArinaFormatError
+from quantem.stem4d.io.page_cache import PAGE_SIZE, ReadOnlyMapping, resident_pages
 
 
 def _layout(sizes, shards, gap=0, start=100):

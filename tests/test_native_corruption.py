@@ -19,11 +19,11 @@ import xxhash
 from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 
 from harness.native import NativeLoadError, run_native_load
-from quantem.acquisition import Acquisition
-from quantem.errors import QemFormatError, QemVersionError
-from quantem.io.qem.format import SECTION_NAMES
-from quantem.io.qem.reader import load_qem
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.errors import QemFormatError, QemVersionError
+from quantem.stem4d.io.qem.format import SECTION_NAMES
+from quantem.stem4d.io.qem.reader import load_qem
+from quantem.stem4d.io.qem.writer import save_qem
 
 pytestmark = pytest.mark.native
 

@@ -1,5 +1,5 @@
 """The native C++ reader against the Python writer and reader: every frame of files
-written by quantem.io.save decodes identically in both, and the sample-frame hashes
+written by quantem.stem4d.io.save decodes identically in both, and the sample-frame hashes
 agree. Also runs the native unit tests (ctest) of the cached build."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from _native_support import native_binary_fixture, read_dump  # noqa: F401  (fixture)
 
 from harness.native import NativeLoadError, hash_frame_u32_le, io_read_bytes, run_native_load
-from quantem.acquisition import Acquisition
-from quantem.io import save, synthetic
-from quantem.io.qem.reader import load_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io import save, synthetic
+from quantem.stem4d.io.qem.reader import load_qem
 
 pytestmark = pytest.mark.native
 

@@ -19,8 +19,8 @@ import pytest
 from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 
 from harness.native import run_native_load
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
 
 pytestmark = [pytest.mark.native, pytest.mark.slow]
 

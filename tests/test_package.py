@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from quantem import errors
+from quantem.stem4d import errors
 
 
 def test_importing_quantem_does_not_import_cupy_or_torch():
     code = (
-        "import sys, quantem, quantem.io, quantem.detector;"
+        "import sys, quantem, quantem.stem4d.io, quantem.stem4d.detector;"
         "bad = [m for m in ('cupy', 'torch') if m in sys.modules];"
         "print(','.join(bad)); sys.exit(1 if bad else 0)"
     )
@@ -22,7 +22,7 @@ def test_importing_quantem_does_not_import_cupy_or_torch():
 
 def test_quantem_never_imports_harness():
     code = (
-        "import sys, quantem, quantem.io, quantem.detector;"
+        "import sys, quantem, quantem.stem4d.io, quantem.stem4d.detector;"
         "sys.exit(1 if any(m.startswith('harness') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -36,7 +36,7 @@ def test_errors_inherit_builtins_and_name_the_file():
 
 
 def test_cuda_backend_never_falls_back(monkeypatch):
-    from quantem import backends, io
+    from quantem.stem4d import backends, io
 
     monkeypatch.setattr(backends, "cuda_unavailable_reason", lambda: "no device (test)")
     with pytest.raises(errors.BackendUnavailableError, match="no device"):

@@ -47,7 +47,7 @@ def test_built_wheel_carries_the_data_and_the_installed_harness_finds_it(tmp_pat
             if p.is_file()
         }
         assert expected and expected <= names, sorted(expected - names)
-    assert any(n.startswith("quantem/cuda/") and n.endswith(".cu") for n in names)
+    assert any(n.startswith("quantem/stem4d/cuda/") and n.endswith(".cu") for n in names)
     migrations = {
         f"harness/history/migrations/{chain}{name}"
         for chain in ("", "evidence/")

@@ -1,5 +1,5 @@
 """The format-2.0 CUDA kernel (``decode_qem2_blocks`` of ``rans_decode.cu``) in the SIMT
-emulator, against the CPU decoder (``quantem.io.qem.rans2``), no GPU needed.
+emulator, against the CPU decoder (``quantem.stem4d.io.qem.rans2``), no GPU needed.
 
 Dense frames bit for bit, fused masked moments against numpy, and, for random damage to
 RANS entries, the same status code as the CPU decoder on every entry.
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from cuda_simt import build, pointer
 
-from quantem.acquisition import Acquisition
-from quantem.cuda.module_loader import read_source
-from quantem.cuda.rans_decode import decoder_defines, shared_bytes_2
-from quantem.io.qem import format as fmt
-from quantem.io.qem import rans2
-from quantem.io.qem.reader import QemFile
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.cuda.module_loader import read_source
+from quantem.stem4d.cuda.rans_decode import decoder_defines, shared_bytes_2
+from quantem.stem4d.io.qem import format as fmt
+from quantem.stem4d.io.qem import rans2
+from quantem.stem4d.io.qem.reader import QemFile
+from quantem.stem4d.io.qem.writer import save_qem
 
 DRIVER = r"""
 extern "C" void run(const u8* payload, const i64* off, const u32* mode, const u32* nf,

@@ -7,9 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from quantem.io import arina, synthetic
-from quantem.io.qem.reader import QemFile, load_qem
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.io import arina, synthetic
+from quantem.stem4d.io.qem.reader import QemFile, load_qem
+from quantem.stem4d.io.qem.writer import save_qem
 
 SyntheticModel = synthetic.SyntheticModel
 make_frames = synthetic.make_frames

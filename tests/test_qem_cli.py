@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.io.qem.reader import load_qem
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.reader import load_qem
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 def harness(*args: str) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantem.io.qem import format as fmt
+from quantem.stem4d.io.qem import format as fmt
 
 
 def test_float_reciprocal_division_is_exact_after_one_correction():

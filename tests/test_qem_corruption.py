@@ -15,12 +15,12 @@ from _qem_reference import ReferenceError, read_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantem.acquisition import Acquisition
-from quantem.errors import QemFormatError, QemVersionError
-from quantem.io.qem import format as fmt
-from quantem.io.qem.checksum import xxh3
-from quantem.io.qem.reader import QemFile, load_qem
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.errors import QemFormatError, QemVersionError
+from quantem.stem4d.io.qem import format as fmt
+from quantem.stem4d.io.qem.checksum import xxh3
+from quantem.stem4d.io.qem.reader import QemFile, load_qem
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +346,7 @@ def test_metadata_mask_count_must_agree(tmp_path, good):
 
 
 def test_missing_file(tmp_path):
-    from quantem.errors import SourceNotFoundError
+    from quantem.stem4d.errors import SourceNotFoundError
 
     with pytest.raises(SourceNotFoundError):
         load_qem(tmp_path / "nope.qem")

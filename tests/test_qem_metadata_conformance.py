@@ -15,10 +15,10 @@ from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from qem_metadata_cases import CASES, SLACK, SLACK_FIELD, edited_file
 
 from harness.native import NativeLoadError, run_native_load
-from quantem.acquisition import Acquisition
-from quantem.errors import QemFormatError
-from quantem.io.qem.reader import QemFile
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.errors import QemFormatError
+from quantem.stem4d.io.qem.reader import QemFile
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from _qem_reference import read_reference
 
-from quantem.acquisition import Acquisition
-from quantem.errors import VerificationError
-from quantem.io.qem import format as fmt
-from quantem.io.qem.reader import QemFile, load_qem
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.errors import VerificationError
+from quantem.stem4d.io.qem import format as fmt
+from quantem.stem4d.io.qem.reader import QemFile, load_qem
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 def make_acquisition(data: np.ndarray, mask: np.ndarray | None = None, **meta) -> Acquisition:
@@ -234,7 +234,7 @@ def test_existing_output_is_never_overwritten_silently(tmp_path):
 
 
 def test_failed_verification_leaves_no_file(tmp_path, monkeypatch):
-    from quantem.io.qem import rans
+    from quantem.stem4d.io.qem import rans
 
     data = np.arange(2 * 2 * 8 * 8, dtype=np.uint16).reshape(2, 2, 8, 8) % 7
     original = rans.decode_blocks
@@ -255,7 +255,7 @@ def test_load_options(tmp_path):
     mask = np.zeros((8, 8), dtype=np.uint32)
     mask[0, 0] = 1
     path = save_qem(make_acquisition(data, mask), tmp_path / "o.qem")
-    from quantem.io.transforms import finish_frames
+    from quantem.stem4d.io.transforms import finish_frames
 
     frames = data.reshape(-1, 8, 8)
     for options in ({"apply_mask": True}, {"det_bin": 2}, {"dtype": "u8"}):
@@ -271,7 +271,7 @@ def test_encoded_representation_is_refused_on_cpu(tmp_path):
 
 
 def test_io_routing(tmp_path):
-    from quantem import io
+    from quantem.stem4d import io
 
     data = np.ones((1, 2, 4, 4), dtype=np.uint8)
     path = io.save(make_acquisition(data), tmp_path / "x.qem")
@@ -291,7 +291,7 @@ def test_large_roundtrip_many_blocks(tmp_path):
 
 
 def test_progress_bars_do_not_change_results(tmp_path, monkeypatch):
-    from quantem.io.qem import reader
+    from quantem.stem4d.io.qem import reader
 
     monkeypatch.setattr(reader, "PROGRESS_BATCH_BYTES", 1)  # one block per batch
     rng = np.random.default_rng(13)
@@ -303,7 +303,7 @@ def test_progress_bars_do_not_change_results(tmp_path, monkeypatch):
 @pytest.mark.parametrize("extra", [-1, 1])
 def test_source_with_wrong_frame_count_writes_nothing(tmp_path, extra):
     """A source whose batches disagree with its shape (a shard changed under us)."""
-    from quantem.io.qem import writer
+    from quantem.stem4d.io.qem import writer
 
     data = np.ones((2, 3, 4, 4), dtype=np.uint8)
     source = writer.open_frame_source(make_acquisition(data))

@@ -17,14 +17,14 @@ import textwrap
 import numpy as np
 import pytest
 
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
 
 CHILD = textwrap.dedent(
     """
     import sys
-    from quantem.errors import QemFormatError
-    from quantem.io.qem.reader import QemFile, load_qem
+    from quantem.stem4d.errors import QemFormatError
+    from quantem.stem4d.io.qem.reader import QemFile, load_qem
 
     path, mode = sys.argv[1], sys.argv[2]
     qem = QemFile(path)

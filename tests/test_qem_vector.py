@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from _qem_reference import read_reference
 
-from quantem.acquisition import Acquisition
+from quantem.stem4d.acquisition import Acquisition
 
 REPO = Path(__file__).resolve().parents[1]
 VECTOR = REPO / "tests" / "data" / "qem-v1.0-vector.qem"
@@ -79,7 +79,7 @@ def test_reference_decoder_reads_the_vector():
 
 
 def test_numba_reader_reads_the_vector():
-    from quantem.io.qem.reader import QemFile, load_qem
+    from quantem.stem4d.io.qem.reader import QemFile, load_qem
 
     with QemFile(VECTOR) as qem:
         assert [int(m) for m in qem.block_index["mode"]] == [2, 0, 1]
@@ -97,7 +97,7 @@ def test_numba_reader_reads_the_vector():
 
 
 def test_writer_reproduces_the_vector(tmp_path):
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.io.qem.writer import save_qem
 
     acq = Acquisition(vector_counts(), {"pixel_mask": vector_mask()}, vector_mask() == 0, "cpu")
     out = save_qem(acq, tmp_path / "v.qem", block_frames=8, n_classes=2)
@@ -106,7 +106,7 @@ def test_writer_reproduces_the_vector(tmp_path):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vector_decodes_the_same_with_any_thread_count(threads):
-    from quantem.io.qem.reader import load_qem
+    from quantem.stem4d.io.qem.reader import load_qem
 
     np.testing.assert_array_equal(
         load_qem(VECTOR, threads=threads, apply_mask=False).data, vector_counts()

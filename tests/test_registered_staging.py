@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from quantem.cuda import registered_files as rf
-from quantem.cuda.hdf5_pipeline import shard_spans
-from quantem.io.page_cache import PAGE_SIZE
+from quantem.stem4d.cuda import registered_files as rf
+from quantem.stem4d.cuda.hdf5_pipeline import shard_spans
+from quantem.stem4d.io.page_cache import PAGE_SIZE
 
 LATER = 10_000_000_000  # a clock this far ahead of the files' times: nothing is racy
 

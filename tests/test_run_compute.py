@@ -18,10 +18,10 @@ from harness.run.compute import run_compute
 from harness.run.compute_config import ComputeConfig
 from harness.run.compute_workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
-from quantem.arrays import array_digest
-from quantem.dpc import dpc
-from quantem.io import load
-from quantem.virtual import Calibration
+from quantem.stem4d.arrays import array_digest
+from quantem.stem4d.dpc import dpc
+from quantem.stem4d.io import load
+from quantem.stem4d.virtual import Calibration
 
 DATA = Path(__file__).parent / "data" / "srtio3"
 MASTER = DATA / "srtio3_focus_high_master.h5"

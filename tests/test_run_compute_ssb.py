@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from _ssb_abtem import ROOT, calibration, load
 
-import quantem.io
+import quantem.stem4d.io
 from harness.report import parse_report
 from harness.run.compute import run_compute
 from harness.run.compute_config import ComputeConfig
 from harness.run.compute_workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
-from quantem.arrays import array_digest
-from quantem.ssb import EXTENDED_PARAMETERS, fit_aberrations, prepare, reconstruct
+from quantem.stem4d.arrays import array_digest
+from quantem.stem4d.ssb import EXTENDED_PARAMETERS, fit_aberrations, prepare, reconstruct
 
 MASTER = ROOT / "sto_thin_high_master.h5"
 CAL = calibration("thin")
@@ -66,7 +66,7 @@ def test_ssb_workload_records_stages_fits_and_hashes(tmp_path: Path):
         "regional_fits",
     ]
     assert len(doc["trials"]) == 2 * len(stages)
-    # Independent: quantem.ssb called directly gives the recorded object hash.
+    # Independent: quantem.stem4d.ssb called directly gives the recorded object hash.
     prepared = prepare(data, CAL)
     fit = fit_aberrations(
         prepared, parameters=EXTENDED_PARAMETERS, n_trials=4, seed=1, refine_max_evaluations=15
@@ -93,7 +93,7 @@ def test_ssb_workload_without_a_rotation_uses_and_records_the_dpc_estimate(tmp_p
     truth = json.loads((SRTIO3 / "srtio3_truth.json").read_text())
     info = truth["datasets"]["defocus"]
     master = SRTIO3 / info["files"]["high"]
-    with quantem.io.load(master) as acq:
+    with quantem.stem4d.io.load(master) as acq:
         shape, dtype = acq.array.shape, str(acq.array.dtype)
     entry = manifest_entry("defocus", master, SRTIO3, shape[:2], shape[2:], dtype)
     manifest = tmp_path / "manifest.json"

@@ -8,8 +8,8 @@ import pytest
 from harness.run import conversion
 from harness.run.checks import FailureLog
 from harness.run.manifest import SelectedAcquisition
-from quantem.io.arina import open_arina
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io.arina import open_arina
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 SCAN, DET = (8, 8), (32, 32)
 
@@ -95,12 +95,12 @@ def test_reopen_verify_reads_one_batch_at_a_time(monkeypatch, changed):
 
 
 def test_timed_conversion_never_loads_the_whole_acquisition(master, tmp_path, monkeypatch):
-    """The conversion streams: ``quantem.io.load`` (a whole decoded array) is never called."""
+    """The conversion streams: ``quantem.stem4d.io.load`` (a whole decoded array) is never called."""
 
     def whole_load(*args, **kwargs):
         raise AssertionError("the timed conversion loaded a whole acquisition")
 
-    monkeypatch.setattr(conversion.quantem.io, "load", whole_load)
+    monkeypatch.setattr(conversion.quantem.stem4d.io, "load", whole_load)
     log = FailureLog()
     settings = conversion.ConversionSettings(verify=True, source_hashes=True, reloads=1)
     record = conversion.timed_conversion(

@@ -127,7 +127,7 @@ def test_cold_and_cached_trials_verified_and_report_valid(disk_suite):
     assert all("verified_conversion_seconds" in c for c in doc["conversion"]["acquisitions"])
     assert len(doc["cold_reload_runs"]) == 2
     profile = doc["profile"]  # one instrumented cold QEM reload, outside the statistics
-    assert profile["calls"]["quantem.io.load"]["count"] == 1
+    assert profile["calls"]["quantem.stem4d.io.load"]["count"] == 1
     assert profile["io"]["read_bytes"] > 0 and profile["shape"] == [8, 8, 32, 32]
     assert doc["status"]["source_stability"] == "stable"
     assert not _leftover_temp(folder / "out")
@@ -144,7 +144,7 @@ def test_indexed_product_matches_an_independent_computation(disk_suite):
 
     import numpy as np
 
-    from quantem.io.synthetic import SyntheticModel
+    from quantem.stem4d.io.synthetic import SyntheticModel
 
     folder, suite = disk_suite
     outcome = run_io_scale(_config(folder, suite, reps=1))
@@ -611,19 +611,19 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     """--verify-source: every HDF5 load of the run checks its chunks (cpu backend), and
     the report's conditions say so; the native backend (.qem only) refuses it before
     measuring (cuda accepts it: tests/hardware/test_cuda_verify_source.py)."""
-    import quantem.io
+    import quantem.stem4d.io
     from harness.errors import UsageError
     from harness.run.io_scale_config import check_config
 
     folder, suite = disk_suite
     seen = []
-    real = quantem.io.load
+    real = quantem.stem4d.io.load
 
     def spy(path, backend="cpu", **options):
         seen.append((Path(path).suffix, options.get("verify_source")))
         return real(path, backend, **options)
 
-    monkeypatch.setattr(quantem.io, "load", spy)
+    monkeypatch.setattr(quantem.stem4d.io, "load", spy)
     outcome = run_io_scale(_config(folder, suite, verify_source=True))
     assert outcome.exit_code == 0, outcome.report["status"]["failures"]
     assert outcome.report["conditions"]["verify_source"] is True

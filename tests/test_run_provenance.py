@@ -147,7 +147,7 @@ def test_cli_refuses_code_from_another_checkout(tmp_path):
 
 
 def test_cuda_kernel_provenance_is_recorded_and_schema_valid(checkout, monkeypatch):
-    import quantem.cuda.module_loader as loader
+    import quantem.stem4d.cuda.module_loader as loader
     from harness.report import validate_report
     from harness.testing import make_example_report
 

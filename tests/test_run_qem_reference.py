@@ -18,8 +18,8 @@ from harness.run.qem_reference import (
     parse_reference_header,
     write_reference_header,
 )
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
 
 
 def _acquisition(seed: int, identity: str) -> Acquisition:

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantem.errors import FrameIndexWarning, QuantemError, SourceIntegrityError
-from quantem.io.arina import load_arina, open_arina
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.errors import FrameIndexWarning, QuantemError, SourceIntegrityError
+from quantem.stem4d.io.arina import load_arina, open_arina
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 SCAN, DET = (3, 4), (12, 10)
 

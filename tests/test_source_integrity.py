@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import xxhash
 
-from quantem.errors import FrameIndexWarning, SourceIntegrityError
-from quantem.io import load
-from quantem.io.arina import expected_chunk_hashes, load_arina, open_arina
-from quantem.io.frame_index import INDEX_VERSION
-from quantem.io.synthetic import make_frames, write_synthetic_arina
+from quantem.stem4d.errors import FrameIndexWarning, SourceIntegrityError
+from quantem.stem4d.io import load
+from quantem.stem4d.io.arina import expected_chunk_hashes, load_arina, open_arina
+from quantem.stem4d.io.frame_index import INDEX_VERSION
+from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina
 
 SCAN, DET = (3, 4), (16, 12)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _ssb_helpers import pearson, simulate
 
-from quantem.ssb import (
+from quantem.stem4d.ssb import (
     Aberrations,
     Calibration,
     chi,
@@ -22,7 +22,7 @@ from quantem.ssb import (
     sideband_sums,
     split_regions,
 )
-from quantem.ssb.reconstruct import select_sums
+from quantem.stem4d.ssb.reconstruct import select_sums
 
 POLAR = {"C10": 50.0, "C12": 20.0, "phi12": math.radians(30.0)}
 TRUE = Aberrations.from_polar(**POLAR)
@@ -257,7 +257,7 @@ def test_importing_quantem_ssb_imports_no_gpu_or_search_library():
     import sys
 
     code = (
-        "import sys, quantem.ssb;"
+        "import sys, quantem.stem4d.ssb;"
         "bad = [m for m in ('cupy', 'torch', 'optuna', 'harness') if m in sys.modules];"
         "print(','.join(bad)); sys.exit(1 if bad else 0)"
     )

@@ -22,7 +22,7 @@ from _ssb_abtem import (
 )
 from _ssb_helpers import pearson
 
-from quantem.ssb import fit_aberrations, prepare, reconstruct
+from quantem.stem4d.ssb import fit_aberrations, prepare, reconstruct
 
 NM = 10.0  # Angstrom
 

@@ -1,4 +1,4 @@
-"""``quantem/ssb/sideband.cu`` run on the host by the SIMT emulator (no GPU needed).
+"""``quantem/stem4d/ssb/sideband.cu`` run on the host by the SIMT emulator (no GPU needed).
 
 The fused kernel's region test, phase polynomial, rotation and tree reduction are checked
 against the array-module reference on CPU-prepared data; the same kernel runs on the GPU in
@@ -17,8 +17,8 @@ import pytest
 from _ssb_helpers import simulate
 from cuda_simt import build, pointer
 
-from quantem.ssb import Aberrations, prepare, sideband_sums
-from quantem.ssb.cuda import KERNEL_FILE
+from quantem.stem4d.ssb import Aberrations, prepare, sideband_sums
+from quantem.stem4d.ssb.cuda import KERNEL_FILE
 
 PRELUDE = r"""
 #include <cmath>
@@ -51,14 +51,14 @@ POLAR = {
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    source = resources.files("quantem.ssb").joinpath(KERNEL_FILE).read_text(encoding="utf-8")
+    source = resources.files("quantem.stem4d.ssb").joinpath(KERNEL_FILE).read_text(encoding="utf-8")
     lib = build(tmp_path_factory.mktemp("simt_ssb"), "ssb", {"BLOCK": 32}, PRELUDE + source, DRIVER)
     lib.run.restype = None
     return lib
 
 
 def emulated_sums(lib, prepared, aberrations):
-    from quantem.ssb.aberrations import chi
+    from quantem.stem4d.ssb.aberrations import chi
 
     a = aberrations
     coef = np.array(

@@ -1,4 +1,4 @@
-"""SSB's rotation: given, or quantem.dpc's curl-minimising estimate (quantem/ssb/rotation.py).
+"""SSB's rotation: given, or quantem.stem4d.dpc's curl-minimising estimate (quantem/stem4d/ssb/rotation.py).
 
 On the compute issue's abTEM fixtures (tests/data/srtio3: SrTiO3 [001], 200 kV, 20 mrad,
 the detector turned by 12 degrees against the scan, a known defocus), the estimated
@@ -17,12 +17,19 @@ from _ssb_abtem import calibration as cropped_calibration
 from _ssb_abtem import load as load_cropped
 from _ssb_helpers import pearson
 
-import quantem.io
-from quantem.dpc import dpc
-from quantem.errors import CalibrationError
-from quantem.ssb import Calibration, estimate_rotation, fit_aberrations, fit_regions, loss, prepare
-from quantem.ssb import reconstruct as ssb_reconstruct
-from quantem.virtual import Calibration as DPCCalibration
+import quantem.stem4d.io
+from quantem.stem4d.dpc import dpc
+from quantem.stem4d.errors import CalibrationError
+from quantem.stem4d.ssb import (
+    Calibration,
+    estimate_rotation,
+    fit_aberrations,
+    fit_regions,
+    loss,
+    prepare,
+)
+from quantem.stem4d.ssb import reconstruct as ssb_reconstruct
+from quantem.stem4d.virtual import Calibration as DPCCalibration
 
 DATA = Path(__file__).parent / "data" / "srtio3"
 TRUTH = json.loads((DATA / "srtio3_truth.json").read_text())
@@ -40,7 +47,7 @@ def calibration(name: str, **extra) -> Calibration:
 
 
 def load(name: str, dose: str) -> np.ndarray:
-    with quantem.io.load(DATA / TRUTH["datasets"][name]["files"][dose]) as acq:
+    with quantem.stem4d.io.load(DATA / TRUTH["datasets"][name]["files"][dose]) as acq:
         return np.asarray(acq.array).copy()
 
 
@@ -60,8 +67,8 @@ def test_without_a_rotation_the_dpc_estimate_is_used_and_recorded(defocus_high):
     assert estimated.calibration.rotation_deg == rotation.rotation_deg
     assert estimated.calibration.to_dict()["rotation_deg"] == rotation.rotation_deg
     assert rotation.to_dict()["source"] == "dpc"
-    # It is quantem.dpc's own estimate (the same CoM, curl fit and half-turn rule).
-    with quantem.io.load(DATA / TRUTH["datasets"]["defocus"]["files"]["high"]) as acq:
+    # It is quantem.stem4d.dpc's own estimate (the same CoM, curl fit and half-turn rule).
+    with quantem.stem4d.io.load(DATA / TRUTH["datasets"]["defocus"]["files"]["high"]) as acq:
         reference = dpc(
             acq,
             calibration=DPCCalibration(

@@ -1,4 +1,4 @@
-"""SSB preparation streamed in scan-row blocks (quantem/ssb/stream.py) against the in-memory one.
+"""SSB preparation streamed in scan-row blocks (quantem/stem4d/ssb/stream.py) against the in-memory one.
 
 For integer counts every streamed product (mean pattern, centre of mass, the BF-disk
 pixels, hence G) is the same number as in memory, so the prepared data must be equal
@@ -19,8 +19,8 @@ from _ssb_abtem import load as abtem_load
 from _ssb_abtem import master as abtem_master
 from _ssb_helpers import simulate
 
-import quantem.io
-from quantem.ssb import (
+import quantem.stem4d.io
+from quantem.stem4d.ssb import (
     Aberrations,
     BrightFieldDisk,
     Calibration,
@@ -91,7 +91,7 @@ def test_streamed_rotation_estimate_and_disk_are_the_in_memory_ones():
         semiangle_mrad=truth["semiangle_mrad"],
         scan_step_a=truth["datasets"]["defocus"]["scan_step_angstrom"],
     )
-    with quantem.io.load(master) as acq:
+    with quantem.stem4d.io.load(master) as acq:
         reference = prepare(np.asarray(acq.array).copy(), free)
     assert reference.rotation.source == "dpc"
     assert_same_prepared(prepare(str(master), free, scan_block_rows=5), reference)

@@ -19,8 +19,8 @@ import types
 import numpy as np
 import pytest
 
-from quantem.cuda import mapped_staging, pinned, registered_files, staging
-from quantem.io.page_cache import PAGE_SIZE
+from quantem.stem4d.cuda import mapped_staging, pinned, registered_files, staging
+from quantem.stem4d.io.page_cache import PAGE_SIZE
 
 
 class DeviceArray(np.ndarray):
@@ -300,7 +300,7 @@ class HostChunkDecoder:
         self.blocks_per_frame = 1
 
     def decode(self, buffer, offsets, n_frames, out, errors, scratch, stream=None, ends=None):
-        from quantem.io.cpu_decode import decode_chunk
+        from quantem.stem4d.io.cpu_decode import decode_chunk
 
         buffer = np.asarray(buffer)
         offsets = np.asarray(offsets)
@@ -323,9 +323,9 @@ class HostChunkDecoder:
 def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypatch,
                                                    staging_name, batch_bytes):  # fmt: skip
     """The whole HDF5 pipeline (planning, offsets, both stagings) with host stand-ins."""
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake = fake_cuda()
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -368,9 +368,9 @@ def test_decode_source_to_device_moves_every_chunk(tmp_path, fake_cuda, monkeypa
 def test_mapped_staging_falls_back_to_pread_when_registration_is_refused(
     tmp_path, fake_cuda, monkeypatch
 ):
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake = fake_cuda(fail_register_at=2)
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -405,7 +405,7 @@ def host_verify_on_device(data, starts, extents, lengths, expected, flags, strea
     with the kernel's flags (long ranges only; short ones left to the host)."""
     import xxhash
 
-    from quantem.cuda import xxh3
+    from quantem.stem4d.cuda import xxh3
 
     data = np.asarray(data)
     for k, (start, size) in enumerate(zip(np.asarray(starts), np.asarray(extents))):
@@ -439,10 +439,10 @@ def test_verify_source_names_the_first_changed_chunk(
     kernel): an unchanged acquisition loads as the cpu backend does; a bit flipped in
     one chunk after indexing raises SourceIntegrityError naming its shard and frame,
     also where a later chunk changed too; a short chunk (hashed on the host) as well."""
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
-    from quantem.errors import SourceIntegrityError
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
+    from quantem.stem4d.errors import SourceIntegrityError
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake_cuda()
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -501,10 +501,10 @@ def test_verify_source_hashes_short_chunks_on_the_host(tmp_path, fake_cuda, monk
                                                        staging_name):  # fmt: skip
     """Chunks of 240 bytes or fewer (empty frames), which the kernel leaves to the host,
     are hashed from the staged bytes; a flip in one is named like any other."""
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
-    from quantem.errors import SourceIntegrityError
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle, xxh3
+    from quantem.stem4d.errors import SourceIntegrityError
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake_cuda()
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -539,10 +539,10 @@ def test_registered_staging_falls_back_to_pread_and_keeps_nothing_stale(
     """Registered staging gives way to pread (same products, the reason recorded) when a
     shard changed during the load, is not wholly in the page cache, would exceed the
     budget, or the driver refuses; no stale registration is served afterwards."""
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
-    from quantem.io import page_cache
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.stem4d.io import page_cache
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake = fake_cuda(fail_register_at=1 if why == "refused" else None)
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -585,9 +585,9 @@ def test_registered_staging_registers_from_the_second_load_when_asked(
     """Registering from load 2: the first load of files in a process stages by pread and
     registers nothing; the second registers them; the third copies from the kept
     registrations; same products."""
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
-    from quantem.io.arina import load_arina, open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.stem4d.io.arina import load_arina, open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake = fake_cuda()
     fake.cache.set_register_from(2)
@@ -618,10 +618,10 @@ def test_registered_staging_registers_from_the_second_load_when_asked(
 def test_registered_staging_refuses_a_shard_shorter_than_its_index(
     tmp_path, fake_cuda, monkeypatch
 ):
-    from quantem.cuda import hdf5_pipeline, lz4_bitshuffle
-    from quantem.errors import ArinaFormatError
-    from quantem.io.arina import open_arina
-    from quantem.io.synthetic import write_synthetic_arina
+    from quantem.stem4d.cuda import hdf5_pipeline, lz4_bitshuffle
+    from quantem.stem4d.errors import ArinaFormatError
+    from quantem.stem4d.io.arina import open_arina
+    from quantem.stem4d.io.synthetic import write_synthetic_arina
 
     fake_cuda()
     monkeypatch.setattr(lz4_bitshuffle, "ChunkDecoder", HostChunkDecoder)
@@ -643,10 +643,10 @@ def test_qem_stage_blocks_moves_every_block(tmp_path, fake_cuda, monkeypatch, ki
     """``.qem`` staging (pread or registered) hands each batch's blocks to ``launch`` at
     the offsets it names, verified (stand-in XXH3 kernel; short extents on the host); a
     second registered load registers nothing; a flipped byte is reported."""
-    from quantem.acquisition import Acquisition
-    from quantem.cuda import qem_pipeline, xxh3
-    from quantem.io.qem.reader import QemFile
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.acquisition import Acquisition
+    from quantem.stem4d.cuda import qem_pipeline, xxh3
+    from quantem.stem4d.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.writer import save_qem
 
     fake = fake_cuda()
     monkeypatch.setattr(xxh3, "verify_on_device", host_verify_on_device)
@@ -697,7 +697,7 @@ def test_qem_stage_blocks_moves_every_block(tmp_path, fake_cuda, monkeypatch, ki
         byte = f.read(1)[0]
         f.seek(int(index["offset"][big]) + 3)
         f.write(bytes([byte ^ 0x10]))
-    from quantem.errors import QemFormatError
+    from quantem.stem4d.errors import QemFormatError
 
     with pytest.raises(QemFormatError, match="checksum") as info:
         stage()

@@ -7,8 +7,13 @@ import hdf5plugin  # noqa: F401  (registers the bitshuffle filter with h5py)
 import numpy as np
 import pytest
 
-from quantem.io import arina_layout as layout
-from quantem.io.synthetic import SyntheticModel, encode_chunk, make_frames, write_synthetic_arina
+from quantem.stem4d.io import arina_layout as layout
+from quantem.stem4d.io.synthetic import (
+    SyntheticModel,
+    encode_chunk,
+    make_frames,
+    write_synthetic_arina,
+)
 
 
 def _read_all_with_h5py(master):
@@ -152,7 +157,7 @@ def test_default_dose_compresses_like_arina_data():
 
 
 def test_bad_parameters_raise(tmp_path):
-    from quantem.errors import UnsupportedDtypeError
+    from quantem.stem4d.errors import UnsupportedDtypeError
 
     with pytest.raises(UnsupportedDtypeError):
         write_synthetic_arina(tmp_path, dtype="float32")

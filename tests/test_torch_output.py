@@ -14,11 +14,11 @@ import types
 import numpy as np
 import pytest
 
-import quantem.io
-from quantem.detector import prepare
-from quantem.errors import BackendUnavailableError
-from quantem.interop import is_torch_tensor, to_torch
-from quantem.io.synthetic import write_synthetic_arina
+import quantem.stem4d.io
+from quantem.stem4d.detector import prepare
+from quantem.stem4d.errors import BackendUnavailableError
+from quantem.stem4d.interop import is_torch_tensor, to_torch
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 
 class Tensor:  # what is_torch_tensor recognises: a class named Tensor from module torch
@@ -72,16 +72,16 @@ def master(tmp_path_factory):
 
 def test_unknown_output_is_refused_before_reading(tmp_path) -> None:
     with pytest.raises(ValueError, match="output must be one of"):
-        quantem.io.load(tmp_path / "does-not-exist_master.h5", output="jax")
+        quantem.stem4d.io.load(tmp_path / "does-not-exist_master.h5", output="jax")
 
 
 def test_torch_output_without_torch_is_refused_before_reading(tmp_path, no_torch) -> None:
     with pytest.raises(BackendUnavailableError, match="needs PyTorch"):
-        quantem.io.load(tmp_path / "does-not-exist_master.h5", output="torch")
+        quantem.stem4d.io.load(tmp_path / "does-not-exist_master.h5", output="torch")
 
 
 def test_prepare_with_torch_output_without_torch_is_refused(master, no_torch) -> None:
-    acq = quantem.io.load(master)
+    acq = quantem.stem4d.io.load(master)
     with pytest.raises(BackendUnavailableError, match="needs PyTorch"):
         prepare(acq, output="torch")
     with pytest.raises(ValueError, match="output must be one of"):
@@ -89,8 +89,8 @@ def test_prepare_with_torch_output_without_torch_is_refused(master, no_torch) ->
 
 
 def test_loaded_torch_output_shares_the_array(master, fake_torch) -> None:
-    reference = quantem.io.load(master)
-    acq = quantem.io.load(master, output="torch")
+    reference = quantem.stem4d.io.load(master)
+    acq = quantem.stem4d.io.load(master, output="torch")
     assert acq.output == "torch" and is_torch_tensor(acq.data)
     assert np.shares_memory(acq.data.array, acq.array)
     np.testing.assert_array_equal(acq.array, reference.array)
@@ -100,8 +100,8 @@ def test_loaded_torch_output_shares_the_array(master, fake_torch) -> None:
 
 
 def test_session_products_follow_the_output(master, fake_torch) -> None:
-    plain = prepare(quantem.io.load(master))
-    session = prepare(quantem.io.load(master, output="torch"))
+    plain = prepare(quantem.stem4d.io.load(master))
+    session = prepare(quantem.stem4d.io.load(master, output="torch"))
     mask = np.zeros((16, 16), dtype=bool)
     mask[4:12, 4:12] = True
     device_products = {
@@ -130,16 +130,16 @@ def test_session_products_follow_the_output(master, fake_torch) -> None:
 
 
 def test_prepare_output_overrides_the_acquisition(master, fake_torch) -> None:
-    arrays = prepare(quantem.io.load(master, output="torch"), output="array")
+    arrays = prepare(quantem.stem4d.io.load(master, output="torch"), output="array")
     assert isinstance(arrays.bf(), np.ndarray)
-    tensors = prepare([quantem.io.load(master)] * 2, output="torch")
+    tensors = prepare([quantem.stem4d.io.load(master)] * 2, output="torch")
     assert all(is_torch_tensor(t) for t in tensors.bf())
     assert is_torch_tensor(tensors[1].bf())  # indexing keeps the override
     assert all(is_torch_tensor(s.bf()) for s in tensors)
 
 
 def test_set_output_round_trip_and_to_torch(master, fake_torch) -> None:
-    acq = quantem.io.load(master)
+    acq = quantem.stem4d.io.load(master)
     array = acq.array
     acq.set_output("torch")
     assert is_torch_tensor(acq.data) and acq.array is array

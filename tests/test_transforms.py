@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantem.errors import UnsupportedDtypeError
-from quantem.io.transforms import (
+from quantem.stem4d.errors import UnsupportedDtypeError
+from quantem.stem4d.io.transforms import (
     LOAD_METADATA_KEYS,
     FrameFinisher,
     LoadOptions,

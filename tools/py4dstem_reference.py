@@ -84,7 +84,7 @@ def worker(inputs: str, output: str) -> None:
 def main(venv_python: str) -> None:
     import importlib.metadata as md
 
-    from quantem.io import load
+    from quantem.stem4d.io import load
 
     truth = json.loads((FIXTURES / "srtio3_truth.json").read_text())
     arrays = {}

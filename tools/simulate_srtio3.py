@@ -129,7 +129,7 @@ def projected_potential_at_scan(potential) -> np.ndarray:
 
 
 def main(out_dir: str) -> None:
-    from quantem.io.synthetic import write_arina_frames
+    from quantem.stem4d.io.synthetic import write_arina_frames
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from _ssb_abtem import calibration, com_integrated_phase, load, potential  # noqa: E402
 from _ssb_helpers import pearson  # noqa: E402
 
-from quantem.ssb import fit_aberrations, prepare, reconstruct  # noqa: E402
+from quantem.stem4d.ssb import fit_aberrations, prepare, reconstruct  # noqa: E402
 
 
 def main() -> None:

@@ -99,7 +99,7 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from harness.commands._files import require_file
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.io.arina import open_arina
 
     if Path(args.master).is_dir():
         require_file(args.master, "an ARINA master file (*_master.h5)")
@@ -123,7 +123,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantem.io import synthetic
+    from quantem.stem4d.io import synthetic
 
     options = {}
     if args.frames_per_shard is not None:

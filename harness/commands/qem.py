@@ -115,7 +115,7 @@ def _dump(document: dict) -> str:
 def run_convert(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.io.qem.writer import save_qem
 
     out = Path(args.out)
     if out.suffix.lower() != ".qem":
@@ -147,7 +147,7 @@ def run_convert(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the writer's checks of the options against this source
         raise HarnessError(f"cannot write {out} from {args.source}: {exc}") from None
     seconds = time.perf_counter() - started
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     with QemFile(out, verify=False) as qem:
         layout = qem.layout()
@@ -164,7 +164,7 @@ def run_verify(args: argparse.Namespace) -> int:
     require_file(args.file, "a .qem file")
     import numpy as np
 
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     started = time.perf_counter()
     with QemFile(args.file, verify=True) as qem:
@@ -187,7 +187,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     require_file(args.file, "a .qem file")
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     with QemFile(args.file, verify=False) as qem:
         layout = qem.layout()
@@ -242,7 +242,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_header(args: argparse.Namespace) -> int:
     require_file(args.file, "a .qem file")
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     with QemFile(args.file, verify=False) as qem:
         sys.stdout.write(_dump(qem.header_document()))

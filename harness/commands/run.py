@@ -342,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.demo:
         from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
-        from quantem.backends import best_backend
+        from quantem.stem4d.backends import best_backend
 
         with demo_folder() as folder:
             suite = write_demo_suite(folder)
@@ -485,7 +485,7 @@ def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
     """A one-entry manifest for a master file (written in ``folder``): (manifest, root)."""
     from harness.errors import UsageError
     from harness.run.manifest import dump_manifest, manifest_entry
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.io.arina import open_arina
 
     if not master.is_file():
         raise UsageError(f"--source {master}: no such file")

@@ -4,7 +4,7 @@ The backend is interpreted here and nowhere else in :mod:`harness.run`: what the
 timer includes (part of the comparison key), the allocator policy, the device
 barrier before every clock reading, the quantem backend that loads in-process, the
 formats the trials measure, how to sample device memory, and how one load is
-measured (in-process through ``quantem.io.load``, or one ``qem-native-load``
+measured (in-process through ``quantem.stem4d.io.load``, or one ``qem-native-load``
 process per load for the native reader, which reads only ``.qem``).
 
 Native trials: the trial's time is the process's wall time (launch included: that
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import quantem.io
+import quantem.stem4d.io
 from harness.errors import UsageError
 from harness.native import io_read_bytes, run_native_load
 from harness.run import trials
 from harness.run.environment import device_uuid
 from harness.run.timers import WallTimer, device_barrier
-from quantem.backends import require_backend
+from quantem.stem4d.backends import require_backend
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class BackendProfile:
     python_backend: str
     #: The formats the trials measure, in trial order.
     formats: tuple[str, ...]
-    #: True: one load is a ``quantem.io.load`` call; False: one ``qem-native-load`` process.
+    #: True: one load is a ``quantem.stem4d.io.load`` call; False: one ``qem-native-load`` process.
     in_process: bool
     #: True: the device has a memory pool to sample and to release between loads.
     device_pool: bool = False
@@ -93,7 +93,7 @@ class BackendProfile:
             options["representation"] = settings.representation
         if settings.devices is not None:
             options["devices"] = list(settings.devices)
-        return quantem.io.load(path, backend=self.python_backend, **options)
+        return quantem.stem4d.io.load(path, backend=self.python_backend, **options)
 
     def measure_in_process(
         self,

@@ -25,8 +25,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from quantem.cuda.registered_files import release_registered_files
-from quantem.io import page_cache
+from quantem.stem4d.cuda.registered_files import release_registered_files
+from quantem.stem4d.io import page_cache
 
 #: ``cachestat`` uses the unified syscall number on every architecture Linux added it for.
 SYS_CACHESTAT = 451

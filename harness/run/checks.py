@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import quantem.io
+import quantem.stem4d.io
 from harness.native import hash_frame_u32_le
 from harness.run import trials
 from harness.run.manifest import SelectedAcquisition
@@ -127,7 +127,7 @@ def python_sample_hashes(log: FailureLog, expected: Expected, qem_path: Path) ->
             f"{expected.selected.id}: sample frame {max(frames)} is outside the {n} frames"
         )
         return None
-    acquisition = quantem.io.load(qem_path, backend="cpu", apply_mask=False)  # stored counts
+    acquisition = quantem.stem4d.io.load(qem_path, backend="cpu", apply_mask=False)  # stored counts
     try:
         check_product(log, expected, acquisition, "python qem reference load", "qem")
         flat = acquisition.data.reshape(n, *acquisition.data.shape[2:])

@@ -1,6 +1,6 @@
 """The ``dpc`` compute workload's stages: centre of mass, beam shifts, rotation, integration.
 
-Each stage is one call into :mod:`quantem.dpc` over the workload's shared state (the
+Each stage is one call into :mod:`quantem.stem4d.dpc` over the workload's shared state (the
 registry, :mod:`harness.run.compute_workloads`, orders them after ``load`` and
 ``prepare``); ``dpc_outputs`` and ``dpc_fitted`` are what a round hashes and records.
 """
@@ -11,20 +11,20 @@ from typing import Any
 
 
 def dpc_com(state: dict) -> None:
-    from quantem.dpc import measure_com
+    from quantem.stem4d.dpc import measure_com
 
     state["com"] = measure_com(state["frames"])
 
 
 def dpc_shifts(state: dict) -> None:
-    from quantem.dpc import beam_shifts
+    from quantem.stem4d.dpc import beam_shifts
 
     p = state["parameters"]
     state["shifts"] = beam_shifts(state["com"], p.calibration(), p.dtype)
 
 
 def dpc_rotation(state: dict) -> None:
-    from quantem.dpc import RotationFit, find_rotation
+    from quantem.stem4d.dpc import RotationFit, find_rotation
 
     p, shifts = state["parameters"], state["shifts"]
     if p.rotation_deg is None:
@@ -36,7 +36,7 @@ def dpc_rotation(state: dict) -> None:
 
 
 def dpc_integration(state: dict) -> None:
-    from quantem.dpc import reconstruct
+    from quantem.stem4d.dpc import reconstruct
 
     p = state["parameters"]
     state["dpc"] = reconstruct(

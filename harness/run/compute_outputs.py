@@ -20,7 +20,7 @@ from harness.run.checks import FailureLog
 
 
 def output_digest(array: np.ndarray) -> dict:
-    from quantem.arrays import array_digest
+    from quantem.stem4d.arrays import array_digest
 
     return array_digest(array)
 

@@ -1,6 +1,6 @@
 """The ``parallax`` compute workload's stages: image stack, alignment, fit, reconstruction.
 
-Each stage is one call into :mod:`quantem.parallax` over the workload's shared state
+Each stage is one call into :mod:`quantem.stem4d.parallax` over the workload's shared state
 (ordered by :mod:`harness.run.compute_workloads`); ``parallax_outputs`` and
 ``parallax_fitted`` are what a round hashes and records.
 """
@@ -11,20 +11,20 @@ from typing import Any
 
 
 def parallax_stack(state: dict) -> None:
-    from quantem.parallax import build_stack
+    from quantem.stem4d.parallax import build_stack
 
     state["stack"] = build_stack(state["frames"], bin_factor=state["parameters"].bin_factor)
 
 
 def parallax_align(state: dict) -> None:
-    from quantem.parallax import align
+    from quantem.stem4d.parallax import align
 
     state["alignment"] = align(state["stack"].images, max_shift=state["parameters"].max_shift)
 
 
 def parallax_fit(state: dict) -> None:
-    from quantem.arrays import to_numpy
-    from quantem.parallax import fit_aberrations
+    from quantem.stem4d.arrays import to_numpy
+    from quantem.stem4d.parallax import fit_aberrations
 
     p = state["parameters"]
     calibration = p.calibration().with_disk_radius(state["stack"].radius)
@@ -36,9 +36,9 @@ def parallax_fit(state: dict) -> None:
 
 
 def parallax_reconstruct(state: dict) -> None:
-    from quantem.arrays import module_for_backend
-    from quantem.parallax import shift_and_sum
-    from quantem.parallax.reconstruct import aberration_sign
+    from quantem.stem4d.arrays import module_for_backend
+    from quantem.stem4d.parallax import shift_and_sum
+    from quantem.stem4d.parallax.reconstruct import aberration_sign
 
     p, stack = state["parameters"], state["stack"]
     xp = module_for_backend(state["backend"])

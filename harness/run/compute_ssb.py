@@ -1,9 +1,9 @@
-"""The ``ssb`` compute workload's stages (single-sideband ptychography, :mod:`quantem.ssb`).
+"""The ``ssb`` compute workload's stages (single-sideband ptychography, :mod:`quantem.stem4d.ssb`).
 
 Stages: the scan transform, one uncorrected reconstruction, the standard fit (C10, C12)
 and the default fit (C10 to C30) with a seeded TPE search + Nelder-Mead, and the regional
-fits (--regions tiles, standard parameters). quantem.ssb (docs/ssb.md) does the work.
-Without --rotation-deg the rotation is quantem.dpc's curl-minimising estimate, found in
+fits (--regions tiles, standard parameters). quantem.stem4d.ssb (docs/ssb.md) does the work.
+Without --rotation-deg the rotation is quantem.stem4d.dpc's curl-minimising estimate, found in
 the prepare stage, shared by the regions and recorded (fitted["rotation"]). Streamed
 (``--memory-budget`` / ``--scan-block-rows``, on cpu or cuda), ``ssb_open`` replaces the
 dense load.
@@ -18,7 +18,7 @@ from harness.errors import UsageError
 
 
 def _ssb_calibration(state: dict):
-    from quantem.ssb import Calibration
+    from quantem.stem4d.ssb import Calibration
 
     p = state["parameters"]
     missing = [
@@ -55,13 +55,13 @@ def _prepare_options(state: dict) -> dict:
 
 def ssb_open(state: dict) -> None:
     """Streaming: open the source's scan rows (shape, dtype) without reading the frames."""
-    from quantem.ssb.stream import open_scan_rows
+    from quantem.stem4d.ssb.stream import open_scan_rows
 
     state["ssb_rows_shape"] = tuple(open_scan_rows(state["path"]).shape)
 
 
 def ssb_prepare(state: dict) -> None:
-    from quantem.ssb import prepare
+    from quantem.stem4d.ssb import prepare
 
     p = state["parameters"]
     state["ssb_calibration"] = _ssb_calibration(state)
@@ -74,15 +74,15 @@ def ssb_prepare(state: dict) -> None:
 
 
 def ssb_reconstruct(state: dict) -> None:
-    from quantem.ssb import reconstruct
+    from quantem.stem4d.ssb import reconstruct
 
     state["ssb_uncorrected"] = reconstruct(state["ssb"])
 
 
 def ssb_fit(name: str, parameters_attr: str) -> tuple[str, Callable[[dict], None]]:
     def stage(state: dict) -> None:
-        import quantem.ssb as ssb
-        from quantem.ssb import fit_aberrations, reconstruct
+        import quantem.stem4d.ssb as ssb
+        from quantem.stem4d.ssb import fit_aberrations, reconstruct
 
         p = state["parameters"]
         fit = fit_aberrations(
@@ -99,7 +99,7 @@ def ssb_fit(name: str, parameters_attr: str) -> tuple[str, Callable[[dict], None
 
 
 def ssb_regions(state: dict) -> None:
-    from quantem.ssb import STANDARD_PARAMETERS, fit_regions, split_regions
+    from quantem.stem4d.ssb import STANDARD_PARAMETERS, fit_regions, split_regions
 
     p = state["parameters"]
     state["ssb_regions"] = fit_regions(

@@ -1,6 +1,6 @@
 """The ``virtual`` compute workload's stages: the mean pattern and BF, ADF and DF images.
 
-Each stage is one call into :mod:`quantem.virtual` over the workload's shared state
+Each stage is one call into :mod:`quantem.stem4d.virtual` over the workload's shared state
 (ordered by :mod:`harness.run.compute_workloads`); ``virtual_detector(name, detector)``
 makes the stage of one virtual detector, ``detector(state)`` giving its geometry.
 """
@@ -20,7 +20,7 @@ def virtual_detector(
     name: str, detector: Callable[[dict], Any]
 ) -> tuple[str, Callable[[dict], None]]:
     def stage(state: dict) -> None:
-        from quantem.virtual import virtual_images
+        from quantem.stem4d.virtual import virtual_images
 
         p = state["parameters"]
         state[name] = virtual_images(
@@ -40,19 +40,19 @@ def virtual_fitted(state: dict) -> dict:
 
 
 def bf_detector(state):
-    from quantem.virtual import Disk
+    from quantem.stem4d.virtual import Disk
 
     return Disk()
 
 
 def adf_detector(state):
-    from quantem.virtual import Annulus
+    from quantem.stem4d.virtual import Annulus
 
     return Annulus()
 
 
 def df_detector(state):
-    from quantem.virtual import Annulus
+    from quantem.stem4d.virtual import Annulus
 
     p = state["parameters"]
     inner = p.inner if p.inner is not None else 1.5 * state["disk"].radius

@@ -2,10 +2,10 @@
 
 A workload is an ordered list of named stages over a shared state; each stage is one
 call into quantem's public API, so the timings are those of the product a user gets.
-``load`` reads the source with ``quantem.io.load`` on the run's backend (dense) and
+``load`` reads the source with ``quantem.stem4d.io.load`` on the run's backend (dense) and
 ``prepare`` opens its frames (both here, shared); the later stages are the public stage
-functions of :mod:`quantem.dpc`, :mod:`quantem.parallax`, :mod:`quantem.ssb` and
-:mod:`quantem.virtual`, one module of stages per workload (:mod:`harness.run.compute_dpc`,
+functions of :mod:`quantem.stem4d.dpc`, :mod:`quantem.stem4d.parallax`, :mod:`quantem.stem4d.ssb` and
+:mod:`quantem.stem4d.virtual`, one module of stages per workload (:mod:`harness.run.compute_dpc`,
 :mod:`~harness.run.compute_parallax`, :mod:`~harness.run.compute_ssb`,
 :mod:`~harness.run.compute_virtual`). ``outputs`` are every array the workload produces
 (hashed, and saved with ``--save-outputs``); ``fitted`` the fitted parameters and
@@ -51,7 +51,7 @@ class ComputeParameters:
     seed: int = 0
     regions: tuple[int, int] = (2, 2)
     refine_evaluations: int | None = None
-    # ssb on the CPU: stream the source in blocks of scan rows (quantem.ssb.prepare's
+    # ssb on the CPU: stream the source in blocks of scan rows (quantem.stem4d.ssb.prepare's
     # streaming mode) instead of loading it whole; either one selects it.
     memory_budget_bytes: int | None = None
     scan_block_rows: int | None = None
@@ -61,7 +61,7 @@ class ComputeParameters:
         return self.memory_budget_bytes is not None or self.scan_block_rows is not None
 
     def streaming_options(self) -> dict:
-        """The streaming arguments of ``quantem.ssb.prepare`` (empty when not streaming)."""
+        """The streaming arguments of ``quantem.stem4d.ssb.prepare`` (empty when not streaming)."""
         options = {}
         if self.memory_budget_bytes is not None:
             options["memory_budget_bytes"] = int(self.memory_budget_bytes)
@@ -70,7 +70,7 @@ class ComputeParameters:
         return options
 
     def calibration(self):
-        from quantem.virtual import Calibration
+        from quantem.stem4d.virtual import Calibration
 
         return Calibration(
             energy_ev=self.energy_ev,
@@ -84,14 +84,14 @@ class ComputeParameters:
 
 
 def _load(state: dict) -> None:
-    import quantem.io
+    import quantem.stem4d.io
 
-    state["acq"] = quantem.io.load(state["path"], state["backend"])
+    state["acq"] = quantem.stem4d.io.load(state["path"], state["backend"])
     state["on_close"].append(state["acq"].close)
 
 
 def _frames(state: dict) -> None:
-    from quantem.virtual import open_frames
+    from quantem.stem4d.virtual import open_frames
 
     state["frames"] = open_frames(state["acq"])
 
@@ -186,7 +186,7 @@ def workload_for(name: str, parameters: ComputeParameters | None = None) -> Work
 
 
 def as_host(array: Any) -> np.ndarray:
-    from quantem.arrays import to_numpy
+    from quantem.stem4d.arrays import to_numpy
 
     return np.ascontiguousarray(to_numpy(array))
 

@@ -1,6 +1,6 @@
 """The disposable ``.qem`` of a run: preparation, the timed conversion, reference headers.
 
-The timed conversion is the user's workflow, streamed as ``quantem.io.save`` streams
+The timed conversion is the user's workflow, streamed as ``quantem.stem4d.io.save`` streams
 it: ``hdf5_read`` opens the ARINA source (frame index lookup; its frames are read
 and decoded batch by batch inside the next stage), ``encode_write`` encodes and
 writes (temporary name, fsync, rename), then ``--reloads`` ``reopen_verify`` stages
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-import quantem.io
+import quantem.stem4d.io
 from harness.run.checks import FailureLog
 from harness.run.manifest import SelectedAcquisition
 from harness.run.qem_reference import (
@@ -26,9 +26,9 @@ from harness.run.qem_reference import (
     write_header_document,
 )
 from harness.run.timers import WallTimer
-from quantem.io.arina import iter_frame_batches, open_arina
-from quantem.io.qem import format as qem_format
-from quantem.io.qem.reader import QemFile
+from quantem.stem4d.io.arina import iter_frame_batches, open_arina
+from quantem.stem4d.io.qem import format as qem_format
+from quantem.stem4d.io.qem.reader import QemFile
 
 #: Folder of the output directory that keeps the prepared files' header documents.
 REFERENCE_HEADER_DIR = "qem-reference-headers"
@@ -52,7 +52,7 @@ class ConversionSettings:
 def prepare_untimed(selected: SelectedAcquisition, qem_path: Path, index_dir: Path) -> None:
     """Write the QEM without timing or verification (``--load-only``)."""
     source = open_arina(selected.master_path, index_dir=str(index_dir))
-    quantem.io.save(source, qem_path, verify=False, source_hashes=False)
+    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False)
 
 
 def timed_conversion(
@@ -68,7 +68,7 @@ def timed_conversion(
     with timer.stage("hdf5_read"):
         source = open_arina(selected.master_path, index_dir=str(index_dir))
     with timer.stage("encode_write"):
-        quantem.io.save(
+        quantem.stem4d.io.save(
             source, qem_path, verify=settings.verify, source_hashes=settings.source_hashes
         )
     for _ in range(settings.reloads):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.run.environment import filesystem_type
 from harness.run.manifest import dump_manifest, manifest_entry
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 #: (id, scan shape, detector shape, dtype, dose) of the demo acquisitions.
 DEMO_ACQUISITIONS = (

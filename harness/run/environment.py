@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantem.backends import format_gpu_uuid
+from quantem.stem4d.backends import format_gpu_uuid
 
 MOUNTINFO = "/proc/self/mountinfo"
 

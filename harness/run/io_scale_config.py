@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
-from quantem.cuda.sharded import device_count, parse_devices
+from quantem.stem4d.cuda.sharded import device_count, parse_devices
 
 
 @dataclass

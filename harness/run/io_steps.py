@@ -27,7 +27,7 @@ from harness.run.memory import MemoryTracker
 from harness.run.profile import profile_call
 from harness.run.timers import WallTimer
 from harness.run.workspace import Workspace
-from quantem.io.arina import open_arina
+from quantem.stem4d.io.arina import open_arina
 
 
 @dataclass

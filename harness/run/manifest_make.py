@@ -39,7 +39,7 @@ def build_manifest(
     progress: Callable[[str], None] | None = None,
 ) -> bytes:
     """The manifest's bytes for every master under ``root`` (ids unique, in path order)."""
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.io.arina import open_arina
 
     root = Path(root)
     if not root.is_dir():
@@ -69,7 +69,7 @@ def build_manifest(
 
 def trusted_product(master: Path) -> str:
     """The indexed product of a CPU load of ``master`` (the reference decoder)."""
-    from quantem import io
+    from quantem.stem4d import io
 
     acquisition = io.load(master, "cpu")
     try:

@@ -290,11 +290,11 @@ def collect_quantem_environment() -> dict[str, str]:
 
 
 def collect_cuda_kernels() -> list[dict]:
-    """Which compiled GPU code this process ran (``quantem.cuda.kernel_provenance``): per
+    """Which compiled GPU code this process ran (``quantem.stem4d.cuda.kernel_provenance``): per
     loaded kernel module its source key, ``fatbin`` (with the binary's SHA-256) or
     ``nvrtc`` (with why), and the device's compute capability. Empty when no GPU code
     was loaded; read without importing CuPy (a CPU run never loads the module loader)."""
-    loader = sys.modules.get("quantem.cuda.module_loader")
+    loader = sys.modules.get("quantem.stem4d.cuda.module_loader")
     if loader is None:
         return []
     return [dict(record) for record in loader.kernel_provenance()]

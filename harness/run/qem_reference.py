@@ -1,7 +1,7 @@
 """Archived QEM reference headers: prove a newly prepared ``.qem`` encodes the same thing.
 
 A reference header is the archivable header document of a ``.qem`` file, the JSON
-that ``harness qem header FILE`` prints (:meth:`quantem.io.qem.reader.QemFile.header_document`):
+that ``harness qem header FILE`` prints (:meth:`quantem.stem4d.io.qem.reader.QemFile.header_document`):
 shape, dtypes, block size, section table, metadata, and per block its mode, offset,
 length and XXH3-64 checksum.
 
@@ -41,7 +41,7 @@ _BLOCK_FIELDS = ("mode", "length", "xxh3")
 
 def header_document(qem_path: str | os.PathLike) -> dict[str, Any]:
     """The archivable header document of a ``.qem`` file (structure checked, payload not read)."""
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     with QemFile(qem_path, verify=False) as qem:
         return qem.header_document()

@@ -46,7 +46,7 @@ from harness.run.pairing import PairingChoice, choose_baseline_code
 from harness.run.provenance import SourceTracker
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
 from harness.run.workspace import Workspace, claim_output_dir, open_workspace
-from quantem.errors import QuantemError
+from quantem.stem4d.errors import QuantemError
 
 #: Errors that end the trials as an execution failure (recorded in the report) rather
 #: than ending the run: bad data (QuantemError), IO, value and runtime errors.

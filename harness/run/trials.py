@@ -146,7 +146,7 @@ def indexed_product(acquisition: Any) -> tuple[str, list[int], str]:
     """
     import numpy as np
 
-    from quantem import detector
+    from quantem.stem4d import detector
 
     det_r, det_c = acquisition.shape[2], acquisition.shape[3]
     mask = np.zeros((det_r, det_c), dtype=bool)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantem.backends import cuda_unavailable_reason
+from quantem.stem4d.backends import cuda_unavailable_reason
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,11 +7,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.cuda import detector_kernels, module_loader  # noqa: E402
-from quantem.io.qem.writer import save_qem  # noqa: E402
-from quantem.io.synthetic import write_synthetic_arina  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.cuda import detector_kernels, module_loader  # noqa: E402
+from quantem.stem4d.io.qem.writer import save_qem  # noqa: E402
+from quantem.stem4d.io.synthetic import write_synthetic_arina  # noqa: E402
 
 ARINA = (192, 192)
 

@@ -9,9 +9,9 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.detector import prepare  # noqa: E402
-from quantem.detector.masks import annulus_mask  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.detector import prepare  # noqa: E402
+from quantem.stem4d.detector.masks import annulus_mask  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])

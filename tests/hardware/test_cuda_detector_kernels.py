@@ -7,8 +7,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.cuda import detector_kernels as dk  # noqa: E402
-from quantem.errors import UnsupportedDtypeError  # noqa: E402
+from quantem.stem4d.cuda import detector_kernels as dk  # noqa: E402
+from quantem.stem4d.errors import UnsupportedDtypeError  # noqa: E402
 
 
 def reference_moments(data: np.ndarray, mask: np.ndarray):

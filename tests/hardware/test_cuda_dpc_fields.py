@@ -1,4 +1,4 @@
-"""The fused DPC field kernels (quantem.cuda.dpc_fields) against numpy's arithmetic."""
+"""The fused DPC field kernels (quantem.stem4d.cuda.dpc_fields) against numpy's arithmetic."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.cuda import dpc_fields  # noqa: E402
-from quantem.detector.session import CenterOfMass  # noqa: E402
-from quantem.dpc import beam_shifts, fields, find_rotation  # noqa: E402
-from quantem.dpc.reconstruct import _skewness  # noqa: E402
-from quantem.virtual.calibration import Calibration  # noqa: E402
+from quantem.stem4d.cuda import dpc_fields  # noqa: E402
+from quantem.stem4d.detector.session import CenterOfMass  # noqa: E402
+from quantem.stem4d.dpc import beam_shifts, fields, find_rotation  # noqa: E402
+from quantem.stem4d.dpc.reconstruct import _skewness  # noqa: E402
+from quantem.stem4d.virtual.calibration import Calibration  # noqa: E402
 
 SHAPES = [(2, 2), (3, 7), (64, 48), (512, 512), (301, 517)]
 

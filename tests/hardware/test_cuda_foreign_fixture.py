@@ -16,8 +16,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.cuda import lz4_bitshuffle as lz4  # noqa: E402
 
 
 def test_fixture_master_matches_documented_values_and_cpu(arina_small):

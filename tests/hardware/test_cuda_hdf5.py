@@ -10,9 +10,9 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.errors import ArinaFormatError, ChunkDecodeError  # noqa: E402
-from quantem.io.synthetic import make_frames, write_synthetic_arina  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.errors import ArinaFormatError, ChunkDecodeError  # noqa: E402
+from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina  # noqa: E402
 
 
 def synthetic(tmp_path, name="s", scan=(6, 7), det=(40, 36), dtype="uint16", **kw):
@@ -86,8 +86,8 @@ def test_small_batches_equal_one_batch(tmp_path, staging):
 
 
 def test_default_staging_and_mapped_leaves_nothing_registered(tmp_path):
-    from quantem.cuda.hdf5_pipeline import DEFAULT_STAGING
-    from quantem.cuda.mapped_staging import live_registrations
+    from quantem.stem4d.cuda.hdf5_pipeline import DEFAULT_STAGING
+    from quantem.stem4d.cuda.mapped_staging import live_registrations
 
     master = synthetic(tmp_path, scan=(8, 8), det=(32, 32))
     cpu = io.load(master)
@@ -108,7 +108,7 @@ def test_default_staging_and_mapped_leaves_nothing_registered(tmp_path):
 
 
 def chunk_location(master, frame):
-    from quantem.io.arina import open_arina
+    from quantem.stem4d.io.arina import open_arina
 
     source = open_arina(master)
     index = source.index
@@ -140,7 +140,7 @@ def test_corrupt_chunk_raises_naming_shard_and_frame(tmp_path, where, staging):
 
 @pytest.mark.parametrize("staging", ["pread", "mapped"])
 def test_truncated_shard_raises(tmp_path, staging):
-    from quantem.cuda.mapped_staging import live_registrations
+    from quantem.stem4d.cuda.mapped_staging import live_registrations
 
     master = synthetic(tmp_path, scan=(5, 6), det=(40, 36))
     shard, offset, nbytes = chunk_location(master, 29)
@@ -167,8 +167,8 @@ def test_stale_index_past_the_end_of_a_shard_raises_naming_it(tmp_path, staging)
 
 
 def test_memory_returns_after_close_over_20_cycles(tmp_path):
-    from quantem.cuda import pinned
-    from quantem.cuda.mapped_staging import live_registrations
+    from quantem.stem4d.cuda import pinned
+    from quantem.stem4d.cuda.mapped_staging import live_registrations
 
     master = synthetic(tmp_path, scan=(10, 10), det=(64, 64))
     # Earlier tests' garbage (pytest keeps their exceptions) must not blur the baseline.
@@ -190,7 +190,7 @@ def test_memory_returns_after_close_over_20_cycles(tmp_path):
 
 
 def test_detector_products_match_cpu(tmp_path):
-    from quantem import detector
+    from quantem.stem4d import detector
 
     master = synthetic(tmp_path, scan=(7, 8), det=(48, 48), dose=20000.0)
     cpu = detector.prepare(io.load(master))

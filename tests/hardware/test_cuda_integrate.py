@@ -1,4 +1,4 @@
-"""The fused CUDA Fourier integration (quantem.cuda.integrate) against the numpy path."""
+"""The fused CUDA Fourier integration (quantem.stem4d.cuda.integrate) against the numpy path."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.arrays import array_digest  # noqa: E402
-from quantem.dpc.integrate import CACHED_GRID_POINTS, clear_cache, integrate_gradient  # noqa: E402
+from quantem.stem4d.arrays import array_digest  # noqa: E402
+from quantem.stem4d.dpc.integrate import CACHED_GRID_POINTS, clear_cache, integrate_gradient  # noqa: E402
 
 
 def smooth_gradient(shape, dtype, seed):

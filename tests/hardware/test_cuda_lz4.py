@@ -18,7 +18,7 @@ bitshuffle = pytest.importorskip("bitshuffle")
 
 from _lz4_edges import edge_chunks  # noqa: E402  (tests/, on the path by its conftest)
 
-from quantem.cuda import lz4_bitshuffle as lz4  # noqa: E402
+from quantem.stem4d.cuda import lz4_bitshuffle as lz4  # noqa: E402
 
 
 def make_chunk(frame: np.ndarray, block_bytes: int) -> bytes:
@@ -83,7 +83,7 @@ def test_kernel_variants_decode_like_bitshuffle(dtype, extra):
     """Every variant of the parse and of the bit transpose decodes to the frames, ARINA-sized
     synthetic ones (long zero-plane matches, the wide copies' case) included, and names the
     same damage in a corrupt chunk as the shipped kernel."""
-    from quantem.io import synthetic
+    from quantem.stem4d.io import synthetic
 
     dtype = np.dtype(dtype)
     for shape, block_bytes in (

@@ -9,10 +9,10 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.errors import QemFormatError  # noqa: E402
-from quantem.io.qem.writer import save_qem  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.errors import QemFormatError  # noqa: E402
+from quantem.stem4d.io.qem.writer import save_qem  # noqa: E402
 
 
 def synthetic_counts(rng, scan, det, dtype, lam=0.8, hot=()):
@@ -124,7 +124,7 @@ def test_encoded_products_match_exact_reference(tmp_path, scan, det, dtype):
 
 
 def test_detector_session_on_encoded_equals_dense(tmp_path):
-    from quantem import detector
+    from quantem.stem4d import detector
 
     rng = np.random.default_rng(12)
     data = synthetic_counts(rng, (8, 9), (48, 48), np.uint16)
@@ -147,7 +147,7 @@ def test_detector_session_on_encoded_equals_dense(tmp_path):
 
 
 def payload_block(path):
-    from quantem.io.qem.reader import QemFile
+    from quantem.stem4d.io.qem.reader import QemFile
 
     with QemFile(path) as q:
         index = q.block_index.copy()
@@ -208,7 +208,7 @@ def test_memory_returns_after_close_over_20_cycles(tmp_path):
 
 def test_to_torch_shares_memory(tmp_path):
     torch = pytest.importorskip("torch")
-    from quantem.cuda import to_torch
+    from quantem.stem4d.cuda import to_torch
 
     rng = np.random.default_rng(16)
     data = synthetic_counts(rng, (3, 3), (16, 16), np.uint16)
@@ -221,7 +221,7 @@ def test_to_torch_shares_memory(tmp_path):
 
 
 def test_release_cached_memory_returns_pool_blocks(tmp_path):
-    from quantem.cuda import pinned, registered_files, release_cached_memory
+    from quantem.stem4d.cuda import pinned, registered_files, release_cached_memory
 
     rng = np.random.default_rng(17)
     # 8 MiB decoded: more than the slack below, so the load must cache blocks of its own.

@@ -8,11 +8,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.errors import QemFormatError  # noqa: E402
-from quantem.io.qem.reader import QemFile  # noqa: E402
-from quantem.io.qem.writer import save_qem  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.errors import QemFormatError  # noqa: E402
+from quantem.stem4d.io.qem.reader import QemFile  # noqa: E402
+from quantem.stem4d.io.qem.writer import save_qem  # noqa: E402
 
 
 def synthetic_counts(rng, scan, det, dtype, lam=0.8):
@@ -99,8 +99,8 @@ def test_encoded_2_products_match_exact_reference(
 
 
 def test_nvrtc_and_fatbin_decode_alike(tmp_path, monkeypatch):
-    from quantem.cuda import module_loader
-    from quantem.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder
+    from quantem.stem4d.cuda import module_loader
+    from quantem.stem4d.cuda.rans_decode import DeviceBlockTable, QemBlockDecoder
 
     rng = np.random.default_rng(23)
     data = synthetic_counts(rng, (3, 4), (192, 192), np.uint16)

@@ -12,7 +12,7 @@ cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not insta
 
 from test_cuda_qem2 import CASES, synthetic_counts, write_qem2  # noqa: E402
 
-from quantem.io.qem.reader import QemFile  # noqa: E402
+from quantem.stem4d.io.qem.reader import QemFile  # noqa: E402
 
 #: the variants benchmarks/gpu_rans2.py measures as f2_shfl, f2_pe1 (the default until
 #: 2026-12-02), f2_shfl_u4
@@ -24,7 +24,7 @@ VARIANTS = {
 
 
 def table_of(qem):
-    from quantem.cuda.rans_decode import DeviceBlockTable
+    from quantem.stem4d.cuda.rans_decode import DeviceBlockTable
 
     index = qem.block_index
     return DeviceBlockTable.from_index(
@@ -44,7 +44,7 @@ def dense(decoder, qem, buffer, table):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("scan,det,dtype,band_rows,block_frames", CASES)
 def test_variant_decodes_like_cpu(tmp_path, variant, scan, det, dtype, band_rows, block_frames):
-    from quantem.cuda.rans_decode import QemBlockDecoder
+    from quantem.stem4d.cuda.rans_decode import QemBlockDecoder
 
     rng = np.random.default_rng([31, *scan, *det])
     data = synthetic_counts(rng, scan, det, dtype)
@@ -75,7 +75,7 @@ def test_variant_decodes_like_cpu(tmp_path, variant, scan, det, dtype, band_rows
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variant_reports_the_shipped_kernels_status(tmp_path, variant):
-    from quantem.cuda.rans_decode import QemBlockDecoder
+    from quantem.stem4d.cuda.rans_decode import QemBlockDecoder
 
     rng = np.random.default_rng(32)
     data = synthetic_counts(rng, (4, 6), (64, 64), np.uint16)

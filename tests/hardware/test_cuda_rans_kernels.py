@@ -14,16 +14,16 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.cuda.rans_decode import (  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.cuda.rans_decode import (  # noqa: E402
     KERNEL_FUNCTIONS,
     DeviceBlockTable,
     QemBlockDecoder,
     pack_mask_bits,
 )
-from quantem.errors import QemFormatError  # noqa: E402
-from quantem.io.qem.reader import QemFile  # noqa: E402
-from quantem.io.qem.writer import save_qem  # noqa: E402
+from quantem.stem4d.errors import QemFormatError  # noqa: E402
+from quantem.stem4d.io.qem.reader import QemFile  # noqa: E402
+from quantem.stem4d.io.qem.writer import save_qem  # noqa: E402
 
 KERNELS = sorted(KERNEL_FUNCTIONS)
 

@@ -14,10 +14,10 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.cuda import sharded  # noqa: E402
-from quantem.detector import prepare  # noqa: E402
-from quantem.io import synthetic  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.cuda import sharded  # noqa: E402
+from quantem.stem4d.detector import prepare  # noqa: E402
+from quantem.stem4d.io import synthetic  # noqa: E402
 
 SCAN = (9, 7)
 DETECTOR = (48, 40)
@@ -161,8 +161,8 @@ def test_a_missing_device_is_named():
 
 
 def _compute_products(acq):
-    from quantem.dpc import dpc
-    from quantem.virtual import Annulus, Disk, open_frames, virtual_images
+    from quantem.stem4d.dpc import dpc
+    from quantem.stem4d.virtual import Annulus, Disk, open_frames, virtual_images
 
     images = virtual_images(acq, {"bf": Disk(8.0), "adf": Annulus(8.0, 18.0)})
     result = dpc(acq, rotation_deg=10.0)

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _ssb_abtem import calibration, focus_at_mid_plane, load, potential
 from _ssb_helpers import pearson, simulate
 
-from quantem.ssb import Aberrations, fit_aberrations, loss, prepare, reconstruct
-from quantem.ssb.reconstruct import select_sums, sideband_sums
+from quantem.stem4d.ssb import Aberrations, fit_aberrations, loss, prepare, reconstruct
+from quantem.stem4d.ssb.reconstruct import select_sums, sideband_sums
 
 POLAR = {
     "C10": 50.0,

@@ -27,7 +27,7 @@ from _ssb_abtem import load as abtem_load  # noqa: E402
 from _ssb_abtem import master as abtem_master  # noqa: E402
 from test_ssb_stream import STREAMED_OPTIONS, assert_same_prepared, simulated_counts  # noqa: E402
 
-from quantem.ssb import fit_aberrations, prepare, reconstruct  # noqa: E402
+from quantem.stem4d.ssb import fit_aberrations, prepare, reconstruct  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""One-launch field derivatives (quantem.cuda.stencil) against cupy.gradient and numpy."""
+"""One-launch field derivatives (quantem.stem4d.cuda.stencil) against cupy.gradient and numpy."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.cuda.stencil import partials  # noqa: E402
-from quantem.dpc import fields  # noqa: E402
+from quantem.stem4d.cuda.stencil import partials  # noqa: E402
+from quantem.stem4d.dpc import fields  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

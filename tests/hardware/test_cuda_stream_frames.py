@@ -12,12 +12,12 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem.acquisition import Acquisition  # noqa: E402
-from quantem.arrays import array_digest, to_numpy  # noqa: E402
-from quantem.dpc import dpc  # noqa: E402
-from quantem.io import load, synthetic  # noqa: E402
-from quantem.parallax import parallax  # noqa: E402
-from quantem.virtual import Calibration, open_frames  # noqa: E402
+from quantem.stem4d.acquisition import Acquisition  # noqa: E402
+from quantem.stem4d.arrays import array_digest, to_numpy  # noqa: E402
+from quantem.stem4d.dpc import dpc  # noqa: E402
+from quantem.stem4d.io import load, synthetic  # noqa: E402
+from quantem.stem4d.parallax import parallax  # noqa: E402
+from quantem.stem4d.virtual import Calibration, open_frames  # noqa: E402
 
 SCAN, DETECTOR = (7, 10), (36, 30)
 DATA = Path(__file__).resolve().parents[1] / "data" / "srtio3"

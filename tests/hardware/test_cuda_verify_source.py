@@ -7,11 +7,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io  # noqa: E402
-from quantem.cuda import xxh3  # noqa: E402
-from quantem.errors import SourceIntegrityError  # noqa: E402
-from quantem.io.arina import open_arina  # noqa: E402
-from quantem.io.synthetic import write_synthetic_arina  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.cuda import xxh3  # noqa: E402
+from quantem.stem4d.errors import SourceIntegrityError  # noqa: E402
+from quantem.stem4d.io.arina import open_arina  # noqa: E402
+from quantem.stem4d.io.synthetic import write_synthetic_arina  # noqa: E402
 
 
 def _flip(source, frame: int, at: int) -> None:

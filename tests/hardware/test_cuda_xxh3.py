@@ -8,7 +8,7 @@ import pytest
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 xxhash = pytest.importorskip("xxhash")
 
-from quantem.cuda import xxh3  # noqa: E402
+from quantem.stem4d.cuda import xxh3  # noqa: E402
 
 LENGTHS = [0, 1, 16, 100, 240, 241, 248, 256, 1000, 1024, 1025, 1088, 2112, 4096, 68000, 100016]
 

@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 
-from quantem import io
-from quantem.acquisition import Acquisition
-from quantem.io.qem.writer import save_qem
-from quantem.io.synthetic import write_synthetic_arina
+from quantem.stem4d import io
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(
         return original(source, *args, **kwargs)
 
     compiler.compile_using_nvrtc = logged
-    from quantem import io
+    from quantem.stem4d import io
 
     out = {}
     for name, path, kwargs in json.loads(sys.argv[1]):

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from loader_contract import Loaded, LoaderContract
 
-from quantem import io
+from quantem.stem4d import io
 
 
 def _host(array: Any) -> Any:

@@ -17,11 +17,11 @@ cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not insta
 
 from harness.run.demo import demo_parent  # noqa: E402
 from harness.run.environment import filesystem_type  # noqa: E402
-from quantem import io  # noqa: E402
-from quantem.cuda import registered_files as rf  # noqa: E402
-from quantem.errors import QuantemError  # noqa: E402
-from quantem.io.arina import open_arina  # noqa: E402
-from quantem.io.synthetic import write_synthetic_arina  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.cuda import registered_files as rf  # noqa: E402
+from quantem.stem4d.errors import QuantemError  # noqa: E402
+from quantem.stem4d.io.arina import open_arina  # noqa: E402
+from quantem.stem4d.io.synthetic import write_synthetic_arina  # noqa: E402
 
 
 def block_backed_parent() -> str | None:
@@ -251,7 +251,7 @@ def test_release_then_cold_eviction_reaches_the_cold_state(_fresh_cache):
 
 
 def test_release_api_and_release_cached_memory(aged, _fresh_cache):
-    from quantem.cuda import release_cached_memory, release_registered_files
+    from quantem.stem4d.cuda import release_cached_memory, release_registered_files
 
     master = aged["u16"]
     with io.load(master, backend="cuda", staging="registered"):
@@ -266,9 +266,9 @@ def test_release_api_and_release_cached_memory(aged, _fresh_cache):
 
 def test_qem_registered_equals_pread_and_cpu_and_is_kept(tmp_path, monkeypatch, _fresh_cache):
     from harness.run import cache
-    from quantem.cuda import qem_pipeline
-    from quantem.io.qem.reader import load_qem
-    from quantem.io.qem.writer import save_qem
+    from quantem.stem4d.cuda import qem_pipeline
+    from quantem.stem4d.io.qem.reader import load_qem
+    from quantem.stem4d.io.qem.writer import save_qem
 
     master = write(tmp_path / "a", scan=(8, 8), det=(48, 40))
     path = save_qem(io.load(master), tmp_path / "a.qem", block_frames=8)
@@ -289,7 +289,7 @@ def test_qem_registered_equals_pread_and_cpu_and_is_kept(tmp_path, monkeypatch, 
         mask = np.zeros((48, 40), dtype=bool)
         mask[10:30, 5:25] = True
         mask &= np.asarray(cpu.validity)  # stored and masked counts agree there
-        from quantem.cuda import detector_kernels as dk
+        from quantem.stem4d.cuda import detector_kernels as dk
 
         expected = dk.masked_sum(cupy.asarray(cpu.data), mask).get()
         np.testing.assert_array_equal(encoded.encoded.masked_sum(mask).get(), expected)

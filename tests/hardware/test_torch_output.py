@@ -8,9 +8,9 @@ import pytest
 cupy = pytest.importorskip("cupy", reason="needs a CUDA GPU with CuPy (not installed here)")
 torch = pytest.importorskip("torch", reason="needs PyTorch (the 'torch' extra)")
 
-from quantem import io  # noqa: E402
-from quantem.detector import prepare  # noqa: E402
-from quantem.io.synthetic import write_synthetic_arina  # noqa: E402
+from quantem.stem4d import io  # noqa: E402
+from quantem.stem4d.detector import prepare  # noqa: E402
+from quantem.stem4d.io.synthetic import write_synthetic_arina  # noqa: E402
 
 
 @pytest.fixture(scope="module")

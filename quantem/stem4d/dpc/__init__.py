@@ -1,0 +1,28 @@
+"""Differential phase contrast: CoM, rotation by minimum curl, iDPC and dDPC (``docs/compute.md``)."""
+
+from quantem.stem4d.dpc.fields import curl, divergence, rotate_field
+from quantem.stem4d.dpc.integrate import integrate_gradient
+from quantem.stem4d.dpc.reconstruct import (
+    BeamShifts,
+    DPCResult,
+    beam_shifts,
+    dpc,
+    measure_com,
+    reconstruct,
+)
+from quantem.stem4d.dpc.rotation import RotationFit, find_rotation
+
+__all__ = [
+    "BeamShifts",
+    "DPCResult",
+    "RotationFit",
+    "beam_shifts",
+    "curl",
+    "divergence",
+    "dpc",
+    "find_rotation",
+    "integrate_gradient",
+    "measure_com",
+    "reconstruct",
+    "rotate_field",
+]

@@ -1,0 +1,237 @@
+"""Differential phase contrast: CoM, scan-detector rotation, iDPC phase and dDPC.
+
+:func:`dpc` runs the stages in order; each stage is a public function so the harness can
+time them apart (``harness run compute dpc``):
+
+1. :func:`measure_com`: exact centre of mass per frame (:mod:`quantem.stem4d.detector`), in
+   detector pixels.
+2. :func:`beam_shifts`: the CoM relative to its scan mean (descan removed), NaN (frames
+   without counts) replaced by 0, as float64 (or float32 on CUDA by option), converted to
+   a phase gradient when the calibration allows.
+3. :func:`quantem.stem4d.dpc.rotation.find_rotation` (unless the rotation is given).
+4. :func:`reconstruct`: rotation into scan axes, Fourier integration (iDPC) and
+   divergence (dDPC); the half-turn the curl leaves open is chosen so that the phase has
+   positive skewness (atoms are sparse positive peaks of the projected potential).
+
+Units: with a calibration giving the detector's angular pixel size, the beam energy and
+the scan step, the gradient is ``2 pi alpha / lambda`` (rad/A; ``alpha`` the beam tilt in
+rad), the phase is in rad and the divergence in rad/A^2. Without it, the gradient is the
+shift in detector pixels, the step one scan pixel, and the phase is in pixel*pixel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantem.stem4d.arrays import array_module, to_numpy
+from quantem.stem4d.detector.session import CenterOfMass
+from quantem.stem4d.dpc.fields import divergence, rotate_field
+from quantem.stem4d.dpc.integrate import DEFAULT_LOW_FREQUENCY_REGULARIZATION, integrate_gradient
+from quantem.stem4d.dpc.rotation import RotationFit, find_rotation
+from quantem.stem4d.errors import CalibrationError, ComputeError
+from quantem.stem4d.virtual.calibration import Calibration
+from quantem.stem4d.virtual.frames import Frames, open_frames
+
+DTYPES = ("float64", "float32")
+
+
+@dataclass
+class BeamShifts:
+    """Mean-free beam shifts in detector axes and what they are measured in."""
+
+    row: Any
+    col: Any
+    step: tuple[float, float]
+    units: str  # "rad/A" (phase gradient) or "px" (detector pixels)
+    mean_com: tuple[float, float]
+
+
+@dataclass
+class DPCResult:
+    """Outputs and fitted parameters of :func:`dpc` (arrays on the source's backend)."""
+
+    com_row: Any
+    com_col: Any
+    gradient_row: Any
+    gradient_col: Any
+    phase: Any
+    divergence: Any
+    rotation: RotationFit
+    rotation_deg: float
+    half_turn: bool
+    units: dict = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)
+
+    def outputs(self) -> dict[str, Any]:
+        """Every output array by name (the names ``harness run compute dpc`` saves)."""
+        return {
+            "com_row": self.com_row,
+            "com_col": self.com_col,
+            "gradient_row": self.gradient_row,
+            "gradient_col": self.gradient_col,
+            "phase": self.phase,
+            "divergence": self.divergence,
+        }
+
+    def fitted(self) -> dict:
+        """The fitted parameters as plain JSON values."""
+        return {
+            "rotation_deg": self.rotation_deg,
+            "transpose": self.rotation.transpose,
+            "half_turn_flipped": self.half_turn,
+            "residual_curl": self.rotation.residual,
+            "residual_curl_other_transpose": self.rotation.residual_other,
+            "units": dict(self.units),
+        }
+
+
+def measure_com(frames: Frames, mask: Any = None) -> CenterOfMass:
+    """Exact per-frame centre of mass (detector pixels from the centre of pixel (0, 0))."""
+    return frames.center_of_mass(mask)
+
+
+def beam_shifts(
+    com: CenterOfMass, calibration: Calibration | None = None, dtype: str = "float64"
+) -> BeamShifts:
+    """CoM minus its scan mean (NaN -> 0), in ``dtype``, as a phase gradient if calibrated."""
+    if dtype not in DTYPES:
+        raise ComputeError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    xp = array_module(com.row)
+    if xp.__name__ == "numpy" and dtype != "float64":
+        raise ComputeError("CPU outputs are float64; float32 is a CUDA option")
+    step, units, scale = (1.0, 1.0), "px", None
+    if calibration is not None:
+        try:
+            scale = (
+                2 * math.pi * calibration.detector_mrad_per_pixel * 1e-3
+            ) / calibration.wavelength_angstrom
+            step, units = calibration.scan_step, "rad/A"
+        except CalibrationError:
+            scale = 1.0
+    device = xp.__name__ != "numpy"
+    if device:
+        from quantem.stem4d.cuda import dpc_fields
+
+        # One launch; the count and the two sums reach the host together.
+        n_valid, sum_r, sum_c = dpc_fields.com_sums(com.row, com.col)
+    else:
+        valid = ~(xp.isnan(com.row) | xp.isnan(com.col))
+        n_valid = int(valid.sum())
+        sum_r = float(xp.where(valid, com.row, 0).sum())
+        sum_c = float(xp.where(valid, com.col, 0).sum())
+    if n_valid == 0:
+        raise ComputeError("no frame has counts in the CoM mask: the CoM is undefined")
+    mean_r = float(sum_r) / n_valid
+    mean_c = float(sum_c) / n_valid
+    if device:
+        shift_r, shift_c = dpc_fields.beam_shifts(
+            com.row, com.col, (mean_r, mean_c), 1.0 if scale is None else scale, dtype
+        )
+        return BeamShifts(shift_r, shift_c, step, units, (mean_r, mean_c))
+    shift_r = xp.where(valid, com.row - mean_r, 0.0)
+    shift_c = xp.where(valid, com.col - mean_c, 0.0)
+    if scale is not None:
+        shift_r = shift_r * scale
+        shift_c = shift_c * scale
+    return BeamShifts(shift_r.astype(dtype), shift_c.astype(dtype), step, units, (mean_r, mean_c))
+
+
+def _skewness(values: Any) -> float:
+    xp = array_module(values)
+    if xp.__name__ != "numpy":
+        from quantem.stem4d.cuda.dpc_fields import skewness
+
+        return skewness(values)
+    centred = values - values.mean()
+    square = centred * centred
+    second, third = to_numpy(xp.stack([square.mean(), (square * centred).mean()])).tolist()
+    return third / second**1.5 if second > 0 else 0.0
+
+
+def _negated(*arrays: Any) -> tuple[Any, ...]:
+    if array_module(arrays[0]).__name__ != "numpy":
+        from quantem.stem4d.cuda.dpc_fields import negate
+
+        return negate(*arrays)
+    return tuple(-a for a in arrays)
+
+
+def reconstruct(
+    shifts: BeamShifts,
+    rotation: RotationFit,
+    *,
+    low_frequency_regularization: float = DEFAULT_LOW_FREQUENCY_REGULARIZATION,
+    boundary: str = "mirror",
+    resolve_half_turn: bool = True,
+) -> tuple[Any, Any, Any, Any, float, bool]:
+    """Rotate, integrate and differentiate: ``(grad_r, grad_c, phase, div, angle, flipped)``."""
+    grad_r, grad_c = rotate_field(shifts.row, shifts.col, rotation.angle_deg, rotation.transpose)
+    phase = integrate_gradient(
+        grad_r,
+        grad_c,
+        step=shifts.step,
+        low_frequency_regularization=low_frequency_regularization,
+        boundary=boundary,
+    )
+    angle, flipped = rotation.angle_deg, False
+    if resolve_half_turn and _skewness(phase) < 0:
+        # A half turn negates the field and everything linear in it.
+        grad_r, grad_c, phase = _negated(grad_r, grad_c, phase)
+        angle, flipped = (angle + 180.0) % 360.0, True
+    div = divergence(grad_r, grad_c, shifts.step)
+    return grad_r, grad_c, phase, div, angle, flipped
+
+
+def dpc(
+    source: Any,
+    *,
+    calibration: Calibration | None = None,
+    rotation_deg: float | None = None,
+    transpose: bool | None = None,
+    mask: Any = None,
+    scan_region: Any = None,
+    dtype: str = "float64",
+    low_frequency_regularization: float = DEFAULT_LOW_FREQUENCY_REGULARIZATION,
+    boundary: str = "mirror",
+) -> DPCResult:
+    """CoM, rotation (by minimum curl unless ``rotation_deg`` is given), iDPC and dDPC.
+
+    ``source``: anything :func:`~quantem.stem4d.virtual.frames.open_frames` accepts. A given
+    ``rotation_deg`` is used as it is (with ``transpose``, default False), without the
+    half-turn choice.
+    """
+    frames = open_frames(source, scan_region=scan_region)
+    com = measure_com(frames, mask)
+    shifts = beam_shifts(com, calibration, dtype)
+    if rotation_deg is None:
+        rotation = find_rotation(shifts.row, shifts.col, transpose=transpose, step=shifts.step)
+    else:
+        rotation = RotationFit(float(rotation_deg), bool(transpose), math.nan, None)
+    grad_r, grad_c, phase, div, angle, flipped = reconstruct(
+        shifts,
+        rotation,
+        low_frequency_regularization=low_frequency_regularization,
+        boundary=boundary,
+        resolve_half_turn=rotation_deg is None,
+    )
+    units = {
+        "com": "detector px",
+        "gradient": shifts.units,
+        "phase": "rad" if shifts.units == "rad/A" else "px*px",
+        "divergence": "rad/A^2" if shifts.units == "rad/A" else "px",
+    }
+    parameters = {
+        "dtype": dtype,
+        "low_frequency_regularization": low_frequency_regularization,
+        "boundary": boundary,
+        "mean_com": list(shifts.mean_com),
+        "scan_step": list(shifts.step),
+    }
+    return DPCResult(
+        com.row, com.col, grad_r, grad_c, phase, div, rotation, angle, flipped, units, parameters
+    )
+
+
+__all__ = ["DTYPES", "BeamShifts", "DPCResult", "beam_shifts", "dpc", "measure_com", "reconstruct"]

@@ -1,0 +1,117 @@
+"""Fit of the parallax shifts to the aberration function: C10, C12 and its angle, rotation.
+
+A bright-field pixel at beam angle ``alpha`` (rad, detector axes, relative to the disk
+centre) sees the specimen through the part of the probe that crosses it at
+``r_p + grad chi(alpha) * lambda / (2 pi)``; for the aberrations up to second order this is
+``A alpha`` with the symmetric matrix
+
+    A = [[C10 + C12a, C12b], [C12b, C10 - C12a]],   C12a = C12 cos 2 phi12, C12b = C12 sin 2 phi12,
+
+so its image is displaced by ``s = -R(theta) A alpha`` in scan axes (angstrom), ``R`` the
+rotation from detector into scan axes (``quantem.stem4d.dpc.fields.rotate_field``; after the
+row/column swap when ``transpose``). ``phi12`` is measured in detector axes from the row
+axis towards the column axis. C10 follows the convention of abTEM and of Krivanek's
+notation (``chi = 2 pi / lambda (C10 alpha^2 / 2 + ...)``, C10 = -defocus).
+
+The fit is linear: least squares of ``s = M alpha + t`` (``t`` takes up the free origin of
+the shifts), then the polar decomposition ``-M = R S`` (SVD) gives the rotation and the
+symmetric ``S = A``. A transposed detector shows as ``det M < 0`` and is undone before the
+decomposition. ``R`` and ``S`` are fixed up to a common sign (``R(theta + 180)``, ``-S``): the
+rotation nearest ``rotation_hint_deg`` is kept, by default the one in (-90, 90].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from quantem.stem4d.errors import ComputeError
+
+
+@dataclass(frozen=True)
+class AberrationFit:
+    """Fitted second-order aberrations and the scan-detector geometry.
+
+    ``c10_angstrom``, ``c12_angstrom`` (>= 0), ``phi12_deg`` in [0, 180), ``rotation_deg``,
+    ``transpose``, ``residual_px`` (RMS misfit of the shifts, scan pixels) and the fitted
+    shifts ``fitted_shifts`` ``(n, 2)`` in scan pixels.
+    """
+
+    c10_angstrom: float
+    c12_angstrom: float
+    phi12_deg: float
+    rotation_deg: float
+    transpose: bool
+    residual_px: float
+    fitted_shifts: np.ndarray
+
+    def to_dict(self) -> dict:
+        return {
+            "C10_angstrom": self.c10_angstrom,
+            "defocus_angstrom": -self.c10_angstrom,
+            "C12_angstrom": self.c12_angstrom,
+            "phi12_deg": self.phi12_deg,
+            "rotation_deg": self.rotation_deg,
+            "transpose": self.transpose,
+            "residual_px": self.residual_px,
+        }
+
+
+def _rotation(theta_deg: float) -> np.ndarray:
+    a = math.radians(theta_deg)
+    return np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+
+
+def fit_aberrations(
+    shifts_px: np.ndarray,
+    angles_rad: np.ndarray,
+    scan_step_angstrom: tuple[float, float],
+    *,
+    transpose: bool | None = None,
+    rotation_hint_deg: float | None = None,
+) -> AberrationFit:
+    """Fit ``shifts_px`` ``(n, 2)`` (scan pixels) against beam ``angles_rad`` ``(n, 2)``."""
+    shifts_px = np.asarray(shifts_px, dtype=np.float64)
+    angles = np.asarray(angles_rad, dtype=np.float64)
+    if shifts_px.shape != angles.shape or shifts_px.ndim != 2 or shifts_px.shape[1] != 2:
+        raise ComputeError(
+            f"shifts {shifts_px.shape} and angles {angles.shape} must both be (n, 2)"
+        )
+    if shifts_px.shape[0] < 4:
+        raise ComputeError("the aberration fit needs at least 4 bright-field images")
+    step = np.asarray(scan_step_angstrom, dtype=np.float64)
+    shifts = shifts_px * step[None, :]
+    design = np.column_stack([angles, np.ones(len(angles))])
+    coefficients, *_ = np.linalg.lstsq(design, shifts, rcond=None)
+    matrix = coefficients[:2].T  # s = M alpha + t
+    swap = bool(np.linalg.det(matrix) < 0) if transpose is None else bool(transpose)
+    permutation = np.array([[0.0, 1.0], [1.0, 0.0]]) if swap else np.eye(2)
+    # s = -R A P alpha  =>  -M P^-1 = R A.
+    target = -matrix @ permutation
+    u, sigma, vt = np.linalg.svd(target)
+    rotation = u @ vt
+    symmetric = vt.T @ np.diag(sigma) @ vt
+    if np.linalg.det(rotation) < 0:
+        raise ComputeError(
+            "the shifts fit a reflected geometry for the given transpose choice; "
+            "leave transpose=None"
+        )
+    theta = math.degrees(math.atan2(rotation[1, 0], rotation[0, 0]))
+    hint = 0.0 if rotation_hint_deg is None else float(rotation_hint_deg)
+    if abs((theta - hint + 180.0) % 360.0 - 180.0) > 90.0:
+        theta = theta + 180.0
+        symmetric = -symmetric
+    theta = (theta + 180.0) % 360.0 - 180.0
+    c10 = 0.5 * (symmetric[0, 0] + symmetric[1, 1])
+    c12a = 0.5 * (symmetric[0, 0] - symmetric[1, 1])
+    c12b = 0.5 * (symmetric[0, 1] + symmetric[1, 0])
+    c12 = math.hypot(c12a, c12b)
+    phi12 = (0.5 * math.degrees(math.atan2(c12b, c12a))) % 180.0
+    fitted = (design @ coefficients) / step[None, :]
+    residual = float(np.sqrt(np.mean(np.sum((fitted - shifts_px) ** 2, axis=1))))
+    return AberrationFit(float(c10), float(c12), float(phi12), float(theta), swap, residual, fitted)
+
+
+__all__ = ["AberrationFit", "fit_aberrations"]
