@@ -36,10 +36,6 @@ class SourceStabilityError(HarnessError):
     """The measured source code changed during a run."""
 
 
-class CorrectnessError(HarnessError):
-    """A verified product or hash differs from its reference."""
-
-
 class IncomparableError(HarnessError):
     """Baseline and candidate cannot be compared."""
 

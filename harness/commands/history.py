@@ -75,15 +75,6 @@ def history_url(args: argparse.Namespace) -> str | None:
     return url or None
 
 
-def add_history_dir_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--history-dir",
-        default=None,
-        metavar="H",
-        help=f"history folder (default ${HISTORY_DIR_ENV} or ./{DEFAULT_HISTORY_DIR})",
-    )
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "history",

@@ -216,15 +216,6 @@ class RecordPageBuilder:
         ).encode("utf-8")
 
 
-def build_record_page(
-    layout: HistoryLayout, targets: RenderTargets, sha256: str, comparison_key: str
-) -> bytes:
-    """One record's page (a :class:`RecordPageBuilder` for many)."""
-    page = RecordPageBuilder(layout, targets).build(sha256, comparison_key)
-    assert page is not None
-    return page
-
-
 def _write_new(page: Path, data: bytes) -> None:
     """Write a page into a folder that no reader sees yet (no temporary file needed)."""
     try:

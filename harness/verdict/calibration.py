@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -47,16 +46,6 @@ MIN_RUNS = 5
 DEFAULT_RUNS = 8
 DETECTION_POWER = 0.9
 NOISE_FLOOR_QUANTILE = 0.95
-
-
-@dataclass(frozen=True)
-class NoiseFigures:
-    """What a calibration says about one cell at given rep counts (percent figures)."""
-
-    noise_floor_percent: float
-    mdc_percent: float
-    false_positive_rule: float
-    false_positive_verdict: float
 
 
 class CalibratedNull:

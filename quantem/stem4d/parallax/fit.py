@@ -59,11 +59,6 @@ class AberrationFit:
         }
 
 
-def _rotation(theta_deg: float) -> np.ndarray:
-    a = math.radians(theta_deg)
-    return np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-
-
 def fit_aberrations(
     shifts_px: np.ndarray,
     angles_rad: np.ndarray,

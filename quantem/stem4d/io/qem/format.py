@@ -132,11 +132,6 @@ def model_length(n_group: int, n_contexts: int) -> int:
     return MODEL_HEADER_SIZE + align_up(n_group, 4) + 2 * ALPHABET * n_contexts
 
 
-def rans_escapes_offset(n_words: int) -> int:
-    """Offset of the escape array inside a RANS block (§10)."""
-    return align_up(LANE_STATES_SIZE + 2 * n_words, 4)
-
-
 def n_bands(det_r: int, band_rows: int) -> int:
     """Row bands of a 2.0 frame (§19.1); 1 for 1.0 (``band_rows`` 0)."""
     return -(-det_r // band_rows) if band_rows else 1
