@@ -1,5 +1,5 @@
 """The format-2.0 CUDA kernel (``decode_qem2_blocks`` of ``rans_decode.cu``) in the SIMT
-emulator, against the CPU decoder (``quantem.stem4d.io.qem.rans2``), no GPU needed.
+emulator, against the CPU decoder (``quantem.stem4d.io.qem.band_rans``), no GPU needed.
 
 Dense frames bit for bit, fused masked moments against numpy, and, for random damage to
 RANS entries, the same status code as the CPU decoder on every entry.
@@ -15,9 +15,9 @@ from cuda_simt import build, pointer
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.cuda.module_loader import read_source
-from quantem.stem4d.cuda.rans_decode import decoder_defines, shared_bytes_2
+from quantem.stem4d.cuda.rans_decode import band_shared_bytes, decoder_defines
+from quantem.stem4d.io.qem import band_rans
 from quantem.stem4d.io.qem import format as fmt
-from quantem.stem4d.io.qem import rans2
 from quantem.stem4d.io.qem.reader import QemFile
 from quantem.stem4d.io.qem.writer import save_qem
 
@@ -76,12 +76,12 @@ class Emulated2:
         defines = decoder_defines(qem.header.stored_itemsize, det, 2 * qem.model.n_classes, reduce)
         defines["WARPS_PER_CTA"] = 1
         defines.update(extra or {})
-        self.lib = build(simt_dir, "rans2", defines, read_source("rans_decode.cu"), DRIVER)
+        self.lib = build(simt_dir, "band_rans", defines, read_source("rans_decode.cu"), DRIVER)
         self.tables = np.ascontiguousarray(qem.decode_table, dtype=np.uint32)
         coded = np.packbits(np.asarray(qem.coded, bool), axis=1, bitorder="little")
         self.coded = np.ascontiguousarray(coded.view("<u4"))
         self.classes = np.ascontiguousarray(qem.model.group_class, dtype=np.uint8)
-        assert shared_bytes_2(qem.model.n_classes, self.classes.size) < (1 << 20)
+        assert band_shared_bytes(qem.model.n_classes, self.classes.size) < (1 << 20)
 
     def run(self, buffer, out=None, sums=None, quad_map=None, ids=None, grid=2):
         qem = self.qem
@@ -192,7 +192,7 @@ def cpu_status(qem: QemFile, buffer: np.ndarray, block: int) -> int:
     band = int(entry["band"])
     out = np.zeros((int(entry["n_frames"]), qem.header.frame_pixels), dtype=qem.dtype)
     status = np.zeros(1, np.int64)
-    rans2.decode_blocks(
+    band_rans.decode_blocks(
         buffer, np.array([int(entry["offset"])]), np.array([int(entry["mode"])]),
         np.array([int(entry["n_frames"])]), np.array([int(entry["n_words"])]),
         np.array([int(entry["n_escapes"])]), np.zeros(1, np.int64), np.array([band]),

@@ -351,7 +351,7 @@ def _decode_qem_dense(
             np.arange(rows[0], rows[1])[:, None] * scan_c + np.arange(cols[0], cols[1])[None, :]
         ).reshape(-1)
         # block-index entries (2.0: every row band of each frame block), and where the
-        # frames of each one's frame block go in ``dense`` (hook of rans2, issue 14)
+        # frames of each one's frame block go in ``dense``
         frame_blocks = np.unique(frames // bf)
         block_ids = qem.blocks_for_frames(frames)
         entry_blocks = index["frame_start"][block_ids].astype(np.int64) // bf

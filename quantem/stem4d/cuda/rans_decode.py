@@ -30,7 +30,7 @@ SHARED_CLASSES_MAX = 16384  # class maps up to this many groups live in shared m
 KERNEL_FUNCTIONS = {"v1": "decode_qem_blocks", "v2": "decode_qem_blocks_v2"}
 #: The kernel of format 2.0 files (per-pixel symbols in row bands, ``docs/qem-format.md``
 #: §19), whatever ``kernel`` says (v1/v2 decode 1.0 blocks only).
-KERNEL_2 = "decode_qem2_blocks"
+BAND_KERNEL = "decode_qem2_blocks"
 #: 2.0 quad maps up to this many quads live in shared memory (as in ``rans_decode.cu``).
 SHARED_QUADS_MAX = 16384
 #: The kernel :class:`QemBlockDecoder` uses unless told otherwise; ``QUANTEM_RANS_KERNEL``
@@ -116,7 +116,7 @@ def shared_bytes(kernel: str, itemsize: int, n_groups: int, n_contexts: int) -> 
     return tables + WARPS_PER_CTA * per_warp + classes
 
 
-def shared_bytes_2(n_classes: int, n_quads: int) -> int:
+def band_shared_bytes(n_classes: int, n_quads: int) -> int:
     """Dynamic shared memory of the 2.0 kernel (tables, coded bitmaps, quad map)."""
     quads = n_quads if n_quads <= SHARED_QUADS_MAX else 0
     return n_classes * (4 * 4096 + 32) + -(-quads // 16) * 16
@@ -183,10 +183,10 @@ class QemBlockDecoder:
             coded = np.asarray(qem.coded, dtype=bool)
             bits = np.packbits(coded, axis=1, bitorder="little").view("<u4")
             self.coded = cupy.asarray(np.ascontiguousarray(bits, dtype=np.uint32))
-            self.shared_bytes = shared_bytes_2(self.n_classes, self.n_quads)
+            self.shared_bytes = band_shared_bytes(self.n_classes, self.n_quads)
             # the 1.0 specialisation of the same class count: the same fatbins
             n_contexts = 2 * self.n_classes
-            function = KERNEL_2
+            function = BAND_KERNEL
         else:
             self.shared_bytes = shared_bytes(self.kernel, self.itemsize, self.n_groups, n_contexts)
             function = KERNEL_FUNCTIONS[self.kernel]

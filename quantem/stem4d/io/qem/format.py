@@ -106,8 +106,8 @@ WORD_BITS: Final = 16
 
 # §19 version 2.0: per-pixel symbols in row bands ------------------------------------
 #: rANS states of a 2.0 RANS block (4 per GPU lane) and their bytes.
-STATES_2: Final = 128
-STATES_2_SIZE: Final = 4 * STATES_2
+BAND_STATES: Final = 128
+BAND_STATES_SIZE: Final = 4 * BAND_STATES
 #: Pixels of a band that share one class (a "quad", §19.3).
 QUAD_PIXELS: Final = 4
 
@@ -580,7 +580,7 @@ def parse_block_index(data: bytes, header: Header, path: Any = None) -> np.ndarr
     n_escapes = index["n_escapes"].astype(np.uint64)
     n_nonzero = index["n_nonzero"].astype(np.uint64)
     is_rans = mode == MODE_RANS
-    states = np.uint64(STATES_2_SIZE if version_2 else LANE_STATES_SIZE)
+    states = np.uint64(BAND_STATES_SIZE if version_2 else LANE_STATES_SIZE)
     expected_length = np.where(
         mode == MODE_RAW,
         pixels * np.uint64(w),

@@ -190,7 +190,7 @@ def quad_of_pixel(det_r: int, det_c: int, band_rows: int) -> np.ndarray:
     return out
 
 
-def build_model_2(
+def build_band_model(
     frames: np.ndarray, stored_itemsize: int, band_rows: int, n_classes: int = DEFAULT_CLASSES
 ) -> Model:
     """The 2.0 MODEL (§19.3) for sample ``frames`` (m, det_r, det_c) of the stored dtype.

@@ -343,7 +343,7 @@ class QemFile:
         verified by this call.
         """
         ids = np.arange(self.n_blocks) if blocks is None else np.asarray(blocks, dtype=np.int64)
-        n_states = fmt.STATES_2 if self.version_2 else fmt.LANES
+        n_states = fmt.BAND_STATES if self.version_2 else fmt.LANES
         states = np.zeros((ids.size, n_states), dtype=np.uint32)
         for row, block in enumerate(ids):
             if int(self.block_index["mode"][block]) == fmt.MODE_RANS:
@@ -374,7 +374,7 @@ class QemFile:
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_blocks):
             raise IndexError(f"block out of range [0, {self.n_blocks})")
         if self.version_2:
-            return self._decode_entries_2(ids, out)
+            return self._decode_band_entries(ids, out)
         packed, packed_offsets = self._read_checked(ids)
         index = self.block_index[ids]
         counts = index["n_frames"].astype(np.int64)
@@ -434,7 +434,7 @@ class QemFile:
                 block=int(ids[k]),
             )
 
-    def _decode_entries_2(self, ids: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    def _decode_band_entries(self, ids: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         frame_blocks = ids // self.n_bands
         _, first = np.unique(frame_blocks, return_index=True)
         frame_blocks = frame_blocks[np.sort(first)]
@@ -469,9 +469,9 @@ class QemFile:
             out.reshape(total, -1),
             status,
         )
-        from quantem.stem4d.io.qem import rans2  # numba: imported by the CPU decode only
+        from quantem.stem4d.io.qem import band_rans  # numba: imported by the CPU decode only
 
-        self._run_decode(rans2.decode_blocks, arguments, ids, status)
+        self._run_decode(band_rans.decode_blocks, arguments, ids, status)
         return out
 
     def read_frames(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -532,7 +532,7 @@ class QemFile:
             dtype=np.int64,
         )
         states = int(rans_blocks.sum()) * (
-            fmt.STATES_2_SIZE if self.version_2 else fmt.LANE_STATES_SIZE
+            fmt.BAND_STATES_SIZE if self.version_2 else fmt.LANE_STATES_SIZE
         )
         escapes = int((index["n_escapes"].astype(np.int64) * header.stored_itemsize).sum())
         words = int(2 * index["n_words"].astype(np.int64).sum())

@@ -2,7 +2,7 @@
 codes and their messages, the packed decode table of format 1.0 (§11) and the coded-symbol
 table of format 2.0 (§19.5).
 
-Kept apart from the numba codecs (:mod:`quantem.stem4d.io.qem.rans`, :mod:`quantem.stem4d.io.qem.rans2`)
+Kept apart from the numba codecs (:mod:`quantem.stem4d.io.qem.rans`, :mod:`quantem.stem4d.io.qem.band_rans`)
 so that opening a file, and the CUDA loader, do not import numba (0.3-0.7 s, on a fresh
 process's first load).
 """

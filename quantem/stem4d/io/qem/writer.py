@@ -22,9 +22,9 @@ import numpy as np
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.errors import UnsupportedDtypeError, VerificationError
+from quantem.stem4d.io.qem import band_rans, rans
 from quantem.stem4d.io.qem import format as fmt
 from quantem.stem4d.io.qem import model as qem_model
-from quantem.stem4d.io.qem import rans, rans2
 from quantem.stem4d.io.qem.checksum import xxh3
 from quantem.stem4d.io.qem.progress import frame_progress
 
@@ -39,7 +39,7 @@ ENCODER_POLICY = 1
 #: are negligible, small enough for random access and GPU parallelism.
 TARGET_BLOCK_PIXELS = 1 << 18
 #: Format 2.0 entries (one row band of a frame block): about this many pixels by default.
-TARGET_ENTRY_PIXELS_2 = 3 << 16
+TARGET_BAND_ENTRY_PIXELS = 3 << 16
 #: Source bytes encoded per parallel batch.
 BATCH_BYTES = 64 << 20
 CALIBRATION_KEYS = (
@@ -372,8 +372,8 @@ def _save(
         band_rows, bands, unit_pixels = 0, 1, pixels
     if block_frames is None:
         # 2.0: entries of about 3 x 2^16 pixels (64 frames of a 16-row band of 192 x 192),
-        # the layout measured best on the H200 (docs/performance/results.md, rans2)
-        target = TARGET_ENTRY_PIXELS_2 if version == fmt.VERSION_2 else None
+        # the entry size that decoded fastest on the GPU
+        target = TARGET_BAND_ENTRY_PIXELS if version == fmt.VERSION_2 else None
         block_frames = default_block_frames(unit_pixels, n_frames, target)
         block_frames = max(1, min(block_frames, fmt.MAX_BLOCK_PIXELS // pixels))
     block_frames = int(block_frames)
@@ -404,7 +404,7 @@ def _save(
     itemsize = source_itemsize if keep_source_dtype else _stored_itemsize(maximum)
     stored = np.dtype(fmt.ITEMSIZE_TO_DTYPE[itemsize])
     if version == fmt.VERSION_2:
-        model = qem_model.build_model_2(sample.astype(stored), itemsize, band_rows, n_classes)
+        model = qem_model.build_band_model(sample.astype(stored), itemsize, band_rows, n_classes)
     else:
         model = qem_model.build_model(sample.astype(stored), itemsize, n_classes)
     freq = model.freq.astype(np.int64)
@@ -460,7 +460,7 @@ def _save(
                             dtype=np.uint8,
                         )
                         fields2 = np.zeros((n_batch * bands, 4), dtype=np.int64)
-                        rans2.encode_blocks(
+                        band_rans.encode_blocks(
                             frames, block_frames, band_first, band_n_rows, band_quad0, det_c,
                             model.group_class, freq, cum, itemsize, scratch, fields2,
                         )  # fmt: skip

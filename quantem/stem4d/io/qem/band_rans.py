@@ -19,14 +19,14 @@ import numba
 import numpy as np
 
 from quantem.stem4d.io.qem.format import (
+    BAND_STATES,
+    BAND_STATES_SIZE,
     ESCAPE_SYMBOL,
     MODE_RANS,
     MODE_RAW,
     MODE_ZERO,
     PROB_BITS,
     RANS_L,
-    STATES_2,
-    STATES_2_SIZE,
 )
 from quantem.stem4d.io.qem.rans import finish_words
 from quantem.stem4d.io.qem.tables import (
@@ -71,24 +71,24 @@ def _decode_block(
     row0,
     pixel0,
 ):
-    x = np.empty(STATES_2, dtype=np.int64)
-    for i in range(STATES_2):
+    x = np.empty(BAND_STATES, dtype=np.int64)
+    for i in range(BAND_STATES):
         x[i] = _read_uint(buffer, start + 4 * i, 4)
         if x[i] < RANS_L:
             return ERR_STATE_RANGE
-    position = start + STATES_2_SIZE
+    position = start + BAND_STATES_SIZE
     words_end = position + 2 * n_words
-    escape_position = start + ((STATES_2_SIZE + 2 * n_words + 3) // 4) * 4
+    escape_position = start + ((BAND_STATES_SIZE + 2 * n_words + 3) // 4) * 4
     for k in range(words_end, escape_position):
         if buffer[k] != 0:
             return ERR_PADDING
     escape_end = escape_position + n_escapes * itemsize
-    symbols = np.empty(STATES_2, dtype=np.int64)
-    contexts = np.empty(STATES_2, dtype=np.int64)
+    symbols = np.empty(BAND_STATES, dtype=np.int64)
+    contexts = np.empty(BAND_STATES, dtype=np.int64)
     for t in range(n_frames):
         frame = out[row0 + t]
-        for j0 in range(0, band_pixels, STATES_2):
-            count = min(STATES_2, band_pixels - j0)
+        for j0 in range(0, band_pixels, BAND_STATES):
+            count = min(BAND_STATES, band_pixels - j0)
             escapes = 0
             # the round's symbols and word reads (symbol order)
             for i in range(count):
@@ -123,7 +123,7 @@ def _decode_block(
         return ERR_UNUSED_ESCAPES
     if position != words_end:
         return ERR_UNUSED_WORDS
-    for i in range(STATES_2):
+    for i in range(BAND_STATES):
         if x[i] != RANS_L:
             return ERR_FINAL_STATE
     return OK
@@ -222,15 +222,15 @@ def _encode_block(frames, pixel0, band_pixels, quad_class, quad0, freq, cum, ite
                 n_escapes += 1
     if not nonzero:
         return MODE_ZERO, 0, 0, 0
-    escapes_at = ((STATES_2_SIZE + 3) // 4) * 4  # placeholder, fixed after the words
-    max_words = (raw_length - STATES_2_SIZE - n_escapes * itemsize) // 2
+    escapes_at = ((BAND_STATES_SIZE + 3) // 4) * 4  # placeholder, fixed after the words
+    max_words = (raw_length - BAND_STATES_SIZE - n_escapes * itemsize) // 2
     if max_words <= 0:
         return _encode_raw(frames, pixel0, band_pixels, itemsize, scratch)
-    x = np.full(STATES_2, RANS_L, dtype=np.int64)
+    x = np.full(BAND_STATES, RANS_L, dtype=np.int64)
     n_words = 0
     for t in range(n - 1, -1, -1):
         for j in range(band_pixels - 1, -1, -1):
-            i = j & (STATES_2 - 1)
+            i = j & (BAND_STATES - 1)
             value = np.int64(frames[t, pixel0 + j])
             c = np.int64(quad_class[quad0 + (j >> 2)])
             s = value if value < ESCAPE_SYMBOL and freq[c, value] > 0 else ESCAPE_SYMBOL
@@ -239,13 +239,13 @@ def _encode_block(frames, pixel0, band_pixels, quad_class, quad0, freq, cum, ite
             if state >= (f << 20):
                 if n_words >= max_words:
                     return _encode_raw(frames, pixel0, band_pixels, itemsize, scratch)
-                position = STATES_2_SIZE + 2 * n_words
+                position = BAND_STATES_SIZE + 2 * n_words
                 scratch[position] = state & 0xFF
                 scratch[position + 1] = (state >> 8) & 0xFF
                 n_words += 1
                 state >>= 16
             x[i] = ((state // f) << PROB_BITS) + state % f + cum[c, s]
-    escapes_at = finish_words(scratch, x, STATES_2_SIZE, n_words)
+    escapes_at = finish_words(scratch, x, BAND_STATES_SIZE, n_words)
     e = escapes_at
     for t in range(n):
         for j in range(band_pixels):
