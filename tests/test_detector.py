@@ -281,6 +281,42 @@ def test_center_of_mass_matches_exact_moments(seed, dtype):
         assert row is com.row and col is com.col
 
 
+# Pairs (count at row 0, count at row 190) whose CoM row 190*b/(a+b) the split
+# ``q + r/total`` rounds twice to a different float64 than the one correct rounding.
+DOUBLE_ROUNDING_PAIRS = [(10672756, 189544), (13191900, 280563), (12001852, 12456856)]
+
+
+def test_center_of_mass_is_one_correct_rounding_of_the_exact_moments():
+    data = np.zeros((1, len(DOUBLE_ROUNDING_PAIRS), 191, 1), dtype=np.uint32)
+    for j, (a, b) in enumerate(DOUBLE_ROUNDING_PAIRS):
+        data[0, j, 0, 0], data[0, j, 190, 0] = a, b
+        exact = Fraction(190 * b, a + b)
+        split = (190 * b // (a + b)) + float((190 * b) % (a + b)) / float(a + b)
+        assert split != float(exact)  # the case really is one that double rounding misses
+    com = prepare(make_acquisition(data)).center_of_mass()
+    for j, (a, b) in enumerate(DOUBLE_ROUNDING_PAIRS):
+        assert com.row[0, j] == float(Fraction(190 * b, a + b))
+        assert com.col[0, j] == 0.0
+
+
+def test_exact_ratio_matches_fractions_everywhere():
+    from quantem.stem4d.detector.session import exact_ratio
+
+    rng = np.random.default_rng(3)
+    total = rng.integers(1, 2**40, 4000, dtype=np.uint64)
+    numerator = total * rng.integers(0, 192, 4000, dtype=np.uint64) + rng.integers(
+        0, 2**40, 4000, dtype=np.uint64
+    ) % total
+    # operands past 2**53 (not exact in float64) and an empty frame
+    numerator[:3] = [2**60 + 7, 2**53 + 1, 5]
+    total[:3] = [2**55 + 3, 3, 2**54 + 1]
+    total[3] = 0
+    result = exact_ratio(numerator, total)
+    assert math.isnan(result[3])
+    for i in (0, 1, 2, *range(4, 4000)):
+        assert result[i] == float(Fraction(int(numerator[i]), int(total[i]))), i
+
+
 # -- automatic disk ---------------------------------------------------------------------------
 def _disk_pattern_data(center, radius, det=(48, 40), scan=(4, 5), seed=0, dtype=np.uint16):
     rng = np.random.default_rng(seed)

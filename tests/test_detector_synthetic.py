@@ -138,3 +138,22 @@ def test_products_on_det_binned_uint32_load(tmp_path):
         )
         disk = session.bright_field_disk()
         assert abs(disk.radius - 0.12 * min(DETECTOR) / 2) < 0.5
+
+
+def test_frame_documentation_matches_the_default_load(arina_small):
+    """docs/detector.md and the docstring state what frame(i) returns at invalid pixels."""
+    from pathlib import Path
+
+    from quantem.stem4d.detector.session import DetectorSession
+    from quantem.stem4d.io import load
+
+    with load(arina_small / "fixture_master.h5") as acq:
+        invalid = ~acq.validity
+        assert invalid.any() and np.all(prepare(acq).frame(0)[invalid] == 0)
+    with load(arina_small / "fixture_master.h5", apply_mask=False) as acq:
+        assert np.all(prepare(acq).frame(0)[invalid] != 0)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "detector.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `frame(i)`"))
+    assert "read 0 under the default `apply_mask=True`" in row
+    assert "as stored" not in row and "raw counts" not in row
+    assert "0 under the default" in DetectorSession.frame.__doc__.replace("\n", " ")

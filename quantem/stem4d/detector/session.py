@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.arrays import array_module
 from quantem.stem4d.detector import cpu_kernels
 from quantem.stem4d.detector.masks import (
     DiskEstimate,
@@ -278,21 +279,36 @@ def _as_index(value: Any) -> int:
 
 
 def exact_ratio(numerator: Any, total: Any) -> Any:
-    """``numerator / total`` per element (float64, NaN where total == 0), numpy or CuPy.
+    """``numerator / total`` per element, correctly rounded to float64 (NaN where total == 0).
 
-    For integer moments the quotient is split as ``q + r / total`` with the integer part
-    exact, so the result stays accurate even when the counts exceed 2**53.
+    numpy or CuPy. For integer moments the result is the float64 nearest the exact
+    rational quotient: one rounding. Operands below 2**53 are exact in float64, so the
+    hardware division (IEEE 754, correctly rounded) is that one rounding; the rare
+    elements with a larger operand are divided as Python integers (also correctly
+    rounded). Splitting as ``q + r / total`` would round twice.
     """
     empty = total == 0
     safe = total + empty  # 1 where total is 0: no division by zero, value replaced below
+    result = numerator.astype(np.float64) / safe.astype(np.float64)
     if np.dtype(total.dtype).kind == "u":
-        whole = numerator // safe
-        rest = numerator - whole * safe
-        result = whole.astype(np.float64) + rest.astype(np.float64) / safe.astype(np.float64)
-    else:
-        result = numerator.astype(np.float64) / safe.astype(np.float64)
+        large = (numerator >= _EXACT_FLOAT_LIMIT) | (safe >= _EXACT_FLOAT_LIMIT)
+        if bool(large.any()):
+            flat = np.flatnonzero(np.asarray(to_host(large)))
+            host_num = np.asarray(to_host(numerator)).reshape(-1)[flat]
+            host_den = np.asarray(to_host(safe)).reshape(-1)[flat]
+            exact = np.array(
+                [int(n) / int(d) for n, d in zip(host_num, host_den, strict=True)],
+                dtype=np.float64,
+            )
+            fixed = np.asarray(to_host(result)).reshape(-1).copy()
+            fixed[flat] = exact
+            result = array_module(result).asarray(fixed.reshape(result.shape))
     result[empty] = np.nan
     return result
+
+
+# Integers up to 2**53 are exact in float64; at or above it a conversion may round.
+_EXACT_FLOAT_LIMIT = 2**53
 
 
 class DetectorSession:
@@ -308,7 +324,8 @@ class DetectorSession:
 
     Products ignore invalid detector pixels (``acq.validity`` False): every mask is
     intersected with the validity, the summed pattern is 0 there. :meth:`frame` is the
-    exception: it returns the raw counts, invalid pixels included.
+    exception: it returns the frame as loaded, invalid pixels included (0 under the
+    loaders' default ``apply_mask=True``, the stored value with ``apply_mask=False``).
 
     Output: with ``output="torch"`` (given to :func:`~quantem.stem4d.detector.prepare`, or
     inherited from an acquisition loaded with ``output="torch"``), the device products
@@ -414,7 +431,11 @@ class DetectorSession:
         )
 
     def frame(self, index: int | tuple[int, int]) -> Any:
-        """Raw counts of one frame (invalid pixels included, values as stored).
+        """The counts of one frame as loaded, invalid pixels included.
+
+        Invalid pixels read what the loader left there: 0 under the default
+        ``apply_mask=True``, the stored value (the dtype's maximum in ARINA data) when the
+        acquisition was loaded with ``apply_mask=False``.
 
         ``index`` is a row-major frame number (negative counts from the end) or a scan
         position ``(row, col)``. Returns a ``(det_r, det_c)`` array in the data's dtype on
