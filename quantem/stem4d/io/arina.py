@@ -307,10 +307,11 @@ def _inspect_shard(master: Path, link: ShardLink) -> _ShardFacts:
 
 def _inspect_shards(
     master: Path, shards: list[ShardLink]
-) -> tuple[list[int], tuple[int, int], np.dtype]:
-    """Frames per shard and the common frame shape and dtype, every shard checked: one
-    dataset per link, and frame numbers (where the shard has them) at the link's place."""
+) -> tuple[list[int], tuple[int, int], np.dtype, list[tuple[int, int] | None]]:
+    """Frames per shard, the common frame shape and dtype, and each shard's frame numbers
+    (``image_nr_low``/``image_nr_high`` or None), every shard checked: one dataset per link."""
     shard_frames: list[int] = []
+    image_numbers: list[tuple[int, int] | None] = []
     detector_shape, dtype = None, None
     owners: dict[tuple[int, int, int], ShardLink] = {}
     for link in shards:
@@ -331,46 +332,41 @@ def _inspect_shards(
                 f"frames {facts.frame_shape} {facts.dtype} differ from the first shard's "
                 f"{detector_shape} {dtype} (the target of {_link_label(master, link)})",
             )
-        _check_image_numbers(master, shards, shard_frames, link, facts)
         shard_frames.append(facts.frames)
+        image_numbers.append(facts.image_nr)
     assert detector_shape is not None and dtype is not None
-    return shard_frames, detector_shape, dtype
+    return shard_frames, detector_shape, dtype, image_numbers
 
 
 def _check_image_numbers(
     master: Path,
     shards: list[ShardLink],
-    before: list[int],
-    link: ShardLink,
-    facts: _ShardFacts,
+    shard_frames: list[int],
+    image_numbers: list[tuple[int, int] | None],
 ) -> None:
-    """A shard's ``image_nr_low``/``image_nr_high`` (1-based, inclusive) must be the
-    frames of its link's place: right after the frames of the links before it."""
-    if facts.image_nr is None:
-        return
-    low, high = facts.image_nr
-    place_low = sum(before) + 1
-    place_high = place_low + facts.frames - 1
-    if (low, high) == (place_low, place_high):
-        return
-    # The link whose place the shard's numbers claim, when it is another one.
-    claimed, start = None, 1
-    for other, n in zip(shards, before, strict=False):
-        if start <= low < start + n:
-            claimed = other
-        start += n
-    also = (
-        f"; those are the frames of {layout.DATA_GROUP}/{claimed.name}"
-        if claimed is not None
-        else ""
-    )
-    raise ArinaFormatError(
-        link.path,
-        f"holds frames {low}-{high} (image_nr_low/image_nr_high, {facts.frames} frames "
-        f"stored) but {_link_label(master, link)} places it at frames "
-        f"{place_low}-{place_high}{also}",
-        link=link.name,
-    )
+    """Each shard's ``image_nr_low``/``image_nr_high`` (1-based, inclusive), where it has
+    them, must be the frames of its link's place: right after those of the links before."""
+    starts = np.concatenate([[1], np.cumsum(shard_frames)[:-1] + 1]).astype(int).tolist()
+    for link, n, place_low, numbers in zip(
+        shards, shard_frames, starts, image_numbers, strict=True
+    ):
+        if numbers is None or numbers == (place_low, place_low + n - 1):
+            continue
+        low, high = numbers
+        # The link whose place the shard's numbers claim, when it is another one.
+        claimed = [
+            other.name
+            for other, start, m in zip(shards, starts, shard_frames, strict=True)
+            if other is not link and start <= low < start + m
+        ]
+        also = f"; those are the frames of {layout.DATA_GROUP}/{claimed[0]}" if claimed else ""
+        raise ArinaFormatError(
+            link.path,
+            f"holds frames {low}-{high} (image_nr_low/image_nr_high, {n} frames stored) "
+            f"but {_link_label(master, link)} places it at frames "
+            f"{place_low}-{place_low + n - 1}{also}",
+            link=link.name,
+        )
 
 
 def _odd_shard(shards: list[ShardLink], shard_frames: list[int]) -> str:
@@ -507,7 +503,13 @@ def open_arina(
     }
     shard_paths = [link.path for link in shards]
     dataset_paths = [link.dataset for link in shards]
-    stats = shard_stats(shard_paths)  # once, for the layout and the index
+    try:
+        stats = shard_stats(shard_paths)  # once, for the layout and the index
+    except SourceNotFoundError as exc:
+        missing = next(link for link in shards if link.path == exc.path)
+        raise SourceNotFoundError(
+            exc.path, f"data shard is missing (the target of {_link_label(master, missing)})"
+        ) from None
     cached = (
         None
         if fresh_index
@@ -517,8 +519,9 @@ def open_arina(
     )
     if cached is not None:  # the shards are unchanged since their index was built
         shard_frames, detector_shape, dtype = cached
+        image_numbers = None  # checked when the index was built from these same shards
     else:
-        shard_frames, detector_shape, dtype = _inspect_shards(master, shards)
+        shard_frames, detector_shape, dtype, image_numbers = _inspect_shards(master, shards)
     n_frames = int(sum(shard_frames))
     nimages = _count_field(master, fields, layout.NIMAGES, 1)
     expected = _count_field(master, fields, layout.NTRIGGER) * nimages
@@ -528,6 +531,8 @@ def open_arina(
             f"frame count mismatch: shards hold {n_frames} frames, ntrigger * nimages = "
             f"{expected}{_odd_shard(shards, shard_frames)}",
         )
+    if image_numbers is not None:
+        _check_image_numbers(master, shards, shard_frames, image_numbers)
     if pixel_mask is None:
         pixel_mask = np.zeros(detector_shape, dtype=np.uint32)
     if pixel_mask.dtype.kind not in "uib":
