@@ -244,7 +244,7 @@ def test_unchanged_shards_are_not_reopened_while_their_index_matches(tmp_path, m
     first = open_arina(master, index_dir=index_dir)
     opened = []
     real = arina._inspect_shard
-    monkeypatch.setattr(arina, "_inspect_shard", lambda *a: opened.append(a[0]) or real(*a))
+    monkeypatch.setattr(arina, "_inspect_shard", lambda *a: opened.append(a[1].path) or real(*a))
     again = open_arina(master, index_dir=index_dir)
     assert opened == []  # everything came from the sidecar
     assert again.shard_frames == first.shard_frames == [5, 5, 2]

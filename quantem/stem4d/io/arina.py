@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
@@ -168,8 +168,20 @@ def _count_field(master: Path, fields: dict, name: str, default: int | None = No
     return int(value)
 
 
-def _resolve_shards(f: Any, master: Path) -> list[tuple[str, str]]:
-    """``(file, dataset path)`` of each ``data_NNNNNN`` entry, in frame order."""
+class ShardLink(NamedTuple):
+    """One ``data_NNNNNN`` entry of the master: its name and the file and dataset it names."""
+
+    name: str
+    path: str
+    dataset: str
+
+
+def _link_label(master: Path, link: ShardLink) -> str:
+    return f"{layout.DATA_GROUP}/{link.name} in {master}"
+
+
+def _resolve_shards(f: Any, master: Path) -> list[ShardLink]:
+    """The ``data_NNNNNN`` entries in frame order, each naming a distinct file and dataset."""
     import h5py
 
     group = f.get(layout.DATA_GROUP)
@@ -191,69 +203,180 @@ def _resolve_shards(f: Any, master: Path) -> list[tuple[str, str]]:
             target = Path(link.filename)
             if not target.is_absolute():
                 target = master.parent / target
-            shards.append((os.fspath(target), link.path))
+            shards.append(ShardLink(name, os.fspath(target), link.path))
         elif isinstance(link, h5py.HardLink):
-            shards.append((os.fspath(master), f"{layout.DATA_GROUP}/{name}"))
+            shards.append(ShardLink(name, os.fspath(master), f"{layout.DATA_GROUP}/{name}"))
         else:
             raise ArinaFormatError(master, f"{layout.DATA_GROUP}/{name} is a soft link")
+    _check_distinct_links(master, shards)
     return shards
 
 
-def _inspect_shard(path: str, dataset_path: str) -> tuple[int, tuple[int, int], np.dtype]:
-    """Frames, frame shape and dtype of one shard, checking chunking and filter."""
+def _check_distinct_links(master: Path, shards: list[ShardLink]) -> None:
+    """Refuse two links naming one file and dataset: the second would repeat the first's
+    frames in place of its own (spelled apart, e.g. ``./a.h5`` and ``a.h5``, included)."""
+    seen: dict[tuple[str, str], ShardLink] = {}
+    for link in shards:
+        key = (os.path.realpath(link.path), "/" + link.dataset.strip("/"))
+        first = seen.setdefault(key, link)
+        if first is not link:
+            raise ArinaFormatError(
+                master,
+                f"{layout.DATA_GROUP}/{link.name} and {layout.DATA_GROUP}/{first.name} both "
+                f"link to {link.dataset} in {link.path}; each data_NNNNNN must name its own "
+                "frames",
+            )
+
+
+@dataclass(frozen=True)
+class _ShardFacts:
+    frames: int
+    frame_shape: tuple[int, int]
+    dtype: np.dtype
+    #: (image_nr_low, image_nr_high) attributes of the dataset, 1-based; None if absent
+    image_nr: tuple[int, int] | None
+    #: (device, inode, object address): the same dataset however it is reached
+    identity: tuple[int, int, int]
+
+
+def _image_numbers(dset: Any, path: str, where: str) -> tuple[int, int] | None:
+    """The dataset's ``image_nr_low``/``image_nr_high`` attributes (both or neither)."""
+    values = [dset.attrs.get(name) for name in layout.IMAGE_NR_ATTRS]
+    if all(v is None for v in values):
+        return None
+    try:
+        low, high = (int(np.asarray(v).reshape(())) for v in values)
+    except (TypeError, ValueError):
+        raise ArinaFormatError(
+            path, f"image_nr_low/image_nr_high {values} are not two integers ({where})"
+        ) from None
+    return low, high
+
+
+def _inspect_shard(master: Path, link: ShardLink) -> _ShardFacts:
+    """Frames, frame shape, dtype and frame numbers of one shard, checking chunking and
+    filter; every error names the shard file and the master's link to it."""
     import h5py
 
+    path, where = link.path, f"the target of {_link_label(master, link)}"
     if not os.path.exists(path):
-        raise SourceNotFoundError(path, "data shard linked from the master is missing")
+        raise SourceNotFoundError(path, f"data shard is missing ({where})")
     try:
         with h5py.File(path, "r") as f:
-            dset = f.get(dataset_path)
+            dset = f.get(link.dataset)
             if not isinstance(dset, h5py.Dataset):
-                raise ArinaFormatError(path, f"no dataset {dataset_path}")
+                raise ArinaFormatError(path, f"no dataset {link.dataset} ({where})")
             shape, dtype, chunks = dset.shape, dset.dtype, dset.chunks
             filters = dset.id.get_create_plist()
             filter_list = [filters.get_filter(i) for i in range(filters.get_nfilters())]
+            image_nr = _image_numbers(dset, path, where)
+            address = h5py.h5o.get_info(dset.id).addr
+        stat = os.stat(path)
     except OSError as exc:
-        raise ArinaFormatError(path, f"cannot open the data shard: {exc}") from None
+        raise ArinaFormatError(path, f"cannot open the data shard ({where}): {exc}") from None
     if len(shape) != 3:
-        raise ArinaFormatError(path, f"data has shape {shape}, expected (frames, rows, cols)")
+        raise ArinaFormatError(
+            path, f"data has shape {shape}, expected (frames, rows, cols) ({where})"
+        )
     if dtype.name not in layout.SUPPORTED_DTYPES:
         raise UnsupportedDtypeError(
-            f"{path}: data type {dtype} is not supported (uint8, uint16, uint32)"
+            f"{path}: data type {dtype} is not supported (uint8, uint16, uint32) ({where})"
         )
     if chunks != (1, shape[1], shape[2]):
-        raise ArinaFormatError(path, f"chunks {chunks} are not one frame each")
+        raise ArinaFormatError(path, f"chunks {chunks} are not one frame each ({where})")
     ids = [flt[0] for flt in filter_list]
     if ids != [layout.BSHUF_FILTER_ID]:
         raise ArinaFormatError(
-            path, f"filters {ids} are not bitshuffle ({layout.BSHUF_FILTER_ID}) alone"
+            path, f"filters {ids} are not bitshuffle ({layout.BSHUF_FILTER_ID}) alone ({where})"
         )
     cd_values = filter_list[0][2]
-    if len(cd_values) > 4 and cd_values[4] != layout.BSHUF_COMPRESS_LZ4:
-        raise ArinaFormatError(path, f"bitshuffle compression {cd_values[4]} is not LZ4")
     if len(cd_values) <= 4:
-        raise ArinaFormatError(path, "bitshuffle without LZ4 compression is not supported")
-    return int(shape[0]), (int(shape[1]), int(shape[2])), dtype
+        raise ArinaFormatError(
+            path, f"bitshuffle without LZ4 compression is not supported ({where})"
+        )
+    if cd_values[4] != layout.BSHUF_COMPRESS_LZ4:
+        raise ArinaFormatError(path, f"bitshuffle compression {cd_values[4]} is not LZ4 ({where})")
+    return _ShardFacts(
+        int(shape[0]),
+        (int(shape[1]), int(shape[2])),
+        dtype,
+        image_nr,
+        (stat.st_dev, stat.st_ino, int(address)),
+    )
 
 
 def _inspect_shards(
-    shards: list[tuple[str, str]],
-) -> tuple[list[int], tuple[int, int], np.dtype]:
-    """Frames per shard and the common frame shape and dtype, every shard checked."""
-    shard_frames, detector_shape, dtype = [], None, None
-    for path, dataset_path in shards:
-        n, shape, shard_dtype = _inspect_shard(path, dataset_path)
-        if detector_shape is None:
-            detector_shape, dtype = shape, shard_dtype
-        elif shape != detector_shape or shard_dtype != dtype:
+    master: Path, shards: list[ShardLink]
+) -> tuple[list[int], tuple[int, int], np.dtype, list[tuple[int, int] | None]]:
+    """Frames per shard, the common frame shape and dtype, and each shard's frame numbers
+    (``image_nr_low``/``image_nr_high`` or None), every shard checked: one dataset per link."""
+    shard_frames: list[int] = []
+    image_numbers: list[tuple[int, int] | None] = []
+    detector_shape, dtype = None, None
+    owners: dict[tuple[int, int, int], ShardLink] = {}
+    for link in shards:
+        facts = _inspect_shard(master, link)
+        first = owners.setdefault(facts.identity, link)
+        if first is not link:
             raise ArinaFormatError(
-                path,
-                f"frames {shape} {shard_dtype} differ from the first shard's "
-                f"{detector_shape} {dtype}",
+                master,
+                f"{layout.DATA_GROUP}/{link.name} and {layout.DATA_GROUP}/{first.name} reach "
+                f"the same dataset ({link.dataset} in {link.path}); each data_NNNNNN must name "
+                "its own frames",
             )
-        shard_frames.append(n)
+        if detector_shape is None:
+            detector_shape, dtype = facts.frame_shape, facts.dtype
+        elif facts.frame_shape != detector_shape or facts.dtype != dtype:
+            raise ArinaFormatError(
+                link.path,
+                f"frames {facts.frame_shape} {facts.dtype} differ from the first shard's "
+                f"{detector_shape} {dtype} (the target of {_link_label(master, link)})",
+            )
+        shard_frames.append(facts.frames)
+        image_numbers.append(facts.image_nr)
     assert detector_shape is not None and dtype is not None
-    return shard_frames, detector_shape, dtype
+    return shard_frames, detector_shape, dtype, image_numbers
+
+
+def _check_image_numbers(
+    master: Path,
+    shards: list[ShardLink],
+    shard_frames: list[int],
+    image_numbers: list[tuple[int, int] | None],
+) -> None:
+    """Each shard's ``image_nr_low``/``image_nr_high`` (1-based, inclusive), where it has
+    them, must be the frames of its link's place: right after those of the links before."""
+    starts = np.concatenate([[1], np.cumsum(shard_frames)[:-1] + 1]).astype(int).tolist()
+    for link, n, place_low, numbers in zip(
+        shards, shard_frames, starts, image_numbers, strict=True
+    ):
+        if numbers is None or numbers == (place_low, place_low + n - 1):
+            continue
+        low, high = numbers
+        # The link whose place the shard's numbers claim, when it is another one.
+        claimed = [
+            other.name
+            for other, start, m in zip(shards, starts, shard_frames, strict=True)
+            if other is not link and start <= low < start + m
+        ]
+        also = f"; those are the frames of {layout.DATA_GROUP}/{claimed[0]}" if claimed else ""
+        raise ArinaFormatError(
+            link.path,
+            f"holds frames {low}-{high} (image_nr_low/image_nr_high, {n} frames stored) "
+            f"but {_link_label(master, link)} places it at frames "
+            f"{place_low}-{place_low + n - 1}{also}",
+            link=link.name,
+        )
+
+
+def _odd_shard(shards: list[ShardLink], shard_frames: list[int]) -> str:
+    """Name the first shard holding another count than the first one (the last may hold
+    fewer): where a frame count mismatch most likely comes from."""
+    for i, (link, n) in enumerate(zip(shards, shard_frames, strict=True)):
+        last = i == len(shards) - 1
+        if n > shard_frames[0] or (n < shard_frames[0] and not last):
+            return f"; {layout.DATA_GROUP}/{link.name} ({link.path}) holds {n}, the first {shard_frames[0]}"
+    return ""
 
 
 def resolve_scan_shape(
@@ -378,9 +501,15 @@ def open_arina(
         "mtime_ns": stat.st_mtime_ns,
         "master_sha256": master_sha256,
     }
-    shard_paths = [path for path, _ in shards]
-    dataset_paths = [dataset for _, dataset in shards]
-    stats = shard_stats(shard_paths)  # once, for the layout and the index
+    shard_paths = [link.path for link in shards]
+    dataset_paths = [link.dataset for link in shards]
+    try:
+        stats = shard_stats(shard_paths)  # once, for the layout and the index
+    except SourceNotFoundError as exc:
+        missing = next(link for link in shards if link.path == exc.path)
+        raise SourceNotFoundError(
+            exc.path, f"data shard is missing (the target of {_link_label(master, missing)})"
+        ) from None
     cached = (
         None
         if fresh_index
@@ -390,16 +519,20 @@ def open_arina(
     )
     if cached is not None:  # the shards are unchanged since their index was built
         shard_frames, detector_shape, dtype = cached
+        image_numbers = None  # checked when the index was built from these same shards
     else:
-        shard_frames, detector_shape, dtype = _inspect_shards(shards)
+        shard_frames, detector_shape, dtype, image_numbers = _inspect_shards(master, shards)
     n_frames = int(sum(shard_frames))
     nimages = _count_field(master, fields, layout.NIMAGES, 1)
     expected = _count_field(master, fields, layout.NTRIGGER) * nimages
     if n_frames != expected:
         raise ArinaFormatError(
             master,
-            f"frame count mismatch: shards hold {n_frames} frames, ntrigger * nimages = {expected}",
+            f"frame count mismatch: shards hold {n_frames} frames, ntrigger * nimages = "
+            f"{expected}{_odd_shard(shards, shard_frames)}",
         )
+    if image_numbers is not None:
+        _check_image_numbers(master, shards, shard_frames, image_numbers)
     if pixel_mask is None:
         pixel_mask = np.zeros(detector_shape, dtype=np.uint32)
     if pixel_mask.dtype.kind not in "uib":

@@ -31,6 +31,8 @@ SHARD_LINK_FORMAT: Final = "data_{index:06d}"
 SHARD_LINK_PATTERN: Final = re.compile(r"^data_(\d{6})$")
 SHARD_DATASET: Final = "/entry/data/data"
 SCAN_SHAPE_ATTR: Final = "scan_shape"
+#: Attributes of a shard's dataset: its first and last frame numbers, 1-based, inclusive.
+IMAGE_NR_ATTRS: Final = ("image_nr_low", "image_nr_high")
 
 DETECTOR_GROUP: Final = "/entry/instrument/detector"
 DETECTOR_SPECIFIC_GROUP: Final = "/entry/instrument/detector/detectorSpecific"
