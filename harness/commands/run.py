@@ -165,6 +165,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="HDF5 loads check every raw chunk against the frame index's XXH3-64 "
         "(cpu backend; part of the comparison key)",
     )
+    io.add_argument(
+        "--floors",
+        action="store_true",
+        help="measure each cell's floor in the run (the path the load takes) and its "
+        "ratio_to_floor (docs/io-scale.md, Floors)",
+    )
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
@@ -251,6 +257,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         lock_timeout=args.lock_timeout,
         fresh_index=args.fresh_index,
         verify_source=args.verify_source,
+        floors=args.floors,
         cold_reloads=args.cold_reloads,
         verify=not args.no_verify,
         source_hashes=not args.no_source_hashes,

@@ -31,6 +31,8 @@ from harness.run.checks import (
 )
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
 from harness.run.conversion import ConversionSettings
+from harness.run.floors import IoScaleFloors
+from harness.run.instrumentation import instrumentation_state
 from harness.run.io_scale_config import IoScaleConfig, check_config
 from harness.run.io_steps import AcquisitionState, TrialContext
 from harness.run.loop import Cell, TrialLoop
@@ -62,11 +64,16 @@ class IoScaleRun:
         self.profiled: dict | None = None
         self.memory: MemoryTracker | None = None
         self._headers: dict[str, dict] = {}
+        self.floors: IoScaleFloors | None = None  # --floors (set by check_config)
 
     # -- BenchmarkKind ---------------------------------------------------------------
     def check_config(self) -> None:
         self.profile = check_config(self.config)
         self.memory = MemoryTracker(self.profile)
+        if self.config.floors:
+            self.floors = IoScaleFloors(
+                self.config.backend, self.config.representation, threads=self.config.threads
+            )
 
     def total_trials(self, n_acquisitions: int) -> int:
         return n_acquisitions * self.config.reps * len(self.profile.formats) * len(CACHE_STATES)
@@ -90,7 +97,9 @@ class IoScaleRun:
         state = self.prepare(selected, workspace)
         if state is None:
             return
-        self.measure_cells(ctx, self.cells_of(state), cfg.reps)
+        self.measure_cells(ctx, self.cells_of(state), cfg.reps, floors=self.floors)
+        if self.floors is not None:
+            self.floors.after_acquisition(state, self.profile.formats)
         if self.profile.in_process:
             self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
             if cfg.profile_reload:
@@ -127,19 +136,23 @@ class IoScaleRun:
         return [Cell(acquisition, f, c) for f in self.profile.formats for c in CACHE_STATES]
 
     def measure_cells(
-        self, ctx: TrialContext, cells: Sequence[Cell], rounds: int, first_index: int = 0
-    ) -> int:
+        self, ctx: TrialContext, cells: Sequence[Cell], rounds: int, first_index: int = 0,
+        floors: IoScaleFloors | None = None,
+    ) -> int:  # fmt: skip
         """Measure ``cells`` (prepared acquisitions) for ``rounds`` interleaved rounds.
 
         The main trials are ``measure_cells(ctx, cells_of(state), reps)``; a recheck is
         the same call with a subset of cells and ``first_index=reps`` (docs/architecture.md).
+        With ``floors``, each cold trial has its cold floor read beside it (harness.run.floors).
         """
         by_id = {s.selected.id: s for s in self.states}
 
         def one(cell: Cell, index: int) -> None:
-            state = by_id[cell.acquisition]
-            record = io_steps.run_trial(ctx, state, cell.format, cell.cache_state, index)
-            self.trials.append(record)
+            state, fmt, cache_state = by_id[cell.acquisition], cell.format, cell.cache_state
+            trial = lambda: self.trials.append(  # noqa: E731
+                io_steps.run_trial(ctx, state, fmt, cache_state, index)
+            )
+            floors.around_trial(state, fmt, cache_state, index, trial) if floors else trial()
 
         return TrialLoop(ctx.workspace, one).run(cells, rounds, first_index)
 
@@ -239,6 +252,9 @@ class IoScaleRun:
         conditions_devices = (
             {"devices": describe_devices(profile.devices)} if profile.devices is not None else {}
         )
+        summaries = summarise_trials(self.trials)
+        entries = [s.entry() for s in measured]
+        floors = self.floors and self.floors.section(entries, self.trials, summaries)
         return {
             **head,
             "conditions": {
@@ -255,19 +271,21 @@ class IoScaleRun:
                 "verify_source": cfg.verify_source,
                 "threads": cfg.threads,
                 "label_rules": {"cold": cold_rule, "cached": cached_rule},
+                "instrumentation": instrumentation_state(),
             },
-            "acquisitions": [s.entry() for s in measured],
+            "acquisitions": entries,
             "trials": self.trials,
             "label_counts": {
                 "trials": len(self.trials),
                 "kept_label": kept,
                 "lost_label": len(self.trials) - kept,
             },
-            "summaries": summarise_trials(self.trials),
+            "summaries": summaries,
             "conversion": {"acquisitions": self.conversions} if self.conversions else None,
             "cold_reload_runs": self.cold_reload_runs,
             "profile": self.profiled,
             "memory": self.memory.section(),
+            **({"floors": floors} if floors is not None else {}),
         }
 
     def execute(self) -> RunOutcome:

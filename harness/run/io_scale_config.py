@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
+from harness.run.instrumentation import refuse_instrumentation
 from quantem.stem4d.cuda.sharded import device_count, parse_devices
 
 
@@ -52,6 +53,8 @@ class IoScaleConfig:
     fresh_index: bool = False
     #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
     verify_source: bool = False
+    #: ``--floors``: measure each cell's floor in the run (harness.run.floors).
+    floors: bool = False
     cold_reloads: int = 0
     verify: bool = True
     source_hashes: bool = True
@@ -112,6 +115,7 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError(f"--native-binary {cfg.native_binary} is not an executable file")
     if not cfg.storage_id.strip():
         raise UsageError("--storage-id must not be empty")
+    refuse_instrumentation()  # timed loads run without profiling hooks
     profile.require()  # BackendUnavailableError (exit 1) saying why
     if cfg.devices is not None:
         if cfg.backend != "cuda":

@@ -82,7 +82,6 @@ class AcquisitionState:
 
 def loader_stages(acquisition: Any) -> dict[str, float]:
     """Stage times a loader reports about itself (``metadata["load_stats"]``, ``*_seconds``).
-
     The cuda loaders report their read and pipeline intervals there; the timer only
     sees the whole load.
     """
@@ -182,6 +181,7 @@ def checked_load(
     acquisition, m.result = m.result, None
     try:
         m.stages.update(loader_stages(acquisition))
+        m.extra["staging"] = (acquisition.metadata.get("load_stats") or {}).get("staging")
         devices = loader_devices(acquisition)
         if devices is not None:
             m.extra["devices"] = devices
@@ -240,8 +240,9 @@ def trial_record(
         "io_read_bytes_before": m.extra.get("io_read_bytes_before"),
         "io_read_bytes_after": m.extra.get("io_read_bytes_after"),
     }
-    if m.extra.get("devices") is not None:
-        record["devices"] = m.extra["devices"]
+    for key in ("devices", "staging"):  # a sharded load's GPUs; the path a cuda load took
+        if m.extra.get(key) is not None:
+            record[key] = m.extra[key]
     if extra:
         record.update(extra)
     return record

@@ -1,0 +1,158 @@
+"""Floors of reading a load's files on the host: the cold read and the warm read's sweep.
+
+The bytes are the files a load of the format reads (master and shards for HDF5, the
+``.qem`` file), read whole with ``os.preadv`` in pieces spread over a thread pool, each
+thread into its own reused buffer (no page faults on fresh memory: the best the host
+can do). A cold read makes and verifies its cache state exactly as a cold load does
+(:func:`harness.run.trials.measure_load`: eviction, residency probe, physical read
+counters, the same label rules). A warm read is measured over a stated sweep of thread
+counts and piece sizes; the best setting's median is the floor and the whole sweep is
+recorded. Every read is checked after its timer: the bytes read must equal the files'
+sizes (a short read is an error, never a fast floor).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness.report import quantile
+from harness.run import trials
+
+#: Method names written into the floor cells (docs/io-scale.md, "Floors").
+COLD_READ = "cold_pread_parallel"
+WARM_READ = "warm_pread_parallel"
+#: The default sweep of the warm read (threads, piece bytes).
+DEFAULT_PIECES = (1 << 20, 8 << 20, 64 << 20)
+
+
+def default_threads() -> tuple[int, ...]:
+    """1, 2, 4, ... up to the CPU count (the CPU count itself included)."""
+    cpus = os.cpu_count() or 1
+    out, n = [], 1
+    while n < cpus:
+        out.append(n)
+        n *= 2
+    out.append(cpus)
+    return tuple(out)
+
+
+def plan_pieces(sizes: Sequence[int], piece_bytes: int) -> list[tuple[int, int, int]]:
+    """``(file index, offset, length)`` pieces covering every byte of every file once."""
+    if piece_bytes < 1:
+        raise ValueError(f"piece_bytes must be >= 1, got {piece_bytes}")
+    pieces = []
+    for i, size in enumerate(sizes):
+        for offset in range(0, int(size), piece_bytes):
+            pieces.append((i, offset, min(piece_bytes, int(size) - offset)))
+    return pieces
+
+
+def read_files(files: Sequence[Path], threads: int, piece_bytes: int) -> int:
+    """Read every byte of ``files`` once, ``threads`` at a time; returns the bytes read.
+
+    Raises OSError naming the file on a short read (the file shrank under the read).
+    """
+    fds = [os.open(path, os.O_RDONLY) for path in files]
+    try:
+        sizes = [os.fstat(fd).st_size for fd in fds]
+        pieces = plan_pieces(sizes, piece_bytes)
+        buffers: dict[int, bytearray] = {}
+
+        def read(piece: tuple[int, int, int]) -> int:
+            buffer = buffers.setdefault(threading.get_ident(), bytearray(piece_bytes))
+            index, offset, length = piece
+            view = memoryview(buffer)[:length]
+            done = 0
+            while done < length:
+                got = os.preadv(fds[index], [view[done:]], offset + done)
+                if got <= 0:
+                    raise OSError(f"{files[index]}: short read at byte {offset + done}")
+                done += got
+            return done
+
+        if threads <= 1:
+            total = sum(read(p) for p in pieces)
+        else:
+            with ThreadPoolExecutor(threads, thread_name_prefix="harness-floor") as pool:
+                total = sum(pool.map(read, pieces))
+        if total != sum(sizes):
+            raise OSError(f"read {total} bytes of {sum(sizes)} from {[str(f) for f in files]}")
+        return total
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def cold_read(
+    files: Sequence[Path], threads: int, piece_bytes: int, evict_also: Sequence[Path] = ()
+) -> dict:
+    """One cold read of ``files`` with the cache state made and verified as for a cold load."""
+    m = trials.measure_load(
+        lambda _timer: read_files(files, threads, piece_bytes),
+        cache_state=trials.COLD,
+        files=files,
+        evict_also=evict_also,
+    )
+    label, kept = m.label_and_kept
+    return {
+        "method": COLD_READ,
+        "seconds": m.seconds,
+        "bytes": int(m.result),
+        "label": label,
+        "kept": kept,
+        "residency_before": round(m.residency_before, 6),
+        "read_bytes": int(m.read_bytes),
+        "file_bytes": int(m.file_bytes),
+        "settings": {"threads": int(threads), "piece_bytes": int(piece_bytes)},
+    }
+
+
+def warm_sweep(
+    files: Sequence[Path],
+    threads: Sequence[int],
+    pieces: Sequence[int],
+    repeats: int,
+) -> dict:
+    """The warm read at its best over ``threads`` x ``pieces``, each ``repeats`` times.
+
+    Every repeat is a cached trial (residency and read counters checked); the floor is
+    the lowest median of the settings whose every repeat kept the cached label.
+    """
+    sweep = []
+    for n in threads:
+        for piece in pieces:
+            runs = []
+            for _ in range(repeats):
+                m = trials.measure_load(
+                    lambda _timer, n=n, piece=piece: read_files(files, n, piece),
+                    cache_state=trials.CACHED,
+                    files=files,
+                )
+                runs.append((m.seconds, m.label_and_kept[1], int(m.result)))
+            kept = sorted(s for s, ok, _ in runs if ok)
+            sweep.append(
+                {
+                    "threads": int(n),
+                    "piece_bytes": int(piece),
+                    "n": len(runs),
+                    "n_kept": len(kept),
+                    "median": quantile(kept, 0.5) if len(kept) == len(runs) else None,
+                    "min": kept[0] if kept else None,
+                    "bytes": runs[0][2],
+                }
+            )
+    usable = [s for s in sweep if s["median"] is not None]
+    best = min(usable, key=lambda s: s["median"]) if usable else None
+    return {
+        "method": WARM_READ,
+        "seconds": best["median"] if best else None,
+        "bytes": best["bytes"] if best else sweep[0]["bytes"] if sweep else 0,
+        "settings": (
+            {"threads": best["threads"], "piece_bytes": best["piece_bytes"]} if best else None
+        ),
+        "sweep": sweep,
+    }
