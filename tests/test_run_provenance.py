@@ -206,3 +206,34 @@ def test_quantem_environment_is_recorded_and_schema_valid(checkout, monkeypatch)
     doc["provenance"]["quantem_environment"]["QUANTEM_RANS_KERNEL"] = 1  # not a string
     with pytest.raises(Exception, match="not of type 'string'"):
         validate_report(doc)
+
+
+def test_revision_is_verified_against_the_fingerprint_of_a_clean_tree(checkout):
+    hashes = provenance.collect_source_hashes(checkout)
+    revision = provenance.collect_git_state(checkout)["git_revision"]
+    assert provenance.is_revision_verified(checkout, revision, hashes) is True
+    (checkout / "harness" / "new.py").write_text("")
+    assert not provenance.is_revision_verified(
+        checkout, revision, provenance.collect_source_hashes(checkout)
+    )
+
+
+def test_a_stale_git_that_looks_clean_is_not_trusted(checkout, monkeypatch):
+    """A tree copied with an older ``.git`` whose stat cache still matches: git calls it
+    clean and names its HEAD, but that commit is not the code that ran."""
+    source = checkout / "quantem" / "__init__.py"
+    old = 1_000_000_000
+    os.utime(source, (old, old))
+    _git(checkout, "update-index", "--refresh")
+    source.write_text("X = 2\n")  # same size and mtime: the index cannot tell
+    os.utime(source, (old, old))
+    state = provenance.collect_git_state(checkout)
+    assert state["git_dirty"] is False
+    monkeypatch.setattr(provenance, "collect_modules", lambda: [])
+    tracker = provenance.SourceTracker(checkout).start()
+    assert tracker.git_state["git_revision"] == state["git_revision"]
+    assert tracker.git_state["git_revision_verified"] is False
+    source.touch()
+    _git(checkout, "add", ".")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "real")
+    assert provenance.SourceTracker(checkout).start().git_state["git_revision_verified"] is True

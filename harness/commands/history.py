@@ -476,8 +476,10 @@ def _print_record(doc: dict, sha256: str, path) -> int:
     print(f"record      {sha256}")
     print(f"path        {path}")
     print(f"created     {doc['created_utc']}")
+    unverified = provenance.get("git_revision_verified") is False
     print(
         f"revision    {provenance['git_revision']}{' (dirty)' if provenance['git_dirty'] else ''}"
+        f"{' (not the code that ran: its fingerprint differs)' if unverified else ''}"
     )
     print(f"device      {device['name']} ({device['kind']}, uuid {device['uuid']})")
     print(f"storage     {doc['environment']['storage']['storage_id']}")

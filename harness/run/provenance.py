@@ -3,8 +3,11 @@
 A timing is evidence only if one can say exactly which code produced it. The runner
 records the git revision, whether the tree was dirty and a SHA-256 of the diff plus
 untracked files, and the path and SHA-256 of every imported ``quantem``/``harness``
-module. It refuses to start when those modules come from another checkout than the
-one it measures (an installed copy shadowing the working tree is the classic way to
+module. The revision is trusted only when the source fingerprint of that commit's
+files equals the fingerprint of the files that ran (``git_revision_verified``): a copy
+of a tree can carry a ``.git`` from another time (a device copy, an rsync), and its
+HEAD then names code that did not run. The runner refuses to start when those modules
+come from another checkout than the one it measures (an installed copy shadowing the working tree is the classic way to
 benchmark the wrong code). The source fingerprint is computed at the start and again
 at the end; any difference means the source changed during the run, and the run
 fails its source-stability check whatever its timings say.
@@ -167,6 +170,55 @@ def collect_git_state(checkout: Path) -> dict:
     }
 
 
+def collect_revision_hashes(checkout: Path, revision: str) -> dict[str, str] | None:
+    """Content hash of every fingerprinted file of commit ``revision`` (read from git's
+    objects, not the working tree), keyed like :func:`collect_source_hashes`; None when
+    git cannot say."""
+    listing = _git(checkout, "ls-tree", "-r", "-z", "--full-tree", revision, "--", *FINGERPRINT_PATHS)
+    if listing is None:
+        return None
+    blobs: list[tuple[str, str]] = []
+    for entry in listing.decode(errors="surrogateescape").split("\0"):
+        if not entry:
+            continue
+        meta, _, rel = entry.partition("\t")
+        mode, kind, obj = meta.split()
+        parts = Path(rel).parts
+        if kind != "blob" or mode == "120000" or rel.endswith((".pyc", ".so", ".o")):
+            continue
+        if any(p in FINGERPRINT_EXCLUDED_PARTS or p.startswith(".") for p in parts[:-1]):
+            continue
+        blobs.append((rel, obj))
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), "cat-file", "--batch"],
+            input="".join(f"{obj}\n" for _, obj in blobs).encode(),
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = memoryview(done.stdout)
+    hashes = {}
+    pos = 0
+    for rel, _ in blobs:
+        end = done.stdout.index(b"\n", pos)
+        size = int(done.stdout[pos:end].split()[2])
+        hashes[rel] = hashlib.sha256(out[end + 1 : end + 1 + size]).hexdigest()
+        pos = end + 1 + size + 1
+    return hashes
+
+
+def is_revision_verified(checkout: Path, revision: str | None, hashes: dict[str, str]) -> bool:
+    """Whether commit ``revision`` holds exactly the fingerprinted files that ran
+    (``hashes`` from :func:`collect_source_hashes`)."""
+    if revision is None:
+        return False
+    committed = collect_revision_hashes(checkout, revision)
+    return committed is not None and fingerprint_of(committed) == fingerprint_of(hashes)
+
+
 def iter_source_files(checkout: Path, roots: Iterable[str] = FINGERPRINT_PATHS):
     """Regular files under the fingerprinted paths, sorted, without build products."""
     found = []
@@ -256,6 +308,9 @@ class SourceTracker:
         self.git_state = collect_git_state(self.checkout)
         self.start_hashes = collect_source_hashes(self.checkout, self.start_modules)
         self.start_fingerprint = fingerprint_of(self.start_hashes)
+        self.git_state["git_revision_verified"] = is_revision_verified(
+            self.checkout, self.git_state["git_revision"], self.start_hashes
+        )
         return self
 
     def finish(self) -> tuple[dict, bool]:
