@@ -67,6 +67,7 @@ class ProblemKind(enum.Enum):
     HEAD_NOT_FOUND = "head-not-found"  # --expect-head is not a link of the journal
     STALE_RENDER = "stale-render"  # a rendered file that differs from what the index gives
     RENDER_DAMAGED = "render-damaged"  # a rendered file that is not what it claims (PNG)
+    PAGE_FAILED = "page-failed"  # a record whose page could not be drawn (its JSON shown)
     TORN_JOURNAL = "torn-journal"  # an unreadable journal line (interrupted registration)
     STALE_TEMP = "stale-temp"  # a temporary file left by an interrupted write
     WRITABLE = "writable"  # a record file that is not read-only

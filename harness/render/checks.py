@@ -5,11 +5,13 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from harness.errors import HistoryError
+from harness.history.index_db import read_meta_json
 from harness.history.journal import journal_head
 from harness.history.layout import HistoryLayout
 from harness.history.verify import Problem, ProblemKind
 from harness.render.index_json import build_index_json
 from harness.render.pages import build_readme_and_html, plot_state
+from harness.render.record_pages import META_FAILED_PAGES
 from harness.render.targets import RenderTargets, all_keys, latest_seq_of
 from harness.render.timings import build_timings_csv
 
@@ -56,6 +58,15 @@ def check_rendered(layout: HistoryLayout, connection: Connection) -> list[Proble
                     "differs from what the index renders (run `harness render index --full`)",
                 )
             )
+    failed = read_meta_json(connection, META_FAILED_PAGES) or {}
+    for sha256, error in sorted(failed.items()):
+        problems.append(
+            Problem(
+                ProblemKind.PAGE_FAILED,
+                f"dashboard/records/{sha256}.html",
+                f"record {sha256}'s page could not be drawn ({error}); it shows the record's JSON",
+            )
+        )
     for key in all_keys(connection):
         state = plot_state(connection, targets, key, latest_seq_of(connection, key))
         if state != "current":

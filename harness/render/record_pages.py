@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from jinja2 import TemplateError
 from sqlalchemy import Connection, select
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, ReportValidationError
 from harness.fsio import FileWriteError
-from harness.history.index_db import RecordRow
+from harness.history.index_db import RecordRow, read_meta_json, write_meta
 from harness.history.layout import HistoryLayout, record_relpath
 from harness.render.pages import FLAGGED_VERDICTS, format_seconds
 from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
@@ -43,25 +44,77 @@ MAX_PROCESSES = 8
 #: not wait for them; the workers take whatever CPU it leaves (measured at 100,000
 #: records: ``docs/performance/results.md``, "render7").
 WORKER_NICENESS = 10
-#: The fields a record page shows in their own sections (the rest follow generically).
-HANDLED_SECTIONS = frozenset(
-    {
-        "trials",
-        "summaries",
-        "acquisitions",
-        "status",
-        "provenance",
-        "environment",
-        "conditions",
-        "memory",
-        "conversion",
-        "baseline",
-    }
+#: The sections a record page shows under their own heading, in this order, when its
+#: record has them; the rest follow generically, under their names.
+RECORD_SECTIONS = (
+    ("acquisitions", "Acquisitions and product hashes"),
+    ("conversion", "Conversion"),
+    ("memory", "Memory"),
+    ("conditions", "Conditions"),
+    ("environment", "Environment"),
+    ("provenance", "Provenance"),
+    ("baseline", "Baseline"),
 )
+#: The fields a record page shows in their own sections (the rest follow generically).
+HANDLED_SECTIONS = frozenset({"trials", "summaries", "status"} | {n for n, _ in RECORD_SECTIONS})
+#: Each record kind's page template, by the record's ``schema``; a schema not named here
+#: (an older report migrated in memory reads as the loading report) gets the first.
+RECORD_TEMPLATES = {
+    "quantem-harness/loading-report": "dashboard_record.html.j2",
+    "quantem-harness/compute-report": "dashboard_record_compute.html.j2",
+}
+#: A page that could not be drawn: the record's JSON and the error, nothing else reached.
+FALLBACK_TEMPLATE = "dashboard_record_fallback.html.j2"
 
 
 class RecordPageError(HarnessError):
     """Writing record pages failed in a worker process; the message is the worker's error."""
+
+
+#: Index metadata: the records whose page is the fallback page, {sha256: error}
+#: (``history verify`` names them; a later render that draws the page drops it).
+META_FAILED_PAGES = "render.failed_pages"
+#: A fallback page holds this text (so a render can tell whether a page was redrawn).
+FALLBACK_MARKER = b'<p class="status-failed">This record\'s page could not be drawn'
+
+
+class RecordPagesFailed(HarnessError):
+    """Some record pages could not be drawn: each got the fallback page, the rest of the
+    render completed. The message names every such record and its error."""
+
+    exit_code = 1
+
+    def __init__(self, failures: Sequence[tuple[str, str]]) -> None:
+        self.failures = list(failures)
+        listed = "; ".join(f"record {sha} ({error})" for sha, error in self.failures[:10])
+        more = len(self.failures) - 10
+        super().__init__(
+            f"{len(self.failures)} record page(s) could not be drawn and show the record's "
+            f"JSON instead: {listed}{f'; and {more} more' if more > 0 else ''}"
+        )
+
+
+def settle_failed_pages(
+    connection: Connection, targets: RenderTargets, failures: Sequence[tuple[str, str]]
+) -> dict[str, str]:
+    """Store which records' pages are fallback pages (the history's own render): those
+    that failed now, and those that failed before and whose page is still a fallback
+    page. Return them."""
+    known: dict[str, str] = read_meta_json(connection, META_FAILED_PAGES) or {}
+    still = {}
+    for sha256, error in known.items():
+        try:
+            if FALLBACK_MARKER in targets.record_page(sha256).read_bytes():
+                still[sha256] = error
+        except FileNotFoundError:
+            still[sha256] = error  # not drawn again yet
+        except OSError as exc:
+            page = targets.record_page(sha256)
+            raise FileWriteError(page, f"reading {page.name}", exc) from exc
+    still.update(failures)
+    if still != known:
+        write_meta(connection, META_FAILED_PAGES, json.dumps(still, sort_keys=True))
+    return still
 
 
 #: Maps every digit to ``0``: a run of :data:`_LONG_RUN` in the mapped bytes is a run of
@@ -180,23 +233,46 @@ class RecordPageBuilder:
         page_folder = targets.record_page("x").parent
         # a record's href is this prefix and its path under the root (record_relpath)
         self._href_prefix = Path(os.path.relpath(layout.root, page_folder)).as_posix()
-        self._template = template_environment().get_template("dashboard_record.html.j2")
+        environment = template_environment()
+        self._templates = {
+            schema: environment.get_template(name) for schema, name in RECORD_TEMPLATES.items()
+        }
+        self._default_template = self._templates[next(iter(RECORD_TEMPLATES))]
+        self._fallback = environment.get_template(FALLBACK_TEMPLATE)
         self._markup = Markup
         self._constants = {
             "seconds": format_seconds,
             "value": lambda item: Markup(value_html(item)),
             "handled": HANDLED_SECTIONS,
         }
+        #: (sha256, error) of each page drawn as the fallback page by this builder
+        self.failures: list[tuple[str, str]] = []
 
     def build(self, sha256: str, comparison_key: str, placed: str | None = None) -> bytes | None:
         """The page's bytes; with ``placed`` (a page written while the records are still
         being copied), None when the record declares a baseline other than ``placed`` (the
-        baseline whose file is known to be in place: "" for none), to be built later."""
+        baseline whose file is known to be in place: "" for none), to be built later.
+
+        A record whose page cannot be drawn (a kind or shape no template expects, bytes
+        that no longer parse) gets the fallback page, its JSON and the error, and is added
+        to :attr:`failures`: one record never stops the rest of a render.
+        """
         relative = record_relpath(sha256)
         path = Path(self._root, relative)
-        doc = read_record_doc(path)
-        if placed is not None and ((doc.get("baseline") or {}).get("sha256") or "") != placed:
-            return None
+        try:
+            doc = read_record_doc(path)
+            if placed is not None and ((doc.get("baseline") or {}).get("sha256") or "") != placed:
+                return None
+            return self._build(sha256, comparison_key, doc, path, relative)
+        except (ReportValidationError, TemplateError, LookupError, TypeError, ValueError) as exc:
+            # what a template or a record's shape can raise; OSError (the disk) propagates
+            error = f"{type(exc).__name__}: {exc}"
+            self.failures.append((sha256, error))
+            return self._fallback_page(sha256, comparison_key, path, relative, error)
+
+    def _build(
+        self, sha256: str, comparison_key: str, doc: dict[str, Any], path: Path, relative: str
+    ) -> bytes:
         trials = sorted(
             doc["trials"],
             key=lambda t: (
@@ -204,15 +280,32 @@ class RecordPageBuilder:
             ),
         )  # fmt: skip
         markup = self._markup
-        return self._template.render(
+        template = self._templates.get(doc.get("schema"), self._default_template)
+        return template.render(
             sha256=sha256,
             key=comparison_key,
             doc=doc,
+            sections=[(name, heading) for name, heading in RECORD_SECTIONS if name in doc],
             comparison=_comparison_of(self._layout, doc, sha256, path),
             json_href=f"{self._href_prefix}/{relative}",
             trial_rows=markup(trial_rows_html(trials, format_seconds)),
             summary_rows=markup(summary_rows_html(doc["summaries"], format_seconds)),
             **self._constants,
+        ).encode("utf-8")
+
+    def _fallback_page(
+        self, sha256: str, comparison_key: str, path: Path, relative: str, error: str
+    ) -> bytes:
+        try:
+            raw = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raw = f"(unreadable: {exc})"
+        return self._fallback.render(
+            sha256=sha256,
+            key=comparison_key,
+            json_href=f"{self._href_prefix}/{relative}",
+            record_json=raw,
+            error=error,
         ).encode("utf-8")
 
 
@@ -236,9 +329,10 @@ def _write_pages(
     rows: Sequence[PageRow],
     mode: str,
     folder: Path | None = None,
-) -> tuple[int, list[tuple[str, str]]]:
-    """Write the pages of ``rows``; return how many were written, and the rows deferred
-    (a page whose record declares a baseline not yet in place, :meth:`RecordPageBuilder.build`).
+) -> tuple[int, list[tuple[str, str]], list[tuple[str, str]]]:
+    """Write the pages of ``rows``; return how many were written, the rows deferred
+    (a page whose record declares a baseline not yet in place, :meth:`RecordPageBuilder.build`)
+    and the (sha256, error) of the pages drawn as fallback pages.
 
     ``mode`` is ``"missing"`` (only pages that do not exist), ``"rewrite"`` (every page
     whose bytes differ from what is there, atomically) or ``"new"`` (every page, straight
@@ -273,7 +367,7 @@ def _write_pages(
                     raise FileWriteError(page, f"reading {page.name}", exc) from exc
             write_atomic(page, data)
         written += 1
-    return written, deferred
+    return written, deferred, builder.failures
 
 
 @dataclass(frozen=True)
@@ -283,6 +377,7 @@ class _TaskResult:
 
     written: int = 0
     deferred: tuple[tuple[str, str], ...] = ()
+    failures: tuple[tuple[str, str], ...] = ()
     error: str | None = None
     exit_code: int = 0
 
@@ -295,10 +390,10 @@ def _pages_task(
     folder: Path | None,
 ) -> _TaskResult:
     try:
-        written, deferred = _write_pages(layout, targets, rows, mode, folder)
+        written, deferred, failures = _write_pages(layout, targets, rows, mode, folder)
     except HarnessError as exc:
         return _TaskResult(error=str(exc), exit_code=exc.exit_code)
-    return _TaskResult(written, tuple(deferred))
+    return _TaskResult(written, tuple(deferred), tuple(failures))
 
 
 def _lower_priority() -> None:
@@ -346,6 +441,8 @@ class RecordPages:
         self._fresh = self._folder.with_name(f".{self._folder.name}.new")
         self._futures: list[Future] = []
         self._executor: ProcessPoolExecutor | None = None
+        #: (sha256, error) of every page drawn as a fallback page (known after finish)
+        self.failures: list[tuple[str, str]] = []
         if mode == "new":
             shutil.rmtree(self._fresh, ignore_errors=True)
             try:
@@ -394,14 +491,16 @@ class RecordPages:
                 raise error
             written += result.written
             deferred.extend(result.deferred)
+            self.failures.extend(result.failures)
         return written, deferred
 
     def finish(self) -> int:
         folder = self._fresh if self._mode == "new" else None
         if self._executor is None:
-            written, deferred = _write_pages(
+            written, deferred, failures = _write_pages(
                 self._layout, self._targets, self._rows, self._mode, folder
             )
+            self.failures.extend(failures)
             assert not deferred  # rows written here are never provisional
         else:
             if self._pending:

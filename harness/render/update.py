@@ -35,7 +35,12 @@ from harness.render.pages import (
     write_assets,
 )
 from harness.render.plots import render_plot
-from harness.render.record_pages import RecordPages, start_record_pages, write_record_pages
+from harness.render.record_pages import (
+    RecordPages,
+    RecordPagesFailed,
+    settle_failed_pages,
+    start_record_pages,
+)
 from harness.render.targets import (
     RenderTargets,
     all_keys,
@@ -99,6 +104,38 @@ def _write_index_pages(connection: Connection, targets: RenderTargets, head: str
     write_atomic(targets.html, html)
 
 
+def _write_pages_of(
+    connection: Connection, layout: HistoryLayout, targets: RenderTargets, seqs: list[int]
+) -> list[tuple[str, str]]:
+    """Write (rewrite) the pages of the records ``seqs``; return the (sha256, error) of
+    those drawn as fallback pages."""
+    pages = start_record_pages(connection, layout, targets, seqs, rewrite=True)
+    try:
+        pages.finish()
+    finally:
+        pages.close()
+    return pages.failures
+
+
+def _settle(
+    connection: Connection,
+    targets: RenderTargets,
+    failures: list[tuple[str, str]],
+    *,
+    in_history: bool,
+) -> None:
+    """Record which pages are fallback pages (the history's own render)."""
+    if in_history:
+        settle_failed_pages(connection, targets, failures)
+
+
+def _fail_on(failures: list[tuple[str, str]]) -> None:
+    """Fail naming the fallback pages: once the rest of the render is written and
+    committed, so one record never leaves the others undrawn."""
+    if failures:
+        raise RecordPagesFailed(failures)
+
+
 def render_after_registration(
     layout: HistoryLayout,
     engine: Engine,
@@ -117,7 +154,7 @@ def render_after_registration(
     head = journal_head(layout)
     with engine.begin() as connection:
         write_assets(targets)
-        write_record_pages(connection, layout, targets, new_seqs, rewrite=True)
+        failures = _write_pages_of(connection, layout, targets, new_seqs)
         if plots != "defer":
             keys = keys_of(connection, new_seqs)
             if plots == "auto":
@@ -128,6 +165,8 @@ def render_after_registration(
         update_timings_csv(connection, targets.timings_csv, new_seqs)
         update_index_json(connection, targets.index_json, new_seqs, head)
         _write_index_pages(connection, targets, head)
+        _settle(connection, targets, failures, in_history=True)
+    _fail_on(failures)
 
 
 def render_increment(
@@ -169,7 +208,7 @@ def render_increment(
                 )
                 if baseline in new_shas
             )
-        write_record_pages(connection, layout, targets, sorted(pages), rewrite=True)
+        failures = _write_pages_of(connection, layout, targets, sorted(pages))
         if not draw_keys:
             keys = set()
         elif redraw_all_keys:
@@ -197,6 +236,7 @@ def render_increment(
         update_timings_csv(connection, targets.timings_csv, new_seqs)
         update_index_json(connection, targets.index_json, new_seqs, head)
         _write_index_pages(connection, targets, head)
+    _fail_on(failures)
 
 
 def render_all(
@@ -272,6 +312,8 @@ def render_all(
         remove_stale_pages(targets.record_page("x").parent, shas)
         remove_stale_pages(targets.key_page("x").parent, set(keys))
         _write_index_pages(connection, targets, head)
+        _settle(connection, targets, record_pages.failures, in_history=in_history)
+    _fail_on(record_pages.failures)
 
 
 def registration_renderer(plots: str = "auto") -> Callable[..., None]:
