@@ -1,0 +1,5 @@
+// The browser bundle's entry point (build/quantem-web.js, global `quantemWeb`).
+export * from "./errors.js";
+export { initXxh3, xxh3 } from "./xxh3.js";
+export { QemFile } from "./qem/reader.js";
+export * from "./products.js";
