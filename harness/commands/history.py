@@ -7,6 +7,7 @@ hooks (:mod:`harness.render`), so the views stay above the store.
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from harness.commands.history_changes import (
     run_changes,
 )
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from harness.safe_text import terminal_text
 
 #: Where a history lives when ``--history-dir`` is not given.
 HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
@@ -418,16 +420,19 @@ def _list_records(args: argparse.Namespace, engine) -> int:
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
     header += ("correctness", "performance", "group")
     table = [header] + [
-        (
-            row.sha256[:12],
-            row.created_utc,
-            (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
-            _one_line(row.device_name),
-            _one_line(row.storage_id),
-            row.backend,
-            row.correctness,
-            row.performance,
-            row.comparison_key,
+        tuple(
+            terminal_text(value)
+            for value in (
+                row.sha256[:12],
+                row.created_utc,
+                (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
+                _one_line(row.device_name),
+                _one_line(row.storage_id),
+                row.backend,
+                row.correctness,
+                row.performance,
+                row.comparison_key,
+            )
         )
         for row in rows
     ]
@@ -478,6 +483,7 @@ def run_show(args: argparse.Namespace) -> int:
 def _print_record(doc: dict, sha256: str, path) -> int:
     from harness.comparability import comparison_key
 
+    print = _print_terminal_safe  # every line holds report text: control characters escaped
     status = doc["status"]
     provenance = doc["provenance"]
     device = doc["environment"]["device"]
@@ -515,6 +521,11 @@ def _print_record(doc: dict, sha256: str, path) -> int:
             f"{s['acquisition']:<24} {s['format']:<6} {s['cache_state']:<7} {kept:>7} {median:>10} {p95:>10}"
         )
     return EXIT_OK
+
+
+def _print_terminal_safe(line: str = "") -> None:
+    """Print one line of report text with its control characters escaped."""
+    builtins.print(terminal_text(line))
 
 
 def run_head(args: argparse.Namespace) -> int:
