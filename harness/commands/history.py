@@ -585,11 +585,11 @@ def _rebuild_on_server(url: str) -> int:
         result = rebuild_server_index(store)
     for problem in result.errors:
         print(f"error: {problem}", file=sys.stderr)
-    for problem in result.unregistered:
+    for problem in [*result.unregistered, *result.invalid]:
         print(f"warning: {problem}")
     print(
         f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
-        "listed, not indexed"
+        f"and {len(result.invalid)} invalid records listed, not indexed"
     )
     return EXIT_FAILURE if result.errors else EXIT_OK
 
@@ -625,7 +625,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
 def _verify_on_server(url: str, expect_head: str | None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from harness.history.remote import check_server_index
+    from harness.history.remote import check_server_calibrations, check_server_index
+    from harness.verdict.calibration_report import parse_calibration
 
     with url_store(url) as store, ThreadPoolExecutor(max_workers=1) as pool:
         # the re-hash and chain walk (hashing and the server's reads, mostly outside the
@@ -633,7 +634,10 @@ def _verify_on_server(url: str, expect_head: str | None) -> int:
         stored = pool.submit(store.check, expect_head=expect_head)
         index_problems = check_server_index(store)
         check = stored.result()
-        problems = check.problems + index_problems
+        calibrations = check_server_calibrations(
+            store, lambda data, name: parse_calibration(data, name=name)
+        )
+        problems = check.problems + index_problems + calibrations
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     summary = (
