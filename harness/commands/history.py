@@ -380,14 +380,14 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _open_for_reading(history_dir: str):
-    from harness.history.index_db import open_index
+    from harness.history.index_db import open_index_for_reading
     from harness.history.layout import HistoryLayout
     from harness.history.lock import check_history_marker, require_history
 
     layout = HistoryLayout.at(history_dir)
     require_history(layout)
     check_history_marker(layout, create=False)
-    return layout, open_index(layout.index_db, create=False)
+    return layout, open_index_for_reading(layout.index_db)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -537,7 +537,7 @@ def run_head(args: argparse.Namespace) -> int:
         with url_store(url) as store:
             print(store.head())
         return EXIT_OK
-    with locked_history(_history_dir(args)) as layout:
+    with locked_history(_history_dir(args), shared=True) as layout:
         print(journal_head(layout))
     return EXIT_OK
 
