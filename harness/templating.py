@@ -14,6 +14,7 @@ import re
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.resources import data_folder
+from harness.safe_text import terminal_text
 
 TEMPLATES_DIR = data_folder("reports_templates")
 
@@ -21,9 +22,11 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]|~#!])")
 
 
 def escape_markdown(value: object) -> str:
-    """Render ``value`` as inert Markdown text (one line, no markup, no raw HTML)."""
+    """Render ``value`` as inert Markdown text (one line, no markup, no raw HTML, no
+    terminal control character: a README is often read with ``cat``)."""
     text = "" if value is None else str(value)
     text = " ".join(text.split())  # newlines and tabs would end a table row or start a block
+    text = terminal_text(text)  # ESC, BEL, C1 and bidi controls, shown as escapes
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 

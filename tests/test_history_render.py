@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from harness.history.store import register_reports
 from harness.render import registration_renderer
 from harness.report import dump_report
+from harness.safe_text import has_control
 from harness.templating import escape_markdown
 from harness.testing import make_example_report
 
@@ -77,6 +78,7 @@ def test_html_autoescapes_crafted_ids(crafted_history: Path) -> None:
         ("<b>&</b>", "&lt;b&gt;&amp;&lt;/b&gt;"),
         ("line\nbreak\r\n# h", r"line break \# h"),
         ("![img](x)", r"\!\[img\](x)"),
+        ("ok\x1b]0;PWNED\x07\x1b[2J", r"ok\\x1b\]0;PWNED\\x07\\x1b\[2J"),
         (None, ""),
     ],
 )
@@ -89,6 +91,7 @@ def test_escape_markdown(text: str | None, expected: str) -> None:
 def test_escaped_markdown_has_no_active_characters(text: str) -> None:
     escaped = escape_markdown(text)
     assert "\n" not in escaped and "\r" not in escaped and "<" not in escaped and ">" not in escaped
+    assert not has_control(escaped), (text, escaped)
     for char in "|[]`*_":
         # every active character follows an odd run of backslashes (so it is itself escaped)
         for match in re.finditer(re.escape(char), escaped):

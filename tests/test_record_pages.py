@@ -11,7 +11,7 @@ import pytest
 from harness.history.index_db import open_index
 from harness.history.layout import HistoryLayout
 from harness.render import record_pages
-from harness.render.record_pages import RecordPageError, write_record_pages
+from harness.render.record_pages import write_record_pages
 from harness.render.targets import RenderTargets
 from tests._dashboard_helpers import build_history
 
@@ -73,9 +73,12 @@ def test_a_rewrite_keeps_unchanged_pages_and_replaces_damaged_ones(history: Path
     assert pages[3].read_bytes() == b"kept as it is"
 
 
-def test_a_worker_error_names_the_record_and_leaves_no_half_folder(
+def test_a_record_a_worker_cannot_read_gets_the_fallback_page_and_is_named(
     history: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A record whose bytes no longer parse (damaged after registration; verify reports it
+    as tampered) no longer stops the render (issue 39): its page, drawn in a worker
+    process, is the fallback page, and the parent learns which record and why."""
     layout = HistoryLayout.at(history)
     record = sorted(layout.root.joinpath("records").rglob("*.json"))[0]
     os.chmod(record, 0o644)
@@ -83,10 +86,22 @@ def test_a_worker_error_names_the_record_and_leaves_no_half_folder(
     monkeypatch.setattr(record_pages, "PARALLEL_PAGES", 1)
     monkeypatch.setattr(record_pages, "PAGES_PER_TASK", 1)
     out = history.parent / "out"
-    with pytest.raises(RecordPageError, match=str(record.name)) as caught:
-        _write(history, out, processes=2)
-    assert "truncated JSON" in str(caught.value)
-    assert not (out / "dashboard" / "records").exists()
+    engine = open_index(layout.index_db, create=False)
+    try:
+        with engine.begin() as connection:
+            pages = record_pages.start_record_pages(
+                connection, layout, RenderTargets(out), None, rewrite=True, processes=2
+            )
+            try:
+                assert pages.finish() == 6
+            finally:
+                pages.close()
+    finally:
+        engine.dispose()
+    ((sha256, error),) = pages.failures
+    assert record.name.startswith(sha256) and "truncated JSON" in error
+    page = (out / "dashboard" / "records" / f"{sha256}.html").read_bytes()
+    assert record_pages.FALLBACK_MARKER in page and b"{&#34;truncated&#34;: " in page
     assert not list((out / "dashboard").glob(".records.*"))
 
 

@@ -7,6 +7,7 @@ hooks (:mod:`harness.render`), so the views stay above the store.
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from harness.commands.history_changes import (
     run_changes,
 )
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from harness.safe_text import terminal_text
 
 #: Where a history lives when ``--history-dir`` is not given.
 HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
@@ -369,14 +371,14 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _open_for_reading(history_dir: str):
-    from harness.history.index_db import open_index
+    from harness.history.index_db import open_index_for_reading
     from harness.history.layout import HistoryLayout
     from harness.history.lock import check_history_marker, require_history
 
     layout = HistoryLayout.at(history_dir)
     require_history(layout)
     check_history_marker(layout, create=False)
-    return layout, open_index(layout.index_db, create=False)
+    return layout, open_index_for_reading(layout.index_db)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -409,16 +411,19 @@ def _list_records(args: argparse.Namespace, engine) -> int:
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
     header += ("correctness", "performance", "group")
     table = [header] + [
-        (
-            row.sha256[:12],
-            row.created_utc,
-            (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
-            _one_line(row.device_name),
-            _one_line(row.storage_id),
-            row.backend,
-            row.correctness,
-            row.performance,
-            row.comparison_key,
+        tuple(
+            terminal_text(value)
+            for value in (
+                row.sha256[:12],
+                row.created_utc,
+                (row.git_revision or "unknown")[:10] + ("+" if row.git_dirty else ""),
+                _one_line(row.device_name),
+                _one_line(row.storage_id),
+                row.backend,
+                row.correctness,
+                row.performance,
+                row.comparison_key,
+            )
         )
         for row in rows
     ]
@@ -469,6 +474,7 @@ def run_show(args: argparse.Namespace) -> int:
 def _print_record(doc: dict, sha256: str, path) -> int:
     from harness.comparability import comparison_key
 
+    print = _print_terminal_safe  # every line holds report text: control characters escaped
     status = doc["status"]
     provenance = doc["provenance"]
     device = doc["environment"]["device"]
@@ -510,6 +516,11 @@ def _print_record(doc: dict, sha256: str, path) -> int:
     return EXIT_OK
 
 
+def _print_terminal_safe(line: str = "") -> None:
+    """Print one line of report text with its control characters escaped."""
+    builtins.print(terminal_text(line))
+
+
 def run_head(args: argparse.Namespace) -> int:
     from harness.history.journal import journal_head
     from harness.history.lock import locked_history
@@ -519,7 +530,7 @@ def run_head(args: argparse.Namespace) -> int:
         with url_store(url) as store:
             print(store.head())
         return EXIT_OK
-    with locked_history(_history_dir(args)) as layout:
+    with locked_history(_history_dir(args), shared=True) as layout:
         print(journal_head(layout))
     return EXIT_OK
 
@@ -567,11 +578,11 @@ def _rebuild_on_server(url: str) -> int:
         result = rebuild_server_index(store)
     for problem in result.errors:
         print(f"error: {problem}", file=sys.stderr)
-    for problem in result.unregistered:
+    for problem in [*result.unregistered, *result.invalid]:
         print(f"warning: {problem}")
     print(
         f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
-        "listed, not indexed"
+        f"and {len(result.invalid)} invalid records listed, not indexed"
     )
     return EXIT_FAILURE if result.errors else EXIT_OK
 
@@ -607,7 +618,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
 def _verify_on_server(url: str, expect_head: str | None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from harness.history.remote import check_server_index
+    from harness.history.remote import check_server_calibrations, check_server_index
+    from harness.verdict.calibration_report import parse_calibration
 
     with url_store(url) as store, ThreadPoolExecutor(max_workers=1) as pool:
         # the re-hash and chain walk (hashing and the server's reads, mostly outside the
@@ -615,7 +627,10 @@ def _verify_on_server(url: str, expect_head: str | None) -> int:
         stored = pool.submit(store.check, expect_head=expect_head)
         index_problems = check_server_index(store)
         check = stored.result()
-        problems = check.problems + index_problems
+        calibrations = check_server_calibrations(
+            store, lambda data, name: parse_calibration(data, name=name)
+        )
+        problems = check.problems + index_problems + calibrations
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     summary = (

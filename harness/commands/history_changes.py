@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from harness.errors import EXIT_OK, UsageError
+from harness.safe_text import terminal_text
 
 CHANGES_HELP = "change points of each cell's median over the records (E-Divisive means)"
 CHANGES_DESCRIPTION = (
@@ -74,19 +75,21 @@ def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> 
         print(json.dumps([r.to_dict() for r in results], sort_keys=True, indent=1))
         return EXIT_OK
     console = Console()
-    table = Table(title=f"change points in {history_dir}", title_justify="left")
+    table = Table(
+        title=Text(terminal_text(f"change points in {history_dir}")), title_justify="left"
+    )
     for column in ("key", "acquisition", "format", "cache", "records", "order", "at", "revisions"):
         table.add_column(column)
     for column in ("before", "after", "change", "p"):
         table.add_column(column, justify="right")
     for result in results:
         row = [
-            Text(result.comparison_key),
-            Text(result.cell[0]),
-            Text(result.cell[1]),
-            Text(result.cell[2]),
+            Text(terminal_text(result.comparison_key)),
+            Text(terminal_text(result.cell[0])),
+            Text(terminal_text(result.cell[1])),
+            Text(terminal_text(result.cell[2])),
             Text(str(len(result.points))),
-            Text(result.ordered_by),
+            Text(terminal_text(result.ordered_by)),
         ]
         if not result.changes:
             table.add_row(*row, Text("none"), Text(""), Text(""), Text(""), Text(""), Text(""))
@@ -96,7 +99,7 @@ def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> 
             table.add_row(
                 *row,
                 Text(f"#{change.index + 1}"),
-                Text(span),
+                Text(terminal_text(span)),
                 Text(f"{change.before_median * 1e3:.2f} ms"),
                 Text(f"{change.after_median * 1e3:.2f} ms"),
                 Text(f"{change.change_percent:+.1f}%"),

@@ -220,7 +220,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
 
 def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir, history_url
-    from harness.history.index_db import open_index
+    from harness.history.index_db import open_index, open_index_for_reading
     from harness.history.lock import locked_history
     from harness.render import render_all
 
@@ -239,8 +239,14 @@ def run(args: argparse.Namespace) -> int:
         if args.serve:
             serve(out, args.port)
         return EXIT_OK
-    with locked_history(args.history_dir or default_history_dir()) as layout:
-        engine = open_index(layout.index_db, create=False)
+    # rendered elsewhere, the history is only read: it may be read-only
+    with locked_history(
+        args.history_dir or default_history_dir(), shared=out is not None
+    ) as layout:
+        if out is None:
+            engine = open_index(layout.index_db, create=False)
+        else:
+            engine = open_index_for_reading(layout.index_db)
         try:
             render_all(
                 layout,

@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.safe_text import terminal_text
+
 DEFAULT_DEMO_HISTORY = "harness-history"
 #: Where ``--demo`` keeps its reports (one folder per run) unless ``--output-dir`` is given,
 #: so that the printed report path, and the path the journal records, exist afterwards.
@@ -583,7 +585,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
 
 
 def print_compute_summary(doc: dict, console) -> None:
-    """Stage medians and output hashes (plain text; user text is never markup)."""
+    """Stage medians and output hashes (plain text; user text is never markup, and its
+    control characters are escaped)."""
     status = doc["status"]
     lines = [
         f"{doc['benchmark']} on {doc['conditions']['backend']}: execution {status['execution']}, "
@@ -607,4 +610,4 @@ def print_compute_summary(doc: dict, console) -> None:
             )
     for failure in status["failures"]:
         lines.append(f"  failure: {failure}")
-    console.print("\n".join(lines), markup=False, highlight=False)
+    console.print("\n".join(map(terminal_text, lines)), markup=False, highlight=False)

@@ -130,17 +130,17 @@ class FolderStore:
     def head(self) -> str:
         if not self._exists():
             return GENESIS_HEAD
-        with locked_history(self.history_dir) as layout:
+        with locked_history(self.history_dir, shared=True) as layout:
             return journal_head(layout)
 
     def journal_lines(self) -> list[bytes]:
         if not self._exists():
             return []
-        with locked_history(self.history_dir) as layout:
+        with locked_history(self.history_dir, shared=True) as layout:
             return layout.journal.read_bytes().splitlines(keepends=True)
 
     def check(self, *, expect_head: str | None = None) -> StoreCheck:
-        with locked_history(self.history_dir) as layout:
+        with locked_history(self.history_dir, shared=True) as layout:
             lines = layout.journal.read_bytes().splitlines(keepends=True)
             problems, head, shas = check_chain(lines, expect_head)
             on_disk = 0

@@ -184,6 +184,12 @@ def is_damage(exc: DatabaseError) -> bool:
     return "malformed" in text or "not a database" in text or "corrupt" in text
 
 
+def _read_only_uri(path: Path) -> str:
+    """SQLite's URI to read ``path`` writing nothing (:func:`open_index_readonly`)."""
+    wal = path.with_name(path.name + "-wal")
+    return f"{path.absolute().as_uri()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+
+
 def check_integrity(path: Path) -> list[str]:
     """SQLite's own ``PRAGMA integrity_check`` of the index file, read-only.
 
@@ -191,7 +197,7 @@ def check_integrity(path: Path) -> list[str]:
     is one finding.
     """
     try:
-        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(_read_only_uri(path), uri=True)
     except sqlite3.Error as exc:
         return [str(exc)]
     try:
@@ -254,13 +260,20 @@ def quick_check_records(engine: Engine, path: Path) -> None:
 
 
 def open_index_readonly(path: Path) -> Engine:
-    """An engine that cannot write: for verify, which never modifies anything.
+    """An engine that cannot write and writes no file: for readers (verify, list, show,
+    compare, changes, render elsewhere), which never modify anything, on a history that
+    may be read-only.
 
-    No schema is created or migrated; the caller checks what is there.
+    No schema is created or migrated; the caller checks what is there. The caller holds
+    the history's lock shared (no writer meanwhile), so an index without a ``-wal`` file
+    is opened ``immutable``: SQLite then creates no ``-wal`` or ``-shm`` file and takes no
+    lock, which a read-only folder or mount could not hold. With a ``-wal`` file (a
+    writer's engine still open elsewhere, or one killed) it is opened ``mode=ro``, so the
+    log's pages are read too.
     """
     if not path.is_file():
         raise HistoryError(f"{path}: no index; run `harness history rebuild`")
-    uri = f"{path.absolute().as_uri()}?mode=ro"
+    uri = _read_only_uri(path)
     engine = create_engine(
         "sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False)
     )
@@ -273,6 +286,39 @@ def open_index_readonly(path: Path) -> Engine:
         cursor.close()
 
     return engine
+
+
+def open_index_for_reading(path: Path) -> Engine:
+    """The index for a reader (list, show, compare, changes, render elsewhere): read-only
+    (:func:`open_index_readonly`) when it is at this harness's schema; an older one is
+    migrated first (:func:`open_index`) where the folder can be written, and refused with
+    what to do where it cannot."""
+    engine = open_index_readonly(path)
+    try:
+        with engine.connect() as connection:
+            version = read_meta(connection, META_SCHEMA_VERSION)
+    except DatabaseError as exc:
+        engine.dispose()
+        if is_damage(exc):
+            raise IndexUnreadable(f"{path}: {damaged_index_message(str(exc.orig))}") from exc
+        raise HistoryError(f"{path}: {exc.orig} while opening the index to read") from exc
+    if version == str(INDEX_SCHEMA_VERSION):
+        return engine
+    engine.dispose()
+    if os.access(path.parent, os.W_OK) and not _read_only_mount(path.parent):
+        return open_index(path, create=False)
+    raise HistoryError(
+        f"{path}: index schema version {version} is not this harness's "
+        f"({INDEX_SCHEMA_VERSION}) and the history is read-only; run "
+        "`harness history rebuild` on a writable copy"
+    )
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def missing_tables(connection: Connection) -> list[str]:

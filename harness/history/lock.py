@@ -8,7 +8,10 @@ it uses none of them.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +37,38 @@ _CREATION_NAMES = frozenset({LOCK_NAME, MARKER_NAME, MARKER_TEMP_NAME})
 
 
 @contextmanager
+def reader_lock(layout: HistoryLayout, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
+    """Hold the history's lock shared, as a reader: writers wait, other readers do not.
+
+    The lock file is opened read-only and never created, so a read-only history (a
+    read-only mount, a folder without write permission, an archive) can be read and
+    verified: a history without its ``.lock`` has had no writer to wait for.
+    """
+    try:
+        descriptor = os.open(layout.lock, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        yield
+        return
+    except OSError as exc:
+        raise FileWriteError(layout.lock, "taking the history lock to read", exc) from exc
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise HistoryError(
+                        f"{layout.lock}: another process held the history lock for {timeout:g} s"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+@contextmanager
 def history_lock(layout: HistoryLayout, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
     """Hold the history's registration lock (across processes)."""
     ensure_dir(layout.root, step="creating the history folder")
@@ -45,25 +80,31 @@ def history_lock(layout: HistoryLayout, timeout: float = DEFAULT_LOCK_TIMEOUT) -
         raise HistoryError(
             f"{layout.lock}: another process held the history lock for {timeout:g} s"
         ) from exc
-    except PermissionError as exc:
-        raise HistoryError(f"{layout.lock}: cannot take the history lock: {exc.strerror}") from exc
+    except OSError as exc:  # EACCES, EROFS, ENOSPC: a writer needs the lock file
+        raise FileWriteError(layout.lock, "taking the history lock to write", exc) from exc
 
 
 @contextmanager
 def locked_history(
-    history_dir: str | Path, *, create: bool = False, timeout: float = DEFAULT_LOCK_TIMEOUT
+    history_dir: str | Path,
+    *,
+    create: bool = False,
+    timeout: float = DEFAULT_LOCK_TIMEOUT,
+    shared: bool = False,
 ) -> Iterator[HistoryLayout]:
     """The history at ``history_dir``, held under its lock, marker checked.
 
     With ``create`` a new (or empty) folder becomes a history; without it a folder that
-    is not an existing history is refused before anything is written into it.
+    is not an existing history is refused before anything is written into it. With
+    ``shared`` (readers: verify, list, render elsewhere) the lock is held shared and
+    nothing is written into the folder (:func:`reader_lock`).
     """
     layout = HistoryLayout.at(history_dir)
     if create:
         refuse_foreign_folder(layout)
     else:
         require_history(layout)
-    with history_lock(layout, timeout):
+    with reader_lock(layout, timeout) if shared else history_lock(layout, timeout):
         check_history_marker(layout, create=create)
         yield layout
 

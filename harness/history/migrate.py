@@ -31,8 +31,8 @@ VERSION_TABLE = "alembic_version"
 
 #: The Alembic revision of this harness's evidence schema on a server; every revision of
 #: that chain, oldest first (tests/test_postgres_schema.py checks both against the scripts).
-EVIDENCE_HEAD_REVISION = "evidence_v2"
-EVIDENCE_REVISIONS = ("evidence_v1", "evidence_v2")
+EVIDENCE_HEAD_REVISION = "evidence_v3"
+EVIDENCE_REVISIONS = ("evidence_v1", "evidence_v2", "evidence_v3")
 EVIDENCE_MIGRATIONS_DIR = MIGRATIONS_DIR / "evidence"
 EVIDENCE_VERSION_TABLE = "evidence_alembic_version"
 

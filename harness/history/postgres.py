@@ -10,7 +10,9 @@ table ``evidence_alembic_version``) and run by :func:`install_schema`:
 - ``evidence_records``, ``evidence_journal`` and ``evidence_calibrations`` are insert-only: a trigger refuses every
   UPDATE and DELETE (and TRUNCATE), whoever the client;
 - a BEFORE INSERT trigger recomputes a record's (or calibration's) SHA-256 with the server's
-  ``sha256()`` and refuses a key that does not match the bytes;
+  ``sha256()`` and refuses a key that does not match the bytes, and bytes that are not a
+  JSON object of the table's schema (``evidence_v3``); a journal line must name a record
+  the server holds, and only once;
 - identical bytes are a no-op (``ON CONFLICT DO NOTHING``);
 - one registration (record, journal line, index rows) is one transaction, serialised on the journal
   by a transaction-level advisory lock, so any number of hosts register at once and a
@@ -124,11 +126,17 @@ EVIDENCE_TRIGGERS = {
     }
     for table in ("evidence_records", "evidence_journal", "evidence_calibrations")
 }
-EVIDENCE_FUNCTIONS = ("evidence_refuse_change", "evidence_check_record", "evidence_check_journal")
+EVIDENCE_FUNCTIONS = (
+    "evidence_refuse_change",
+    "evidence_check_record",
+    "evidence_check_journal",
+    "evidence_document",
+)
 #: The evidence tables of each revision of the evidence chain.
 EVIDENCE_TABLES_AT = {
     "evidence_v1": ("evidence_records", "evidence_journal"),
     "evidence_v2": ("evidence_records", "evidence_journal", "evidence_calibrations"),
+    "evidence_v3": ("evidence_records", "evidence_journal", "evidence_calibrations"),
 }
 
 

@@ -18,7 +18,7 @@ output folder.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HistoryError, ReportValidationError, UsageError
@@ -150,9 +150,13 @@ def init_database(url_text: str, *, grant_to: list[str] = ()) -> list[str]:
             f"index tables at {INDEX_HEAD_REVISION}"
         )
         with server_step(engine, "indexing the records the index lacks"):
-            indexed = index_unindexed(engine)
+            indexed, skipped = index_unindexed(engine)
         if indexed:
             done.append(f"indexed {indexed} records the index lacked")
+        done += [
+            f"warning: {line} (`harness history verify --history-url URL` names it)"
+            for line in skipped
+        ]
         with server_step(engine, f"creating role {WRITER_ROLE}"), engine.begin() as connection:
             # two init-db runs at once: concurrent GRANTs on one table can fail in PostgreSQL
             connection.execute(text(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"))
@@ -348,15 +352,18 @@ def _indexed(sha256):
     return exists().where(RecordRow.sha256 == sha256)
 
 
-def index_unindexed(engine) -> int:
+def index_unindexed(engine) -> tuple[int, list[str]]:
     """Index every stored record the index lacks, in journal order (a database set up
-    before the index was on the server, or a record stored by hand); how many."""
+    before the index was on the server, or a record stored by hand): how many, and the
+    records left out because their bytes are not a valid report (let in by an older
+    server or an owner's edit: ``verify`` names them; they never stop the others)."""
     from sqlalchemy import func, select
 
     from harness.history.postgres import _JOURNAL_LOCK
     from harness.history.store import prepare_report
 
     count = 0
+    skipped: list[str] = []
     with engine.begin() as connection:
         connection.execute(select(func.pg_advisory_xact_lock(_JOURNAL_LOCK)))
         order = (
@@ -371,16 +378,24 @@ def index_unindexed(engine) -> int:
             .order_by(order.c.first, records_table.c.sha256)
         ).all()
         for sha256, data in rows:
-            insert_entry(connection, index_entry_of(prepare_report(bytes(data), name=sha256)))
+            try:
+                entry = index_entry_of(prepare_report(bytes(data), name=sha256))
+            except ReportValidationError as exc:
+                skipped.append(f"record {sha256}: not a valid report, not indexed ({exc})")
+                continue
+            insert_entry(connection, entry)
             count += 1
-    return count
+    return count, skipped
 
 
 @dataclass(frozen=True)
 class ServerRebuild:
     indexed: int
-    errors: list[str]  # records that are not sound: tampered, or no valid report
+    errors: list[str]  # records that are not sound: tampered
     unregistered: list[str]  # records the journal lacks (stored by hand)
+    #: intact records whose bytes are no valid report (an older server let them in, or
+    #: an owner's edit): left unindexed; verify names them, they never stop a rebuild
+    invalid: list[str] = field(default_factory=list)
 
 
 def rebuild_server_index(store: PostgresStore) -> ServerRebuild:
@@ -399,6 +414,7 @@ def rebuild_server_index(store: PostgresStore) -> ServerRebuild:
     where = server_name(store.engine.url)
     errors: list[str] = []
     unregistered: list[str] = []
+    invalid: list[str] = []
     entries = []
     with (
         server_step(store.engine, "rebuilding the index (run it as the database's owner)"),
@@ -423,13 +439,13 @@ def rebuild_server_index(store: PostgresStore) -> ServerRebuild:
                 try:
                     entries.append(index_entry_of(prepare_report(data, name=label)))
                 except ReportValidationError as exc:
-                    errors.append(f"{label}: {exc}; not indexed")
+                    invalid.append(f"{label}: not a valid report ({exc}); not indexed")
         for model in (SummaryRow, TrialRow, RecordRow):
             connection.execute(delete(model))
         entries.sort(key=lambda e: (e.record["created_utc"], e.record["sha256"]))
         for entry in entries:
             insert_entry(connection, entry)
-    return ServerRebuild(len(entries), errors, unregistered)
+    return ServerRebuild(len(entries), errors, unregistered, invalid)
 
 
 def _require_calibrations(store: PostgresStore, connection) -> None:
@@ -782,8 +798,41 @@ def check_server_index(store: PostgresStore) -> list[str]:
         f"index row {sha}: no such record on the server (added to the index by hand?)"
         for sha in sorted(set(missing))
     ]
-    problems += [
-        f"record {sha}: not in the index (run `harness history init-db URL` as its owner)"
-        for sha in unindexed
-    ]
+    problems += [_unindexed_problem(store, sha) for sha in unindexed]
+    return problems
+
+
+def _unindexed_problem(store: PostgresStore, sha256: str) -> str:
+    """Why a stored record has no index row: no valid report (named, with the reason),
+    or an index that lags (init-db indexes it)."""
+    data = store.read(sha256)
+    if sha256_bytes(data) == sha256:
+        try:
+            parse_report(data, name=server_record_label(store, sha256))
+        except ReportValidationError as exc:
+            return (
+                f"record {sha256}: stored, but not a valid report ({exc}): let in by an "
+                "older server or an owner's edit; list, compare and render skip it"
+            )
+    return f"record {sha256}: not in the index (run `harness history init-db URL` as its owner)"
+
+
+def check_server_calibrations(
+    store: PostgresStore, parse: Callable[[bytes, str], object]
+) -> list[str]:
+    """Every calibration row whose bytes no longer match its key, or that ``parse`` (the
+    calibration report's parser, raising ReportValidationError) refuses."""
+    problems = []
+    for sha256, data in _calibration_rows(store):
+        label = server_calibration_label(store, sha256)
+        if sha256_bytes(data) != sha256:
+            problems.append(f"calibration {sha256}: its bytes no longer match its key")
+            continue
+        try:
+            parse(data, label)
+        except ReportValidationError as exc:
+            problems.append(
+                f"calibration {sha256}: stored, but not a valid calibration report ({exc}): "
+                "let in by an older server or an owner's edit; compare skips it"
+            )
     return problems

@@ -283,7 +283,7 @@ def verify_history(
     written into README.md): it must be a link of the journal's chain, which proves
     that no line up to it was removed or altered.
     """
-    with locked_history(history_dir, timeout=lock_timeout) as layout:
+    with locked_history(history_dir, timeout=lock_timeout, shared=True) as layout:
         return _verify_locked(layout, expect_head, check_rendered, progress)
 
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from harness.compare import CalibrationUse, collect_cells
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
 from harness.history.lookup import LoadedReport
-from harness.history.store import register_reports
 from harness.run.checks import check_products_match
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
@@ -56,6 +55,7 @@ from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
     EXECUTION_ERRORS,
     finish_provenance,
+    register_measured,
     say_waiting,
 )
 from harness.run.workspace import claim_output_dir, open_workspace, progress_bar
@@ -199,7 +199,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             report_path = write_report(doc, cfg.output_dir)
     outcome = RunOutcome(doc, report_path, exit_code)
     if cfg.history_dir is not None:
-        outcome.registered = register_reports(cfg.history_dir, [report_path])
+        outcome.registered = register_measured(cfg.history_dir, report_path)
     return outcome
 
 

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
-from harness.errors import EXIT_FAILURE, HarnessError
+from harness.errors import EXIT_FAILURE, HarnessError, HistoryError
+from harness.fsio import FileWriteError
 from harness.history.lookup import load_report
 from harness.history.store import RegistrationRenderer, register_reports
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
@@ -132,12 +134,37 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
                 kind, manifest, tracker, baseline, calibration, environment, pairing, choice
             )
     registered = (
-        register_reports(cfg.history_dir, [outcome.report_path], render=cfg.render)
+        register_measured(cfg.history_dir, outcome.report_path, render=cfg.render)
         if cfg.history_dir
         else []
     )
     outcome.registered = registered
     return outcome
+
+
+def register_measured(
+    history_dir: Path, report_path: Path, *, render: RegistrationRenderer | None = None
+) -> list:
+    """Register a run's report; when the history cannot be written (read-only, no
+    permission, full), the error names the report, which is kept, and the command that
+    registers it later."""
+    try:
+        return register_reports(history_dir, [report_path], render=render)
+    except FileWriteError as exc:
+        command = shlex.join(
+            [
+                "harness",
+                "history",
+                "register",
+                str(Path(report_path).absolute()),
+                "--history-dir",
+                str(Path(history_dir).absolute()),
+            ]
+        )
+        raise HistoryError(
+            f"{exc}; the report is kept at {report_path}: once the history can be written, "
+            f"register it with `{command}`"
+        ) from exc
 
 
 @contextlib.contextmanager

@@ -8,7 +8,8 @@ comparable, and with how many trials kept their cache label.
 Identifiers are never cut: on a terminal wide enough for the whole table it is a
 table; off a terminal (pipes, CI logs) or when the terminal is narrower than the
 table, it is a compact layout, one block per acquisition. Text from the report is
-never read as rich markup (it is passed as :class:`rich.text.Text`).
+never read as rich markup (it is passed as :class:`rich.text.Text`), and its control
+characters are escaped (:mod:`harness.safe_text`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from harness.run.floors import floor_lines
 from harness.run.pairing import describe_pairing
+from harness.safe_text import terminal_text
 
 _COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95", "min", "max")
 _STATS = ("first", "median", "p95", "min", "max")
@@ -65,16 +67,16 @@ def build_summary_table(doc: dict) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(_title(doc)), title_justify="left")
+    table = Table(title=Text(terminal_text(_title(doc))), title_justify="left")
     for column in _COLUMNS:
         left = column in ("acquisition", "format", "cache")
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
     table.add_column("GB/s (raw, median)", justify="right", no_wrap=True)
     for s, rate in _rows(doc):
         table.add_row(
-            Text(s["acquisition"]),
-            Text(s["format"]),
-            Text(s["cache_state"]),
+            Text(terminal_text(s["acquisition"])),
+            Text(terminal_text(s["format"])),
+            Text(terminal_text(s["cache_state"])),
             f"{s['n_kept']}/{s['n']}",
             *(_seconds(s[k]) for k in _STATS),
             rate,
@@ -165,8 +167,8 @@ def print_summary(doc: dict, console: Any = None, *, compact: bool | None = None
         )
     if compact:
         for line in compact_lines(doc):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(terminal_text(line), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(table)
     for line in floor_lines(doc) + status_lines(doc):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(terminal_text(line), markup=False, highlight=False, soft_wrap=True)

@@ -13,6 +13,7 @@ import math
 import sys
 from typing import Any
 
+from harness.safe_text import terminal_text
 from harness.verdict.comparison import CellVerdict, Comparison
 
 FORMATS = ("text", "markdown", "json")
@@ -93,7 +94,7 @@ def print_text(comparison: Comparison, console: Any) -> None:
     from rich.text import Text
 
     def plain(value: object, style: str = "") -> Text:
-        return Text("" if value is None else str(value), style=style)
+        return Text(terminal_text(value), style=style)  # report text: controls escaped
 
     verdict = comparison.verdict.value.upper()
     console.print(
