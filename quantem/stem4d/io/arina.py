@@ -43,6 +43,9 @@ from quantem.stem4d.io.frame_index import (
 )
 from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions
 
+#: Whether :func:`load_arina` checks every raw chunk against the frame index's XXH3-64
+#: when the caller does not say (docs/arina.md gives the measured cost that decided it).
+VERIFY_SOURCE_DEFAULT = False
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
 DEFAULT_BATCH_FRAMES = 1024
 #: Contiguous chunks are read with one ``preadv`` call up to this many bytes.
@@ -461,6 +464,15 @@ def _parsed_master(master: Path, sha256: str) -> tuple:
         copy.deepcopy(scan_attr),
         None if pixel_mask is None else pixel_mask.copy(),
     )
+
+
+def read_shard_links(master_path: str | os.PathLike) -> list[ShardLink]:
+    """The master's ``data_NNNNNN`` links in frame order (each to its own file and
+    dataset), without opening the shards: what a caller checking the files needs."""
+    master = Path(master_path).absolute()
+    if not master.is_file():
+        raise SourceNotFoundError(master, "master file does not exist")
+    return _parsed_master(master, _sha256_file(os.fspath(master)))[0]
 
 
 def open_arina(
@@ -947,12 +959,14 @@ def load_arina(
 
 __all__ = [
     "ArinaSource",
+    "ShardLink",
     "chunk_mismatch_error",
     "expected_chunk_hashes",
     "iter_frame_batches",
     "load_arina",
     "open_arina",
     "read_compressed",
+    "read_shard_links",
     "resolve_scan_shape",
     "verify_chunks",
 ]
