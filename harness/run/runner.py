@@ -198,7 +198,7 @@ def collect_source_check(cfg, manifest) -> dict:
 
     ``cfg.verify_source`` (io-scale, recheck: resolved by the kind's check_config) says
     whether each HDF5 load checks its chunks; a kind without it (compute) loads with
-    io.load's default.
+    io.load's default (on for the cpu loader; the cuda loader's default is off).
     """
     from quantem.stem4d.io.arina import VERIFY_SOURCE_DEFAULT
 
@@ -207,7 +207,9 @@ def collect_source_check(cfg, manifest) -> dict:
     files = check_source_files(manifest) if check_files else {"state": "off"}
     return {
         "manifest_files": files,
-        "chunk_checksums": VERIFY_SOURCE_DEFAULT if verify is None else bool(verify),
+        "chunk_checksums": (
+            VERIFY_SOURCE_DEFAULT and cfg.backend == "cpu" if verify is None else bool(verify)
+        ),
     }
 
 
