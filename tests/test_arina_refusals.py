@@ -9,6 +9,7 @@ hdf5plugin (not our writer) where the point is a layout our writer never makes.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -35,13 +36,20 @@ SPEC = "/entry/instrument/detector/detectorSpecific"
 FRAMES = make_frames(0, 12, scan_shape=(3, 4), detector_shape=(8, 8))
 
 
-@pytest.fixture
-def master(tmp_path) -> Path:
-    """12 frames of 8x8 uint16 in shards of 5, 5 and 2 frames, scan_shape (3, 4)."""
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory) -> Path:
     return write_synthetic_arina(
-        tmp_path / "acq", scan_shape=(3, 4), detector_shape=(8, 8), frames_per_shard=5,
-        processes=1,
+        tmp_path_factory.mktemp("template") / "acq", scan_shape=(3, 4), detector_shape=(8, 8),
+        frames_per_shard=5, processes=1,
     )  # fmt: skip
+
+
+@pytest.fixture
+def master(tmp_path, _template) -> Path:
+    """12 frames of 8x8 uint16 in shards of 5, 5 and 2 frames, scan_shape (3, 4) (a
+    private copy of one written acquisition)."""
+    shutil.copytree(_template.parent, tmp_path / "acq")
+    return tmp_path / "acq" / _template.name
 
 
 def shard(master: Path, i: int) -> Path:
@@ -496,4 +504,7 @@ def test_batch_frames_must_be_positive(master):
     assert str(error) == "batch_frames must be >= 1, got 0"
     error = refusal(ValueError, load_arina, master, batch_frames=0)
     assert str(error) == "batch_frames must be >= 1, got 0"
-    assert [first for first, _ in iter_frame_batches(source, 5)] == [0, 5, 10]
+    from quantem.stem4d.io.arina import _iter_compressed_batches
+
+    batches = _iter_compressed_batches(source, 5, 0, 12, None)  # read, not decoded
+    assert [(first, last) for first, last, _ in batches] == [(0, 5), (5, 10), (10, 12)]

@@ -94,9 +94,12 @@ def _chunk_campaign(acquisition, trials: int, seed: int) -> dict[str, int]:
             with pytest.raises(SourceIntegrityError) as info:
                 load_arina(master, index_dir=index_dir, verify_source=True)
             assert info.value.fields["frame"] == frame and info.value.path == str(shard)
+            with pytest.raises(SourceIntegrityError):  # the default verifies (issue 39)
+                load_arina(master, index_dir=index_dir)
             outcomes["refused"] += 1
             try:
-                with load_arina(master, index_dir=index_dir, apply_mask=False) as acq:
+                kept = {"apply_mask": False, "verify_source": False}  # what it would be without
+                with load_arina(master, index_dir=index_dir, **kept) as acq:
                     same = np.array_equal(acq.data, expected)
                 outcomes["same" if same else "silent_wrong"] += 1
             except QuantemError:

@@ -99,12 +99,14 @@ def test_flipped_bits_never_load_as_data_with_verify_source(tmp_path):
         with open(shard, "r+b") as f:
             f.write(damaged)
         try:
-            with load_arina(master, apply_mask=False) as acq:
+            with load_arina(master, apply_mask=False, verify_source=False) as acq:
                 silent += not np.array_equal(acq.data.reshape(reference.shape), reference)
         except ValueError:
             pass  # a structural error the decoder itself catches
         with pytest.raises(SourceIntegrityError):
             load_arina(master, verify_source=True)
+        with pytest.raises(SourceIntegrityError):  # the default (issue 39, defect 2)
+            load_arina(master)
     with open(shard, "r+b") as f:
         f.write(original)
     assert silent > 0, "the unverified path caught every flip: this test proves nothing"
@@ -175,7 +177,10 @@ def test_version_2_sidecars_are_read_but_cannot_verify(master, tmp_path):
     with open(npz, "wb") as f:
         np.savez(f, **old)
     before = json_path.read_bytes()
-    with load_arina(master, index_dir=index_dir, apply_mask=False) as acq:
+    with (
+        pytest.warns(FrameIndexWarning, match="cannot verify its chunks"),
+        load_arina(master, index_dir=index_dir, apply_mask=False) as acq,
+    ):
         np.testing.assert_array_equal(acq.data.reshape(-1, *DET), _frames())
     assert json_path.read_bytes() == before  # read, never rewritten
     source = open_arina(master, index_dir=index_dir)

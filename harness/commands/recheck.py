@@ -109,6 +109,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--native-binary", type=Path, metavar="PATH", help="qem-native-load for --backend native"
     )
     parser.add_argument(
+        "--no-verify-source",
+        action="store_true",
+        help="do not check the shard files against the manifest's size and SHA-256 before "
+        "measuring (the loads check chunks as the candidate's did); recorded in the record's "
+        "recheck.source_check",
+    )
+    parser.add_argument(
         "--lock-dir",
         type=Path,
         metavar="DIR",
@@ -269,6 +276,7 @@ def _recheck(
                 command=["harness", *sys.argv[1:]],
                 paired=paired,
                 baseline_tree=args.baseline_tree,
+                check_source_files=not args.no_verify_source,
             )
         )
     record = load_report(str(outcome.report_path), history_dir=None)

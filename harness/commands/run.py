@@ -161,12 +161,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="IDS",
         help="cuda: shard every load over these GPUs, e.g. 0,1 or 'all' (default: one GPU)",
     )
-    io.add_argument(
-        "--verify-source",
-        action="store_true",
-        help="HDF5 loads check every raw chunk against the frame index's XXH3-64 "
-        "(cpu backend; part of the comparison key)",
-    )
+    add_verify_source_arguments(io)
     io.add_argument(
         "--floors",
         action="store_true",
@@ -176,6 +171,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
+
+
+def add_verify_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--verify-source`` / ``--no-verify-source`` (default: verify)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--verify-source",
+        dest="verify_source",
+        action="store_const",
+        const=True,
+        default=None,
+        help="the default for cpu and cuda: before measuring, check every shard file against "
+        "the manifest's size and SHA-256 (once, untimed), and in every HDF5 load every raw "
+        "chunk against the frame index's XXH3-64 (part of the comparison key); recorded in "
+        "the report's source_check",
+    )
+    group.add_argument(
+        "--no-verify-source",
+        dest="verify_source",
+        action="store_const",
+        const=False,
+        help="check neither the files against the manifest nor the chunks (recorded)",
+    )
 
 
 def add_history_url_argument(parser: argparse.ArgumentParser) -> None:
@@ -260,6 +278,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         fresh_index=args.fresh_index,
         verify_source=args.verify_source,
         floors=args.floors,
+        check_source_files=args.verify_source is not False,
         cold_reloads=args.cold_reloads,
         verify=not args.no_verify,
         source_hashes=not args.no_source_hashes,
@@ -413,6 +432,12 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute.add_argument("--baseline", metavar="SHA_OR_PATH")
     compute.add_argument("--regression-percent", type=float, default=20.0)
     compute.add_argument(
+        "--no-verify-source",
+        action="store_true",
+        help="do not check the shard files against the manifest's size and SHA-256 before "
+        "measuring (recorded in the report's source_check)",
+    )
+    compute.add_argument(
         "--accept-output-change",
         action="store_true",
         help="accept output hashes that differ from the baseline (recorded in the report)",
@@ -501,7 +526,13 @@ def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
     source = open_arina(master)
     name = master.name.removesuffix("_master.h5") or master.stem
     entry = manifest_entry(
-        name, master, master.parent, source.scan_shape, source.detector_shape, source.dtype.name
+        name,
+        master,
+        master.parent,
+        source.scan_shape,
+        source.detector_shape,
+        source.dtype.name,
+        source_shards=False,  # made now: checking the files against it would prove nothing
     )
     manifest = folder / "source-manifest.json"
     manifest.write_bytes(dump_manifest([entry], description=f"--source {master}"))
@@ -572,6 +603,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
             render=registration_renderer(),
             baseline=args.baseline,
             regression_percent=args.regression_percent,
+            check_source_files=not args.no_verify_source,
             command=["harness", *sys.argv[1:]],
         )
         outcome = run_compute(config)

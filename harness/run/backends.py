@@ -87,8 +87,8 @@ class BackendProfile:
         if fmt == "hdf5":
             options["index_dir"] = str(settings.index_dir)
             options["fresh_index"] = fresh_index
-            if settings.verify_source:
-                options["verify_source"] = True
+            # said either way: the cpu loader's default (on) is not what the key records
+            options["verify_source"] = bool(settings.verify_source)
         elif settings.representation != "dense":
             options["representation"] = settings.representation
         if settings.devices is not None:

@@ -43,6 +43,9 @@ class ComputeConfig:
     recheck: int = 0
     lock_dir: Path | None = None
     lock_timeout: float = 600.0
+    #: Check every shard file against the manifest's size and SHA-256 before measuring
+    #: (False: --no-verify-source).
+    check_source_files: bool = True
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None

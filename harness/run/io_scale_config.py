@@ -51,8 +51,13 @@ class IoScaleConfig:
     lock_dir: Path | None = None  # None: harness.run.host_lock.default_lock_dir()
     lock_timeout: float = 600.0
     fresh_index: bool = False
-    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key).
-    verify_source: bool = False
+    #: Check every HDF5 chunk against the frame index's XXH3-64 (part of the comparison key)
+    #: and every shard file against the manifest; None (default): on wherever the backend
+    #: loads HDF5 in process (cpu, cuda), resolved by check_config; False: --no-verify-source.
+    verify_source: bool | None = None
+    #: Check every shard file against the manifest's size and SHA-256 before measuring
+    #: (False: --no-verify-source).
+    check_source_files: bool = True
     #: ``--floors``: measure each cell's floor in the run (harness.run.floors).
     floors: bool = False
     cold_reloads: int = 0
@@ -104,6 +109,8 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError(f"unknown representation {cfg.representation!r}")
     if cfg.representation == "encoded" and not profile.device_pool:
         raise UsageError("--representation encoded needs --backend cuda")
+    if cfg.verify_source is None:
+        cfg.verify_source = profile.in_process
     if cfg.verify_source and not profile.in_process:
         raise UsageError(
             "--verify-source needs --backend cpu or cuda (the native reader reads .qem, "

@@ -13,12 +13,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ManifestError
 from harness.resources import data_folder
 from harness.run.provenance import sha256_file
+from harness.run.source_files import describe_change, link_label, source_shard_entries
 
 SCHEMA_NAME = "quantem-harness/selection-manifest"
 SCHEMA_VERSION = 1
@@ -39,6 +41,8 @@ class SelectedAcquisition:
     qem_reference_header: Path | None = None
     sample_frames: tuple[int, ...] | None = None
     sample_hashes_u32_le: tuple[str, ...] | None = None
+    #: ``source_shards`` entries (link, size, sha256, chunk_xxh3_64), or None
+    source_shards: tuple[dict, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,9 @@ def parse_manifest(path: str | os.PathLike, root: str | os.PathLike) -> Selectio
                 f"{label}.sample_frames: frame {max(frames)} is outside the "
                 f"{shape[0] * shape[1]} frames of shape {list(shape)}"
             )
+        links = [shard["link"] for shard in entry.get("source_shards", ())]
+        if len(set(links)) != len(links):
+            raise ManifestError(f"{label}.source_shards: a link is listed twice")
         acquisitions.append(
             SelectedAcquisition(
                 id=entry["id"],
@@ -181,6 +188,7 @@ def parse_manifest(path: str | os.PathLike, root: str | os.PathLike) -> Selectio
                 qem_reference_header=header,
                 sample_frames=frames,
                 sample_hashes_u32_le=hashes,
+                source_shards=tuple(entry["source_shards"]) if "source_shards" in entry else None,
             )
         )
     return SelectionManifest(path=path, root=root, acquisitions=tuple(acquisitions))
@@ -203,6 +211,65 @@ def check_master_hashes(manifest: SelectionManifest) -> None:
         raise ManifestError(f"{manifest.path}: " + "; ".join(problems))
 
 
+def check_source_files(manifest: SelectionManifest) -> dict:
+    """Check every file of the acquisitions whose entry lists ``source_shards``.
+
+    Each file is hashed once (shared files once in all), before any measurement; a file
+    whose size or SHA-256 differs from the manifest's, a missing file, or links that are
+    not the manifest's raise ManifestError naming the acquisition, the file, the link and
+    (from the chunk checksums) the first changed frame. Returns what was checked, for the
+    report's ``source_check.manifest_files``.
+    """
+    from quantem.stem4d.errors import QuantemError
+    from quantem.stem4d.io.arina import read_shard_links
+
+    start = time.perf_counter()
+    seen: dict[str, tuple[int, str]] = {}
+    problems, listed = [], 0
+    for acq in manifest.acquisitions:
+        if acq.source_shards is None:
+            continue
+        listed += 1
+        try:
+            links = read_shard_links(acq.master_path)
+        except QuantemError as exc:
+            problems.append(f"{acq.id}: {exc}")
+            continue
+        recorded = {shard["link"]: shard for shard in acq.source_shards}
+        if [link.name for link in links] != [shard["link"] for shard in acq.source_shards]:
+            problems.append(
+                f"{acq.id}: the master links {[link.name for link in links]}, the manifest "
+                f"lists {list(recorded)}"
+            )
+            continue
+        for link in links:
+            entry, real = recorded[link.name], os.path.realpath(link.path)
+            if real not in seen:
+                try:
+                    seen[real] = (os.stat(real).st_size, sha256_file(real))
+                except FileNotFoundError:
+                    problems.append(f"{acq.id}: {link.path} ({link_label(link)}) is missing")
+                    continue
+            size, digest = seen[real]
+            if (size, digest) != (entry["size"], entry["sha256"]):
+                problems.append(
+                    f"{acq.id}: {link.path} ({link_label(link)}) is not the file the manifest "
+                    f"names (size {size}, SHA-256 {digest}; the manifest has {entry['size']}, "
+                    f"{entry['sha256']}): {describe_change(acq.master_path, link, entry)}"
+                )
+    if problems:
+        raise ManifestError(f"{manifest.path}: " + "; ".join(problems))
+    return {
+        "state": "checked"
+        if listed == len(manifest.acquisitions)
+        else ("partly" if listed else "not in manifest"),
+        "acquisitions": listed,
+        "files": len(seen),
+        "bytes": sum(size for size, _ in seen.values()),
+        "seconds": round(time.perf_counter() - start, 6),
+    }
+
+
 def manifest_entry(
     acquisition_id: str,
     master: str | os.PathLike,
@@ -210,15 +277,21 @@ def manifest_entry(
     scan_shape: tuple[int, int],
     detector_shape: tuple[int, int],
     dtype: str,
+    *,
+    source_shards: bool = True,
 ) -> dict:
-    """One ``selected_acquisitions`` entry for a master under ``root`` (hashes the master)."""
-    return {
+    """One ``selected_acquisitions`` entry for a master under ``root``: the master hashed
+    and, with ``source_shards``, each linked file's size, SHA-256 and chunk checksums."""
+    entry = {
         "id": acquisition_id,
         "filename": str(Path(master).relative_to(root)),
         "source_master_sha256": sha256_file(master),
         "shape": [*scan_shape, *detector_shape],
         "dtype": dtype,
     }
+    if source_shards:
+        entry["source_shards"] = source_shard_entries(master)
+    return entry
 
 
 def dump_manifest(entries: list[dict], *, description: str | None = None) -> bytes:

@@ -78,6 +78,7 @@ def paired_recheck(
         threads=config.threads,
         first_index=int(config.reps),
         acquisitions=tuple(acquisitions),
+        verify_source=bool(config.verify_source),
     )
     expected = {
         "baseline": baseline_doc["provenance"]["source_fingerprint_end"],

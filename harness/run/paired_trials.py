@@ -42,6 +42,8 @@ class PairedSpec:
     threads: int | None
     first_index: int
     acquisitions: tuple[str, ...]
+    #: every HDF5 load checks its chunks (a worker of older code ignores it)
+    verify_source: bool = False
 
 
 class PairedWorker:

@@ -53,6 +53,7 @@ def _config(spec: dict[str, Any]) -> IoScaleConfig:
         load_only=True,  # the QEM is prepared untimed: the conversion is not what is measured
         representation=spec.get("representation", "dense"),
         fresh_index=bool(spec.get("fresh_index", False)),
+        verify_source=bool(spec.get("verify_source", False)),
         threads=spec.get("threads"),
         progress=False,
     )

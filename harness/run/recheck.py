@@ -54,6 +54,7 @@ from harness.run.recheck_record import recheck_record
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
     EXECUTION_ERRORS,
+    collect_source_check,
     finish_provenance,
     register_measured,
     say_waiting,
@@ -90,6 +91,9 @@ class RecheckConfig:
     #: ``--baseline-tree``: the baseline's code (default: this checkout when it fingerprints
     #: as the baseline, else its git revision, exported)
     baseline_tree: Path | None = None
+    #: Check the shard files against the manifest before measuring (False:
+    #: --no-verify-source; the loads check chunks as the candidate's did, for comparability)
+    check_source_files: bool = True
 
 
 def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
@@ -106,6 +110,10 @@ def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
         load_only=True,
         representation=conditions.get("representation", "dense"),
         fresh_index=bool(conditions.get("fresh_index", False)),
+        # as the candidate measured (part of the comparison key); before 2026-12-05 a
+        # record without the field did not verify
+        verify_source=bool(conditions.get("verify_source", False)),
+        check_source_files=cfg.check_source_files,
         threads=conditions.get("threads"),
         native_binary=cfg.native_binary,
         command=cfg.command,
@@ -144,6 +152,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             f"recheck: the inputs of candidate {candidate.sha256[:12]} are gone: {exc}"
         ) from exc
     check_same_inputs(manifest, candidate)
+    source_check = collect_source_check(kind.config, manifest)
     wanted = {key[0] for key in cfg.cells}
     acquisitions = [a for a in manifest.acquisitions if a.id in wanted]
     io_cfg = kind.config
@@ -176,6 +185,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             else:
                 rechecked = _measure(kind, cfg, acquisitions, environment)
             rechecked["pairing"] = choice.to_dict()
+            rechecked["source_check"] = source_check
             provenance, stable = finish_provenance(tracker, kind.log)
             doc = recheck_record(
                 candidate,

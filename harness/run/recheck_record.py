@@ -42,6 +42,8 @@ def recheck_record(
         block["paired"] = measured["paired"]
     if measured.get("pairing"):
         block["pairing"] = measured["pairing"]  # paired or not, and why
+    if measured.get("source_check"):
+        block["source_check"] = measured["source_check"]
     block.update(
         {
             "candidate_sha256": candidate.sha256,

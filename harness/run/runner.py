@@ -4,7 +4,9 @@ A run, whatever it measures (:mod:`harness.run.io_scale` today, ``compute`` next
 
 1. the kind checks its configuration (the backend is required here, once);
 2. provenance first: the source fingerprint starts;
-3. the manifest is parsed and every master's SHA-256 checked before any measurement;
+3. the manifest is parsed and every master's SHA-256 checked before any measurement,
+   and every shard file against the size and SHA-256 the manifest records (unless
+   ``--no-verify-source``), once each, outside any timing;
 4. the output directory is claimed (a second run into it refuses now, not after
    measuring), and the baseline is looked up by :func:`harness.history.lookup.load_report`,
    the same rule as ``harness compare``, with the calibration to judge it against;
@@ -42,7 +44,12 @@ from harness.run.checks import FailureLog
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
-from harness.run.manifest import SelectedAcquisition, check_master_hashes, parse_manifest
+from harness.run.manifest import (
+    SelectedAcquisition,
+    check_master_hashes,
+    check_source_files,
+    parse_manifest,
+)
 from harness.run.paired import Pairing
 from harness.run.pairing import PairingChoice, choose_baseline_code
 from harness.run.provenance import SourceTracker
@@ -113,6 +120,7 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     tracker = SourceTracker().start()
     manifest = parse_manifest(cfg.manifest, cfg.root)
     check_master_hashes(manifest)
+    source_check = collect_source_check(cfg, manifest)
     with claim_output_dir(cfg.output_dir, getattr(kind, "report_name", REPORT_NAME)):
         baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
         calibration = (
@@ -131,7 +139,15 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
         )
         with _pairing(kind, baseline, tracker) as (pairing, choice), locks:
             outcome = _measure_and_report(
-                kind, manifest, tracker, baseline, calibration, environment, pairing, choice
+                kind,
+                manifest,
+                tracker,
+                baseline,
+                calibration,
+                environment,
+                pairing,
+                choice,
+                source_check,
             )
     registered = (
         register_measured(cfg.history_dir, outcome.report_path, render=cfg.render)
@@ -203,8 +219,37 @@ def say_waiting(resource, holder: str) -> None:
     )
 
 
+def collect_source_check(cfg, manifest) -> dict:
+    """The report's ``source_check``: the manifest's files checked now, once each, outside
+    any timing (unless ``--no-verify-source``), and whether every load checks its chunks.
+
+    ``cfg.verify_source`` (io-scale, recheck: resolved by the kind's check_config) says
+    whether each HDF5 load checks its chunks; a kind without it (compute) loads with
+    io.load's default (on for the cpu loader; the cuda loader's default is off).
+    """
+    from quantem.stem4d.io.arina import VERIFY_SOURCE_DEFAULT
+
+    verify = getattr(cfg, "verify_source", None)
+    check_files = getattr(cfg, "check_source_files", True)
+    files = check_source_files(manifest) if check_files else {"state": "off"}
+    return {
+        "manifest_files": files,
+        "chunk_checksums": (
+            VERIFY_SOURCE_DEFAULT and cfg.backend == "cpu" if verify is None else bool(verify)
+        ),
+    }
+
+
 def _measure_and_report(
-    kind, manifest, tracker, baseline, calibration, environment, pairing=None, choice=None
+    kind,
+    manifest,
+    tracker,
+    baseline,
+    calibration,
+    environment,
+    pairing=None,
+    choice=None,
+    source_check=None,
 ) -> RunOutcome:
     """Steps 5 and 6 of the module docstring, with the host locks held."""
     cfg, log = kind.config, kind.log
@@ -266,6 +311,8 @@ def _measure_and_report(
         "environment": environment,
         "contention": contention,
     }
+    if source_check is not None:
+        head["source_check"] = source_check
     # A kind with its own report schema names it (compute); io-scale keeps the default.
     head.update(getattr(kind, "report_head", {}))
     doc = kind.build_report(head)

@@ -17,6 +17,7 @@ import hashlib
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import xxhash
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.errors import (
     ArinaFormatError,
+    FrameIndexWarning,
     ScanShapeError,
     SourceIntegrityError,
     SourceNotFoundError,
@@ -43,6 +45,10 @@ from quantem.stem4d.io.frame_index import (
 )
 from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions
 
+#: Whether :func:`load_arina` checks every raw chunk against the frame index's XXH3-64
+#: when the caller does not say: on, as its cost on a warm CPU load is within 5%
+#: (docs/arina.md, benchmarks/verify_source_cost.py).
+VERIFY_SOURCE_DEFAULT = True
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
 DEFAULT_BATCH_FRAMES = 1024
 #: Contiguous chunks are read with one ``preadv`` call up to this many bytes.
@@ -463,6 +469,15 @@ def _parsed_master(master: Path, sha256: str) -> tuple:
     )
 
 
+def read_shard_links(master_path: str | os.PathLike) -> list[ShardLink]:
+    """The master's ``data_NNNNNN`` links in frame order (each to its own file and
+    dataset), without opening the shards: what a caller checking the files needs."""
+    master = Path(master_path).absolute()
+    if not master.is_file():
+        raise SourceNotFoundError(master, "master file does not exist")
+    return _parsed_master(master, _sha256_file(os.fspath(master)))[0]
+
+
 def open_arina(
     master_path: str | os.PathLike,
     *,
@@ -879,7 +894,7 @@ def load_arina(
     threads: int | None = None,
     engine: str = "auto",
     batch_frames: int = DEFAULT_BATCH_FRAMES,
-    verify_source: bool = False,
+    verify_source: bool | None = None,
 ) -> Acquisition:
     """Load an ARINA acquisition into memory as a 4D numpy array (backend ``"cpu"``).
 
@@ -912,12 +927,27 @@ def load_arina(
         acquisition was first observed; a chunk that changed since raises
         :class:`~quantem.stem4d.errors.SourceIntegrityError` naming the shard and frame (the
         bitshuffle-LZ4 format has no checksum of its own, so a flipped bit otherwise
-        decodes as wrong data). Off by default.
+        decodes as wrong data). Default (None): :data:`VERIFY_SOURCE_DEFAULT`, on; an index
+        read from an older sidecar without checksums then loads unverified with a
+        :class:`~quantem.stem4d.errors.FrameIndexWarning` (``True`` refuses it).
+        ``False`` skips the check.
     """
     if batch_frames < 1:
         raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
     options = LoadOptions.parse(dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
+    if verify_source is None:
+        verify_source = VERIFY_SOURCE_DEFAULT
+        if verify_source and source.index.chunk_xxh3 is None:
+            # An older sidecar is read, never rewritten: say so rather than refuse.
+            warnings.warn(
+                f"{source.master_path}: the frame index has no chunk checksums (built by an "
+                "older quantem), so this load cannot verify its chunks; load once with "
+                "fresh_index=True to record them",
+                FrameIndexWarning,
+                stacklevel=2,
+            )
+            verify_source = False
     options.check_detector(source.detector_shape)
     if options.changes_layout(source.dtype):
         finisher = FrameFinisher(
@@ -947,12 +977,14 @@ def load_arina(
 
 __all__ = [
     "ArinaSource",
+    "ShardLink",
     "chunk_mismatch_error",
     "expected_chunk_hashes",
     "iter_frame_batches",
     "load_arina",
     "open_arina",
     "read_compressed",
+    "read_shard_links",
     "resolve_scan_shape",
     "verify_chunks",
 ]
