@@ -277,3 +277,60 @@ def test_a_planted_floor_slower_than_the_load_is_reported_too_weak(suite, monkey
     print_summary(doc, Console(file=out, width=200), compact=True)
     assert out.getvalue().count("FLOOR TOO WEAK") == len(doc["floors"]["too_weak"]) >= 2
     assert "a defect of the floor, never a success of the load" in out.getvalue()
+
+
+# -- compute: the read_once floor -------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 5, 7), (4, 4, 16, 16)])
+def test_read_once_host_folds_every_byte(shape):
+    from harness.run import floor_compute
+
+    array = np.random.default_rng(1).integers(0, 65535, shape, dtype=np.uint16)
+    out = floor_compute.read_once_host(array, threads=(1, 2), repeats=2)
+    assert out["method"] == floor_compute.READ_ONCE and out["bytes"] == array.nbytes
+    assert [s["threads"] for s in out["sweep"]] == [1, 2]
+    assert out["seconds"] == min(s["median"] for s in out["sweep"])
+
+
+def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
+    from harness.run import floor_compute
+
+    array = np.arange(1, 4097, dtype=np.uint64)
+    monkeypatch.setattr(
+        floor_compute, "_fold_host", lambda words, n, pool: int(np.bitwise_xor.reduce(words[1:]))
+    )
+    with pytest.raises(RuntimeError, match="folded"):
+        floor_compute.read_once_host(array, threads=(1,), repeats=1)
+
+
+def test_compute_stages_get_ratios_against_read_once():
+    from harness.run.floor_compute import with_ratios
+
+    floor = {"method": "read_once_xor_fold", "seconds": 0.01}
+    summaries = [
+        {"acquisition": "a", "stage": "load", "median": 0.5},
+        {"acquisition": "a", "stage": "bf", "median": 0.03},
+        {"acquisition": "a", "stage": "fit", "median": 0.002},
+        {"acquisition": "b", "stage": "bf", "median": 0.03},
+    ]
+    with_ratios(summaries, {"a": floor, "b": None})
+    assert "ratio_to_floor" not in summaries[0] and "ratio_to_floor" not in summaries[3]
+    assert summaries[1]["ratio_to_floor"] == pytest.approx(3.0)
+    assert summaries[1]["floor_status"] == "ok" and summaries[2]["floor_status"] == "too_weak"
+
+
+@pytest.mark.slow
+def test_compute_run_records_the_read_once_floor(tmp_path):
+    from test_run_compute import config
+
+    from harness.report import parse_report
+    from harness.run.compute import run_compute
+
+    outcome = run_compute(config(tmp_path, "run", reps=1))
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    doc = parse_report(outcome.report_path)
+    floor = doc["floors"]["read_once"]["focus"]
+    assert floor["bytes"] == 24 * 24 * 32 * 32 * 2 and floor["seconds"] > 0
+    for s in doc["summaries"]:
+        if s["stage"] != "load":
+            assert s["ratio_to_floor"] == pytest.approx(s["median"] / floor["seconds"])
+    assert doc["conditions"]["instrumentation"] == {"quantem.stem4d.cuda.staging.PROFILE": False}

@@ -208,7 +208,7 @@ class IoScaleFloors:
             summary["floor_status"] = cell["status"]
         return {
             "version": FLOORS_VERSION,
-            "settings": self.settings.to_dict(),
+            "settings": {**self.settings.to_dict(), "cold_threads": self.cold_threads},
             "cells": cells,
             "cold_reads": self.cold,
             "too_weak": [
