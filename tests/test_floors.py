@@ -334,3 +334,52 @@ def test_compute_run_records_the_read_once_floor(tmp_path):
         if s["stage"] != "load":
             assert s["ratio_to_floor"] == pytest.approx(s["median"] / floor["seconds"])
     assert doc["conditions"]["instrumentation"] == {"quantem.stem4d.cuda.staging.PROFILE": False}
+
+
+# -- first load as the user feels it ----------------------------------------------------
+def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.run.fresh_process import processes_mapping
+
+    path = tmp_path / "held"
+    path.write_bytes(bytes(8192))
+    code = (
+        "import mmap, sys; f = open(sys.argv[1], 'rb'); "
+        "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); print('mapped', flush=True); "
+        "sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout.readline().strip() == b"mapped"
+        assert child.pid in processes_mapping([path])
+    finally:
+        child.communicate(b"")
+    assert child.pid not in processes_mapping([path])
+
+
+@pytest.mark.slow
+def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
+    from harness.run import fresh_process
+
+    folder, written = suite
+    outcome = _run(folder, written, reps=1, floors=False, fresh_processes=1)
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    cells = outcome.report["first_load"]["cells"]
+    assert [(c["format"], c["n"]) for c in cells] == [("hdf5", 1), ("qem", 1)]
+    for c in cells:
+        run = c["runs"][0]
+        assert run["product_sha256"] == c["expected_product_sha256"]
+        assert set(run["parts"]) == {"interpreter", "imports", "load", "product"}
+        assert run["seconds"] == pytest.approx(sum(run["parts"].values()))
+        assert run["residency_before"] >= 0.99 and run["holders"] == []
+    # a child whose BF differs from this process's is a correctness failure
+    monkeypatch.setattr(fresh_process, "expected_bf", lambda path, backend: "0" * 64)
+    failed = _run(
+        folder, written, reps=1, floors=False, fresh_processes=1, output_dir=folder / "o2"
+    )
+    assert failed.exit_code == 1
+    assert any("fresh process 0" in f for f in failed.report["status"]["failures"])

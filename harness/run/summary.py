@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.run.floors import floor_lines
+from harness.run.fresh_process import first_load_lines
 from harness.run.pairing import describe_pairing
 
 _COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95", "min", "max")
@@ -168,5 +169,5 @@ def print_summary(doc: dict, console: Any = None, *, compact: bool | None = None
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(table)
-    for line in floor_lines(doc) + status_lines(doc):
+    for line in floor_lines(doc) + first_load_lines(doc) + status_lines(doc):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
