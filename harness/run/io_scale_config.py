@@ -86,6 +86,8 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--regression-percent must be positive")
     if cfg.fresh_processes < 0:
         raise UsageError("--fresh-process must not be negative")
+    if cfg.fresh_processes and not profile.in_process:
+        raise UsageError("--fresh-process needs --backend cpu or cuda (a native load is a process)")
     if cfg.recheck < 0:
         raise UsageError("--recheck must not be negative")
     if cfg.recheck and not cfg.baseline:
