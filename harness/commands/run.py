@@ -168,6 +168,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="measure each cell's floor in the run (the path the load takes) and its "
         "ratio_to_floor (docs/io-scale.md, Floors)",
     )
+    io.add_argument(
+        "--fresh-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first load as the user feels it: N fresh processes per acquisition and format, "
+        "spawn to the first exact BF (docs/io-scale.md)",
+    )
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
@@ -279,6 +287,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         verify_source=args.verify_source,
         floors=args.floors,
         check_source_files=args.verify_source is not False,
+        fresh_processes=args.fresh_process,
         cold_reloads=args.cold_reloads,
         verify=not args.no_verify,
         source_hashes=not args.no_source_hashes,

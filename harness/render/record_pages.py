@@ -28,6 +28,7 @@ from harness.errors import HarnessError, ReportValidationError
 from harness.fsio import FileWriteError
 from harness.history.index_db import RecordRow, read_meta_json, write_meta
 from harness.history.layout import HistoryLayout, record_relpath
+from harness.render.floor_html import floor_rows_html
 from harness.render.pages import FLAGGED_VERDICTS, format_seconds
 from harness.render.record_html import summary_rows_html, trial_rows_html, value_html
 from harness.render.targets import RENDERED_MODE, RenderTargets, record_page_name, write_atomic
@@ -56,7 +57,9 @@ RECORD_SECTIONS = (
     ("baseline", "Baseline"),
 )
 #: The fields a record page shows in their own sections (the rest follow generically).
-HANDLED_SECTIONS = frozenset({"trials", "summaries", "status"} | {n for n, _ in RECORD_SECTIONS})
+HANDLED_SECTIONS = frozenset(
+    {"trials", "summaries", "status", "floors"} | {n for n, _ in RECORD_SECTIONS}
+)
 #: Each record kind's page template, by the record's ``schema``; a schema not named here
 #: (an older report migrated in memory reads as the loading report) gets the first.
 RECORD_TEMPLATES = {
@@ -290,6 +293,7 @@ class RecordPageBuilder:
             json_href=f"{self._href_prefix}/{relative}",
             trial_rows=markup(trial_rows_html(trials, format_seconds)),
             summary_rows=markup(summary_rows_html(doc["summaries"], format_seconds)),
+            floor_rows=markup(floor_rows_html(doc.get("floors"), format_seconds)),
             **self._constants,
         ).encode("utf-8")
 

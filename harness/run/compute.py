@@ -38,6 +38,9 @@ from harness.run.compute_outputs import (
     save_outputs,
 )
 from harness.run.compute_workloads import as_host, workload_for
+from harness.run.floor_compute import read_once_floor, with_ratios
+from harness.run.floors import FLOORS_VERSION
+from harness.run.instrumentation import instrumentation_state
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
@@ -63,6 +66,8 @@ class ComputeRun:
         self.memory: MemoryTracker | None = None
         self.trials: list[dict] = []
         self.acquisitions: list[dict] = []
+        #: The ``read_once`` floor of each acquisition's resident data (floor_compute).
+        self.floors: dict[str, dict] = {}
 
     # -- the report's identity (read by the runner) ------------------------------------
     @property
@@ -134,6 +139,8 @@ class ComputeRun:
             if name == stages[-1][0]:
                 self.memory.sample(state_holder.get("acq"))
                 self._finish_round(selected, entry, state_holder, index)
+                if index == cfg.reps:  # after the last round, while the data is resident
+                    self.floors[selected.id] = read_once_floor(state_holder, cfg.backend, barrier)
 
         try:
             TrialLoop(workspace, one).run(cells, cfg.reps + 1)
@@ -214,10 +221,12 @@ class ComputeRun:
                 "reps": cfg.reps,
                 "parameters": jsonable(cfg.parameters.to_dict()),
                 "calibration": cfg.parameters.calibration().to_dict(),
+                "instrumentation": instrumentation_state(),
             },
             "acquisitions": self.acquisitions,
             "trials": self.trials,
-            "summaries": self.summaries(),
+            "summaries": with_ratios(self.summaries(), self.floors),
+            "floors": {"version": FLOORS_VERSION, "read_once": self.floors},
             "output_change": {
                 "accepted": bool(cfg.accept_output_change),
                 "changed": [],

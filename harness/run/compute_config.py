@@ -16,6 +16,7 @@ from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
 from harness.run.compute_workloads import ComputeParameters
+from harness.run.instrumentation import refuse_instrumentation
 
 
 @dataclass
@@ -75,6 +76,7 @@ def check_config(cfg: ComputeConfig) -> BackendProfile:
         and any(cfg.save_outputs.iterdir())
     ):
         raise UsageError(f"--save-outputs {cfg.save_outputs} is not empty")
+    refuse_instrumentation()  # timed stages run without profiling hooks
     profile = profile_for(cfg.backend)
     profile.require()
     return profile

@@ -51,10 +51,25 @@ def plan_pieces(sizes: Sequence[int], piece_bytes: int) -> list[tuple[int, int, 
     return pieces
 
 
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def reader_pool(threads: int) -> ThreadPoolExecutor:
+    """A kept pool of ``threads`` started threads (started outside every timer, as a
+    loader's kept pools are: thread start-up is not part of reading)."""
+    pool = _pools.get(threads)
+    if pool is None:
+        pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="harness-floor")
+        barrier = threading.Barrier(threads)
+        list(pool.map(lambda _: barrier.wait(), range(threads)))  # every thread started
+    return pool
+
+
 def read_files(files: Sequence[Path], threads: int, piece_bytes: int) -> int:
     """Read every byte of ``files`` once, ``threads`` at a time; returns the bytes read.
 
     Raises OSError naming the file on a short read (the file shrank under the read).
+    Call :func:`reader_pool` first when timing it.
     """
     fds = [os.open(path, os.O_RDONLY) for path in files]
     try:
@@ -77,8 +92,7 @@ def read_files(files: Sequence[Path], threads: int, piece_bytes: int) -> int:
         if threads <= 1:
             total = sum(read(p) for p in pieces)
         else:
-            with ThreadPoolExecutor(threads, thread_name_prefix="harness-floor") as pool:
-                total = sum(pool.map(read, pieces))
+            total = sum(reader_pool(threads).map(read, pieces))
         if total != sum(sizes):
             raise OSError(f"read {total} bytes of {sum(sizes)} from {[str(f) for f in files]}")
         return total
@@ -91,6 +105,7 @@ def cold_read(
     files: Sequence[Path], threads: int, piece_bytes: int, evict_also: Sequence[Path] = ()
 ) -> dict:
     """One cold read of ``files`` with the cache state made and verified as for a cold load."""
+    reader_pool(threads)
     m = trials.measure_load(
         lambda _timer: read_files(files, threads, piece_bytes),
         cache_state=trials.COLD,
@@ -126,6 +141,7 @@ def warm_sweep(
     for n in threads:
         for piece in pieces:
             runs = []
+            reader_pool(n)
             for _ in range(repeats):
                 m = trials.measure_load(
                     lambda _timer, n=n, piece=piece: read_files(files, n, piece),

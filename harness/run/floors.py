@@ -72,7 +72,7 @@ class IoScaleFloors:
     """The floor measurements of one io-scale run and the report's ``floors`` section.
 
     ``runtime``: the CUDA calls (None: :class:`~harness.run.floor_cuda.CupyRuntime` on
-    the cuda backend, none elsewhere); ``measure_component``: tests plant a floor here.
+    the cuda backend, none elsewhere).
     """
 
     def __init__(
@@ -91,8 +91,8 @@ class IoScaleFloors:
         )
         self._runtime = runtime
         self.cold: list[dict] = []
-        self.warm: dict[tuple[str, str], list[dict]] = {}
-        self.planted: dict[tuple[str, str, str], dict] = {}
+        #: (acquisition, format or "decoded") -> {role: component}
+        self.warm: dict[tuple[str, str], dict[str, dict]] = {}
 
     @property
     def runtime(self) -> Any:
@@ -131,25 +131,25 @@ class IoScaleFloors:
         s = self.settings
         for fmt in formats:
             files = state.files_of(fmt)
-            components = [floor_reads.warm_sweep(files, s.threads, s.pieces, s.repeats)]
+            parts = {"host_read": floor_reads.warm_sweep(files, s.threads, s.pieces, s.repeats)}
             if self.runtime is not None:
                 from quantem.stem4d.cuda import release_registered_files
 
                 release_registered_files(files)  # measured on mappings of its own
                 nbytes = sum(p.stat().st_size for p in files)
-                components.append(
-                    floor_cuda.h2d_registered(files, self.runtime, s.copy_pieces, s.repeats)
+                parts["h2d_registered"] = floor_cuda.h2d_registered(
+                    files, self.runtime, s.copy_pieces, s.repeats
                 )
-                components.append(
-                    floor_cuda.h2d_pinned(nbytes, self.runtime, s.copy_pieces, s.repeats)
+                parts["h2d_pinned"] = floor_cuda.h2d_pinned(
+                    nbytes, self.runtime, s.copy_pieces, s.repeats
                 )
-            self.warm[(state.selected.id, fmt)] = components
+            self.warm[(state.selected.id, fmt)] = parts
         if self.runtime is not None:
             expected = state.expected
             nbytes = decoded_bytes(expected.shape, expected.dtype)
-            self.warm[(state.selected.id, "decoded")] = [
-                floor_cuda.d2d_copy(nbytes, self.runtime, repeats=s.repeats)
-            ]
+            self.warm[(state.selected.id, "decoded")] = {
+                "d2d_decoded": floor_cuda.d2d_copy(nbytes, self.runtime, repeats=s.repeats)
+            }
 
     def cold_components(self, acquisition: str, fmt: str) -> list[dict]:
         mine = [c for c in self.cold if (c["acquisition"], c["format"]) == (acquisition, fmt)]
@@ -168,25 +168,24 @@ class IoScaleFloors:
         """The device-to-device copy of the decoded size (cuda loads that decode)."""
         if fmt == "qem" and self.representation == "encoded":
             return None
-        found = self.warm.get((acquisition, "decoded"))
-        return found[0] if found else None
+        return self.warm.get((acquisition, "decoded"), {}).get("d2d_decoded")
 
     # -- the report ----------------------------------------------------------------------
     def path_components(
         self, entry: dict, fmt: str, cache_state: str, staging: str | None
     ) -> list[dict]:
         """The components of the path the cell's loads took (see the module docstring)."""
-        by = {c["method"]: c for c in self.warm.get((entry["id"], fmt), [])}
+        by = self.warm.get((entry["id"], fmt), {})
         if cache_state == trials.COLD:
             parts = self.cold_components(entry["id"], fmt)
             if self.runtime is not None:
-                parts.append(by.get(floor_cuda.H2D_PINNED))
+                parts.append(by.get("h2d_pinned"))
         elif self.runtime is not None and staging == "registered":
-            parts = [by.get(floor_cuda.H2D_REGISTERED)]
+            parts = [by.get("h2d_registered")]
         elif self.runtime is not None:
-            parts = [by.get(floor_reads.WARM_READ), by.get(floor_cuda.H2D_PINNED)]
+            parts = [by.get("host_read"), by.get("h2d_pinned")]
         else:
-            parts = [by.get(floor_reads.WARM_READ)]
+            parts = [by.get("host_read")]
         parts.append(self.decode_component(entry["id"], fmt))
         return [p for p in parts if p is not None]
 
@@ -201,9 +200,6 @@ class IoScaleFloors:
                 continue
             staging = _staging_of(trials_, key)
             components = self.path_components(entry, key[1], key[2], staging)
-            planted = self.planted.get(key)
-            if planted is not None:
-                components.append(planted)
             cell = judge_cell(key, components, summary.get("median"), staging)
             cells.append(cell)
             summary["floor_seconds"] = cell["floor_seconds"]
@@ -212,7 +208,7 @@ class IoScaleFloors:
             summary["floor_status"] = cell["status"]
         return {
             "version": FLOORS_VERSION,
-            "settings": self.settings.to_dict(),
+            "settings": {**self.settings.to_dict(), "cold_threads": self.cold_threads},
             "cells": cells,
             "cold_reads": self.cold,
             "too_weak": [

@@ -32,6 +32,7 @@ from harness.run.checks import (
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
 from harness.run.conversion import ConversionSettings
 from harness.run.floors import IoScaleFloors
+from harness.run.fresh_process import fresh_cells
 from harness.run.instrumentation import instrumentation_state
 from harness.run.io_scale_config import IoScaleConfig, check_config
 from harness.run.io_steps import AcquisitionState, TrialContext
@@ -65,6 +66,7 @@ class IoScaleRun:
         self.memory: MemoryTracker | None = None
         self._headers: dict[str, dict] = {}
         self.floors: IoScaleFloors | None = None  # --floors (set by check_config)
+        self.first_loads: list[dict] = []  # --fresh-process
 
     # -- BenchmarkKind ---------------------------------------------------------------
     def check_config(self) -> None:
@@ -100,6 +102,8 @@ class IoScaleRun:
         self.measure_cells(ctx, self.cells_of(state), cfg.reps, floors=self.floors)
         if self.floors is not None:
             self.floors.after_acquisition(state, self.profile.formats)
+        if cfg.fresh_processes and self.profile.in_process:
+            self.first_loads += fresh_cells(ctx, state, cfg.fresh_processes)
         if self.profile.in_process:
             self.cold_reload_runs += io_steps.cold_reloads(ctx, state, cfg.cold_reloads)
             if cfg.profile_reload:
@@ -241,14 +245,6 @@ class IoScaleRun:
         cfg, profile = self.config, self.profile
         measured = [s for s in self.states if s.expected.shape is not None]
         kept = sum(1 for t in self.trials if t["kept"])
-        cold_rule = (
-            f"residency_before <= {trials.COLD_MAX_RESIDENCY} and "
-            f"read_bytes >= {trials.COLD_MIN_READ_FRACTION} * file_bytes"
-        )
-        cached_rule = (
-            f"residency_before >= {trials.CACHED_MIN_RESIDENCY} and "
-            f"read_bytes <= {trials.CACHED_MAX_READ_FRACTION} * file_bytes"
-        )
         conditions_devices = (
             {"devices": describe_devices(profile.devices)} if profile.devices is not None else {}
         )
@@ -270,7 +266,7 @@ class IoScaleRun:
                 "fresh_index": cfg.fresh_index,
                 "verify_source": cfg.verify_source,
                 "threads": cfg.threads,
-                "label_rules": {"cold": cold_rule, "cached": cached_rule},
+                "label_rules": trials.label_rules(),
                 "instrumentation": instrumentation_state(),
             },
             "acquisitions": entries,
@@ -285,7 +281,8 @@ class IoScaleRun:
             "cold_reload_runs": self.cold_reload_runs,
             "profile": self.profiled,
             "memory": self.memory.section(),
-            **({"floors": floors} if floors is not None else {}),
+            **({"floors": floors} if floors else {}),
+            **({"first_load": {"cells": self.first_loads}} if self.first_loads else {}),
         }
 
     def execute(self) -> RunOutcome:

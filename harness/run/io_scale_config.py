@@ -60,6 +60,8 @@ class IoScaleConfig:
     check_source_files: bool = True
     #: ``--floors``: measure each cell's floor in the run (harness.run.floors).
     floors: bool = False
+    #: ``--fresh-process N``: N fresh processes per acquisition and format (harness.run.fresh_process).
+    fresh_processes: int = 0
     cold_reloads: int = 0
     verify: bool = True
     source_hashes: bool = True
@@ -87,6 +89,10 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--cold-reloads and --reloads must not be negative")
     if cfg.regression_percent <= 0:
         raise UsageError("--regression-percent must be positive")
+    if cfg.fresh_processes < 0:
+        raise UsageError("--fresh-process must not be negative")
+    if cfg.fresh_processes and not profile.in_process:
+        raise UsageError("--fresh-process needs --backend cpu or cuda (a native load is a process)")
     if cfg.recheck < 0:
         raise UsageError("--recheck must not be negative")
     if cfg.recheck and not cfg.baseline:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.run.floors import floor_lines
+from harness.run.fresh_process import first_load_lines
 from harness.run.pairing import describe_pairing
 from harness.safe_text import terminal_text
 
@@ -170,5 +171,5 @@ def print_summary(doc: dict, console: Any = None, *, compact: bool | None = None
             console.print(terminal_text(line), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(table)
-    for line in floor_lines(doc) + status_lines(doc):
+    for line in floor_lines(doc) + first_load_lines(doc) + status_lines(doc):
         console.print(terminal_text(line), markup=False, highlight=False, soft_wrap=True)

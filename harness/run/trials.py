@@ -49,6 +49,16 @@ def classify_trial(
     return (cache_state if kept else f"not-{cache_state}"), kept
 
 
+def label_rules() -> dict[str, str]:
+    """The rules of :func:`classify_trial` as the report states them."""
+    return {
+        COLD: f"residency_before <= {COLD_MAX_RESIDENCY} and "
+        f"read_bytes >= {COLD_MIN_READ_FRACTION} * file_bytes",
+        CACHED: f"residency_before >= {CACHED_MIN_RESIDENCY} and "
+        f"read_bytes <= {CACHED_MAX_READ_FRACTION} * file_bytes",
+    }
+
+
 def make_resident(paths: Sequence[str | os.PathLike]) -> None:
     """Read files sequentially so their pages are cached (untimed preparation of cached trials)."""
     buffer = bytearray(_WARM_CHUNK)

@@ -1,0 +1,147 @@
+"""The ``read_once`` floor of a compute workload: one pass over the resident data.
+
+A product of the whole acquisition (a virtual image, a centre of mass, a sideband sum)
+reads every byte of the loaded data at least once, so one pass over it at the device's
+best bounds every such stage. The pass folds the data's 64-bit words with XOR (no cast,
+no temporary the size of the data): on the CPU split over a sweep of thread counts
+(numpy releases the GIL in the reduction; the best median is the floor and the sweep is
+recorded), on cuda one device reduction between device barriers. The folded value is
+checked after the timer against one computed another way, so a pass that skipped bytes
+fails instead of looking fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import reduce
+from operator import xor
+from typing import Any
+
+import numpy as np
+
+from harness.report import quantile
+from harness.run.floor_reads import default_threads
+from harness.run.timers import WallTimer
+
+READ_ONCE = "read_once_xor_fold"
+
+
+def _words(array: Any, xp: Any) -> Any:
+    """The array's bytes as the widest unsigned words that divide its size."""
+    flat = array.reshape(-1).view(xp.uint8)
+    for dtype in (xp.uint64, xp.uint32, xp.uint16):
+        if flat.size % xp.dtype(dtype).itemsize == 0:
+            return flat.view(dtype)
+    return flat
+
+
+def _fold_host(words: np.ndarray, threads: int, pool: ThreadPoolExecutor | None) -> int:
+    if threads <= 1 or pool is None:
+        return int(np.bitwise_xor.reduce(words)) if words.size else 0
+    slabs = np.array_split(words, threads)
+    parts = pool.map(lambda s: int(np.bitwise_xor.reduce(s)) if s.size else 0, slabs)
+    return reduce(xor, parts, 0)
+
+
+def _sweep_of(runs: dict[int, list[float]]) -> list[dict]:
+    return [
+        {"threads": n, "n": len(r), "median": quantile(sorted(r), 0.5), "min": min(r)}
+        for n, r in runs.items()
+    ]
+
+
+def read_once_host(
+    array: np.ndarray, threads: Sequence[int] | None = None, repeats: int = 3
+) -> dict:
+    """One pass over a host array at its best over ``threads``."""
+    words = _words(np.ascontiguousarray(array), np)
+    expected = int(np.bitwise_xor.reduce(words[::-1])) if words.size else 0  # another order
+    runs: dict[int, list[float]] = {}
+    for n in threads or default_threads():
+        pool = ThreadPoolExecutor(n) if n > 1 else None
+        try:
+            if pool is not None:
+                list(pool.map(lambda _: None, range(n)))  # threads started before the timer
+            for _ in range(repeats):
+                timer = WallTimer().start()
+                got = _fold_host(words, n, pool)
+                runs.setdefault(n, []).append(timer.stop())
+                if got != expected:
+                    raise RuntimeError(f"{READ_ONCE}: the pass with {n} threads folded {got:#x}, "
+                                       f"not {expected:#x}")  # fmt: skip
+        finally:
+            if pool is not None:
+                pool.shutdown()
+    sweep = _sweep_of(runs)
+    best = min(sweep, key=lambda s: s["median"])
+    return {
+        "method": READ_ONCE,
+        "seconds": best["median"],
+        "bytes": int(array.nbytes),
+        "settings": {"threads": best["threads"], "word_bytes": int(words.itemsize)},
+        "sweep": sweep,
+    }
+
+
+def read_once_device(array: Any, barrier: Callable[[], None], repeats: int = 3) -> dict:
+    """One pass over a CuPy array: a device XOR reduction, timed between barriers."""
+    import cupy
+
+    words = _words(cupy.ascontiguousarray(array), cupy)
+    fold = cupy.ReductionKernel("T x", "T y", "x", "a ^ b", "y = a", "0", "harness_floor_xor_fold")
+    rows = words.reshape(-1, 1024) if words.size % 1024 == 0 else words.reshape(1, -1)
+    expected = int(fold(fold(rows, axis=1)))  # another order (rows first), untimed
+    runs: list[float] = []
+    for _ in range(repeats):
+        timer = WallTimer(barrier).start()
+        got = fold(words)
+        runs.append(timer.stop())
+        if int(got) != expected:
+            raise RuntimeError(
+                f"{READ_ONCE}: the device pass folded {int(got):#x}, not {expected:#x}"
+            )
+    sweep = [
+        {"threads": None, "n": len(runs), "median": quantile(sorted(runs), 0.5), "min": min(runs)}
+    ]
+    return {
+        "method": READ_ONCE,
+        "seconds": sweep[0]["median"],
+        "bytes": int(array.nbytes),
+        "settings": {"word_bytes": int(words.itemsize), "reduction": "cupy.ReductionKernel"},
+        "sweep": sweep,
+    }
+
+
+def read_once(array: Any, backend: str, barrier: Callable[[], None], repeats: int = 3) -> dict:
+    """The floor of the resident ``array`` on ``backend``."""
+    if backend == "cuda":
+        return read_once_device(array, barrier, repeats)
+    return read_once_host(np.asarray(array), repeats=repeats)
+
+
+def read_once_floor(state: dict, backend: str, barrier: Callable[[], None]) -> dict | None:
+    """The floor of a workload's loaded data; None when none is resident (a streamed
+    source is read block by block: its floor is io-scale's)."""
+    acquisition = state.get("acq")
+    array = getattr(acquisition, "array", None) if acquisition is not None else None
+    if array is None:
+        return None
+    return read_once(array, backend, barrier)
+
+
+def with_ratios(summaries: list[dict], floors: dict[str, dict | None]) -> list[dict]:
+    """Each stage after ``load`` gets ``ratio_to_floor`` = its median / the read_once floor
+    (``load`` is bounded by the read of the file: io-scale's floors)."""
+    for s in summaries:
+        floor = floors.get(s["acquisition"])
+        if s["stage"] == "load" or not floor or not floor.get("seconds"):
+            continue
+        ratio = s["median"] / floor["seconds"] if s["median"] else None
+        s.update(
+            floor_method=floor["method"],
+            floor_seconds=floor["seconds"],
+            ratio_to_floor=ratio,
+            floor_status=None if ratio is None else ("too_weak" if ratio < 1 else "ok"),
+        )
+    return summaries

@@ -1,0 +1,385 @@
+"""Floor cells of io-scale (harness.run.floors): host reads, CUDA copies through a
+stand-in runtime whose "device" is host memory, the bound and ratio of each cell, a
+planted floor slower than the load reported too_weak, and a CPU run end to end."""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _run_helpers import real_disk_dir
+
+from harness.errors import UsageError
+from harness.run import floor_cuda, floor_reads, floors, provenance
+from harness.run.demo import write_demo_suite
+from harness.run.io_scale import run_io_scale
+from harness.run.io_scale_config import IoScaleConfig, check_config
+from quantem.stem4d.cuda import staging
+
+SUITE = (("floor-u16", (4, 4), (16, 16), "uint16", 5000.0),)
+
+
+# -- host reads -------------------------------------------------------------------------
+@pytest.mark.parametrize("piece", [1, 7, 64, 1000])
+def test_pieces_cover_every_byte_once(piece):
+    sizes = [0, 1, 63, 64, 65, 999]
+    covered = [np.zeros(s, dtype=int) for s in sizes]
+    for i, offset, length in floor_reads.plan_pieces(sizes, piece):
+        assert 0 < length <= piece
+        covered[i][offset : offset + length] += 1
+    assert all((c == 1).all() for c in covered)
+
+
+def test_read_files_reads_every_byte(tmp_path):
+    files = []
+    for i, size in enumerate((0, 5, 3 << 20)):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(bytes(size))
+        files.append(path)
+    assert floor_reads.read_files(files, 3, 1 << 20) == 5 + (3 << 20)
+    assert floor_reads.read_files(files, 1, 7) == 5 + (3 << 20)
+
+
+def test_warm_sweep_states_every_setting_and_takes_the_best(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(np.arange(1 << 20, dtype=np.uint32).tobytes())
+    out = floor_reads.warm_sweep([path], (1, 2), (1 << 16, 1 << 20), 2)
+    assert [(s["threads"], s["piece_bytes"]) for s in out["sweep"]] == [
+        (1, 1 << 16),
+        (1, 1 << 20),
+        (2, 1 << 16),
+        (2, 1 << 20),
+    ]
+    assert all(s["bytes"] == 4 << 20 and s["n"] == 2 for s in out["sweep"])
+    best = min(s["median"] for s in out["sweep"])
+    assert out["seconds"] == best
+    chosen = next(s for s in out["sweep"] if s["median"] == best)
+    assert out["settings"] == {"threads": chosen["threads"], "piece_bytes": chosen["piece_bytes"]}
+
+
+# -- CUDA copies through a stand-in runtime ---------------------------------------------
+class HostRuntime:
+    """The CupyRuntime calls on host memory: copies are real memmoves, so the floors'
+    after-timer checks compare real bytes."""
+
+    def __init__(self, drop_last_byte: bool = False) -> None:
+        self.registered: dict[int, int] = {}
+        self.copies = 0
+        self.drop_last_byte = drop_last_byte
+        self._keep: list[np.ndarray] = []
+
+    def device_buffer(self, nbytes):
+        buffer = np.zeros(max(1, nbytes), dtype=np.uint8)
+        self._keep.append(buffer)
+        return buffer
+
+    pinned_buffer = device_buffer
+
+    def device_address(self, buffer):
+        return buffer.ctypes.data
+
+    host_address = device_address
+
+    def copy(self, dst, src, nbytes, kind):
+        assert kind in (1, 3)
+        self.copies += 1
+        ctypes.memmove(dst, src, nbytes - 1 if self.drop_last_byte else nbytes)
+
+    def barrier(self):
+        pass
+
+    def register(self, address, nbytes):
+        assert address % 4096 == 0 and nbytes % 4096 == 0
+        self.registered[address] = nbytes
+
+    def unregister(self, address):
+        del self.registered[address]
+
+    def device_bytes(self, buffer, lo, hi):
+        return buffer[lo:hi].tobytes()
+
+    def fill_pattern(self, buffer):
+        buffer[:] = np.arange(buffer.size) % 251
+
+    def equal(self, a, b):
+        return bool(np.array_equal(a, b))
+
+
+def _files(tmp_path, sizes=(5000, 1 << 20, 3)):
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, size in enumerate(sizes):
+        path = tmp_path / f"shard{i}"
+        path.write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        paths.append(path)
+    return paths
+
+
+def test_h2d_registered_copies_the_files_pages_and_releases_them(tmp_path):
+    files, runtime = _files(tmp_path), HostRuntime()
+    out = floor_cuda.h2d_registered(files, runtime, pieces=(4096, 1 << 16), repeats=2)
+    assert out["method"] == floor_cuda.H2D_REGISTERED
+    assert out["bytes"] == sum(p.stat().st_size for p in files)
+    assert [s["piece_bytes"] for s in out["sweep"]] == [4096, 1 << 16]
+    assert out["seconds"] == min(s["median"] for s in out["sweep"])
+    assert runtime.registered == {}  # every registration released
+
+
+def test_h2d_registered_check_fails_on_a_wrong_copy(tmp_path):
+    with pytest.raises(RuntimeError, match="differ from the file"):
+        floor_cuda.h2d_registered(_files(tmp_path), HostRuntime(drop_last_byte=True), (4096,), 1)
+
+
+def test_h2d_pinned_and_d2d_copy(tmp_path):
+    runtime = HostRuntime()
+    pinned = floor_cuda.h2d_pinned(10_000, runtime, pieces=(4096,), repeats=2)
+    assert pinned["method"] == floor_cuda.H2D_PINNED and pinned["bytes"] == 10_000
+    assert runtime.copies == 2 * 3  # 3 pieces of at most 4096 bytes, twice
+    d2d = floor_cuda.d2d_copy(10_000, runtime, repeats=2)
+    assert d2d["method"] == floor_cuda.D2D_COPY and d2d["seconds"] > 0
+    with pytest.raises(RuntimeError, match="differs"):
+        floor_cuda.d2d_copy(10_000, HostRuntime(drop_last_byte=True), repeats=1)
+
+
+# -- cells ------------------------------------------------------------------------------
+def _component(method, seconds):
+    return {"method": method, "seconds": seconds, "bytes": 1}
+
+
+def test_a_cell_is_bounded_by_its_slowest_component():
+    cell = floors.judge_cell(
+        ("a", "hdf5", "cached"),
+        [_component("h2d", 0.010), _component("d2d", 0.004), _component("none", None)],
+        0.015,
+        "registered",
+    )
+    assert cell["method"] == "h2d" and cell["floor_seconds"] == 0.010
+    assert cell["ratio_to_floor"] == pytest.approx(1.5) and cell["status"] == floors.OK
+
+
+def test_a_load_below_its_floor_marks_the_floor_too_weak():
+    cell = floors.judge_cell(("a", "qem", "cached"), [_component("slow", 0.2)], 0.1, None)
+    assert cell["status"] == floors.TOO_WEAK and cell["ratio_to_floor"] == pytest.approx(0.5)
+    unmeasured = floors.judge_cell(("a", "qem", "cached"), [], 0.1, None)
+    assert unmeasured["status"] == floors.UNMEASURED and unmeasured["ratio_to_floor"] is None
+
+
+def test_cold_floor_and_load_alternate_which_goes_first():
+    calls = []
+    f = floors.IoScaleFloors("cpu", "dense")
+    f.cold_read = lambda state, fmt, index, order: calls.append(("floor", index, order))
+    for index in range(4):
+        f.around_trial(None, "hdf5", "cold", index, lambda i=index: calls.append(("load", i)))
+        f.around_trial(None, "hdf5", "cached", index, lambda i=index: calls.append(("warm", i)))
+    assert calls == [
+        ("load", 0), ("floor", 0, "after_load"), ("warm", 0),
+        ("floor", 1, "before_load"), ("load", 1), ("warm", 1),
+        ("load", 2), ("floor", 2, "after_load"), ("warm", 2),
+        ("floor", 3, "before_load"), ("load", 3), ("warm", 3),
+    ]  # fmt: skip
+
+
+def test_timed_runs_refuse_profiling_instrumentation(monkeypatch, tmp_path):
+    config = IoScaleConfig(
+        root=tmp_path, manifest=tmp_path / "m.json", backend="cpu", storage_id="s",
+        output_dir=tmp_path / "out",
+    )  # fmt: skip
+    monkeypatch.setattr(staging, "PROFILE", True)
+    with pytest.raises(UsageError, match=r"staging\.PROFILE"):
+        check_config(config)
+    monkeypatch.setattr(staging, "PROFILE", False)
+    check_config(config)
+
+
+# -- end to end on the CPU --------------------------------------------------------------
+@pytest.fixture
+def suite(tmp_path, monkeypatch):
+    monkeypatch.setattr(provenance, "collect_source_hashes", lambda checkout, modules=None: {})
+    folder = real_disk_dir(tmp_path)
+    written = write_demo_suite(folder / "suite", SUITE, frames_per_shard=8)
+    yield folder, written
+    if not str(folder).startswith(str(tmp_path)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(folder, written, **overrides):
+    values = dict(
+        root=written.root, manifest=written.manifest, backend="cpu", storage_id="t",
+        output_dir=folder / "out", reps=2, load_only=True, progress=False, command=["t"],
+        floors=True,
+    )  # fmt: skip
+    values.update(overrides)
+    return run_io_scale(IoScaleConfig(**values))
+
+
+@pytest.mark.slow
+def test_every_cell_has_its_floor_method_and_ratio(suite, monkeypatch):
+    from rich.console import Console
+
+    from harness.report import parse_report
+    from harness.run.summary import print_summary
+
+    folder, written = suite
+    settings = floors.FloorSettings(threads=(1, 2), pieces=(1 << 16,), repeats=2)
+    monkeypatch.setattr(floors, "FloorSettings", lambda: settings)  # a short sweep
+    outcome = _run(folder, written)
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    doc = parse_report(outcome.report_path)
+    assert doc["conditions"]["instrumentation"] == {"quantem.stem4d.cuda.staging.PROFILE": False}
+    cells = {(c["acquisition"], c["format"], c["cache_state"]): c for c in doc["floors"]["cells"]}
+    assert set(cells) == {
+        (s["acquisition"], s["format"], s["cache_state"]) for s in doc["summaries"]
+    }
+    for s in doc["summaries"]:
+        cell = cells[(s["acquisition"], s["format"], s["cache_state"])]
+        want = floor_reads.COLD_READ if s["cache_state"] == "cold" else floor_reads.WARM_READ
+        assert cell["method"] == s["floor_method"] == want
+        assert s["ratio_to_floor"] == pytest.approx(s["median"] / cell["floor_seconds"])
+        assert s["floor_status"] == cell["status"] in (floors.OK, floors.TOO_WEAK)
+    assert doc["floors"]["settings"]["warm_threads"] == [1, 2]
+    reads = doc["floors"]["cold_reads"]
+    assert len(reads) == 2 * 2  # two formats x two rounds
+    assert {r["order"] for r in reads if r["trial_index"] == 0} == {"after_load"}
+    assert {r["order"] for r in reads if r["trial_index"] == 1} == {"before_load"}
+    assert all(r["kept"] and r["read_bytes"] >= 0.9 * r["file_bytes"] for r in reads)
+    out = io.StringIO()
+    print_summary(doc, Console(file=out, width=200), compact=True)
+    text = out.getvalue()
+    for s in doc["summaries"]:
+        assert f"({s['floor_method']})  ratio_to_floor {s['ratio_to_floor']:.2f}x" in text
+
+
+@pytest.mark.slow
+def test_a_planted_floor_slower_than_the_load_is_reported_too_weak(suite, monkeypatch):
+    from rich.console import Console
+
+    from harness.run.summary import print_summary
+
+    def planted(files, threads, pieces, repeats):
+        return {"method": "planted_slow_read", "seconds": 60.0, "bytes": 1, "settings": None}
+
+    monkeypatch.setattr(floor_reads, "warm_sweep", planted)
+    folder, written = suite
+    outcome = _run(folder, written, reps=1)
+    doc = json.loads(Path(outcome.report_path).read_bytes())
+    weak = {(w["format"], w["cache_state"], w["method"]) for w in doc["floors"]["too_weak"]}
+    assert {("hdf5", "cached", "planted_slow_read"), ("qem", "cached", "planted_slow_read")} <= weak
+    for s in doc["summaries"]:
+        if s["cache_state"] == "cached":
+            assert s["floor_status"] == "too_weak" and s["ratio_to_floor"] < 1
+    assert outcome.exit_code == 0  # a defect of the floor, not of the load or the run
+    out = io.StringIO()
+    print_summary(doc, Console(file=out, width=200), compact=True)
+    assert out.getvalue().count("FLOOR TOO WEAK") == len(doc["floors"]["too_weak"]) >= 2
+    assert "a defect of the floor, never a success of the load" in out.getvalue()
+
+
+# -- compute: the read_once floor -------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 5, 7), (4, 4, 16, 16)])
+def test_read_once_host_folds_every_byte(shape):
+    from harness.run import floor_compute
+
+    array = np.random.default_rng(1).integers(0, 65535, shape, dtype=np.uint16)
+    out = floor_compute.read_once_host(array, threads=(1, 2), repeats=2)
+    assert out["method"] == floor_compute.READ_ONCE and out["bytes"] == array.nbytes
+    assert [s["threads"] for s in out["sweep"]] == [1, 2]
+    assert out["seconds"] == min(s["median"] for s in out["sweep"])
+
+
+def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
+    from harness.run import floor_compute
+
+    array = np.arange(1, 4097, dtype=np.uint64)
+    monkeypatch.setattr(
+        floor_compute, "_fold_host", lambda words, n, pool: int(np.bitwise_xor.reduce(words[1:]))
+    )
+    with pytest.raises(RuntimeError, match="folded"):
+        floor_compute.read_once_host(array, threads=(1,), repeats=1)
+
+
+def test_compute_stages_get_ratios_against_read_once():
+    from harness.run.floor_compute import with_ratios
+
+    floor = {"method": "read_once_xor_fold", "seconds": 0.01}
+    summaries = [
+        {"acquisition": "a", "stage": "load", "median": 0.5},
+        {"acquisition": "a", "stage": "bf", "median": 0.03},
+        {"acquisition": "a", "stage": "fit", "median": 0.002},
+        {"acquisition": "b", "stage": "bf", "median": 0.03},
+    ]
+    with_ratios(summaries, {"a": floor, "b": None})
+    assert "ratio_to_floor" not in summaries[0] and "ratio_to_floor" not in summaries[3]
+    assert summaries[1]["ratio_to_floor"] == pytest.approx(3.0)
+    assert summaries[1]["floor_status"] == "ok" and summaries[2]["floor_status"] == "too_weak"
+
+
+@pytest.mark.slow
+def test_compute_run_records_the_read_once_floor(tmp_path):
+    from test_run_compute import config
+
+    from harness.report import parse_report
+    from harness.run.compute import run_compute
+
+    outcome = run_compute(config(tmp_path, "run", reps=1))
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    doc = parse_report(outcome.report_path)
+    floor = doc["floors"]["read_once"]["focus"]
+    assert floor["bytes"] == 24 * 24 * 32 * 32 * 2 and floor["seconds"] > 0
+    for s in doc["summaries"]:
+        if s["stage"] != "load":
+            assert s["ratio_to_floor"] == pytest.approx(s["median"] / floor["seconds"])
+    assert doc["conditions"]["instrumentation"] == {"quantem.stem4d.cuda.staging.PROFILE": False}
+
+
+# -- first load as the user feels it ----------------------------------------------------
+def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.run.fresh_process import processes_mapping
+
+    path = tmp_path / "held"
+    path.write_bytes(bytes(8192))
+    code = (
+        "import mmap, sys; f = open(sys.argv[1], 'rb'); "
+        "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); print('mapped', flush=True); "
+        "sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout.readline().strip() == b"mapped"
+        assert child.pid in processes_mapping([path])
+    finally:
+        child.communicate(b"")
+    assert child.pid not in processes_mapping([path])
+
+
+@pytest.mark.slow
+def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
+    from harness.run import fresh_process
+
+    folder, written = suite
+    outcome = _run(folder, written, reps=1, floors=False, fresh_processes=1)
+    assert outcome.exit_code == 0, outcome.report["status"]["failures"]
+    cells = outcome.report["first_load"]["cells"]
+    assert [(c["format"], c["n"]) for c in cells] == [("hdf5", 1), ("qem", 1)]
+    for c in cells:
+        run = c["runs"][0]
+        assert run["product_sha256"] == c["expected_product_sha256"]
+        assert set(run["parts"]) == {"interpreter", "imports", "load", "product"}
+        assert run["seconds"] == pytest.approx(sum(run["parts"].values()))
+        assert run["residency_before"] >= 0.99 and run["holders"] == []
+    # a child whose BF differs from this process's is a correctness failure
+    monkeypatch.setattr(fresh_process, "expected_bf", lambda path, backend: "0" * 64)
+    failed = _run(
+        folder, written, reps=1, floors=False, fresh_processes=1, output_dir=folder / "o2"
+    )
+    assert failed.exit_code == 1
+    assert any("fresh process 0" in f for f in failed.report["status"]["failures"])
