@@ -276,3 +276,19 @@ def test_benchmarks_folder_is_small_and_every_script_has_help():
             check=False,
         )
         assert done.returncode == 0 and "usage:" in done.stdout, (script.name, done.stderr)
+
+
+def test_reproduce_may_prepare_data_first_but_must_end_in_the_records_command(tmp_path):
+    history, (sha,) = _history_with(tmp_path, [make_example_report(0)])
+    layout = HistoryLayout.at(history)
+    good = _claim(sha).replace(
+        'reproduce = "harness run io-scale --demo"',
+        'reproduce = "harness data synth /tmp/a && harness run io-scale /tmp/a"',
+    )
+    assert resolve_claim(parse_claims(_claims_file(tmp_path, good)).claims[0], layout)
+    bad = _claim(sha).replace(
+        'reproduce = "harness run io-scale --demo"',
+        'reproduce = "harness run io-scale --demo && harness run compute dpc"',
+    )
+    with pytest.raises(ClaimsError, match="does not run what the record ran"):
+        resolve_claim(parse_claims(_claims_file(tmp_path, bad)).claims[0], layout)

@@ -21,7 +21,7 @@ The file format (version 1)::
     cell = { acquisition = "demo-u16", format = "hdf5", cache_state = "cached" }
     statistic = "median"                 # a summary field (default median)
     floor_cell = { ... }                 # optional: another summary row of the record as floor
-    reproduce = "harness run io-scale --demo"
+    reproduce = "harness run io-scale --demo"   # may start with preparation: "A && B"
 
     [[not_remeasured]]
     id = "..."
@@ -223,9 +223,10 @@ def _command_of(report: dict) -> list[str]:
 
 
 def _check_reproduce(claim: Claim, report: dict, where: str) -> None:
-    """The printed command must run the record's benchmark (same harness subcommand)."""
+    """The printed command (its last step, after any ``&&``-joined preparation such as
+    ``harness data synth``) must run the record's benchmark (same harness subcommand)."""
     recorded = _command_of(report)
-    words = claim.reproduce.split()
+    words = claim.reproduce.split("&&")[-1].split()
     head = [w for w in recorded[:4] if not w.startswith("-")][:3]
     if words[: len(head)] != head:
         raise ClaimsError(
