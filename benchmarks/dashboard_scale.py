@@ -159,13 +159,13 @@ def main() -> int:
     )
     parser.add_argument("--profile", type=Path, default=None, help="cProfile one more render")
     args = parser.parse_args()
-    from _common import git_revision
+    from _common import source_identity
 
     work = args.work or Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
     history = work / "history"
     results: dict[str, object] = {
         "records": args.records,
-        "revision": git_revision(),
+        "revision": source_identity(),
         "cores": os.cpu_count(),
         "python": sys.version.split()[0],
     }

@@ -46,7 +46,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import git_revision, gpu_times
+from _common import gpu_times, source_identity
 
 from quantem.stem4d.cuda import hdf5_pipeline, registered_files
 from quantem.stem4d.cuda.registered_files import release_registered_files
@@ -831,7 +831,7 @@ def main(argv=None) -> int:
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     say("device", props["name"].decode())
     say("host_cores", os.cpu_count())
-    say("revision", git_revision())
+    say("revision", source_identity())
     if args.data is not None:
         masters = [(find_master(args.data), "data")]
     else:

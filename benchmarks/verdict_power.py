@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import git_revision
+from _common import source_identity
 
 from harness.run.demo import DEMO_STORAGE_ID, demo_folder, write_demo_suite
 from harness.run.paired_code import BaselineCode
@@ -306,7 +306,7 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(
         f"# {len(runs)} A/A runs and {len(paired)} paired sessions from {args.samples}, "
-        f"revision {git_revision()}, "
+        f"{source_identity()}, "
         f"load average {load:.1f}, {time.perf_counter() - started:.0f} s"
     )
     print(

@@ -1,7 +1,8 @@
 """Sphinx configuration: the docs/ folder as one site (MyST Markdown, API from docstrings).
 
 Built by ``tests/test_docs.py`` (and CI) with warnings as errors; ``_example`` adds a
-small example history's dashboard to the site so that the docs can link to it.
+small example history's dashboard to the site so that the docs can link to it, and the
+committed evidence records are copied beside the results page that links them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "performance/reports", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "performance/evidence", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 # Headings get anchors, so that a link to page.md#section is checked like the page.
 myst_heading_anchors = 4
@@ -74,5 +75,18 @@ def _build_example_dashboard(app) -> None:
     shutil.rmtree(work.parent)
 
 
+def _copy_evidence_records(app) -> None:
+    """The committed evidence records, so that the results page's record links resolve."""
+    import shutil
+
+    source = DOCS / "performance" / "evidence" / "records" / "sha256"
+    target = Path(app.outdir) / "performance" / "evidence" / "records" / "sha256"
+    if target.exists():
+        shutil.rmtree(target)
+    if source.is_dir():
+        shutil.copytree(source, target)
+
+
 def setup(app):
     app.connect("builder-inited", _build_example_dashboard)
+    app.connect("builder-inited", _copy_evidence_records)

@@ -171,3 +171,27 @@ def test_cli_usage_errors_exit_64_without_traceback(tmp_path):
     )
     assert result.returncode == 64, result.stderr
     assert "no such file" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_products_workload_records_the_detector_sessions_exact_products(tmp_path):
+    outcome = run_compute(
+        config(tmp_path, "products", workload="products", reps=1, save_outputs=tmp_path / "out")
+    )
+    assert outcome.exit_code == 0
+    doc = parse_report(outcome.report_path)
+    assert doc["conditions"]["stages"] == ["load", "prepare", "mean_dp", "bf", "adf", "com"]
+    # Independent of the session: numpy sums of the loaded frames (dead pixels read 0).
+    with load(MASTER) as acq:
+        frames = np.asarray(acq.data).astype(np.uint64)
+    saved = {
+        name: np.load(tmp_path / "out" / f"products.{name}.npy")
+        for name in ("mean_dp", "bf", "adf")
+    }
+    np.testing.assert_array_equal(saved["mean_dp"], frames.sum(axis=(0, 1)))
+    fitted = json.loads((tmp_path / "out" / "products.json").read_text())["fitted"]
+    rows, cols = np.indices(frames.shape[2:])
+    (cr, cc), radius = fitted["disk_center_px"], fitted["disk_radius_px"]
+    inside = (rows - cr) ** 2 + (cols - cc) ** 2 <= radius**2
+    np.testing.assert_array_equal(saved["bf"], (frames * inside).sum(axis=(2, 3)))
+    np.testing.assert_array_equal(saved["bf"] + saved["adf"], frames.sum(axis=(2, 3)))

@@ -100,10 +100,10 @@ def test_demo_aa_pair_with_recheck_never_confirms_a_slowdown(tmp_path: Path) -> 
         assert all(t["trial_index"] >= 3 for t in report["recheck"]["trials"])
     # Never exit 1. Exit 0 is the usual outcome, but not a guarantee even on a quiet host:
     # the recheck (paired by default here: both codes are this checkout) measures both
-    # sides at one moment, yet a flag can stand (results.md: 1 of 20 real demo A/A pairs),
+    # sides at one moment, yet a flag can stand (archive/performance-diary.md: 1 of 20 real demo A/A pairs),
     # and that is review (exit 2) by design. How often that happens is measured, not
     # asserted: see benchmarks/verdict_power.py, benchmarks/verdict_e2e.py and
-    # docs/performance/results.md (verdict power).
+    # archive/performance-diary.md (verdict power).
     assert second.returncode in (0, 2), second.stdout + second.stderr
     cells = report["comparison"]["cells"]
     standing = [c for c in cells if c["verdict"] == "possibly_slower"]

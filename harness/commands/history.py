@@ -20,6 +20,12 @@ from harness.commands.history_changes import (
     add_changes_arguments,
     run_changes,
 )
+from harness.commands.history_publish import (
+    PUBLISH_DESCRIPTION,
+    PUBLISH_HELP,
+    add_publish_arguments,
+    run_publish,
+)
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from harness.safe_text import terminal_text
 
@@ -151,7 +157,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="HASH",
         help="a journal head kept from earlier: prove nothing registered up to it was removed or altered",
     )
+    verify.add_argument(
+        "--records-only",
+        action="store_true",
+        help="check the records and the journal only: a history kept without its derived "
+        "files (index, rendered files), as the committed docs/performance/evidence",
+    )
     verify.set_defaults(func=run_verify)
+
+    publish = commands.add_parser(  # arguments and work in harness/commands/history_publish.py
+        "publish", help=PUBLISH_HELP, description=PUBLISH_DESCRIPTION
+    )
+    add_publish_arguments(publish)
+    publish.set_defaults(func=run_publish)
 
     rebuild = commands.add_parser(
         "rebuild",
@@ -224,7 +242,8 @@ def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[i
 
 def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError(
-        "history needs a subcommand: register, import, list, show, head, verify, rebuild, changes, init-db, push or pull"
+        "history needs a subcommand: register, import, list, show, head, verify, rebuild, "
+        "changes, publish, init-db, push or pull"
     )
 
 
@@ -557,8 +576,9 @@ def run_verify(args: argparse.Namespace) -> int:
         result = verify_history(
             _history_dir(args),
             expect_head=expect_head,
-            check_rendered=check_rendered,
+            check_rendered=None if args.records_only else check_rendered,
             progress=progress,
+            records_only=args.records_only,
         )
     for problem in result.problems:
         print(problem, file=sys.stderr if problem.is_error else sys.stdout)

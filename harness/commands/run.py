@@ -417,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
 def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute = benchmarks.add_parser(
         "compute",
-        help="stage timings and output hashes of a compute workload (dpc, parallax, virtual)",
+        help="stage timings and output hashes of a compute workload (dpc, parallax, products, virtual, ssb)",
         description=(
             "Run a compute workload on every acquisition of SOURCE (an ARINA master file or a "
             "selection manifest): each stage timed first and warm (--reps), device-synchronised; "
@@ -426,7 +426,7 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
             "2 review/incomparable, 64 usage error. See docs/compute.md."
         ),
     )
-    compute.add_argument("workload", choices=("dpc", "parallax", "virtual", "ssb"))
+    compute.add_argument("workload", choices=("dpc", "parallax", "products", "virtual", "ssb"))
     compute.add_argument(
         "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
     )

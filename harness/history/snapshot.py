@@ -230,8 +230,7 @@ def _write_new_record(path: str, data: bytes) -> bool:
     a file leaves a folder that the next render does not trust: it takes a whole
     snapshot, which compares every record file there with the server's bytes and
     replaces one that differs (a truncated one) atomically. At 100,000 records this
-    saves the temporary file's create, rename and the failed ``stat`` of each record
-    (``docs/performance/results.md``, "the first URL render under 60 s")."""
+    saves the temporary file's create, rename and the failed ``stat`` of each record."""
     step = "writing the records to render"
     try:
         try:

@@ -276,15 +276,19 @@ def verify_history(
     check_rendered: RenderedCheck | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     progress: Callable[[int], None] | None = None,
+    records_only: bool = False,
 ) -> VerifyResult:
     """Check everything in a history; see :class:`ProblemKind` for what is reported.
 
     ``expect_head`` is a journal head kept from earlier (printed by a registration,
     written into README.md): it must be a link of the journal's chain, which proves
-    that no line up to it was removed or altered.
+    that no line up to it was removed or altered. ``records_only`` checks the records
+    and the journal alone, for a history kept without its derived files (the evidence
+    history committed under ``docs/performance/evidence``); a record's write bit is not
+    reported there, since git does not keep it.
     """
     with locked_history(history_dir, timeout=lock_timeout, shared=True) as layout:
-        return _verify_locked(layout, expect_head, check_rendered, progress)
+        return _verify_locked(layout, expect_head, check_rendered, progress, records_only)
 
 
 def _check_journal(
@@ -322,6 +326,7 @@ def _verify_locked(
     expect_head: str | None,
     check_rendered: RenderedCheck | None,
     progress: Callable[[int], None] | None = None,
+    records_only: bool = False,
 ) -> VerifyResult:
     problems: list[Problem] = []
     journal = _check_journal(layout, expect_head, problems)
@@ -330,7 +335,9 @@ def _verify_locked(
     on_disk: set[str] = set()
     entries: dict[str, IndexEntry] = {}
     for record in scanned:
-        if record.problem is not None:
+        if record.problem is not None and not (
+            records_only and record.problem.kind is ProblemKind.WRITABLE
+        ):
             problems.append(record.problem)
         if record.sha256 is None:
             continue
@@ -354,8 +361,9 @@ def _verify_locked(
                         ProblemKind.UNREGISTERED, layout.record_relpath(sha256), UNREGISTERED_DETAIL
                     )
                 )
-    problems.extend(_check_index(layout, entries, on_disk, journalled, damaged, check_rendered))
-    problems.extend(_check_plot_files(layout))
+    if not records_only:
+        problems.extend(_check_index(layout, entries, on_disk, journalled, damaged, check_rendered))
+        problems.extend(_check_plot_files(layout))
     for leftover in iter_leftover_files(layout):
         problems.append(
             Problem(

@@ -2,8 +2,8 @@
 
 A key page (:func:`harness.render.keys.collect_key_data`) reads every trial of its key
 out of the index: at 100,000 records, four keys of 1,000,000 trial rows, read back out
-of the snapshot's SQLite and turned into frames, 3.5-4 s of CPU a key of a first server
-render (``docs/performance/results.md``, "render8"). :class:`KeyTrialsFromRows` keeps
+of the snapshot's SQLite and turned into frames, seconds of CPU a key of a first server
+render. :class:`KeyTrialsFromRows` keeps
 what the pages need of each trial row as the snapshot copies it (the ``rows_copied``
 hook of :func:`harness.history.snapshot.take_snapshot`, beside timings.csv), in
 columns of numbers, the text as small codes; :meth:`KeyTrialsFromRows.frame` gives a

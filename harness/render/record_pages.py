@@ -3,8 +3,8 @@
 A record page depends only on its (immutable) record and its baseline, so a page that
 exists is kept unless a rewrite is asked for, and a rewrite leaves a page whose bytes
 come out the same untouched. A history of thousands of records has its pages written
-by worker processes while the caller draws the key pages, the plots and timings.csv
-(``docs/performance/results.md``, "Dashboard at scale"): each page is the same bytes
+by worker processes while the caller draws the key pages, the plots and timings.csv:
+each page is the same bytes
 whichever process writes it.
 """
 
@@ -42,8 +42,7 @@ PAGES_PER_TASK = 250
 MAX_PROCESSES = 8
 #: Added to the page workers' nice value: the pages are written beside the render's
 #: serial work (the copy of the index, the keys), which is the longer path and should
-#: not wait for them; the workers take whatever CPU it leaves (measured at 100,000
-#: records: ``docs/performance/results.md``, "render7").
+#: not wait for them; the workers take whatever CPU it leaves.
 WORKER_NICENESS = 10
 #: The sections a record page shows under their own heading, in this order, when its
 #: record has them; the rest follow generically, under their names.
@@ -151,9 +150,8 @@ def _decode_json(data: bytes) -> Any:
     with a run of 19 digits that is not a fraction's go to ``json``
     (:func:`_may_hold_a_long_integer`), as do bytes orjson refuses (NaN, an out-of-range
     float, a lone surrogate), for ``json``'s own result or error. Floats are the same
-    doubles (both round correctly); the key order too. At 100,000 record pages: 0.07-0.09
-    against 0.15-0.18 ms a record, the check included (``docs/performance/results.md``,
-    "render8")."""
+    doubles (both round correctly); the key order too. orjson, the check included, takes
+    about half of ``json``'s time a record."""
     if not _may_hold_a_long_integer(data):
         try:
             return orjson.loads(data)
@@ -221,8 +219,8 @@ class RecordPageBuilder:
 
     What is the same for every page is worked out once here, not once a page: the
     compiled template, the record folder's path relative to the pages (each page links
-    its record's JSON), the template's constant arguments. 100,000 pages are most of a
-    first render's CPU (``docs/performance/results.md``, "render7").
+    its record's JSON), the template's constant arguments. The pages are most of a
+    large history's first render's CPU.
     """
 
     def __init__(self, layout: HistoryLayout, targets: RenderTargets) -> None:
@@ -537,8 +535,7 @@ class PagesDuringCopy:
     """Every record page of a server render, started while the server's records are
     being copied into the folder (the ``record_files`` hook of
     :func:`harness.history.snapshot.take_snapshot`), not after the copy: on two cores
-    the export (17-22 s at 100,000 records) used to run with no page worker beside it
-    (``docs/performance/results.md``, "render8").
+    the export of a large history would otherwise run with no page worker beside it.
 
     The pages are those of the server's index rows (read in the snapshot's transaction:
     the rows the snapshot's records table receives). A page is handed to a worker once

@@ -56,7 +56,7 @@ PLOT_POLICIES = ("auto", "now", "defer")
 #: Under ``plots="auto"``, the largest comparison key (in records) whose plot a
 #: registration still redraws itself; larger keys' plots are left pending for
 #: ``harness render index``, because their redraw alone exceeds the 100 ms that a
-#: whole registration may take (``docs/performance/results.md``, "History at scale").
+#: whole registration may take.
 PLOT_INLINE_RECORDS = 500
 
 

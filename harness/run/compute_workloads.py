@@ -23,6 +23,7 @@ import numpy as np
 from harness.errors import UsageError
 from harness.run import compute_dpc as dpc
 from harness.run import compute_parallax as parallax
+from harness.run import compute_products as products
 from harness.run import compute_ssb as ssb
 from harness.run import compute_virtual as virtual
 
@@ -130,6 +131,19 @@ WORKLOADS = {
         ),
         parallax.parallax_outputs,
         parallax.parallax_fitted,
+    ),
+    "products": Workload(
+        "products",
+        (
+            ("load", _load),
+            ("prepare", products.products_session),
+            ("mean_dp", products.products_mean_dp),
+            ("bf", products.products_bf),
+            ("adf", products.products_adf),
+            ("com", products.products_com),
+        ),
+        products.products_outputs,
+        products.products_fitted,
     ),
     "ssb": Workload(
         "ssb",

@@ -141,9 +141,8 @@ def start_order(started_first: str | None = None) -> tuple[str, str]:
     """The order the two workers are started in: ``started_first``'s first, else a fair
     coin's choice (:mod:`secrets`).
 
-    On the 2-core development VM the worker started second measured 4.3% slower than the
-    first, in 95% of 80 A/A sessions, and the bias followed the start order when it was
-    swapped (docs/performance/results.md, "The start-order bias of paired rechecks"): a
+    On a small shared host the worker started second measures slower than the first, and
+    the bias follows the start order when it is swapped: a
     fixed order would put it on one side of every paired verdict; chosen at random, it is
     noise with mean zero, and the report says which order ran."""
     if started_first is None:

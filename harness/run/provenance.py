@@ -15,22 +15,31 @@ fails its source-stability check whatever its timings say.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import SourceStabilityError
+from harness.run.fingerprint import (
+    FINGERPRINT_EXCLUDED_PARTS,
+    FINGERPRINT_PATHS,
+    collect_source_hashes,
+    compute_source_fingerprint,
+    fingerprint_of,
+    iter_source_files,
+    sha256_file,
+)
+from harness.run.git_state import (
+    collect_git_state,
+    collect_revision_hashes,
+    is_revision_verified,
+    run_git,
+)
 
 SOURCE_PACKAGES = ("quantem", "harness")
-#: Paths (relative to the checkout) whose content is the measured source.
-FINGERPRINT_PATHS = ("quantem", "harness", "native", "evidence_schema", "pyproject.toml")
-#: Never part of the fingerprint: build products and caches.
-FINGERPRINT_EXCLUDED_PARTS = ("__pycache__", "build", ".pytest_cache", ".ruff_cache")
 #: Third-party packages whose versions the report records.
 RECORDED_PACKAGES = (
     "quantem-harness",
@@ -45,29 +54,6 @@ RECORDED_PACKAGES = (
     "cupy-cuda12x",
     "cupy-cuda13x",
 )
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _git(checkout: Path, *args: str) -> bytes | None:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), *args],
-            capture_output=True,
-            check=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout
 
 
 def find_checkout(path: str | os.PathLike) -> Path | None:
@@ -75,7 +61,7 @@ def find_checkout(path: str | os.PathLike) -> Path | None:
     start = Path(path)
     if start.is_file():
         start = start.parent
-    out = _git(start, "rev-parse", "--show-toplevel")
+    out = run_git(start, "rev-parse", "--show-toplevel")
     return Path(out.decode().strip()).resolve() if out else None
 
 
@@ -141,132 +127,6 @@ def check_code_origin() -> Path:
     checkout = parse_measured_checkout()
     check_module_origins(collect_modules(), checkout)
     return checkout
-
-
-def collect_git_state(checkout: Path) -> dict:
-    """``git_revision``, ``git_dirty`` and ``diff_sha256`` (diff against HEAD plus untracked files).
-
-    Outside a git checkout all three are unknown: revision and hash are None and the
-    tree counts as dirty (nothing proves it clean).
-    """
-    revision = _git(checkout, "rev-parse", "HEAD")
-    if revision is None:
-        return {"git_revision": None, "git_dirty": True, "diff_sha256": None}
-    status = _git(checkout, "status", "--porcelain", "--untracked-files=normal") or b""
-    diff = _git(checkout, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff") or b""
-    untracked = _git(checkout, "ls-files", "--others", "--exclude-standard", "-z") or b""
-    digest = hashlib.sha256()
-    digest.update(b"diff\0")
-    digest.update(diff)
-    for rel in sorted(p for p in untracked.decode(errors="surrogateescape").split("\0") if p):
-        path = checkout / rel
-        digest.update(b"untracked\0" + rel.encode(errors="surrogateescape") + b"\0")
-        if path.is_file() and not path.is_symlink():
-            digest.update(sha256_file(path).encode())
-    return {
-        "git_revision": revision.decode().strip(),
-        "git_dirty": bool(status.strip()),
-        "diff_sha256": digest.hexdigest(),
-    }
-
-
-def collect_revision_hashes(checkout: Path, revision: str) -> dict[str, str] | None:
-    """Content hash of every fingerprinted file of commit ``revision`` (read from git's
-    objects, not the working tree), keyed like :func:`collect_source_hashes`; None when
-    git cannot say."""
-    listing = _git(checkout, "ls-tree", "-r", "-z", "--full-tree", revision, "--", *FINGERPRINT_PATHS)
-    if listing is None:
-        return None
-    blobs: list[tuple[str, str]] = []
-    for entry in listing.decode(errors="surrogateescape").split("\0"):
-        if not entry:
-            continue
-        meta, _, rel = entry.partition("\t")
-        mode, kind, obj = meta.split()
-        parts = Path(rel).parts
-        if kind != "blob" or mode == "120000" or rel.endswith((".pyc", ".so", ".o")):
-            continue
-        if any(p in FINGERPRINT_EXCLUDED_PARTS or p.startswith(".") for p in parts[:-1]):
-            continue
-        blobs.append((rel, obj))
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), "cat-file", "--batch"],
-            input="".join(f"{obj}\n" for _, obj in blobs).encode(),
-            capture_output=True,
-            check=True,
-            timeout=120,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    out = memoryview(done.stdout)
-    hashes = {}
-    pos = 0
-    for rel, _ in blobs:
-        end = done.stdout.index(b"\n", pos)
-        size = int(done.stdout[pos:end].split()[2])
-        hashes[rel] = hashlib.sha256(out[end + 1 : end + 1 + size]).hexdigest()
-        pos = end + 1 + size + 1
-    return hashes
-
-
-def is_revision_verified(checkout: Path, revision: str | None, hashes: dict[str, str]) -> bool:
-    """Whether commit ``revision`` holds exactly the fingerprinted files that ran
-    (``hashes`` from :func:`collect_source_hashes`)."""
-    if revision is None:
-        return False
-    committed = collect_revision_hashes(checkout, revision)
-    return committed is not None and fingerprint_of(committed) == fingerprint_of(hashes)
-
-
-def iter_source_files(checkout: Path, roots: Iterable[str] = FINGERPRINT_PATHS):
-    """Regular files under the fingerprinted paths, sorted, without build products."""
-    found = []
-    for rel in roots:
-        top = checkout / rel
-        if top.is_file():
-            found.append(top)
-            continue
-        if not top.is_dir():
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(
-                d for d in dirnames if d not in FINGERPRINT_EXCLUDED_PARTS and not d.startswith(".")
-            )
-            for name in filenames:
-                if name.endswith((".pyc", ".so", ".o")):
-                    continue
-                found.append(Path(dirpath) / name)
-    return sorted(found)
-
-
-def collect_source_hashes(checkout: Path, modules: list[dict] | None = None) -> dict[str, str]:
-    """Content hash of every fingerprinted file, keyed by its path relative to the checkout
-    (absolute when outside); ``"missing"`` for a file that cannot be read."""
-    paths = set(iter_source_files(checkout))
-    for record in modules or ():
-        paths.add(Path(record["path"]))
-    hashes = {}
-    for path in sorted(paths):
-        label = str(path.relative_to(checkout)) if path.is_relative_to(checkout) else str(path)
-        try:
-            hashes[label] = sha256_file(path)
-        except OSError:
-            hashes[label] = "missing"
-    return hashes
-
-
-def fingerprint_of(hashes: dict[str, str]) -> str:
-    """SHA-256 over sorted ``path NUL content-hash`` lines: a rename, edit or new file changes it."""
-    digest = hashlib.sha256()
-    for label in sorted(hashes):
-        digest.update(f"{label}\0{hashes[label]}\n".encode(errors="surrogateescape"))
-    return digest.hexdigest()
-
-
-def compute_source_fingerprint(checkout: Path, modules: list[dict] | None = None) -> str:
-    """SHA-256 over the measured source tree and the given module files."""
-    return fingerprint_of(collect_source_hashes(checkout, modules))
 
 
 def collect_packages() -> dict[str, str]:
@@ -353,3 +213,19 @@ def collect_cuda_kernels() -> list[dict]:
     if loader is None:
         return []
     return [dict(record) for record in loader.kernel_provenance()]
+
+
+__all__ = [
+    "FINGERPRINT_EXCLUDED_PARTS",
+    "FINGERPRINT_PATHS",
+    "SourceTracker",
+    "check_code_origin",
+    "collect_git_state",
+    "collect_revision_hashes",
+    "collect_source_hashes",
+    "compute_source_fingerprint",
+    "fingerprint_of",
+    "is_revision_verified",
+    "iter_source_files",
+    "sha256_file",
+]

@@ -4,8 +4,7 @@ The rules are :mod:`quantem.stem4d.dpc`'s (beam shifts, rotation by minimum curl
 field, divergence, the half-turn's skewness); this module only fuses their array
 operations for the GPU. On a 512 x 512 scan each field is 2 MB, so the bytes take
 microseconds and the time went to launching some 60 small CuPy operations and their
-Python (about 2 ms after the centre of mass, measured with ``benchmarks/dpc_stages.py``
-on the H200).
+Python.
 
 Sums are deterministic: every reduction has a launch shape that depends on the element
 count only, each thread adds its elements in a fixed order, blocks reduce in shared memory

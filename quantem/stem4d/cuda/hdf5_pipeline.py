@@ -38,8 +38,7 @@ STAGINGS = ("pread", "mapped", "registered")
 #: The staging a load uses unless told otherwise: registered, since a warm load of
 #: registered shards is bound by the host-to-device copy, a cold one falls back to pread
 #: at no cost, and the first load of files in a process stages by pread (they are
-#: registered from the second, ``registered_files.REGISTER_FROM_ENV``;
-#: ``docs/performance/results.md``, "Registered staging").
+#: registered from the second, ``registered_files.REGISTER_FROM_ENV``).
 DEFAULT_STAGING = "registered"
 
 

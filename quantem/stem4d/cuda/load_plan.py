@@ -8,9 +8,8 @@ only on the index's arrays, the frames and the batch sizes, so a process keeps t
 of its recent loads (:func:`load_plan`) for indexes whose arrays cannot change: read-only
 ones, as the frame index of a verified sidecar is (:mod:`quantem.stem4d.io.frame_index` keeps it
 while the sidecar and the shards keep their stat; a changed shard gives a new index, and
-so a new plan). Planning 262,144 frames cost a warm load on the H200 about 6 ms of 43 ms
-(``docs/performance/results.md``, "the warm load's fixed cost"); a kept plan costs a
-dictionary lookup. Host-only: importable and tested without a GPU.
+so a new plan). Planning a full-size acquisition is a sizeable part of a warm load's fixed
+cost on the GPU; a kept plan costs a dictionary lookup. Host-only: importable and tested without a GPU.
 """
 
 from __future__ import annotations

@@ -81,10 +81,8 @@ def decoder_defines(
     what the ahead-of-time build of :mod:`quantem.stem4d.cuda.aot` specialises)."""
     cbound = (lz4_bound(block_bytes) + 15) // 16 * 16
     per_warp = block_bytes + (cbound if stage_compressed else 0)
-    # One warp a thread block for blocks of 4 KB and more: on the H200 (8 KB blocks,
-    # docs/performance/results.md, "Device session of 2026-12-02, 12:33-13:06 UTC",
-    # calls 3 and 4) 25 one-warp blocks an SM decode 11-13% faster
-    # than 6 four-warp ones (24 warps), whose shared memory rounds down per block; smaller
+    # One warp a thread block for blocks of 4 KB and more: one-warp blocks fill an SM's
+    # shared memory better than four-warp ones, whose allocation rounds down per block; smaller
     # blocks keep up to 4 warps, so that the 32 blocks an SM can hold still fill it.
     if per_warp >= 4096:
         warps_per_cta = 1

@@ -7,11 +7,9 @@ instead mapped read-only (``mmap``), page-locked in place with ``cudaHostRegiste
 registered a few ahead by a thread pool while earlier ranges are copied and decoded, and
 each is unregistered and unmapped once its copy has completed.
 
-Measured on the H200 (``docs/performance/results.md``, 128 shards of 24 MB, 3 GB of
-chunks, warm cache, interleaved loads): 0.361 s median against 0.382 s for pread
-staging, within the noise of each other. The pipeline is no faster (0.286 s against
-0.266 s): each range pays a registration and an unregistration, which costs about what
-the CPU copy it replaces does. It is therefore an explicit option
+Measured on the H200 against pread staging, it is no faster: each range pays a
+registration and an unregistration, which costs about what the CPU copy it replaces
+does. It is therefore an explicit option
 (``staging="mapped"``), not the default.
 
 The CPU never dereferences a mapping, so a file truncated underneath cannot fault the

@@ -17,10 +17,8 @@ those registrations for the life of the process:
 * bounded by :func:`budget_bytes` (the pages cannot be evicted while registered), least
   recently used first out; ``0`` turns the cache off;
 * used from the first load of a file in a process by default (:data:`REGISTER_FROM_ENV`):
-  measured in order on the H200 with a filled kernel cache, a fresh process's first load
-  is 0.45 s above a warm load when it registers, against 0.63-0.69 s when it stages by
-  pread and registers from the second load (``docs/performance/results.md``, "Device
-  session of 2026-12-02, 03:50-", call 7). ``QUANTEM_REGISTER_FROM_LOAD=2`` keeps a
+  a fresh process's first load is faster registering at once than staging by pread and
+  registering from the second load. ``QUANTEM_REGISTER_FROM_LOAD=2`` keeps a
   process that reads each file once from pinning its pages (the first load stages by
   pread and notes the file's stat; a file loaded again is registered then);
 * a registration whose file changed is released at the next lookup of that file and

@@ -30,8 +30,7 @@ DEVICE_SLOTS = 2
 #: pool busy across the end of one batch's reads and the start of the next.
 READERS = 2
 #: Reads are at most this long. Every read is a trip through the GIL, so many small
-#: reads serialise the threads (``docs/performance/results.md``, 2026-12-01: per-run reads
-#: of ~0.7 MB reached 10-14 GB/s on the H200, 64 MiB pieces of one file 42 GB/s).
+#: reads serialise the threads: few large pieces keep the pool at the page cache's speed.
 READ_PIECE_BYTES = 8 << 20
 CUDA_MEMCPY_HOST_TO_DEVICE = 1
 #: Record a per-batch timeline (host clocks and timing CUDA events) in ``StageStats.extra``;

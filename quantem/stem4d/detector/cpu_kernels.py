@@ -21,8 +21,7 @@ inputs, which run inline.
 
 Speed
 -----
-Measured in ``docs/performance/results.md`` ("CPU detector kernels against the read
-floor"). Where a frame's pixels are contiguous in memory (dense C-order data, or a scan
+Where a frame's pixels are contiguous in memory (dense C-order data, or a scan
 region of it) and the data is uint8/uint16:
 
 * sums run in uint32 partials, each over at most :func:`narrow_run_limit` values so none

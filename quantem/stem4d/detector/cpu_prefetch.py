@@ -1,10 +1,9 @@
 """A software prefetch for the numba CPU kernels: ``prefetch(array, index)``.
 
-Why: a single core streams uint16 frames from memory at about 8 GB/s when the loop
-consumes them at vector speed but only reads what it needs now, against about 11 GB/s
-for the same bytes read as uint64 (measured on the 2-core development VM, 2026-12-01):
-the narrowing loop keeps fewer cache lines in flight. Asking for the lines a few
-kilobytes ahead closes most of the gap (``docs/performance/results.md``).
+Why: a loop that narrows uint16 frames at vector speed but reads only what it needs now
+keeps fewer cache lines in flight than a plain uint64 read of the same bytes, and streams
+them from memory more slowly; asking for the lines a few kilobytes ahead closes most of
+the gap.
 
 ``prefetch`` is a hint (LLVM's ``llvm.prefetch``: read, high locality, data cache); it
 never faults, never changes a result, and compiles to nothing on targets without one.

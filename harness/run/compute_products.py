@@ -1,0 +1,50 @@
+"""The ``products`` compute workload's stages: the detector session's exact products.
+
+Each stage is one call of :class:`quantem.stem4d.detector.DetectorSession` (what
+``quantem.stem4d.detector.prepare`` returns), the API the README shows: the exact summed
+pattern (uint64), BF and ADF over the disk it finds, and the centre of mass from exact
+integer moments. The registry (:mod:`harness.run.compute_workloads`) orders them after
+``load``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def products_session(state: dict) -> None:
+    from quantem.stem4d.detector import prepare
+
+    state["session"] = prepare(state["acq"])
+
+
+def products_mean_dp(state: dict) -> None:
+    state["mean_dp"] = state["session"].mean_dp_exact()
+
+
+def products_bf(state: dict) -> None:
+    state["bf"] = state["session"].bf()
+
+
+def products_adf(state: dict) -> None:
+    state["adf"] = state["session"].adf()
+
+
+def products_com(state: dict) -> None:
+    state["com"] = state["session"].center_of_mass()
+
+
+def products_outputs(state: dict) -> dict[str, Any]:
+    com = state["com"]
+    return {
+        "mean_dp": state["mean_dp"],
+        "bf": state["bf"],
+        "adf": state["adf"],
+        "com_row": com.row,
+        "com_col": com.col,
+    }
+
+
+def products_fitted(state: dict) -> dict:
+    disk = state["session"].bright_field_disk()
+    return {"disk_center_px": [float(v) for v in disk.center], "disk_radius_px": float(disk.radius)}
