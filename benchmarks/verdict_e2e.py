@@ -100,6 +100,17 @@ def _medians(doc: dict) -> dict[str, float]:
     return {cell: statistics.median(values) for cell, values in seconds.items()}
 
 
+def outliers(trials: list[dict], factor: float = 1.5) -> tuple[int, int]:
+    """(outliers, trials): kept trials more than ``factor`` times their cell's fastest in
+    ``trials`` (one process's, or one paired worker's), issue 40's defect 3 measure."""
+    by_cell: dict[tuple, list[float]] = collections.defaultdict(list)
+    for t in trials:
+        if t.get("kept"):
+            by_cell[(t["acquisition"], t["format"], t["cache_state"])].append(t["seconds"])
+    slow = sum(1 for values in by_cell.values() for v in values if v > factor * min(values))
+    return slow, sum(len(values) for values in by_cell.values())
+
+
 def one_run(base: Path, candidate: Path, folder: Path, recheck: int, extra: list[str]) -> dict:
     """Baseline run from ``base``, candidate run from ``candidate`` against it."""
     history = folder / "h"
@@ -123,7 +134,14 @@ def one_run(base: Path, candidate: Path, folder: Path, recheck: int, extra: list
     result["host_load"] = [baseline_doc["status"].get("host_load"), doc["status"].get("host_load")]
     result["baseline_medians"] = _medians(baseline_doc)
     result["candidate_medians"] = _medians(doc)
-    result["pairing"] = (doc.get("recheck") or {}).get("pairing")
+    block = doc.get("recheck") or {}
+    result["pairing"] = block.get("pairing")
+    # outliers of the main trials (each run's own process) and of each paired worker's
+    main = [outliers(d["trials"]) for d in (baseline_doc, doc)]
+    result["outliers_main"] = [sum(m[0] for m in main), sum(m[1] for m in main)]
+    workers = [block.get("trials") or [], (block.get("paired") or {}).get("baseline_trials") or []]
+    paired = [outliers(w) for w in workers] if block.get("paired") else []
+    result["outliers_paired"] = [sum(m[0] for m in paired), sum(m[1] for m in paired)]
     result["cells"] = {
         "/".join((c["acquisition"], c["format"], c["cache_state"])): {
             "verdict": c["verdict"],
@@ -148,7 +166,11 @@ def summarise(passes: int, runs: list[dict]) -> dict:
         cand = [r["candidate_medians"][cell] for r in done if cell in r["candidate_medians"]]
         if base and cand:
             truth[cell] = (statistics.median(cand) / statistics.median(base) - 1) * 100
+    main = [sum(r.get("outliers_main", [0, 0])[i] for r in done) for i in (0, 1)]
+    paired = [sum(r.get("outliers_paired", [0, 0])[i] for r in done) for i in (0, 1)]
     return {
+        "outliers_main": main,
+        "outliers_paired": paired,
         "passes": passes,
         "runs": len(runs),
         "completed": len(done),
@@ -198,6 +220,12 @@ def render(summaries: list[dict]) -> str:
             f"{s['exit_2_rate']:.0%}; cells {s['cells']}: {rates}"
         )
         lines += goal_lines(s)
+        lines.append(
+            "  trials > 1.5x their cell's fastest (defect 3): main "
+            + " of ".join(map(str, s["outliers_main"]))
+            + ", paired "
+            + " of ".join(map(str, s["outliers_paired"]))
+        )
     return "\n".join(lines)
 
 
