@@ -104,7 +104,8 @@ def test_contention_sample_and_thresholds() -> None:
         gpu={"other_processes": [{"pid": 5, "memory_bytes": 1}], "utilization_percent": 0.0},
     )
     reasons = assess_contention({"before": quiet, "after": busy})
-    assert len(reasons) == 4 and all(r.startswith("after:") for r in reasons)
+    # load1 is recorded, not judged (it holds the harness's own recent runs)
+    assert len(reasons) == 3 and all(r.startswith("after:") for r in reasons)
     assert any("PID 77 (make)" in r for r in reasons)
     section = contention_section(quiet, busy)
     assert section["contended"] and section["thresholds"] == THRESHOLDS

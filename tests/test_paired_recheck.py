@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -45,82 +45,70 @@ def test_a_paired_recheck_within_the_threshold_clears_the_flag() -> None:
     baseline = {KEY: _spread(1.0, 5), OTHER: _spread(1.0, 5)}
     candidate = {KEY: _spread(1.5, 5), OTHER: _spread(1.0, 5)}  # +50%: flagged
     # the paired block: both codes at one moment, both slow; the ratio is 1.02
-    cells = decide_cells(
-        baseline,
-        candidate,
-        threshold_percent=20,
-        paired={KEY: list(zip(_spread(1.50, 5), _spread(1.53, 5)))},
-    )
+    pairs = list(zip(_spread(1.50, 5), _spread(1.53, 5)))
+    cells = decide_cells(baseline, candidate, threshold_percent=20, paired={KEY: pairs})
     cell = next(c for c in cells if c.key == KEY)
     assert cell.verdict is CellVerdict.UNCHANGED
     assert cell.recheck["paired"] is True
-    # the Hodges-Lehmann pseudo-median of the pairs' log ratios (each pair: the same
-    # moment): the median of the 15 Walsh averages, by hand
-    logs = [math.log(c / b) for b, c in zip(_spread(1.50, 5), _spread(1.53, 5))]
-    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(5) for j in range(i, 5))
-    assert cell.change_percent == pytest.approx((math.exp(walsh[7]) - 1) * 100, rel=1e-12)
+    # the row's change is the ratio of the row's medians: the two codes' paired trials
+    assert cell.baseline_median == pytest.approx(1.50) and cell.candidate_median == pytest.approx(
+        1.53
+    )
+    assert cell.change_percent == pytest.approx((1.53 / 1.50 - 1) * 100, rel=1e-12)
+    assert cell.estimator == "ratio of medians"
+    assert cell.ci_percent[1] <= 20  # cleared on its interval, not on a point estimate
     assert cell.recheck["original_change_percent"] == pytest.approx(50.0)
-    assert cell.n_baseline == 5 and cell.baseline_median == pytest.approx(1.50)
+    assert cell.recheck["original_candidate_median"] == pytest.approx(1.5)
     assert any("flag cleared by the paired recheck" in n for n in cell.notes)
-    # the same recheck trials, unpaired, pooled against the old baseline: still flagged
+    # the same recheck trials, unpaired, against the old baseline: still flagged
     unpaired = decide_cells(
         baseline, candidate, threshold_percent=20, recheck={KEY: _spread(1.53, 5)}
     )
     assert next(c for c in unpaired if c.key == KEY).flagged
 
 
-def test_the_pooled_trials_clear_a_paired_flag_too() -> None:
-    # Paired alone +22.5% (past 20%), but the pooled trials (each side's original ones
-    # with its paired ones) are within it: cleared, as an unpaired recheck would be.
+def test_a_paired_recheck_whose_interval_reaches_past_the_threshold_keeps_the_flag() -> None:
+    # Paired ratio of medians +12.5% (within 20%), but so scattered that its interval
+    # reaches past the threshold: no evidence of no regression, so the flag stays.
     baseline = {KEY: [1.0] * 5, OTHER: _spread(1.0, 5)}
     candidate = {KEY: [1.0, 1.0, 1.3, 1.3, 1.3], OTHER: _spread(1.0, 5)}  # +30%: flagged
-    pairs = list(zip([1.2] * 5, [1.2, 1.2, 1.8, 1.8, 1.8]))
+    pairs = list(zip([1.2, 1.0, 1.4, 1.1, 1.2], [1.8, 1.1, 1.35, 1.2, 1.6]))
     cell = next(c for c in decide_cells(baseline, candidate, threshold_percent=20,
                                         paired={KEY: pairs}) if c.key == KEY)  # fmt: skip
-    assert cell.recheck["change_percent"] == pytest.approx((math.sqrt(1.5) - 1) * 100)
-    # pooled: candidate median 1.3, baseline median 1.1
-    assert cell.recheck["pooled_change_percent"] == pytest.approx((1.3 / 1.1 - 1) * 100)
-    assert cell.verdict is CellVerdict.UNCHANGED
-    assert any("pooled +18.2%" in n for n in cell.notes)
-    # with the paired moment as fast as the original one, the pooled trials agree: flagged
-    pairs = list(zip([1.0] * 5, [1.0, 1.0, 1.5, 1.5, 1.5]))
-    cell = next(c for c in decide_cells(baseline, candidate, threshold_percent=20,
-                                        paired={KEY: pairs}) if c.key == KEY)  # fmt: skip
+    assert cell.change_percent == pytest.approx((1.35 / 1.2 - 1) * 100)
+    assert cell.ci_percent[1] > 20
     assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    assert any("not cleared" in n for n in cell.notes)
 
 
 def test_a_paired_slowdown_beyond_the_threshold_is_confirmed_slower() -> None:
     baseline = {KEY: _spread(1.0, 5), OTHER: _spread(1.0, 5)}
     candidate = {KEY: _spread(1.6, 5), OTHER: _spread(1.0, 5)}
+    # 5 rounds, +50% in every round: Mann-Whitney U of the two codes' paired trials
+    # against the threshold, Holm over the one rechecked cell: 1/252
     cells = decide_cells(
-        baseline,
-        candidate,
-        threshold_percent=20,
-        paired={KEY: list(zip(_spread(0.6, 8), _spread(0.9, 8)))},  # +50% in every round
-    )
-    cell = next(c for c in cells if c.key == KEY)
-    assert cell.verdict is CellVerdict.SLOWER
-    assert cell.p_method == "wilcoxon-signed-rank-exact"
-    assert cell.p_value == pytest.approx(1 / 2**8)  # every pair past the threshold
-    assert cell.p_adjusted <= 0.05
-    # 5 rounds can never confirm over 2 cells at 0.05 (1/32 * 2 > 0.05): possibly slower
-    few = decide_cells(
         baseline,
         candidate,
         threshold_percent=20,
         paired={KEY: list(zip(_spread(0.6, 5), _spread(0.9, 5)))},
     )
-    cell = next(c for c in few if c.key == KEY)
-    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
-    assert any("5 paired rounds cannot confirm" in w for w in cell.warnings)
-    # with overlapping paired trials the flag stays, unconfirmed
-    cells = decide_cells(
-        baseline,
-        candidate,
-        threshold_percent=20,
-        paired={KEY: list(zip([0.6, 0.5, 0.9, 0.55, 0.7, 0.6, 0.8, 0.7],
-                              [0.75, 1.0, 0.8, 1.05, 0.7, 0.8, 1.0, 0.75]))},
-    )  # fmt: skip
+    cell = next(c for c in cells if c.key == KEY)
+    assert cell.verdict is CellVerdict.SLOWER
+    assert cell.p_method == "mann-whitney-exact"
+    assert cell.p_value == pytest.approx(1 / 252) and cell.holm_family == 1
+    assert cell.recheck["smallest_p"] == pytest.approx(1 / 252)
+    # overlapping paired trials, still +30% past the threshold: not significant alone, so
+    # the first stage decides: slower stays slower (a recheck whose data do not argue
+    # against the slowdown never weakens the verdict) ...
+    overlapping = list(zip([0.6, 0.5, 0.9, 0.55, 0.7, 0.6, 0.8, 0.7],
+                           [0.75, 1.0, 0.8, 1.05, 0.7, 0.8, 1.0, 0.75]))  # fmt: skip
+    cells = decide_cells(baseline, candidate, threshold_percent=20, paired={KEY: overlapping})
+    cell = next(c for c in cells if c.key == KEY)
+    assert cell.verdict is CellVerdict.SLOWER and cell.recheck["original_verdict"] == "slower"
+    assert any("slower on the original trials" in n for n in cell.notes)
+    # ... and a first stage that was not significant stays possibly slower, unconfirmed
+    unsure = {KEY: [1.0, 1.6, 0.9, 1.5, 1.65], OTHER: _spread(1.0, 5)}
+    cells = decide_cells(baseline, unsure, threshold_percent=20, paired={KEY: overlapping})
     assert next(c for c in cells if c.key == KEY).verdict is CellVerdict.POSSIBLY_SLOWER
 
 
@@ -339,14 +327,10 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
             for t in trials:
                 if (t["acquisition"], t["format"], t["cache_state"]) == key:
                     pairs.setdefault(t["trial_index"], {})[side] = t["seconds"]
-        # the Hodges-Lehmann pseudo-median of the pairs' log ratios, by hand
-        logs = [math.log(p["c"] / p["b"]) for p in pairs.values()]
-        walsh = sorted(
-            (logs[i] + logs[j]) / 2 for i in range(len(logs)) for j in range(i, len(logs))
-        )
-        middle = len(walsh) // 2
-        centre = walsh[middle] if len(walsh) % 2 else (walsh[middle - 1] + walsh[middle]) / 2
-        change = (math.exp(centre) - 1) * 100
+        # the ratio of the two codes' paired medians, by hand
+        base = sorted(p["b"] for p in pairs.values())
+        cand = sorted(p["c"] for p in pairs.values())
+        change = (statistics.median(cand) / statistics.median(base) - 1) * 100
         assert by_key[key]["recheck"]["paired"] is True
         assert by_key[key]["change_percent"] == pytest.approx(change)
     capsys.readouterr()

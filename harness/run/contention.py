@@ -3,8 +3,11 @@
 Each sample (``collect_contention_sample``) records, best effort (a probe that cannot
 run records None, never fails the run):
 
-- ``load1`` (1-minute load average) and ``procs_running`` (run-queue length, from
-  ``/proc/stat``), with the host's core count;
+- ``load1`` (1-minute load average; recorded, not judged: it still holds the harness's
+  own trials and its own previous runs for minutes after they end) and
+  ``procs_running`` (run-queue length, from ``/proc/stat``) with ``own_running``, the
+  runnable processes of the harness's own process tree at that moment, which the
+  threshold leaves out; with the host's core count;
 - CPU and IO pressure (``/proc/pressure/cpu`` and ``/proc/pressure/io``) where the
   kernel has PSI: the ``some`` and ``full`` percentages over the sample's own window
   (``*_window``: the change of PSI's stall-time counters across the 0.25 s the sample
@@ -12,8 +15,8 @@ run records None, never fails the run):
   ``avg10``. The thresholds look at the window: ``avg10`` decays over about 10 s, so
   right after a run's own cold reads (or a previous run's) it reports them as if
   something else were reading;
-- the top CPU-consuming other processes (psutil, over a short window), with PID,
-  name and CPU percent;
+- the top CPU-consuming processes outside the harness's own process tree (psutil, over
+  a short window), with PID, name and CPU percent;
 - GPU: other processes on the device with their memory, utilisation and SM/memory
   clocks, through NVML (``nvidia-ml-py``) else ``nvidia-smi``, when there is a GPU.
 
@@ -35,8 +38,8 @@ from harness.run.contention_gpu import gpu_sample
 
 #: Limits above which a run is marked contended (docs/verdicts.md, "Host locks and load").
 THRESHOLDS: dict[str, float] = {
-    "load1_per_core": 1.0,  # 1-minute load average divided by cores
-    "procs_running_per_core": 1.5,  # runnable tasks (this run included) per core
+    # runnable tasks outside the harness's own process tree, per core
+    "procs_running_per_core": 1.5,
     # percent of the sample's window in which some task waited for a CPU / for IO (PSI;
     # avg10 only where the window could not be measured)
     "cpu_pressure_some_percent": 20.0,
@@ -121,6 +124,19 @@ def _top_processes(own: set[int]) -> list[dict[str, Any]] | None:
     return usage[:TOP_PROCESSES]
 
 
+def _own_running(own: set[int]) -> int | None:
+    """How many of ``own`` are runnable now (psutil status ``running``)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    running = 0
+    for pid in own:
+        with contextlib.suppress(psutil.Error):
+            running += psutil.Process(pid).status() == psutil.STATUS_RUNNING
+    return running
+
+
 def _own_pids() -> set[int]:
     own = {os.getpid()}
     with contextlib.suppress(Exception):
@@ -138,6 +154,7 @@ def collect_contention_sample(*, gpu_uuid: str | None = None, gpu: bool = False)
         load1 = os.getloadavg()[0]
     except OSError:
         load1 = None
+    procs_running, own_running = _procs_running(), _own_running(own)
     started = time.monotonic()
     counters = {name: _pressure_counters(name) for name in ("cpu", "io")}
     top = _top_processes(own)  # waits CPU_WINDOW_SECONDS when psutil is there
@@ -148,7 +165,8 @@ def collect_contention_sample(*, gpu_uuid: str | None = None, gpu: bool = False)
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cores": os.cpu_count() or 1,
         "load1": load1,
-        "procs_running": _procs_running(),
+        "procs_running": procs_running,
+        "own_running": own_running,
         "cpu_pressure": _pressure(counters["cpu"], _pressure_counters("cpu"), window),
         "io_pressure": _pressure(counters["io"], _pressure_counters("io"), window),
         "pressure_window_seconds": round(window, 3),
@@ -168,15 +186,11 @@ def assess_contention(
     for when, sample in samples.items():
         cores = sample.get("cores") or 1
         checks = []
-        if sample.get("load1") is not None:
-            checks.append(("load1_per_core", sample["load1"] / cores, "load average per core"))
+        # load1 is not judged: it still counts this harness's own recent work
         if sample.get("procs_running") is not None:
+            others = sample["procs_running"] - (sample.get("own_running") or 0)
             checks.append(
-                (
-                    "procs_running_per_core",
-                    sample["procs_running"] / cores,
-                    "runnable tasks per core",
-                )
+                ("procs_running_per_core", others / cores, "other runnable tasks per core")
             )
         for name in ("cpu", "io"):
             pressure = sample.get(f"{name}_pressure") or {}

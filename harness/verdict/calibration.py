@@ -112,6 +112,10 @@ class CalibratedNull:
         below = np.searchsorted(null, ratio, side="right")
         return float((1 + below) / (1 + null.size))
 
+    def smallest_p(self, key: CellKey, n_base: int, n_cand: int) -> float:
+        """The smallest p-value the add-one rule can give here: 1 / (1 + M)."""
+        return 1.0 / (1 + self._sorted_null(key, n_base, n_cand).size)
+
     def interval(
         self, key: CellKey, ratio: float, n_base: int, n_cand: int, confidence: float = 0.95
     ) -> tuple[float, float]:

@@ -2,7 +2,8 @@
 
 Rules (docs/verdicts.md):
 
-- the **change** is median(candidate) / median(baseline) - 1; the threshold
+- the **change** is median(candidate) / median(baseline) - 1 of the medians shown beside
+  it (the estimator is named :data:`ESTIMATOR`); the threshold
   (``--regression-percent``, 20 by default) is the review trigger;
 - the **p-value** is one-sided and tests the threshold, not mere difference: H0 is
   "the candidate is at most ``threshold`` slower" (the candidate's seconds divided by
@@ -12,41 +13,46 @@ Rules (docs/verdicts.md):
   which sees no run-to-run drift and so needs the margin most. Holm's correction over
   the cells of the comparison gives the adjusted p-value compared with alpha (0.05);
 - ``slower``: change above the threshold and adjusted p <= alpha (exit 2);
-- ``possibly_slower``: change above the threshold, not significant (exit 2, recheck
-  advised; with too few trials to ever reach significance it says so);
+- ``possibly_slower``: change above the threshold, not significant (exit 2; with too
+  few trials to ever reach significance it says so and names the recheck that can);
 - ``faster``: the mirror image: the baseline more than the threshold slower than the
   candidate (ratio below 1 / (1 + threshold)), significantly so (Holm over the cells);
 - ``unchanged``: everything else; a significant change within the threshold is
-  stated in the notes, not flagged.
+  stated in the notes with the p-value that makes it so, not flagged.
+
+A **recheck** (:func:`decide_cells` with ``recheck`` or ``paired``) is a second stage on
+fresh trials of the cells the first stage flagged. Its change is the ratio of its own
+medians (a paired recheck: the baseline code's and the candidate code's paired trials;
+else the recheck trials against the baseline's), its p-value Mann-Whitney U against the
+threshold (or the calibrated null) with Holm over the **rechecked cells**. A flag is
+cleared only when the recheck's 95% interval of the change lies at or below the
+threshold; it becomes ``slower`` when the recheck is significant, or when the first
+stage already was and the recheck's change stays past the threshold; otherwise it
+stays ``possibly_slower``.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.stats import (
-    hodges_lehmann,
-    mann_whitney_u,
-    median,
-    relative_spread,
-    smallest_possible_p,
-    smallest_signed_rank_p,
-    wilcoxon_signed_rank,
-)
+from harness.stats import mann_whitney_u, median, relative_spread, smallest_possible_p
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.holm import holm_adjust
 from harness.verdict.resampling import (
     DEFAULT_RESAMPLES,
-    paired_ratio_interval,
+    paired_median_ratio_interval,
     ratio_of_medians_interval,
 )
 
 CellKey = tuple[str, str, str]
 DEFAULT_ALPHA = 0.05
 CONFIDENCE = 0.95
+#: How every cell's change is estimated from the medians shown beside it.
+ESTIMATOR = "ratio of medians"
+#: What settles a flag that the trials cannot (docs/verdicts.md, "Recheck").
+RECHECK_COMMAND = "harness recheck CANDIDATE --baseline BASELINE --recheck {rounds}"
 
 
 class CellVerdict(enum.Enum):
@@ -64,7 +70,14 @@ class CellVerdict(enum.Enum):
 
 @dataclass(frozen=True)
 class CellComparison:
-    """Medians, change, interval, significance and verdict of one cell."""
+    """Medians, change, interval, significance and verdict of one cell.
+
+    ``change_percent`` is ``candidate_median / baseline_median - 1`` (:data:`ESTIMATOR`)
+    of the medians in this record; after a recheck those are the recheck's (a paired
+    one: the two codes' paired trials) and the original ones are in ``recheck``.
+    ``p_value``/``p_adjusted`` are the test that decided the verdict, Holm-adjusted over
+    ``holm_family`` cells.
+    """
 
     acquisition: str
     format: str
@@ -84,9 +97,11 @@ class CellComparison:
     noise_floor_percent: float | None = None
     mdc_percent: float | None = None
     notes: tuple[str, ...] = ()
-    #: for a rechecked cell: the recheck trials' own count and median change
+    #: for a rechecked cell: the recheck's counts, the original medians and change
     recheck: Mapping[str, object] | None = None
     warnings: tuple[str, ...] = field(default=())
+    estimator: str = ESTIMATOR
+    holm_family: int = 1
 
     @property
     def flagged(self) -> bool:
@@ -99,6 +114,8 @@ class CellComparison:
 
 @dataclass(frozen=True)
 class _Evidence:
+    baseline: tuple[float, ...]
+    candidate: tuple[float, ...]
     ratio: float
     interval: tuple[float, float]
     p_slower: float  # H0: the candidate is at most threshold slower
@@ -108,6 +125,21 @@ class _Evidence:
     method: str
     noise_floor: float | None
     mdc: float | None
+    smallest_p: float  # the smallest p-value these trial counts can give
+
+    @property
+    def change(self) -> float:
+        return (self.ratio - 1) * 100
+
+    @property
+    def interval_percent(self) -> tuple[float, float]:
+        low, high = self.interval
+        return ((low - 1) * 100, (high - 1) * 100)
+
+
+def _ratio(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    base_median = median(baseline)
+    return median(candidate) / base_median if base_median > 0 else float("inf")
 
 
 def _evidence(
@@ -120,14 +152,18 @@ def _evidence(
     alpha: float,
     cells: int,
     resamples: int,
+    pairs: Sequence[tuple[float, float]] | None = None,
 ) -> _Evidence:
-    base_median, cand_median = median(baseline), median(candidate)
-    ratio = cand_median / base_median if base_median > 0 else float("inf")
+    """The evidence of ``candidate`` against ``baseline`` trials; ``pairs`` (a paired
+    recheck's rounds) only change the interval's resampling, which keeps each round's two
+    trials together, and rule the calibrated null out (it is between runs)."""
+    ratio = _ratio(baseline, candidate)
     n_b, n_c = len(baseline), len(candidate)
     factor = 1 + threshold_percent / 100
-    if calibration is not None and calibration.usable(key):
+    common = {"baseline": tuple(baseline), "candidate": tuple(candidate), "ratio": ratio}
+    if pairs is None and calibration is not None and calibration.usable(key):
         return _Evidence(
-            ratio=ratio,
+            **common,
             interval=calibration.interval(key, ratio, n_b, n_c, CONFIDENCE),
             p_slower=calibration.p_slower(key, ratio / factor, n_b, n_c),
             p_faster=calibration.p_faster(key, ratio * factor, n_b, n_c),
@@ -138,17 +174,23 @@ def _evidence(
             mdc=calibration.mdc(
                 key, n_b, n_c, threshold_percent=threshold_percent, alpha=alpha, cells=cells
             ),
+            smallest_p=calibration.smallest_p(key, n_b, n_c),
         )
     slower = mann_whitney_u([v / factor for v in candidate], baseline, alternative="greater")
     faster = mann_whitney_u([v * factor for v in candidate], baseline, alternative="less")
     try:
-        interval = ratio_of_medians_interval(
-            baseline, candidate, confidence=CONFIDENCE, resamples=resamples
-        )
+        if pairs is not None:
+            interval = paired_median_ratio_interval(
+                pairs, confidence=CONFIDENCE, resamples=resamples
+            )
+        else:
+            interval = ratio_of_medians_interval(
+                baseline, candidate, confidence=CONFIDENCE, resamples=resamples
+            )
     except ValueError:
         interval = (float("nan"), float("nan"))
     return _Evidence(
-        ratio=ratio,
+        **common,
         interval=interval,
         p_slower=slower.p_value,
         p_faster=faster.p_value,
@@ -157,30 +199,157 @@ def _evidence(
         method=f"mann-whitney-{slower.method}",
         noise_floor=None,
         mdc=None,
+        smallest_p=smallest_possible_p(n_c, n_b, alternative="greater"),
     )
 
 
-def _paired_evidence(
-    pairs: Sequence[tuple[float, float]], *, threshold_percent: float, resamples: int
-) -> _Evidence:
-    """A paired recheck's evidence: each (baseline, candidate) pair shares its moment, so
-    the test is Wilcoxon's signed-rank test of the pairs' log ratios (against the
-    threshold's for ``p_slower``) and the change its estimate, the Hodges-Lehmann
-    pseudo-median of the log ratios."""
-    logs = [math.log(c / b) for b, c in pairs]
-    shift = math.log(1 + threshold_percent / 100)
-    slower = wilcoxon_signed_rank([d - shift for d in logs], alternative="greater")
-    return _Evidence(
-        ratio=math.exp(hodges_lehmann(logs)),
-        interval=paired_ratio_interval(logs, confidence=CONFIDENCE, resamples=resamples),
-        p_slower=slower.p_value,
-        p_faster=wilcoxon_signed_rank([d + shift for d in logs], alternative="less").p_value,
-        p_change_up=wilcoxon_signed_rank(logs, alternative="greater").p_value,
-        p_change_down=wilcoxon_signed_rank(logs, alternative="less").p_value,
-        method=f"wilcoxon-signed-rank-{slower.method}",
-        noise_floor=None,
-        mdc=None,
-    )
+def rounds_needed(cells: int, alpha: float = DEFAULT_ALPHA, n_baseline: int | None = None) -> int:
+    """The fewest recheck rounds K whose trials can confirm ``slower`` over ``cells``
+    rechecked cells at ``alpha``: Mann-Whitney U's smallest p, 1 / C(n + K, K), times the
+    cells (Holm's first step) at most alpha, with n = K for a paired recheck
+    (``n_baseline`` None) else the baseline's trial count."""
+    rounds = 1
+    while (
+        smallest_possible_p(rounds, n_baseline or rounds, alternative="greater") * max(cells, 1)
+        > alpha
+        and rounds < 1000
+    ):
+        rounds += 1
+    return rounds
+
+
+@dataclass(frozen=True)
+class _Adjusted:
+    slower: float
+    faster: float
+    up: float
+    down: float
+    family: int
+
+
+def _adjust(evidence: Mapping[CellKey, _Evidence]) -> dict[CellKey, _Adjusted]:
+    """Holm over the cells of ``evidence``, for each of the four tests."""
+    keys = sorted(evidence)
+    columns = [
+        holm_adjust([getattr(evidence[k], name) for k in keys])
+        for name in ("p_slower", "p_faster", "p_change_up", "p_change_down")
+    ]
+    return {k: _Adjusted(*(c[i] for c in columns), len(keys)) for i, k in enumerate(keys)}
+
+
+def _cannot_reach(ev: _Evidence, family: int, alpha: float) -> bool:
+    return ev.smallest_p * family > alpha
+
+
+def _first_stage(
+    ev: _Evidence, adj: _Adjusted, *, limit: float, alpha: float
+) -> tuple[CellVerdict, list[str]]:
+    """The verdict of the trials alone, with the note that says why when it is not plain."""
+    faster_limit = (1 / (1 + limit / 100) - 1) * 100
+    change = ev.change
+    if change > limit:
+        if adj.slower <= alpha:
+            return CellVerdict.SLOWER, []
+        return CellVerdict.POSSIBLY_SLOWER, [_unconfirmed(ev, adj, alpha, limit)]
+    if change < faster_limit and adj.faster <= alpha:
+        return CellVerdict.FASTER, []
+    if change < faster_limit:
+        return CellVerdict.UNCHANGED, [
+            f"faster by {-change:.1f}% but not significantly beyond the threshold "
+            f"(Holm-adjusted p = {adj.faster:.3g} > {alpha:g})"
+        ]
+    if adj.up <= alpha or adj.down <= alpha:
+        p = min(adj.up, adj.down)
+        return CellVerdict.UNCHANGED, [
+            f"a {change:+.1f}% change, significant as a change of any size (Holm-adjusted "
+            f"p = {p:.3g}), within the {limit:g}% threshold"
+        ]
+    return CellVerdict.UNCHANGED, []
+
+
+def _unconfirmed(ev: _Evidence, adj: _Adjusted, alpha: float, limit: float) -> str:
+    """Why a cell past the threshold is not ``slower``, and what can settle it."""
+    n_b, n_c = len(ev.baseline), len(ev.candidate)
+    rounds = rounds_needed(adj.family, alpha)
+    settle = f"settle it with `{RECHECK_COMMAND.format(rounds=rounds)}` (or --recheck {rounds})"
+    if _cannot_reach(ev, adj.family, alpha):
+        reason = (
+            f"not enough trials: {n_b} vs {n_c} trials over {adj.family} cells cannot reach "
+            f"significance (smallest p {ev.smallest_p:.3g} x {adj.family} > {alpha:g})"
+        )
+    else:
+        reason = f"not significant (Holm-adjusted p = {adj.slower:.3g} > {alpha:g})"
+    if ev.mdc is not None and ev.mdc > limit:
+        reason += f"; the threshold is below this host's minimum detectable change ({ev.mdc:.0f}%)"
+    return f"{reason}: {settle}"
+
+
+def _second_stage(
+    first: CellVerdict,
+    first_p: float,
+    first_adj: _Adjusted,
+    ev: _Evidence,
+    adj: _Adjusted,
+    *,
+    paired: bool,
+    limit: float,
+    alpha: float,
+) -> tuple[CellVerdict, list[str], float, float]:
+    """A rechecked cell: its verdict, notes and the (p, adjusted p) that decided it."""
+    what = "paired recheck" if paired else "recheck"
+    low, high = ev.interval_percent
+    interval = f"[{low:+.1f}%, {high:+.1f}%]"
+    if high <= limit:  # a NaN interval (no resampling possible) is never evidence
+        if first.flagged:
+            note = (
+                f"flag cleared by the {what}: its 95% interval {interval} lies at or below "
+                f"the {limit:g}% threshold"
+            )
+        else:
+            note = f"the {what}'s 95% interval {interval} lies at or below the threshold"
+        verdict, more = _first_stage(ev, adj, limit=limit, alpha=alpha)
+        if verdict.flagged:  # cannot happen (change <= high <= limit); kept explicit
+            verdict = CellVerdict.UNCHANGED
+        return verdict, [note, *more], ev.p_slower, adj.slower
+    if ev.change > limit and adj.slower <= alpha:
+        return (
+            CellVerdict.SLOWER,
+            [
+                f"confirmed by the {what}: {ev.change:+.1f}%, Holm-adjusted p = "
+                f"{adj.slower:.3g} over the {adj.family} rechecked cells"
+            ],
+            ev.p_slower,
+            adj.slower,
+        )
+    if first is CellVerdict.SLOWER and ev.change > limit:
+        return (
+            CellVerdict.SLOWER,
+            [
+                f"slower on the original trials (Holm-adjusted p = {first_adj.slower:.3g} over "
+                f"{first_adj.family} cells); the {what}'s {ev.change:+.1f}% agrees"
+            ],
+            first_p,
+            first_adj.slower,
+        )
+    if not first.flagged and ev.change <= limit:
+        return CellVerdict.UNCHANGED, [], ev.p_slower, adj.slower
+    notes = [
+        f"not cleared: the {what}'s 95% interval {interval} reaches past the {limit:g}% threshold"
+    ]
+    if ev.change > limit:
+        if _cannot_reach(ev, adj.family, alpha):
+            rounds = rounds_needed(adj.family, alpha, None if paired else len(ev.baseline))
+            notes.append(
+                f"not enough trials: {len(ev.candidate)} rounds over {adj.family} rechecked "
+                f"cells cannot reach significance (smallest p {ev.smallest_p:.3g}); settle it "
+                f"with `{RECHECK_COMMAND.format(rounds=rounds)}`"
+            )
+        else:
+            notes.append(
+                f"not significant (Holm-adjusted p = {adj.slower:.3g} > {alpha:g} over the "
+                f"{adj.family} rechecked cells)"
+            )
+    return CellVerdict.POSSIBLY_SLOWER, notes, ev.p_slower, adj.slower
 
 
 def decide_cells(
@@ -196,205 +365,139 @@ def decide_cells(
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
-    ``recheck`` holds the recheck trials of flagged cells: the verdict of such a cell is
-    taken on original plus recheck trials, and a flag the recheck does not confirm (its
-    own median, or the pooled one, within the threshold) is cleared.
-
-    ``paired`` holds, for cells rechecked with ``--paired``, the (baseline, candidate)
-    seconds of each paired round (the two codes measured one after the other): the
-    verdict of such a cell is taken on those pairs, as a paired design: the change is the
-    Hodges-Lehmann pseudo-median of the pairs' ratios, significance Wilcoxon's
-    signed-rank test (the calibrated null, which is between runs, does not apply); its
-    flag is cleared when the paired change is within the threshold, or the pooled one
-    (each side's original trials with its paired ones), as for an unpaired recheck.
+    First stage: every cell on its trials, Holm over all cells. Second stage, for the
+    cells with ``recheck`` trials (the candidate's code measured again, judged against the
+    baseline's trials) or ``paired`` rounds ((baseline, candidate) seconds of the two codes
+    measured one after the other; these win over ``recheck``): the recheck's own evidence,
+    Holm over the rechecked cells, combined with the first stage as the module docstring
+    says.
     """
     keys = sorted(baseline)
-    recheck = recheck or {}
-    pairs_of = {k: list(v) for k, v in (paired or {}).items() if v}
-    paired_keys = {k for k in keys if k in pairs_of}
     limit = threshold_percent
-    pooled = {k: list(candidate[k]) + list(recheck.get(k, ())) for k in keys}
-    sides = {
-        k: ([b for b, _ in pairs_of[k]], [c for _, c in pairs_of[k]])
-        if k in paired_keys
-        else (baseline[k], pooled[k])
-        for k in keys
-    }
-    evidence = {
-        k: _paired_evidence(
-            pairs_of[k], threshold_percent=threshold_percent, resamples=bootstrap_resamples
-        )
-        if k in paired_keys
-        else _evidence(
-            k,
-            sides[k][0],
-            sides[k][1],
+    pairs_of = {k: list(v) for k, v in (paired or {}).items() if v and k in baseline}
+    again = {k: list(v) for k, v in (recheck or {}).items() if v and k in baseline}
+    rechecked = sorted(set(pairs_of) | set(again))
+
+    def evidence_of(key, base, cand, cells, pairs=None) -> _Evidence:
+        return _evidence(
+            key,
+            base,
+            cand,
             calibration,
             threshold_percent=threshold_percent,
             alpha=alpha,
-            cells=len(keys),
+            cells=cells,
             resamples=bootstrap_resamples,
+            pairs=pairs,
         )
-        for k in keys
-    }
-    adjusted_slower = dict(zip(keys, holm_adjust([evidence[k].p_slower for k in keys])))
-    adjusted_faster = dict(zip(keys, holm_adjust([evidence[k].p_faster for k in keys])))
-    adjusted_up = dict(zip(keys, holm_adjust([evidence[k].p_change_up for k in keys])))
-    adjusted_down = dict(zip(keys, holm_adjust([evidence[k].p_change_down for k in keys])))
-    faster_limit = (1 / (1 + limit / 100) - 1) * 100
+
+    first = {k: evidence_of(k, baseline[k], candidate[k], len(keys)) for k in keys}
+    first_adj = _adjust(first)
+    second: dict[CellKey, _Evidence] = {}
+    for key in rechecked:
+        if key in pairs_of:
+            pairs = pairs_of[key]
+            second[key] = evidence_of(
+                key, [b for b, _ in pairs], [c for _, c in pairs], len(rechecked), pairs
+            )
+        else:
+            second[key] = evidence_of(key, baseline[key], again[key], len(rechecked))
+    second_adj = _adjust(second)
     results = []
     for key in keys:
-        ev = evidence[key]
-        base, cand = list(sides[key][0]), list(sides[key][1])
-        change = (ev.ratio - 1) * 100
-        notes: list[str] = []
+        verdict, notes = _first_stage(first[key], first_adj[key], limit=limit, alpha=alpha)
+        ev, adj = first[key], first_adj[key]
+        p_value, p_adjusted = ev.p_slower, adj.slower
         recheck_info = None
-        cleared = False
-        if key in paired_keys:
-            original_change = (median(candidate[key]) / median(baseline[key]) - 1) * 100
-            recheck_info = {
-                "n": len(cand),
-                "median": median(cand),
-                "change_percent": change,
-                "original_change_percent": original_change,
-                "paired": True,
-                "baseline_n": len(base),
-                "baseline_median": median(base),
-            }
-            notes.append(
-                f"judged on a paired recheck ({len(cand)} rounds, the two codes measured one "
-                f"after the other): pair ratio (Hodges-Lehmann) {change:+.1f}%, original "
-                f"{original_change:+.1f}%"
+        if key in second:
+            is_paired = key in pairs_of
+            original = first[key]
+            ev, adj = second[key], second_adj[key]
+            verdict, notes, p_value, p_adjusted = _second_stage(
+                verdict,
+                original.p_slower,
+                first_adj[key],
+                ev,
+                adj,
+                paired=is_paired,
+                limit=limit,
+                alpha=alpha,
             )
-            # As for an unpaired recheck, the pooled trials may clear it too: each side's
-            # original trials with its paired ones.
-            pooled_change = (
-                median(list(candidate[key]) + cand) / median(list(baseline[key]) + base) - 1
-            ) * 100
-            recheck_info["pooled_change_percent"] = pooled_change
-            if original_change > limit and (change <= limit or pooled_change <= limit):
-                cleared = True
-                notes.append(
-                    f"flag cleared by the paired recheck: original {original_change:+.1f}%, "
-                    f"paired {change:+.1f}%, pooled {pooled_change:+.1f}% "
-                    f"(threshold {limit:g}%)"
-                )
-        elif recheck.get(key):
-            original_change = (median(candidate[key]) / median(base) - 1) * 100
-            own_change = (median(recheck[key]) / median(base) - 1) * 100
             recheck_info = {
-                "n": len(recheck[key]),
-                "median": median(recheck[key]),
-                "change_percent": own_change,
-                "original_change_percent": original_change,
+                "n": len(ev.candidate),
+                "paired": is_paired,
+                "baseline_n": len(ev.baseline),
+                "original_n_baseline": len(original.baseline),
+                "original_n_candidate": len(original.candidate),
+                "original_baseline_median": median(original.baseline),
+                "original_candidate_median": median(original.candidate),
+                "original_change_percent": original.change,
+                "original_verdict": _first_stage(
+                    original, first_adj[key], limit=limit, alpha=alpha
+                )[0].value,
+                "original_p_adjusted": first_adj[key].slower,
+                "holm_family": adj.family,
+                "smallest_p": ev.smallest_p,
             }
-            if original_change > limit and (own_change <= limit or change <= limit):
-                cleared = True
-                notes.append(
-                    f"flag cleared by the recheck: original {original_change:+.1f}%, recheck "
-                    f"alone {own_change:+.1f}%, pooled {change:+.1f}% (threshold {limit:g}%)"
-                )
-        if cleared:
-            verdict = CellVerdict.UNCHANGED
-        elif change > limit:
-            if adjusted_slower[key] <= alpha:
-                verdict = CellVerdict.SLOWER
-            else:
-                verdict = CellVerdict.POSSIBLY_SLOWER
-                notes.append(
-                    _possibly_advice(
-                        ev, adjusted_slower[key], alpha, len(base), len(cand), len(keys), limit
-                    )
-                )
-                if recheck_info is not None and key in paired_keys:
-                    notes[-1] = notes[-1].replace(
-                        "recheck (--recheck K) to confirm or clear",
-                        "still past the threshold in a paired recheck; more paired rounds "
-                        "(--recheck K --paired) can confirm it",
-                    )
-                elif recheck_info is not None:
-                    notes[-1] = notes[-1].replace(
-                        "recheck (--recheck K) to confirm or clear",
-                        f"still past the threshold after a recheck of {recheck_info['n']} trials "
-                        "(a same-process recheck shares the run's moment; `harness recheck` "
-                        "later samples another)",
-                    )
-        elif change < faster_limit and adjusted_faster[key] <= alpha:
-            verdict = CellVerdict.FASTER
-        else:
-            verdict = CellVerdict.UNCHANGED
-            if change < faster_limit:
-                notes.append(
-                    f"faster by {-change:.1f}% but not significantly beyond the threshold "
-                    f"(Holm-adjusted p = {adjusted_faster[key]:.3g})"
-                )
-            elif adjusted_up[key] <= alpha or adjusted_down[key] <= alpha:
-                notes.append(
-                    f"a significant {change:+.1f}% change, within the {limit:g}% threshold"
-                )
+            notes.insert(
+                0,
+                f"judged on the {'paired ' if is_paired else ''}recheck "
+                f"({len(ev.candidate)} rounds{', both codes one after the other' if is_paired else ''}; "
+                f"its medians and {ESTIMATOR} {ev.change:+.1f}%); original medians "
+                f"{_ms(original.baseline)} -> {_ms(original.candidate)} "
+                f"({original.change:+.1f}%); the smallest p it can give is {ev.smallest_p:.3g}",
+            )
         if ev.mdc is not None and ev.mdc > limit and verdict is CellVerdict.UNCHANGED:
             notes.append(
                 f"this host detects only slowdowns of {ev.mdc:.0f}% or more here (90% power): "
                 "a pass does not rule out smaller ones"
             )
-        warnings = _warnings(ev, len(base), len(cand), len(keys), alpha, limit, base, cand)
-        if (
-            key in paired_keys
-            and smallest_signed_rank_p(len(cand), alternative="greater") * len(keys) > alpha
-        ):
-            warnings = (
-                f"{len(cand)} paired rounds cannot confirm `slower` over {len(keys)} cells "
-                f"(the smallest signed-rank p is 1/{2 ** len(cand)}); a flag past the threshold "
-                "stays possibly_slower",
-                *warnings,
-            )
-        low, high = ev.interval
+        warnings = _warnings(
+            ev, adj.family, alpha, limit, said=any("not enough" in n for n in notes)
+        )
         results.append(
             CellComparison(
                 acquisition=key[0],
                 format=key[1],
                 cache_state=key[2],
-                n_baseline=len(base),
-                n_candidate=len(cand),
-                baseline_median=median(base),
-                candidate_median=median(cand),
-                change_percent=change,
-                ci_percent=((low - 1) * 100, (high - 1) * 100),
-                p_value=ev.p_slower,
-                p_adjusted=adjusted_slower[key],
+                n_baseline=len(ev.baseline),
+                n_candidate=len(ev.candidate),
+                baseline_median=median(ev.baseline),
+                candidate_median=median(ev.candidate),
+                change_percent=ev.change,
+                ci_percent=ev.interval_percent,
+                p_value=p_value,
+                p_adjusted=p_adjusted,
                 p_method=ev.method,
                 verdict=verdict,
-                baseline_spread=relative_spread(base),
-                candidate_spread=relative_spread(cand),
+                baseline_spread=relative_spread(ev.baseline),
+                candidate_spread=relative_spread(ev.candidate),
                 noise_floor_percent=ev.noise_floor,
                 mdc_percent=ev.mdc,
                 notes=tuple(notes),
                 recheck=recheck_info,
                 warnings=warnings,
+                holm_family=adj.family,
             )
         )
     return results
 
 
+def _ms(values: Sequence[float]) -> str:
+    return f"{median(values) * 1e3:.4g} ms"
+
+
 def _warnings(
-    ev: _Evidence,
-    n_b: int,
-    n_c: int,
-    cells: int,
-    alpha: float,
-    limit: float,
-    base: Sequence[float],
-    cand: Sequence[float],
+    ev: _Evidence, family: int, alpha: float, limit: float, *, said: bool
 ) -> tuple[str, ...]:
+    """Warnings of a cell; the "not enough trials" statement only where no note made it."""
     warnings = []
-    if ev.method.startswith("mann-whitney") and (
-        smallest_possible_p(n_c, n_b, alternative="greater") * cells > alpha
-    ):
+    if not said and _cannot_reach(ev, family, alpha):
         warnings.append(
-            f"too few trials ({n_b} vs {n_c}): no slowdown can reach significance over "
-            f"{cells} cells without a calibration (harness calibrate)"
+            f"not enough trials: {len(ev.baseline)} vs {len(ev.candidate)} over {family} cells "
+            f"cannot reach significance (smallest p {ev.smallest_p:.3g})"
         )
-    for side, values in (("baseline", base), ("candidate", cand)):
+    for side, values in (("baseline", ev.baseline), ("candidate", ev.candidate)):
         spread = relative_spread(values)
         if spread is not None and spread * 100 > limit:
             warnings.append(
@@ -402,26 +505,3 @@ def _warnings(
                 f"{limit:g}% threshold"
             )
     return tuple(warnings)
-
-
-def _possibly_advice(
-    ev: _Evidence, adjusted: float, alpha: float, n_b: int, n_c: int, cells: int, limit: float
-) -> str:
-    if (
-        ev.method.startswith("mann-whitney")
-        and smallest_possible_p(n_c, n_b, alternative="greater") * cells > alpha
-    ):
-        reason = (
-            f"{n_b} vs {n_c} trials cannot reach significance over {cells} cells without a "
-            "calibration"
-        )
-    elif (
-        ev.method.startswith("wilcoxon")
-        and smallest_signed_rank_p(n_c, alternative="greater") * cells > alpha
-    ):
-        reason = f"{n_c} paired rounds cannot reach significance over {cells} cells"
-    else:
-        reason = f"not significant (Holm-adjusted p = {adjusted:.3g} > {alpha:g})"
-    if ev.mdc is not None and ev.mdc > limit:
-        reason += f"; the threshold is below this host's minimum detectable change ({ev.mdc:.0f}%)"
-    return f"{reason}: recheck (--recheck K) to confirm or clear"

@@ -62,10 +62,13 @@ def calibration_line(comparison: Comparison) -> str:
 
 
 def rule_line(comparison: Comparison) -> str:
+    rechecked = sum(1 for cell in comparison.cells if cell.recheck)
     return (
-        f"rule: a cell more than {comparison.regression_percent:g}% slower (median) is flagged; "
-        f"'slower' when significant at alpha {comparison.alpha:g} after Holm correction over "
-        f"{len(comparison.cells)} cells, else 'possibly slower'"
+        f"rule: a cell more than {comparison.regression_percent:g}% slower (change: ratio of "
+        f"medians) is flagged; 'slower' when significant at alpha {comparison.alpha:g} after "
+        f"Holm correction over {len(comparison.cells)} cells"
+        + (f" (a rechecked cell: over the {rechecked} rechecked)" if rechecked else "")
+        + ", else 'possibly slower'"
     )
 
 

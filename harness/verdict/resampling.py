@@ -80,3 +80,36 @@ def paired_ratio_interval(
     tail = (1 - confidence) / 2
     low, high = np.exp(np.quantile(estimates, [tail, 1 - tail]))
     return float(low), float(high)
+
+
+def paired_median_ratio_interval(
+    pairs: Sequence[tuple[float, float]],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(candidate) / median(baseline) over paired
+    rounds ``(baseline, candidate)``, the rounds resampled together (each round's two
+    trials share its moment, so drift between rounds stays in both sides alike).
+
+    Raises
+    ------
+    ValueError
+        When there are no pairs, ``confidence`` is outside (0, 1) or a resampled
+        baseline median is not positive.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), not {confidence!r}")
+    data = np.asarray(pairs, dtype=np.float64).reshape(-1, 2)
+    if data.shape[0] == 0:
+        raise ValueError("cannot resample no pairs")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, data.shape[0], size=(resamples, data.shape[0]))
+    base = np.median(data[picks, 0], axis=1)
+    cand = np.median(data[picks, 1], axis=1)
+    if np.any(base <= 0):
+        raise ValueError("the baseline's median must be positive for a ratio")
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(cand / base, [tail, 1 - tail])
+    return float(low), float(high)
