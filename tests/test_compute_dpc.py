@@ -10,7 +10,7 @@ import pytest
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.arrays import array_digest
 from quantem.stem4d.dpc import divergence, dpc, find_rotation, integrate_gradient, rotate_field
-from quantem.stem4d.errors import ComputeError
+from quantem.stem4d.errors import CalibrationError, CalibrationWarning, ComputeError
 from quantem.stem4d.io import synthetic
 from quantem.stem4d.virtual import Calibration
 
@@ -107,7 +107,12 @@ def test_dpc_end_to_end_on_synthetic_data_and_determinism():
     assert fitted["units"]["phase"] == "px*px"
     # Calibrated: phase in rad; a fixed rotation is used as given.
     cal = Calibration(energy_ev=200e3, mrad_per_pixel=1.0, scan_step_angstrom=0.5)
-    fixed = dpc(acq, calibration=cal, rotation_deg=90.0)
+    # 90 degrees from the data's rotation: refused unless the mismatch is accepted.
+    with pytest.raises(CalibrationError, match="rotation: given 90 deg"):
+        dpc(acq, calibration=cal, rotation_deg=90.0)
+    with pytest.warns(CalibrationWarning, match="rotation"):
+        fixed = dpc(acq, calibration=cal, rotation_deg=90.0, accept_calibration_mismatch=True)
     assert fixed.rotation_deg == 90.0 and fixed.units["phase"] == "rad"
+    assert fixed.calibration_check[0]["status"] == "error"
     with pytest.raises(ComputeError, match="float32 is a CUDA option"):
         dpc(acq, dtype="float32")

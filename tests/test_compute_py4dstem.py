@@ -37,6 +37,7 @@ def calibration(name: str) -> Calibration:
     info = TRUTH["datasets"][name]
     return Calibration(
         energy_ev=TRUTH["energy_ev"],
+        convergence_mrad=TRUTH["semiangle_mrad"],
         mrad_per_pixel=info["mrad_per_pixel"],
         scan_step_angstrom=info["scan_step_angstrom"],
     )

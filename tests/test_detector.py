@@ -304,9 +304,10 @@ def test_exact_ratio_matches_fractions_everywhere():
 
     rng = np.random.default_rng(3)
     total = rng.integers(1, 2**40, 4000, dtype=np.uint64)
-    numerator = total * rng.integers(0, 192, 4000, dtype=np.uint64) + rng.integers(
-        0, 2**40, 4000, dtype=np.uint64
-    ) % total
+    numerator = (
+        total * rng.integers(0, 192, 4000, dtype=np.uint64)
+        + rng.integers(0, 2**40, 4000, dtype=np.uint64) % total
+    )
     # operands past 2**53 (not exact in float64) and an empty frame
     numerator[:3] = [2**60 + 7, 2**53 + 1, 5]
     total[:3] = [2**55 + 3, 3, 2**54 + 1]

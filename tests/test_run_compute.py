@@ -129,7 +129,10 @@ def test_nondeterministic_outputs_fail_correctness(tmp_path, monkeypatch):
         workload.fitted,
     )
     monkeypatch.setitem(compute_workloads.WORKLOADS, "virtual", noisy)
-    outcome = run_compute(config(tmp_path, "noisy", workload="virtual", reps=1))
+    # virtual detectors in px use no calibration (a given one would be refused as unused)
+    outcome = run_compute(
+        config(tmp_path, "noisy", workload="virtual", reps=1, parameters=ComputeParameters())
+    )
     assert outcome.exit_code == 1
     assert outcome.report["status"]["correctness"] == "failed"
     assert outcome.report["acquisitions"][0]["deterministic"] is False

@@ -456,6 +456,17 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     group.add_argument("--voltage-kv", type=float, help="the beam energy in kV (or --energy-ev)")
     group.add_argument("--convergence-mrad", "--semiangle-mrad", type=float)
     group.add_argument("--mrad-per-pixel", type=float)
+    group.add_argument(
+        "--inverse-angstrom-per-pixel",
+        type=float,
+        metavar="INV_A",
+        help="the detector sampling in 1/A (with the beam energy; instead of --mrad-per-pixel)",
+    )
+    group.add_argument(
+        "--accept-calibration-mismatch",
+        action="store_true",
+        help="run although a given calibration grossly disagrees with the data (recorded)",
+    )
     group.add_argument("--scan-step", "--scan-step-a", type=float, metavar="ANGSTROM")
     group.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     group.add_argument(
@@ -572,6 +583,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
         energy_ev=args.energy_ev if args.voltage_kv is None else args.voltage_kv * 1e3,
         convergence_mrad=args.convergence_mrad,
         mrad_per_pixel=args.mrad_per_pixel,
+        inverse_angstrom_per_pixel=args.inverse_angstrom_per_pixel,
+        accept_calibration_mismatch=args.accept_calibration_mismatch,
         scan_step_angstrom=args.scan_step,
         dtype=args.dtype,
         rotation_deg=args.rotation,
@@ -644,6 +657,11 @@ def print_compute_summary(doc: dict, console) -> None:
             )
         )
     for acquisition in doc["acquisitions"]:
+        for finding in (acquisition.get("fitted") or {}).get("calibration_check", []):
+            if finding["status"] != "ok":
+                lines.append(
+                    f"  {acquisition['id']} calibration {finding['status']}: {finding['message']}"
+                )
         for name, digest in sorted(acquisition["outputs"].items()):
             lines.append(
                 f"  {acquisition['id']} {name}: {digest['dtype']} {digest['shape']} "

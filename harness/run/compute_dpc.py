@@ -17,14 +17,16 @@ def dpc_com(state: dict) -> None:
 
 
 def dpc_shifts(state: dict) -> None:
-    from quantem.stem4d.dpc import beam_shifts
+    from quantem.stem4d.dpc import beam_shifts, complete_calibration
 
     p = state["parameters"]
-    state["shifts"] = beam_shifts(state["com"], p.calibration(), p.dtype)
+    # A convergence angle alone sets the scale through the measured BF radius (derived).
+    state["calibration"] = complete_calibration(p.calibration(), state["frames"])
+    state["shifts"] = beam_shifts(state["com"], state["calibration"], p.dtype)
 
 
 def dpc_rotation(state: dict) -> None:
-    from quantem.stem4d.dpc import RotationFit, find_rotation
+    from quantem.stem4d.dpc import RotationFit, check_dpc_calibration, find_rotation
 
     p, shifts = state["parameters"], state["shifts"]
     if p.rotation_deg is None:
@@ -33,6 +35,14 @@ def dpc_rotation(state: dict) -> None:
         )
     else:
         state["rotation"] = RotationFit(p.rotation_deg, bool(p.transpose), float("nan"), None)
+    state["calibration_check"] = check_dpc_calibration(
+        state["calibration"],
+        state["frames"],
+        shifts,
+        state["rotation"],
+        rotation_given=p.rotation_deg is not None,
+        accept_mismatch=p.accept_calibration_mismatch,
+    )
 
 
 def dpc_integration(state: dict) -> None:
@@ -57,6 +67,8 @@ def dpc_outputs(state: dict) -> dict[str, Any]:
 
 
 def dpc_fitted(state: dict) -> dict:
+    from quantem.stem4d.dpc import units_of
+
     _, _, _, _, angle, flipped = state["dpc"]
     rotation = state["rotation"]
     return {
@@ -65,5 +77,8 @@ def dpc_fitted(state: dict) -> dict:
         "half_turn_flipped": flipped,
         "residual_curl": None if rotation.residual != rotation.residual else rotation.residual,
         "gradient_units": state["shifts"].units,
+        "units": units_of(state["shifts"].units),
         "mean_com_px": list(state["shifts"].mean_com),
+        "calibration": state["calibration"].to_dict(),
+        "calibration_check": state["calibration_check"],
     }

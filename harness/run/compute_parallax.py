@@ -25,9 +25,15 @@ def parallax_align(state: dict) -> None:
 def parallax_fit(state: dict) -> None:
     from quantem.stem4d.arrays import to_numpy
     from quantem.stem4d.parallax import fit_aberrations
+    from quantem.stem4d.parallax.reconstruct import parallax_calibration
 
     p = state["parameters"]
-    calibration = p.calibration().with_disk_radius(state["stack"].radius)
+    calibration, state["calibration_check"] = parallax_calibration(
+        p.calibration(),
+        state["stack"],
+        correct_aberrations=p.correct_aberrations,
+        accept_mismatch=p.accept_calibration_mismatch,
+    )
     state["calibration"] = calibration
     angles = state["stack"].positions * (calibration.detector_mrad_per_pixel * 1e-3)
     state["fit"] = fit_aberrations(
@@ -71,9 +77,14 @@ def parallax_outputs(state: dict) -> dict[str, Any]:
 
 
 def parallax_fitted(state: dict) -> dict:
+    from quantem.stem4d.parallax.reconstruct import UNITS
+
     return {
         **state["fit"].to_dict(),
         "n_images": len(state["stack"].positions),
         "disk_center_px": list(state["stack"].center),
         "disk_radius_px": state["stack"].radius,
+        "units": dict(UNITS),
+        "calibration": state["calibration"].to_dict(),
+        "calibration_check": state["calibration_check"],
     }

@@ -32,12 +32,16 @@ def _ssb_calibration(state: dict):
     ]
     if missing:
         raise UsageError(f"ssb needs {', '.join(missing)}")
+    general = p.calibration()
     return Calibration(
         energy_ev=p.energy_ev,
         semiangle_mrad=p.convergence_mrad,
         scan_step_a=p.scan_step_angstrom,
         rotation_deg=p.rotation_deg,
-        detector_sampling_mrad=p.mrad_per_pixel,
+        # a reciprocal-space sampling becomes an angle here, with the given energy
+        detector_sampling_mrad=general.detector_mrad_per_pixel
+        if general.has_detector_sampling
+        else None,
         transpose=p.transpose,
     )
 
@@ -69,6 +73,7 @@ def ssb_prepare(state: dict) -> None:
         _ssb_source(state),
         state["ssb_calibration"],
         detector_bin=p.bin_factor,
+        accept_calibration_mismatch=p.accept_calibration_mismatch,
         **_prepare_options(state),
     )
 
@@ -145,6 +150,8 @@ def ssb_fitted(state: dict) -> dict:
         "calibration": state["ssb"].calibration.to_dict(),
         "rotation": state["ssb"].rotation.to_dict(),
         "bf_disk": {"center": list(state["ssb"].disk.center), "radius": state["ssb"].disk.radius},
+        "units": {"phase": "rad", "object": "complex transmission", "aberrations": "A, rad"},
+        "calibration_check": state["ssb"].calibration_check,
         "uncorrected_loss": state["ssb_uncorrected"].loss,
         "standard_fit": record(state["ssb_standard"]),
         "default_fit": record(state["ssb_default"]),

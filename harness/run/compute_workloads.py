@@ -38,6 +38,8 @@ class ComputeParameters:
     convergence_mrad: float | None = None
     mrad_per_pixel: float | None = None
     scan_step_angstrom: float | None = None
+    inverse_angstrom_per_pixel: float | None = None
+    accept_calibration_mismatch: bool = False
     dtype: str = "float64"
     rotation_deg: float | None = None
     transpose: bool | None = None
@@ -78,6 +80,7 @@ class ComputeParameters:
             convergence_mrad=self.convergence_mrad,
             mrad_per_pixel=self.mrad_per_pixel,
             scan_step_angstrom=self.scan_step_angstrom,
+            inverse_angstrom_per_pixel=self.inverse_angstrom_per_pixel,
         )
 
     def to_dict(self) -> dict:

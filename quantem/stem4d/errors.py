@@ -82,3 +82,7 @@ class SourceIntegrityError(SourceError, ValueError):
 
 class FrameIndexWarning(UserWarning):
     """A frame-index sidecar failed its checksums and was discarded and rebuilt."""
+
+
+class CalibrationWarning(UserWarning):
+    """A given calibration disagrees with what the data show, beyond the documented tolerance."""

@@ -6,9 +6,12 @@ from quantem.stem4d.dpc.reconstruct import (
     BeamShifts,
     DPCResult,
     beam_shifts,
+    check_dpc_calibration,
+    complete_calibration,
     dpc,
     measure_com,
     reconstruct,
+    units_of,
 )
 from quantem.stem4d.dpc.rotation import RotationFit, find_rotation
 
@@ -17,6 +20,8 @@ __all__ = [
     "DPCResult",
     "RotationFit",
     "beam_shifts",
+    "check_dpc_calibration",
+    "complete_calibration",
     "curl",
     "divergence",
     "dpc",
@@ -25,4 +30,5 @@ __all__ = [
     "measure_com",
     "reconstruct",
     "rotate_field",
+    "units_of",
 ]

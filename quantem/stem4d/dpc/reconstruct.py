@@ -15,8 +15,14 @@ time them apart (``harness run compute dpc``):
 
 Units: with a calibration giving the detector's angular pixel size, the beam energy and
 the scan step, the gradient is ``2 pi alpha / lambda`` (rad/A; ``alpha`` the beam tilt in
-rad), the phase is in rad and the divergence in rad/A^2. Without it, the gradient is the
-shift in detector pixels, the step one scan pixel, and the phase is in pixel*pixel.
+rad), the phase is in rad and the divergence in rad/A^2. Without any calibration, the
+gradient is the shift in detector pixels, the step one scan pixel, and the phase is in
+pixel*pixel. A calibration that is given but cannot be applied in full (a beam energy
+without a scan step, say) is refused with :class:`CalibrationError` naming what is
+missing: never dropped. A convergence angle without a detector sampling is completed with
+the measured BF disk radius, recorded as derived. Given values are checked against the
+data (:mod:`quantem.stem4d.virtual.calibration_check`): the BF radius, the scan step
+against the probe size, and a given rotation against the curl estimate.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ from quantem.stem4d.dpc.integrate import DEFAULT_LOW_FREQUENCY_REGULARIZATION, i
 from quantem.stem4d.dpc.rotation import RotationFit, find_rotation
 from quantem.stem4d.errors import CalibrationError, ComputeError
 from quantem.stem4d.virtual.calibration import Calibration
+from quantem.stem4d.virtual.calibration_check import (
+    check_bf_radius,
+    check_rotation,
+    check_scan_step,
+    settle,
+)
 from quantem.stem4d.virtual.frames import Frames, open_frames
 
 DTYPES = ("float64", "float32")
@@ -63,6 +75,8 @@ class DPCResult:
     half_turn: bool
     units: dict = field(default_factory=dict)
     parameters: dict = field(default_factory=dict)
+    calibration: dict | None = None
+    calibration_check: list = field(default_factory=list)
 
     def outputs(self) -> dict[str, Any]:
         """Every output array by name (the names ``harness run compute dpc`` saves)."""
@@ -84,6 +98,8 @@ class DPCResult:
             "residual_curl": self.rotation.residual,
             "residual_curl_other_transpose": self.rotation.residual_other,
             "units": dict(self.units),
+            "calibration": self.calibration,
+            "calibration_check": list(self.calibration_check),
         }
 
 
@@ -102,14 +118,20 @@ def beam_shifts(
     if xp.__name__ == "numpy" and dtype != "float64":
         raise ComputeError("CPU outputs are float64; float32 is a CUDA option")
     step, units, scale = (1.0, 1.0), "px", None
-    if calibration is not None:
+    if calibration is not None and calibration.given():
         try:
-            scale = (
-                2 * math.pi * calibration.detector_mrad_per_pixel * 1e-3
-            ) / calibration.wavelength_angstrom
-            step, units = calibration.scan_step, "rad/A"
-        except CalibrationError:
-            scale = 1.0
+            mrad_per_pixel = calibration.detector_mrad_per_pixel
+            wavelength = calibration.wavelength_angstrom
+            step = calibration.scan_step
+        except CalibrationError as exc:
+            # A given calibration is applied in full or refused, never dropped.
+            raise CalibrationError(
+                f"dpc: the calibration given ({', '.join(calibration.given())}) cannot be "
+                f"applied: {exc}. The phase gradient needs the detector's angular pixel "
+                "size, the beam energy and the scan step; give all of them or none"
+            ) from None
+        scale = (2 * math.pi * mrad_per_pixel * 1e-3) / wavelength
+        units = "rad/A"
     device = xp.__name__ != "numpy"
     if device:
         from quantem.stem4d.cuda import dpc_fields
@@ -136,6 +158,54 @@ def beam_shifts(
         shift_r = shift_r * scale
         shift_c = shift_c * scale
     return BeamShifts(shift_r.astype(dtype), shift_c.astype(dtype), step, units, (mean_r, mean_c))
+
+
+def complete_calibration(calibration: Calibration | None, frames: Frames) -> Calibration | None:
+    """The calibration with the BF radius measured when only a convergence angle sets the scale."""
+    if (
+        calibration is None
+        or calibration.convergence_mrad is None
+        or calibration.has_detector_sampling
+        or calibration.bf_radius_px is not None
+    ):
+        return calibration
+    return calibration.with_disk_radius(frames.disk().radius)
+
+
+def check_dpc_calibration(
+    calibration: Calibration | None,
+    frames: Frames,
+    shifts: BeamShifts,
+    rotation: RotationFit,
+    *,
+    rotation_given: bool,
+    accept_mismatch: bool = False,
+) -> list[dict]:
+    """The calibration checks of a DPC run (warnings; an error unless ``accept_mismatch``)."""
+    findings = []
+    if calibration is not None:
+        if calibration.has_detector_sampling and calibration.convergence_mrad is not None:
+            findings.append(check_bf_radius(calibration, frames.disk().radius))
+        findings.append(check_scan_step(calibration))
+    if rotation_given:
+        estimate = find_rotation(shifts.row, shifts.col, step=shifts.step)
+        findings.append(
+            check_rotation(
+                rotation.angle_deg, rotation.transpose, estimate.angle_deg, estimate.transpose
+            )
+        )
+    return settle(findings, workload="dpc", accept_mismatch=accept_mismatch)
+
+
+def units_of(gradient_units: str) -> dict[str, str]:
+    """Every DPC output's unit, from the gradient's."""
+    calibrated = gradient_units == "rad/A"
+    return {
+        "com": "detector px",
+        "gradient": gradient_units,
+        "phase": "rad" if calibrated else "px*px",
+        "divergence": "rad/A^2" if calibrated else "px",
+    }
 
 
 def _skewness(values: Any) -> float:
@@ -195,15 +265,19 @@ def dpc(
     dtype: str = "float64",
     low_frequency_regularization: float = DEFAULT_LOW_FREQUENCY_REGULARIZATION,
     boundary: str = "mirror",
+    accept_calibration_mismatch: bool = False,
 ) -> DPCResult:
     """CoM, rotation (by minimum curl unless ``rotation_deg`` is given), iDPC and dDPC.
 
     ``source``: anything :func:`~quantem.stem4d.virtual.frames.open_frames` accepts. A given
     ``rotation_deg`` is used as it is (with ``transpose``, default False), without the
-    half-turn choice.
+    half-turn choice. The calibration is applied in full or refused, and checked against
+    the data (module docstring); ``accept_calibration_mismatch`` turns a gross mismatch
+    from an error into a warning.
     """
     frames = open_frames(source, scan_region=scan_region)
     com = measure_com(frames, mask)
+    calibration = complete_calibration(calibration, frames)
     shifts = beam_shifts(com, calibration, dtype)
     if rotation_deg is None:
         rotation = find_rotation(shifts.row, shifts.col, transpose=transpose, step=shifts.step)
@@ -216,12 +290,15 @@ def dpc(
         boundary=boundary,
         resolve_half_turn=rotation_deg is None,
     )
-    units = {
-        "com": "detector px",
-        "gradient": shifts.units,
-        "phase": "rad" if shifts.units == "rad/A" else "px*px",
-        "divergence": "rad/A^2" if shifts.units == "rad/A" else "px",
-    }
+    check = check_dpc_calibration(
+        calibration,
+        frames,
+        shifts,
+        rotation,
+        rotation_given=rotation_deg is not None,
+        accept_mismatch=accept_calibration_mismatch,
+    )
+    units = units_of(shifts.units)
     parameters = {
         "dtype": dtype,
         "low_frequency_regularization": low_frequency_regularization,
@@ -230,8 +307,31 @@ def dpc(
         "scan_step": list(shifts.step),
     }
     return DPCResult(
-        com.row, com.col, grad_r, grad_c, phase, div, rotation, angle, flipped, units, parameters
+        com.row,
+        com.col,
+        grad_r,
+        grad_c,
+        phase,
+        div,
+        rotation,
+        angle,
+        flipped,
+        units,
+        parameters,
+        None if calibration is None else calibration.to_dict(),
+        check,
     )
 
 
-__all__ = ["DTYPES", "BeamShifts", "DPCResult", "beam_shifts", "dpc", "measure_com", "reconstruct"]
+__all__ = [
+    "DTYPES",
+    "BeamShifts",
+    "DPCResult",
+    "beam_shifts",
+    "check_dpc_calibration",
+    "complete_calibration",
+    "dpc",
+    "measure_com",
+    "reconstruct",
+    "units_of",
+]

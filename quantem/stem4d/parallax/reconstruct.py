@@ -48,6 +48,7 @@ from quantem.stem4d.parallax.align import (
 from quantem.stem4d.parallax.fit import AberrationFit, fit_aberrations
 from quantem.stem4d.parallax.stack import DEFAULT_DISK_FRACTION, BrightFieldStack, build_stack
 from quantem.stem4d.virtual.calibration import Calibration
+from quantem.stem4d.virtual.calibration_check import check_bf_radius, check_scan_step, settle
 from quantem.stem4d.virtual.frames import open_frames
 
 DEFAULT_RECONSTRUCTION_UPSAMPLE = 2
@@ -66,6 +67,8 @@ class ParallaxResult:
     image: Any
     image_corrected: Any
     parameters: dict = field(default_factory=dict)
+    calibration: dict | None = None
+    calibration_check: list = field(default_factory=list)
 
     def outputs(self) -> dict[str, Any]:
         """Every output array by name (the names ``harness run compute parallax`` saves)."""
@@ -88,9 +91,63 @@ class ParallaxResult:
                 "n_images": len(self.stack.positions),
                 "disk_center_px": list(self.stack.center),
                 "disk_radius_px": self.stack.radius,
+                "units": dict(UNITS),
+                "calibration": self.calibration,
+                "calibration_check": list(self.calibration_check),
             }
         )
         return fitted
+
+
+#: Units of the outputs and fitted values (the images are bright-field contrast, no unit).
+UNITS = {
+    "positions": "detector px",
+    "shifts": "scan px",
+    "image": "BF intensity (a.u.)",
+    "c10": "A",
+    "c12": "A",
+    "rotation": "deg",
+}
+
+#: The calibration fields the aberration fit applies (energy only for the correction or a
+#: reciprocal-space detector sampling).
+FIT_FIELDS = frozenset(
+    {
+        "mrad_per_pixel",
+        "inverse_angstrom_per_pixel",
+        "convergence_mrad",
+        "bf_radius_px",
+        "scan_step_angstrom",
+    }
+)
+
+
+def parallax_calibration(
+    calibration: Calibration | None,
+    stack: BrightFieldStack,
+    *,
+    correct_aberrations: bool,
+    accept_mismatch: bool = False,
+) -> tuple[Calibration, list[dict]]:
+    """The fit's calibration (BF radius derived when needed) and its checks against the data.
+
+    Every given field is applied or checked, else refused (:meth:`Calibration.refuse_unused`).
+    """
+    if calibration is None or not calibration.given():
+        raise CalibrationError(
+            "parallax: the aberration fit needs a calibration (the detector's angular pixel "
+            "size or convergence_mrad, and scan_step_angstrom); pass fit=False to skip it"
+        )
+    applied = set(FIT_FIELDS)
+    if correct_aberrations or calibration.inverse_angstrom_per_pixel is not None:
+        applied.add("energy_ev")
+    calibration.refuse_unused("parallax", applied)
+    findings = []
+    if calibration.has_detector_sampling:
+        findings.append(check_bf_radius(calibration, stack.radius))
+    findings.append(check_scan_step(calibration))
+    check = settle(findings, workload="parallax", accept_mismatch=accept_mismatch)
+    return calibration.with_disk_radius(stack.radius), check
 
 
 def aberration_sign(
@@ -184,12 +241,15 @@ def parallax(
     kernel_sigma: float = DEFAULT_KERNEL_SIGMA,
     use_fitted_shifts: bool = True,
     correct_aberrations: bool = False,
+    accept_calibration_mismatch: bool = False,
 ) -> ParallaxResult:
     """Tilt-corrected bright-field reconstruction with the aberration fit (module docstring).
 
     The fit needs ``calibration`` with the detector's angular pixel size (or convergence
     angle; the BF radius defaults to the automatic disk estimate) and the scan step;
-    ``correct_aberrations`` also needs the beam energy.
+    ``correct_aberrations`` also needs the beam energy. Every given calibration is applied
+    or checked against the data, else refused; a gross mismatch is an error unless
+    ``accept_calibration_mismatch`` (:mod:`quantem.stem4d.virtual.calibration_check`).
     """
     frames = open_frames(source, scan_region=scan_region)
     stack = build_stack(frames, disk_fraction=disk_fraction, bin_factor=bin_factor)
@@ -201,14 +261,14 @@ def parallax(
         lowpass=lowpass,
         max_shift=max_shift,
     )
-    result_fit = None
+    result_fit, check = None, []
     if fit:
-        if calibration is None:
-            raise CalibrationError(
-                "the aberration fit needs a calibration (angular pixel size and scan step); "
-                "pass fit=False to skip it"
-            )
-        calibration = calibration.with_disk_radius(stack.radius)
+        calibration, check = parallax_calibration(
+            calibration,
+            stack,
+            correct_aberrations=correct_aberrations,
+            accept_mismatch=accept_calibration_mismatch,
+        )
         angles = stack.positions * (calibration.detector_mrad_per_pixel * 1e-3)
         result_fit = fit_aberrations(
             to_numpy(alignment.shifts),
@@ -251,13 +311,30 @@ def parallax(
         "use_fitted_shifts": bool(use_fitted_shifts and result_fit is not None),
         "correct_aberrations": bool(correct_aberrations),
     }
-    return ParallaxResult(stack, alignment, result_fit, image, corrected, parameters)
+    if not fit and calibration is not None and calibration.given():
+        raise CalibrationError(
+            f"parallax: fit=False uses no calibration, but {', '.join(calibration.given())} "
+            "was given"
+        )
+    return ParallaxResult(
+        stack,
+        alignment,
+        result_fit,
+        image,
+        corrected,
+        parameters,
+        None if calibration is None else calibration.to_dict(),
+        check,
+    )
 
 
 __all__ = [
     "DEFAULT_KERNEL_SIGMA",
     "DEFAULT_RECONSTRUCTION_UPSAMPLE",
+    "FIT_FIELDS",
+    "UNITS",
     "ParallaxResult",
     "parallax",
+    "parallax_calibration",
     "shift_and_sum",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import scipy.fft
 
+from quantem.stem4d.errors import CalibrationError
 from quantem.stem4d.ssb import stream
 from quantem.stem4d.ssb.calibration import Calibration
 from quantem.stem4d.ssb.rotation import (
@@ -39,6 +40,14 @@ from quantem.stem4d.ssb.rotation import (
     center_of_mass,
     given_rotation,
     rotation_from_com,
+)
+from quantem.stem4d.virtual.calibration import Calibration as GeneralCalibration
+from quantem.stem4d.virtual.calibration_check import (
+    Finding,
+    check_bf_radius,
+    check_rotation,
+    check_scan_step,
+    settle,
 )
 
 #: Default bytes of temporaries per block (pixel blocks for the transform, frequency
@@ -81,6 +90,9 @@ class Prepared:
     memory: dict = field(default_factory=dict)
     #: Engine-specific arrays derived from this preparation once (see quantem.stem4d.ssb.cpu).
     engine_cache: dict = field(default_factory=dict, repr=False)
+    #: The given calibration checked against this data (quantem.stem4d.virtual.calibration_check;
+    #: empty when the disk was given, as for the regions of an already checked scan).
+    calibration_check: list = field(default_factory=list)
 
     @property
     def wavelength_a(self) -> float:
@@ -182,6 +194,7 @@ def prepare(
     scan_block_rows: int | None = None,
     rotation: RotationEstimate | None = None,
     backend: str | None = None,
+    accept_calibration_mismatch: bool = False,
 ) -> Prepared:
     """Scan Fourier transform of the BF disk, restricted to the left sideband regions.
 
@@ -272,6 +285,7 @@ def prepare(
             # Until the geometry is known, the reductions hold a block and its moments.
             block_rows = max(1, int(memory_budget_bytes) // 4 // max(1, scan_c * frame_bytes))
 
+    check_here = disk is None
     if disk is None:
         if streaming:
             disk = find_bright_field_disk(stream.mean_pattern(rows, block_rows, region))
@@ -281,15 +295,35 @@ def prepare(
         sampling_px = (calibration.semiangle_mrad / disk.radius,) * 2
     else:
         sampling_px = calibration.detector_sampling_mrad
+    estimate, unchecked = None, None
     if rotation is None:
-        if calibration.rotation_deg is None:
+        if calibration.rotation_deg is None or check_here:
             if streaming:
                 com = stream.center_of_mass(rows, block_rows, region)
             else:
                 com = center_of_mass(data)
-            rotation = _rotation_from_com(com, calibration, sampling_px)
+            if calibration.rotation_deg is None:
+                estimate = _rotation_from_com(com, calibration, sampling_px)
+            else:
+                try:  # only to check the given rotation: an unreliable estimate checks nothing
+                    estimate = _rotation_from_com(com, calibration, sampling_px)
+                except CalibrationError as exc:
+                    unchecked = str(exc)
+        if calibration.rotation_deg is None:
+            rotation = estimate
         else:
             rotation = given_rotation(calibration.rotation_deg, bool(calibration.transpose))
+    check = (
+        check_ssb_calibration(
+            calibration,
+            disk.radius,
+            estimate if calibration.rotation_deg is not None else None,
+            accept_mismatch=accept_calibration_mismatch,
+            rotation_unchecked=unchecked,
+        )
+        if check_here
+        else []
+    )
     calibration = dataclasses.replace(
         calibration, rotation_deg=rotation.rotation_deg, transpose=rotation.transpose
     )
@@ -465,7 +499,39 @@ def prepare(
         rotation=rotation,
         memory=memory,
         pixels=np.stack([pix_r, pix_c], axis=1),
+        calibration_check=check,
     )
+
+
+def check_ssb_calibration(
+    calibration: Calibration,
+    measured_radius_px: float,
+    rotation_estimate: RotationEstimate | None,
+    *,
+    accept_mismatch: bool = False,
+    rotation_unchecked: str | None = None,
+) -> list[dict]:
+    """The BF radius, scan step and a given rotation checked against the data."""
+    sampling = calibration.detector_sampling_mrad
+    general = GeneralCalibration(
+        energy_ev=calibration.energy_ev,
+        convergence_mrad=calibration.semiangle_mrad,
+        mrad_per_pixel=None if sampling is None else sampling[0],
+        scan_step_angstrom=calibration.scan_step_a,
+    )
+    findings = [check_bf_radius(general, measured_radius_px), check_scan_step(general)]
+    if rotation_estimate is not None:
+        findings.append(
+            check_rotation(
+                calibration.rotation_deg,
+                bool(calibration.transpose),
+                rotation_estimate.rotation_deg,
+                rotation_estimate.transpose,
+            )
+        )
+    if rotation_unchecked is not None:
+        findings.append(Finding("rotation", "unchecked", rotation_unchecked))
+    return settle(findings, workload="ssb", accept_mismatch=accept_mismatch)
 
 
 def _transform_pixels(values, scan_r, scan_c, real_dtype, complex_dtype, xp, keep, keep_device):

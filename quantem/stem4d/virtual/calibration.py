@@ -5,9 +5,12 @@ parallax aberrations in angstrom need the detector's angular pixel size, the bea
 energy and the scan step. A :class:`Calibration` holds what is known; each accessor
 raises :class:`~quantem.stem4d.errors.CalibrationError` naming what is missing.
 
-The detector's angular pixel size comes from ``mrad_per_pixel`` or, failing that, from
-the probe's convergence semi-angle and the bright-field disk radius in pixels
-(``convergence_mrad / bf_radius_px``), which is how most experiments calibrate it.
+The detector's angular pixel size comes from ``mrad_per_pixel``, or from a reciprocal-space
+pixel size ``inverse_angstrom_per_pixel`` and the beam energy (``lambda * dk``), or,
+failing both, from the probe's convergence semi-angle and the bright-field disk radius in
+pixels (``convergence_mrad / bf_radius_px``), which is how most experiments calibrate it.
+A value filled in from the data (the BF radius) is listed in ``derived``, so a record says
+which numbers the user gave and which the code measured.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ class Calibration:
         Detector angular pixel size; overrides ``convergence_mrad / bf_radius_px``.
     scan_step_angstrom
         Scan step ``(row, col)`` in angstrom (a single number means both).
+    inverse_angstrom_per_pixel
+        Detector pixel size in reciprocal space (1/A, as abTEM and py4DSTEM give it); with
+        ``energy_ev`` it gives the angular pixel size. Exclusive with ``mrad_per_pixel``.
+    derived
+        Names of the fields measured from the data rather than given (see
+        :meth:`with_disk_radius`).
     """
 
     energy_ev: float | None = None
@@ -71,10 +80,17 @@ class Calibration:
     bf_radius_px: float | None = None
     mrad_per_pixel: float | None = None
     scan_step_angstrom: tuple[float, float] | None = None
+    inverse_angstrom_per_pixel: float | None = None
+    derived: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("energy_ev", "convergence_mrad", "bf_radius_px", "mrad_per_pixel"):
+        for name in (*_NUMBERS, "inverse_angstrom_per_pixel"):
             object.__setattr__(self, name, _positive(getattr(self, name), name))
+        if self.mrad_per_pixel is not None and self.inverse_angstrom_per_pixel is not None:
+            raise CalibrationError(
+                "give the detector sampling once: mrad_per_pixel or inverse_angstrom_per_pixel"
+            )
+        object.__setattr__(self, "derived", tuple(self.derived))
         step = self.scan_step_angstrom
         if step is not None:
             if isinstance(step, (int, float)):
@@ -96,11 +112,18 @@ class Calibration:
         """Angular size of one detector pixel in mrad."""
         if self.mrad_per_pixel is not None:
             return self.mrad_per_pixel
+        if self.inverse_angstrom_per_pixel is not None:
+            if self.energy_ev is None:
+                raise CalibrationError(
+                    "inverse_angstrom_per_pixel needs the beam energy (energy_ev) to give "
+                    "the detector's angular pixel size"
+                )
+            return self.inverse_angstrom_per_pixel * self.wavelength_angstrom * 1e3
         if self.convergence_mrad is not None and self.bf_radius_px is not None:
             return self.convergence_mrad / self.bf_radius_px
         raise CalibrationError(
-            "the detector's angular pixel size is unknown: give mrad_per_pixel, or "
-            "convergence_mrad with bf_radius_px"
+            "the detector's angular pixel size is unknown: give mrad_per_pixel, "
+            "inverse_angstrom_per_pixel with energy_ev, or convergence_mrad with bf_radius_px"
         )
 
     @property
@@ -119,12 +142,59 @@ class Calibration:
         """A detector angle in mrad as a distance in detector pixels."""
         return float(mrad) / self.detector_mrad_per_pixel
 
+    @property
+    def has_detector_sampling(self) -> bool:
+        """Whether the angular pixel size is given directly (not through the BF radius)."""
+        return self.mrad_per_pixel is not None or self.inverse_angstrom_per_pixel is not None
+
+    def given(self) -> tuple[str, ...]:
+        """The fields the user gave (known and not derived from the data)."""
+        return tuple(
+            name
+            for name in (*_NUMBERS, "scan_step_angstrom", "inverse_angstrom_per_pixel")
+            if getattr(self, name) is not None and name not in self.derived
+        )
+
+    def checked(self) -> set[str]:
+        """The given fields that the data checks use (``calibration_check``)."""
+        out: set[str] = set()
+        if self.convergence_mrad is not None and (
+            self.mrad_per_pixel is not None
+            or (self.inverse_angstrom_per_pixel is not None and self.energy_ev is not None)
+        ):
+            out |= {"convergence_mrad", "mrad_per_pixel", "inverse_angstrom_per_pixel"}
+            if self.inverse_angstrom_per_pixel is not None:
+                out.add("energy_ev")
+        if None not in (self.energy_ev, self.convergence_mrad, self.scan_step_angstrom):
+            out |= {"energy_ev", "convergence_mrad", "scan_step_angstrom"}
+        return out & set(self.given())
+
+    def refuse_unused(self, workload: str, applied: set[str] | frozenset[str]) -> list[str]:
+        """Refuse a given field that neither ``applied`` nor a data check uses; the used ones.
+
+        A calibration the user gave must change the result or be checked against the data;
+        silently ignoring it would let a wrong or misplaced number pass.
+        """
+        used = (set(applied) | self.checked()) & set(self.given())
+        unused = [name for name in self.given() if name not in used]
+        if unused:
+            raise CalibrationError(
+                f"{workload} does not use the given {', '.join(unused)} with this "
+                f"combination (given: {', '.join(self.given())}); leave it out, or give what "
+                "it needs to be applied"
+            )
+        return sorted(used)
+
     def with_disk_radius(self, radius_px: float) -> Calibration:
-        """This calibration with ``bf_radius_px`` filled in when it was not known."""
-        if self.bf_radius_px is not None:
+        """This calibration with ``bf_radius_px`` filled in (and listed as derived).
+
+        Only when the radius is needed: unknown, and no direct detector sampling given.
+        """
+        if self.bf_radius_px is not None or self.has_detector_sampling:
             return self
         fields = asdict(self)
-        fields["bf_radius_px"] = radius_px
+        fields["bf_radius_px"] = float(radius_px)
+        fields["derived"] = (*self.derived, "bf_radius_px")
         return Calibration(**fields)
 
     def to_dict(self) -> dict:
@@ -132,7 +202,11 @@ class Calibration:
         out = asdict(self)
         if out["scan_step_angstrom"] is not None:
             out["scan_step_angstrom"] = list(out["scan_step_angstrom"])
+        out["derived"] = list(self.derived)
         return out
+
+
+_NUMBERS = ("energy_ev", "convergence_mrad", "bf_radius_px", "mrad_per_pixel")
 
 
 __all__ = ["Calibration", "electron_wavelength_angstrom"]
