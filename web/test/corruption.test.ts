@@ -7,8 +7,9 @@ import { QemFile } from "../src/qem/reader.js";
 import { initXxh3 } from "../src/xxh3.js";
 import { fixtureBytes, fixtureJson } from "./fixtures.js";
 
-interface Case {
+export interface Case {
   name: string;
+  base?: string;
   edits: [number, string][];
   size: number;
   tail: string;
@@ -16,7 +17,11 @@ interface Case {
   error: { class: string; message: string } | null;
 }
 
-const { good: goodName, cases } = fixtureJson<{ good: string; cases: Case[] }>("corruption.json");
+const {
+  good: goodName,
+  cases,
+  decode_cases: decodeCases,
+} = fixtureJson<{ good: string; cases: Case[]; decode_cases: Case[] }>("corruption.json");
 
 function damaged(good: Uint8Array, c: Case): Uint8Array {
   const out = new Uint8Array(c.size);
@@ -31,10 +36,10 @@ before(async () => {
   await initXxh3();
 });
 
-test(`${cases.length} damaged files: same error class and message as Python`, () => {
-  const good = fixtureBytes(goodName);
+function refusals(list: Case[]): string[] {
   const failures: string[] = [];
-  for (const c of cases) {
+  for (const c of list) {
+    const good = fixtureBytes(c.base ?? goodName);
     let got: { class: string; message: string } | null = null;
     try {
       const qem = new QemFile(damaged(good, c), "x.qem");
@@ -54,5 +59,14 @@ test(`${cases.length} damaged files: same error class and message as Python`, ()
             : got.message.startsWith(expected.message.slice(0, expected.message.indexOf(":", 8) + 1)));
     if (!same) failures.push(`${c.name}: python ${JSON.stringify(expected)} typescript ${JSON.stringify(got)}`);
   }
-  assert.deepEqual(failures, []);
+  return failures;
+}
+
+test(`${cases.length} damaged files: same error class and message as Python`, () => {
+  assert.deepEqual(refusals(cases), []);
+});
+
+test(`${decodeCases.length} damaged rANS blocks (checksums recomputed): the decoder's checks match Python's`, () => {
+  assert.ok(decodeCases.filter((c) => c.error).length >= 50);
+  assert.deepEqual(refusals(decodeCases), []);
 });

@@ -3,7 +3,8 @@ and the products the Python package computes from them (the truth the TypeScript
 WebGPU paths are tested against), plus the corruption cases with Python's error for each.
 
 Run from the repository root: ``PYTHONPATH=$PWD python3 web/tools/make_fixtures.py``.
-The output is deterministic (fixed seeds, deterministic writers).
+The counts and products are deterministic (fixed seeds); the .qem bytes are not quite, since
+their metadata records the identity (path, mtime) of the temporary ARINA source.
 """
 
 from __future__ import annotations
@@ -287,6 +288,34 @@ def corruption_cases(good: bytes) -> list[tuple[str, bytes, str]]:
     return cases
 
 
+def decode_cases(folder: Path, base: Path) -> list[dict]:
+    """Damaged bytes inside RANS blocks of ``base`` with the block checksum recomputed, so the
+    decode checks themselves (states, words, escapes, padding) must catch the damage."""
+    good = base.read_bytes()
+    with QemFile(base) as qem:
+        index = qem.block_index.copy()
+    checks, _ = section(good, fmt.SECTION_BLOCK_CHECKSUMS)
+    cases = []
+    for block in np.flatnonzero(index["mode"] == fmt.MODE_RANS)[:3]:
+        start = int(index[block]["offset"])
+        end = fmt.block_extent_end(start, int(index[block]["length"]))
+        for position in range(start, end, max(1, (end - start) // 40)):
+            data = bytearray(good)
+            data[position] ^= 0x5A
+            struct.pack_into("<Q", data, checks + 8 * int(block), xxh3(bytes(data[start:end])))
+            damaged = reseal(data)
+            cases.append(
+                {
+                    "name": f"{base.name} block {block} byte {position - start}",
+                    "base": base.name,
+                    **patch(good, damaged),
+                    "compare": "exact",
+                    "error": python_error(folder, damaged),
+                }
+            )
+    return cases
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -356,8 +385,16 @@ def main() -> None:
                     "error": python_error(tmp, data),
                 }
             )
+        decoding = [
+            case
+            for name in ("mixed-v1.qem", "mixed-v2.qem", "small-v1.qem", "small-v2.qem")
+            for case in decode_cases(tmp, OUT / name)
+        ]
         (OUT / "corruption.json").write_text(
-            json.dumps({"good": "mixed-v1.qem", "cases": cases}, sort_keys=True) + "\n"
+            json.dumps(
+                {"good": "mixed-v1.qem", "cases": cases, "decode_cases": decoding}, sort_keys=True
+            )
+            + "\n"
         )
     print(OUT)
 
