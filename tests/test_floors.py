@@ -135,6 +135,13 @@ def test_h2d_registered_check_fails_on_a_wrong_copy(tmp_path):
         floor_cuda.h2d_registered(_files(tmp_path), HostRuntime(drop_last_byte=True), (4096,), 1)
 
 
+def test_host_copy_writes_the_decoded_size():
+    out = floor_reads.host_copy(3 << 20, (1, 2), 2, piece_bytes=1 << 20)
+    assert out["method"] == floor_reads.HOST_COPY and out["bytes"] == 3 << 20
+    assert [s["threads"] for s in out["sweep"]] == [1, 2]
+    assert out["seconds"] == min(s["median"] for s in out["sweep"])
+
+
 def test_h2d_pinned_and_d2d_copy(tmp_path):
     runtime = HostRuntime()
     pinned = floor_cuda.h2d_pinned(10_000, runtime, pieces=(4096,), repeats=2)
@@ -237,8 +244,11 @@ def test_every_cell_has_its_floor_method_and_ratio(suite, monkeypatch):
     }
     for s in doc["summaries"]:
         cell = cells[(s["acquisition"], s["format"], s["cache_state"])]
-        want = floor_reads.COLD_READ if s["cache_state"] == "cold" else floor_reads.WARM_READ
-        assert cell["method"] == s["floor_method"] == want
+        read = floor_reads.COLD_READ if s["cache_state"] == "cold" else floor_reads.WARM_READ
+        components = {c["method"]: c["seconds"] for c in cell["components"]}
+        assert set(components) == {read, floor_reads.HOST_COPY}  # the read, the decoded write
+        assert cell["method"] == s["floor_method"] == max(components, key=components.get)
+        assert cell["floor_seconds"] == max(components.values())
         assert s["ratio_to_floor"] == pytest.approx(s["median"] / cell["floor_seconds"])
         assert s["floor_status"] == cell["status"] in (floors.OK, floors.TOO_WEAK)
     assert doc["floors"]["settings"]["warm_threads"] == [1, 2]

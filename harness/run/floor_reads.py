@@ -1,4 +1,5 @@
-"""Floors of reading a load's files on the host: the cold read and the warm read's sweep.
+"""Floors on the host: the cold read and the warm read's sweep of a load's files, and the
+write of its decoded size.
 
 The bytes are the files a load of the format reads (master and shards for HDF5, the
 ``.qem`` file), read whole with ``os.preadv`` in pieces spread over a thread pool, each
@@ -8,7 +9,9 @@ can do). A cold read makes and verifies its cache state exactly as a cold load d
 counters, the same label rules). A warm read is measured over a stated sweep of thread
 counts and piece sizes; the best setting's median is the floor and the whole sweep is
 recorded. Every read is checked after its timer: the bytes read must equal the files'
-sizes (a short read is an error, never a fast floor).
+sizes (a short read is an error, never a fast floor). A load that decodes writes every
+decoded byte: :func:`host_copy` copies that many bytes into one kept, pre-faulted buffer
+over the same thread sweep (the CPU's counterpart of the device-to-device copy).
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from harness.report import quantile
 from harness.run import trials
+from harness.run.timers import WallTimer
 
 #: Method names written into the floor cells (docs/io-scale.md, "Floors").
 COLD_READ = "cold_pread_parallel"
 WARM_READ = "warm_pread_parallel"
+HOST_COPY = "host_copy_decoded"
 #: The default sweep of the warm read (threads, piece bytes).
 DEFAULT_PIECES = (1 << 20, 8 << 20, 64 << 20)
 
@@ -170,5 +177,49 @@ def warm_sweep(
         "settings": (
             {"threads": best["threads"], "piece_bytes": best["piece_bytes"]} if best else None
         ),
+        "sweep": sweep,
+    }
+
+
+def host_copy(
+    nbytes: int, threads: Sequence[int], repeats: int, piece_bytes: int = 8 << 20
+) -> dict:
+    """``nbytes`` written into one pre-faulted buffer from a reused piece, at its best over
+    ``threads``; the destination is checked after each timer."""
+    piece = min(piece_bytes, max(1, nbytes))
+    source = np.resize(np.arange(251, dtype=np.uint8), piece)
+    target = np.zeros(max(1, nbytes), dtype=np.uint8)  # zeros, then written: pages faulted in
+    target[:] = 1
+    pieces = plan_pieces([nbytes], piece)
+
+    def write(p: tuple[int, int, int]) -> None:
+        _, offset, length = p
+        np.copyto(target[offset : offset + length], source[:length])
+
+    sweep = []
+    for n in threads:
+        runs = []
+        for _ in range(repeats):
+            target[-1] = 1
+            pool = reader_pool(n) if n > 1 else None
+            timer = WallTimer().start()
+            if pool is None:
+                for p in pieces:
+                    write(p)
+            else:
+                list(pool.map(write, pieces))
+            runs.append(timer.stop())
+            if nbytes and target[nbytes - 1] != source[(nbytes - 1) % piece]:
+                raise RuntimeError(f"{HOST_COPY}: the last byte was not written")
+        runs.sort()
+        sweep.append(
+            {"threads": int(n), "n": len(runs), "median": quantile(runs, 0.5), "min": runs[0]}
+        )
+    best = min(sweep, key=lambda s: s["median"])
+    return {
+        "method": HOST_COPY,
+        "seconds": best["median"],
+        "bytes": int(nbytes),
+        "settings": {"threads": best["threads"], "piece_bytes": int(piece)},
         "sweep": sweep,
     }

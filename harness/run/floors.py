@@ -10,7 +10,8 @@ state, what the load cannot do faster than (docs/io-scale.md, "Floors"):
   after the acquisition's trials; on cuda the host-to-device copy from registered
   page-cache pages (the path of a registered warm load) or from pinned memory (a
   pread-staged one), and for a load that decodes on the device the device-to-device
-  copy of the decoded size (:mod:`harness.run.floor_cuda`).
+  copy of the decoded size (:mod:`harness.run.floor_cuda`); on the CPU the host copy of
+  the decoded size.
 
 A cell's floor is the slowest of its path's components (they overlap in a load, so the
 load is bounded by the largest) and names that component's method. Each load cell
@@ -144,12 +145,12 @@ class IoScaleFloors:
                     nbytes, self.runtime, s.copy_pieces, s.repeats
                 )
             self.warm[(state.selected.id, fmt)] = parts
+        nbytes = decoded_bytes(state.expected.shape, state.expected.dtype)
         if self.runtime is not None:
-            expected = state.expected
-            nbytes = decoded_bytes(expected.shape, expected.dtype)
-            self.warm[(state.selected.id, "decoded")] = {
-                "d2d_decoded": floor_cuda.d2d_copy(nbytes, self.runtime, repeats=s.repeats)
-            }
+            decoded = floor_cuda.d2d_copy(nbytes, self.runtime, repeats=s.repeats)
+        else:
+            decoded = floor_reads.host_copy(nbytes, s.threads, s.repeats)
+        self.warm[(state.selected.id, "decoded")] = {"write_decoded": decoded}
 
     def cold_components(self, acquisition: str, fmt: str) -> list[dict]:
         mine = [c for c in self.cold if (c["acquisition"], c["format"]) == (acquisition, fmt)]
@@ -165,10 +166,11 @@ class IoScaleFloors:
         return [component]
 
     def decode_component(self, acquisition: str, fmt: str) -> dict | None:
-        """The device-to-device copy of the decoded size (cuda loads that decode)."""
+        """The write of the decoded size: a device-to-device copy on cuda, a host copy
+        elsewhere (every load that decodes writes it)."""
         if fmt == "qem" and self.representation == "encoded":
             return None
-        return self.warm.get((acquisition, "decoded"), {}).get("d2d_decoded")
+        return self.warm.get((acquisition, "decoded"), {}).get("write_decoded")
 
     # -- the report ----------------------------------------------------------------------
     def path_components(
