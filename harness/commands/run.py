@@ -655,7 +655,18 @@ def print_compute_summary(doc: dict, console) -> None:
                 if median is None
                 else f"  warm median {median:.4g} s  p90 {summary['p90']:.4g} s"
             )
+            + (
+                f"  ratio_to_floor {summary['ratio_to_floor']:.2f}x ({summary['floor_method']})"
+                if summary.get("ratio_to_floor") is not None
+                else ""
+            )
         )
+    for acquisition, floor in ((doc.get("floors") or {}).get("read_once") or {}).items():
+        if floor:
+            lines.append(
+                f"  {acquisition} floor {floor['method']}: {floor['seconds']:.4g} s over "
+                f"{floor['bytes']} bytes"
+            )
     for acquisition in doc["acquisitions"]:
         for finding in (acquisition.get("fitted") or {}).get("calibration_check", []):
             if finding["status"] != "ok":
