@@ -121,7 +121,7 @@ def _files(tmp_path, sizes=(5000, 1 << 20, 3)):
 
 
 def test_h2d_registered_copies_the_files_pages_and_releases_them(tmp_path):
-    files, runtime = _files(tmp_path), HostRuntime()
+    files, runtime = _files(tmp_path, sizes=(5000, 0, 1 << 20, 3)), HostRuntime()
     out = floor_cuda.h2d_registered(files, runtime, pieces=(4096, 1 << 16), repeats=2)
     assert out["method"] == floor_cuda.H2D_REGISTERED
     assert out["bytes"] == sum(p.stat().st_size for p in files)

@@ -31,7 +31,7 @@ def _words(array: Any, xp: Any) -> Any:
     """The array's bytes as the widest unsigned words that divide its size."""
     flat = array.reshape(-1).view(xp.uint8)
     for dtype in (xp.uint64, xp.uint32, xp.uint16):
-        if flat.size % xp.dtype(dtype).itemsize == 0:
+        if flat.size % np.dtype(dtype).itemsize == 0:
             return flat.view(dtype)
     return flat
 

@@ -30,6 +30,7 @@ from harness.report import quantile
 from harness.run.floor_reads import plan_pieces
 from harness.run.timers import WallTimer
 from harness.run.trials import make_resident
+from quantem.stem4d.cuda.mapped_staging import HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY
 from quantem.stem4d.io.page_cache import ReadOnlyMapping, page_ceil
 
 H2D_PINNED = "h2d_pinned"
@@ -39,8 +40,6 @@ DEFAULT_COPY_PIECES = (8 << 20, 64 << 20, 256 << 20)
 _HOST_TO_DEVICE, _DEVICE_TO_DEVICE = 1, 3
 #: The window of the after-timer comparison of copied bytes with their files.
 _CHECK_WINDOW = 256 << 20
-#: cudaHostRegisterPortable | cudaHostRegisterReadOnly, as registered_files registers.
-_REGISTER_FLAGS = 0x01 | 0x08
 
 
 class CupyRuntime:
@@ -73,7 +72,8 @@ class CupyRuntime:
         self._cupy.cuda.runtime.deviceSynchronize()
 
     def register(self, address: int, nbytes: int) -> None:
-        self._cupy.cuda.runtime.hostRegister(address, nbytes, _REGISTER_FLAGS)
+        flags = HOST_REGISTER_READ_ONLY | HOST_REGISTER_PORTABLE  # as registered_files does
+        self._cupy.cuda.runtime.hostRegister(address, nbytes, flags)
 
     def unregister(self, address: int) -> None:
         self._cupy.cuda.runtime.hostUnregister(address)
@@ -82,11 +82,11 @@ class CupyRuntime:
         return buffer[lo:hi].get().tobytes()
 
     def fill_pattern(self, buffer: Any) -> None:
-        # in place, byte by byte: an index array of the decoded size would not fit
-        kernel = self._cupy.ElementwiseKernel(
-            "", "uint8 x", "x = (unsigned char)(i % 251)", "harness_floor_pattern"
-        )
-        kernel(buffer)
+        cp = self._cupy
+        step = 16 << 20  # an index array of the whole decoded size would not fit
+        for lo in range(0, buffer.size, step):
+            hi = min(buffer.size, lo + step)
+            buffer[lo:hi] = (cp.arange(lo, hi, dtype=cp.int64) % 251).astype(cp.uint8)
 
     def equal(self, a: Any, b: Any) -> bool:
         return bool(self._cupy.array_equal(a, b))
@@ -176,7 +176,7 @@ def registered_mappings(files: Sequence[Path], runtime: Any):
             fds.append(fd)
             size = os.fstat(fd).st_size
             if size == 0:
-                continue
+                raise ValueError(f"{path}: an empty file has no pages to register")
             mapping = ReadOnlyMapping(fd, 0, size)
             runtime.register(mapping.address, page_ceil(size))
             done.append((mapping, size))
@@ -197,6 +197,7 @@ def h2d_registered(
     repeats: int = 3,
 ) -> dict:
     """The files' registered page-cache pages copied by DMA into one device buffer."""
+    files = [f for f in files if Path(f).stat().st_size > 0]  # nothing to map or copy
     sizes = [Path(f).stat().st_size for f in files]
     nbytes = sum(sizes)
     device = runtime.device_buffer(nbytes)
