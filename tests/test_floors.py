@@ -393,3 +393,65 @@ def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
     )
     assert failed.exit_code == 1
     assert any("fresh process 0" in f for f in failed.report["status"]["failures"])
+
+
+class _DeviceArray(np.ndarray):
+    """A host array with CuPy's ``.data.ptr`` and ``.get()`` (the stand-in's device)."""
+
+    @property
+    def data(self):  # CuPy arrays give their device address as .data.ptr
+        return type("Pointer", (), {"ptr": self.ctypes.data})()
+
+    def get(self):
+        return np.asarray(self).copy()
+
+
+def _fake_cupy(calls: list):
+    """Just enough of cupy and cupyx, over host memory, to run CupyRuntime's glue."""
+    import types
+
+    def memcpy_async(dst, src, size, kind, stream):
+        assert kind in (1, 3) and stream == 1234
+        calls.append(("memcpy", size, kind))
+        ctypes.memmove(dst, src, size)
+
+    runtime = types.SimpleNamespace(
+        memcpyAsync=memcpy_async,
+        deviceSynchronize=lambda: calls.append(("sync",)),
+        hostRegister=lambda address, size, flags: calls.append(("register", size, flags)),
+        hostUnregister=lambda address: calls.append(("unregister",)),
+    )
+    cuda = types.SimpleNamespace(
+        Stream=lambda non_blocking: types.SimpleNamespace(ptr=1234), runtime=runtime
+    )
+    cupy = types.SimpleNamespace(
+        cuda=cuda,
+        uint8=np.uint8,
+        int64=np.int64,
+        empty=lambda n, dtype: np.zeros(n, dtype).view(_DeviceArray),
+        arange=np.arange,
+        array_equal=np.array_equal,
+    )
+    cupyx = types.SimpleNamespace(empty_pinned=lambda n, dtype: np.zeros(n, dtype))
+    return cupy, cupyx
+
+
+def test_cupy_runtime_glue_over_a_stand_in_cupy(tmp_path, monkeypatch):
+    import sys
+
+    from quantem.stem4d.cuda.mapped_staging import HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY
+
+    calls: list = []
+    cupy, cupyx = _fake_cupy(calls)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    runtime = floor_cuda.CupyRuntime()
+    files = _files(tmp_path)
+    floor_cuda.h2d_registered(files, runtime, pieces=(1 << 16,), repeats=1)
+    registers = [c for c in calls if c[0] == "register"]
+    assert len(registers) == 3 and calls.count(("unregister",)) == 3
+    assert {c[2] for c in registers} == {HOST_REGISTER_READ_ONLY | HOST_REGISTER_PORTABLE}
+    assert sum(c[1] for c in calls if c[0] == "memcpy") == sum(p.stat().st_size for p in files)
+    floor_cuda.h2d_pinned(100_000, runtime, pieces=(4096,), repeats=1)
+    d2d = floor_cuda.d2d_copy(40 << 20, runtime, repeats=1)  # the pattern in 16 Mi chunks
+    assert d2d["bytes"] == 40 << 20 and ("memcpy", 40 << 20, 3) in calls
