@@ -455,3 +455,34 @@ def test_cupy_runtime_glue_over_a_stand_in_cupy(tmp_path, monkeypatch):
     floor_cuda.h2d_pinned(100_000, runtime, pieces=(4096,), repeats=1)
     d2d = floor_cuda.d2d_copy(40 << 20, runtime, repeats=1)  # the pattern in 16 Mi chunks
     assert d2d["bytes"] == 40 << 20 and ("memcpy", 40 << 20, 3) in calls
+
+
+def test_cuda_floors_follow_the_staging_the_cached_trials_took(tmp_path):
+    import types
+
+    files = _files(tmp_path)
+    state = types.SimpleNamespace(
+        selected=types.SimpleNamespace(id="a"),
+        expected=types.SimpleNamespace(shape=[2, 2, 8, 8], dtype="uint16"),
+        files_of=lambda fmt: files,
+        qem_path=None,
+    )
+    settings = floors.FloorSettings(
+        threads=(1,), pieces=(1 << 20,), copy_pieces=(1 << 20,), repeats=1
+    )
+    f = floors.IoScaleFloors("cuda", "dense", settings, runtime=HostRuntime())
+    trial = {"acquisition": "a", "cache_state": "cached", "kept": True}
+    f.after_acquisition(
+        state, ["hdf5", "qem"],
+        [dict(trial, format="hdf5", staging="registered"), dict(trial, format="qem", staging="pread")],
+    )  # fmt: skip
+    assert set(f.warm[("a", "hdf5")]) == {"h2d_registered", "h2d_pinned"}
+    assert set(f.warm[("a", "qem")]) == {"host_read", "h2d_registered", "h2d_pinned"}
+    entry = {"id": "a"}
+    registered = {c["method"] for c in f.path_components(entry, "hdf5", "cached", "registered")}
+    assert registered == {floor_cuda.H2D_REGISTERED, floor_cuda.D2D_COPY}
+    pread = {c["method"] for c in f.path_components(entry, "qem", "cached", "pread")}
+    assert pread == {floor_reads.WARM_READ, floor_cuda.H2D_PINNED, floor_cuda.D2D_COPY}
+    f.representation = "encoded"  # an encoded .qem load decodes nothing
+    encoded = {c["method"] for c in f.path_components(entry, "qem", "cached", "registered")}
+    assert encoded == {floor_cuda.H2D_REGISTERED}

@@ -126,13 +126,20 @@ class IoScaleFloors:
         record.update(acquisition=state.selected.id, format=fmt, trial_index=index, order=order)
         self.cold.append(record)
 
-    def after_acquisition(self, state: Any, formats: Sequence[str]) -> None:
+    def after_acquisition(
+        self, state: Any, formats: Sequence[str], trials_: Sequence[dict] = ()
+    ) -> None:
         """The warm floors of each format's files (after the trials: they leave the
-        load's registrations and pools as the trials found them)."""
+        load's registrations and pools as the trials found them). On cuda the warm host
+        read is measured only when a cached trial staged by pread: a registered load
+        never reads on the host, and the sweep is the costliest floor."""
         s = self.settings
         for fmt in formats:
             files = state.files_of(fmt)
-            parts = {"host_read": floor_reads.warm_sweep(files, s.threads, s.pieces, s.repeats)}
+            key = (state.selected.id, fmt, trials.CACHED)
+            parts = {}
+            if self.runtime is None or _staging_of(trials_, key) != "registered":
+                parts["host_read"] = floor_reads.warm_sweep(files, s.threads, s.pieces, s.repeats)
             if self.runtime is not None:
                 from quantem.stem4d.cuda import release_registered_files
 

@@ -101,7 +101,7 @@ class IoScaleRun:
             return
         self.measure_cells(ctx, self.cells_of(state), cfg.reps, floors=self.floors)
         if self.floors is not None:
-            self.floors.after_acquisition(state, self.profile.formats)
+            self.floors.after_acquisition(state, self.profile.formats, self.trials)
         if cfg.fresh_processes and self.profile.in_process:
             self.first_loads += fresh_cells(ctx, state, cfg.fresh_processes)
         if self.profile.in_process:
