@@ -161,6 +161,9 @@ def first_load_lines(doc: dict) -> list[str]:
         lines.append(
             f"  {c['acquisition']} {c['format']}: median {c['median']:.3f} s of {c['n']} ({shown})"
         )
+        held = sorted({pid for run in c["runs"] for pid in run["holders"]})
+        if held:
+            lines.append(f"    other processes mapped the files meanwhile: PIDs {held}")
     return lines
 
 
