@@ -63,11 +63,12 @@ def _floor(resolved: ResolvedClaim) -> str:
         parts.append(_seconds(float(seconds)))
     if floor.get("floor_method"):
         parts.append(f"({floor['floor_method']})")
+    words = " ".join(parts)
     if floor.get("ratio_to_floor") is not None:
-        parts.append(f"; ratio to floor **{floor['ratio_to_floor']:.2f}x**")
+        words += f"; ratio to floor **{floor['ratio_to_floor']:.2f}x**"
     if floor.get("floor_status"):
-        parts.append(f"; floor {floor['floor_status']}")
-    return " ".join(parts)
+        words += f"; floor {floor['floor_status']}"
+    return words
 
 
 def _goal(resolved: ResolvedClaim) -> str:
@@ -132,8 +133,9 @@ def render_results_page(
         "SHA-256. `harness history verify --records-only --history-dir docs/performance/evidence`",
         "re-hashes them; CI fails when this page differs from what the records give",
         "(`harness history publish --check`). Each claim prints the command that reproduces it;",
-        "`harness compare` judges the rerun against the published record. A superseded",
-        "figure leaves this page and stays in its record and in git.",
+        "`harness compare` judges the rerun against the published record;",
+        "`python tools/rerun_claims.py` measures every claim again and republishes. A",
+        "superseded figure leaves this page and stays in its record and in git.",
         "",
         "## Current claims",
         "",
