@@ -88,9 +88,9 @@ def _claim_section(resolved: ResolvedClaim, link_prefix: str, evidence_path: str
     kept = f"{summary.get('n_kept', '?')} of {summary.get('n', '?')} kept"
     link = f"{link_prefix}{resolved.record_relpath}"
     return [
-        f"### {claim.question}",
+        f"### {claim.id}",
         "",
-        f"({claim.id})",
+        f"**{claim.question}**",
         "",
         "| | |",
         "|---|---|",
@@ -142,6 +142,18 @@ def render_results_page(
     ]
     if not resolved:
         lines += ["None yet.", ""]
+    else:
+        lines += ["| Claim | Figure | Ratio to floor | Goal | Date |", "|---|---|---|---|---|"]
+        for item in resolved:
+            ratio = item.ratio_to_floor
+            met = item.goal_met
+            lines.append(
+                f"| [{item.claim.id}](#{item.claim.id}) | {_seconds(item.figure)} "
+                f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
+                f"| {'-' if met is None else ('met' if met else 'not met')} "
+                f"| {item.report['created_utc'][:10]} |"
+            )
+        lines.append("")
     for item in resolved:
         lines += _claim_section(item, prefix, evidence_path)
     if claims.not_remeasured:
