@@ -213,6 +213,7 @@ def test_a_record_without_floor_says_so_and_floor_cell_gives_a_ratio(tmp_path):
         ('record = "abc"', "full SHA-256"),
         ('cell = { acquisition = "nope" }', "matches 0 summary rows"),
         ('reproduce = "harness run compute dpc"', "does not run what the record ran"),
+        ('goal = "fast"\ngoal_max_seconds = "soon"', "positive number"),
     ],
 )
 def test_bad_claims_are_refused_naming_the_claim(tmp_path, body, message):

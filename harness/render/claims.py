@@ -170,6 +170,12 @@ def parse_claims(path: str | Path) -> Claims:
         unknown = set(raw) - _CLAIM_KEYS
         if unknown:
             raise ClaimsError(f"{where}: unknown keys {sorted(unknown)}")
+        for key in ("goal_max_seconds", "goal_max_ratio_to_floor"):
+            value = raw.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            ):
+                raise ClaimsError(f"{where}: {key} must be a positive number")
         record = str(raw["record"]).lower()
         if not SHA256_PATTERN.match(record):
             raise ClaimsError(f"{where}: record must be a full SHA-256 (64 hex digits)")
@@ -247,7 +253,10 @@ def resolve_claim(claim: Claim, layout: HistoryLayout) -> ResolvedClaim:
         ) from None
     if sha256_bytes(data) != claim.record:
         raise ClaimsError(f"{where}: {path} does not hash to its name (altered record)")
-    report = json.loads(data)
+    try:
+        report = json.loads(data)
+    except ValueError:
+        raise ClaimsError(f"{where}: {path} is not a JSON report") from None
     summary = _one_summary(report, claim.cell, where)
     figure = summary.get(claim.statistic)
     if not isinstance(figure, (int, float)):

@@ -63,11 +63,12 @@ def _floor(resolved: ResolvedClaim) -> str:
         parts.append(_seconds(float(seconds)))
     if floor.get("floor_method"):
         parts.append(f"({floor['floor_method']})")
+    words = " ".join(parts)
     if floor.get("ratio_to_floor") is not None:
-        parts.append(f"; ratio to floor **{floor['ratio_to_floor']:.2f}x**")
+        words += f"; ratio to floor **{floor['ratio_to_floor']:.2f}x**"
     if floor.get("floor_status"):
-        parts.append(f"; floor {floor['floor_status']}")
-    return " ".join(parts)
+        words += f"; floor {floor['floor_status']}"
+    return words
 
 
 def _goal(resolved: ResolvedClaim) -> str:
@@ -87,9 +88,9 @@ def _claim_section(resolved: ResolvedClaim, link_prefix: str, evidence_path: str
     kept = f"{summary.get('n_kept', '?')} of {summary.get('n', '?')} kept"
     link = f"{link_prefix}{resolved.record_relpath}"
     return [
-        f"### {claim.question}",
+        f"### {claim.id}",
         "",
-        f"({claim.id})",
+        f"**{claim.question}**",
         "",
         "| | |",
         "|---|---|",
@@ -132,14 +133,27 @@ def render_results_page(
         "SHA-256. `harness history verify --records-only --history-dir docs/performance/evidence`",
         "re-hashes them; CI fails when this page differs from what the records give",
         "(`harness history publish --check`). Each claim prints the command that reproduces it;",
-        "`harness compare` judges the rerun against the published record. A superseded",
-        "figure leaves this page and stays in its record and in git.",
+        "`harness compare` judges the rerun against the published record;",
+        "`python tools/rerun_claims.py` measures every claim again and republishes. A",
+        "superseded figure leaves this page and stays in its record and in git.",
         "",
         "## Current claims",
         "",
     ]
     if not resolved:
         lines += ["None yet.", ""]
+    else:
+        lines += ["| Claim | Figure | Ratio to floor | Goal | Date |", "|---|---|---|---|---|"]
+        for item in resolved:
+            ratio = item.ratio_to_floor
+            met = item.goal_met
+            lines.append(
+                f"| [{item.claim.id}](#{item.claim.id}) | {_seconds(item.figure)} "
+                f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
+                f"| {'-' if met is None else ('met' if met else 'not met')} "
+                f"| {item.report['created_utc'][:10]} |"
+            )
+        lines.append("")
     for item in resolved:
         lines += _claim_section(item, prefix, evidence_path)
     if claims.not_remeasured:

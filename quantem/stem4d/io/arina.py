@@ -47,7 +47,7 @@ from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions
 
 #: Whether :func:`load_arina` checks every raw chunk against the frame index's XXH3-64
 #: when the caller does not say: on, as its cost on a warm CPU load is within 5%
-#: (docs/arina.md, benchmarks/verify_source_cost.py).
+#: (docs/arina.md).
 VERIFY_SOURCE_DEFAULT = True
 #: Frames decoded per batch by :func:`load_arina` and :func:`iter_frame_batches`.
 DEFAULT_BATCH_FRAMES = 1024
