@@ -24,7 +24,7 @@ from harness.errors import HarnessError, UsageError
 
 CALIBRATION_NAME = "calibration.json"
 #: Options of ``run io-scale`` that a calibration sets itself per run, or uses itself.
-_OWN_OPTIONS = ("output_dir", "history_dir", "regression_percent")
+_OWN_OPTIONS = ("output_dir", "history_dir", "regression_percent", "json", "quiet")
 
 
 def _io_scale_parser() -> argparse.ArgumentParser:
@@ -94,7 +94,11 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.history_url is not None and args.history_dir is not None:
         raise UsageError("give --history-dir or --history-url, not both")
     if args.runs < MIN_RUNS:
-        raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
+        raise UsageError(
+            f"--runs {args.runs}: give at least {MIN_RUNS} (default 8): the noise floor is "
+            f"the spread of A/A ratios between every pair of runs, and fewer than {MIN_RUNS} "
+            "runs give too few pairs for its 5-95% quantiles"
+        )
     if args.baseline or args.recheck or args.calibration:
         raise UsageError(
             "calibrate runs without --baseline, --recheck or --calibration: its runs are the "
@@ -120,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
         register_calibration,
         write_new_file,
     )
+    from harness.views.scripted import output_mode, print_json, quiet_line
 
     _check_usage(args)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     url = args.history_url
     if url is not None:
         _check_server(url)  # before the runs: a server that cannot hold it is said first
@@ -177,10 +182,14 @@ def run(args: argparse.Namespace) -> int:
         stored = register_calibration(history, data) if history is not None else None
         if url is not None:
             where = _store_on_server(url, data)
-    if url is not None:
-        print_calibration(document, sha256_bytes(data), where)
+    sha256 = stored.sha256 if stored else sha256_bytes(data)
+    mode = output_mode(args)
+    if mode == "json":
+        print_json(data)
+    elif mode == "quiet":
+        print(quiet_line(sha256, "calibrated"), flush=True)
     else:
-        print_calibration(document, stored.sha256 if stored else sha256_bytes(data), history)
+        print_calibration(document, sha256, where if url is not None else history)
     return 0
 
 
@@ -204,33 +213,36 @@ def _store_on_server(url: str, data: bytes) -> str:
 
 def print_calibration(document: dict, sha256: str, history: Path | str | None) -> None:
     """A table of the calibration's figures per cell (stdout)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from harness.views.cells import CellView, print_cells
+    from harness.views.console import make_console
 
-    console = Console()
-    table = Table(
-        title=f"calibration {sha256[:12]} · {len(document['runs'])} runs × {document['reps']} reps "
-        f"· key {document['comparison_key']}",
-        title_justify="left",
+    console = make_console()
+    view = CellView(
+        key_columns=("acquisition", "format", "cache"),
+        value_columns=(
+            "A/A ratio 5-95%",
+            "noise floor",
+            "MDC",
+            "false pos. rule",
+            "false pos. verdict",
+        ),
+        title=f"calibration {sha256[:12]} · {len(document['runs'])} runs × {document['reps']} "
+        f"reps · key {document['comparison_key']}",
+        right=frozenset({"false pos. rule", "false pos. verdict"}),
     )
-    for column in ("acquisition", "format", "cache", "A/A ratio 5-95%", "noise floor", "MDC"):
-        table.add_column(column)
-    table.add_column("false pos. rule", justify="right")
-    table.add_column("false pos. verdict", justify="right")
     for cell in document["cells"]:
         q = cell["ratio_quantiles"]
-        table.add_row(
-            Text(cell["acquisition"]),
-            Text(cell["format"]),
-            Text(cell["cache_state"]),
-            Text(f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%"),
-            Text(f"{cell['noise_floor_percent']:+.1f}%"),
-            Text(f"{cell['mdc_percent']:.1f}%"),
-            Text(f"{cell['false_positive_rule']:.1%}"),
-            Text(f"{cell['false_positive_verdict']:.1%}"),
+        view.add_row(
+            (cell["acquisition"], cell["format"], cell["cache_state"]),
+            (
+                f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%",
+                f"{cell['noise_floor_percent']:+.1f}%",
+                f"{cell['mdc_percent']:.1f}%",
+                f"{cell['false_positive_rule']:.1%}",
+                f"{cell['false_positive_verdict']:.1%}",
+            ),
         )
-    console.print(table)
+    print_cells(console, view)
     overall = document["comparison"]
     console.print(
         f"per comparison (any of {len(document['cells'])} cells): false positives "

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import ReportValidationError, UsageError
+from harness.views.scripted import add_output_arguments
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="output: text (a table; the default on a terminal), markdown (the default "
         "otherwise) or json",
     )
-    parser.add_argument("--json", action="store_true", help="the same as --format json")
+    add_output_arguments(parser, "the comparison (the same as --format json)")
     parser.set_defaults(func=run)
 
 
@@ -175,11 +176,11 @@ def resolve_server_calibration(store, prefix: str | None, candidate_doc: dict):
 
 def run(args: argparse.Namespace) -> int:
 
+    from harness.commands._output import show_comparison
     from harness.commands.history import default_history_dir, history_url
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.verdict.calibration_report import resolve_calibration
-    from harness.verdict.present import print_comparison
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -202,5 +203,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")
-    print_comparison(comparison, "json" if args.json else args.format)
+    show_comparison(comparison, args, candidate.sha256)
     return comparison.exit_code

@@ -131,7 +131,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     lister = commands.add_parser("list", help="list records, newest last")
     add_history_location_arguments(lister)
-    lister.add_argument("--group", metavar="KEY", help="only this comparison group")
+    lister.add_argument(
+        "--key", "--group", dest="group", metavar="KEY", help="only this comparison key"
+    )
     lister.add_argument("--limit", type=int, default=None, metavar="N", help="only the newest N")
     lister.set_defaults(func=run_list)
 
@@ -428,7 +430,7 @@ def _list_records(args: argparse.Namespace, engine) -> int:
     with engine.connect() as connection:
         rows = list(reversed(connection.execute(statement).all()))
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
-    header += ("correctness", "performance", "group")
+    header += ("correctness", "performance", "key")
     table = [header] + [
         tuple(
             terminal_text(value)
@@ -446,10 +448,9 @@ def _list_records(args: argparse.Namespace, engine) -> int:
         )
         for row in rows
     ]
-    # every column as wide as its widest value: nothing is cut, columns stay aligned
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        print("  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip())
+    from harness.views.listing import print_listing
+
+    print_listing(table)
     return EXIT_OK
 
 
@@ -512,7 +513,7 @@ def _print_record(doc: dict, sha256: str, path) -> int:
         f"conditions  backend={conditions['backend']} representation={conditions['representation']} "
         f"boundary={conditions['timing_boundary']} allocator={conditions['allocator_policy']}"
     )
-    print(f"group       {comparison_key(doc)}")
+    print(f"key         {comparison_key(doc)}")
     print(
         f"status      execution={status['execution']} correctness={status['correctness']} "
         f"source={status['source_stability']} performance={status['performance']} exit={status['exit_code']}"
@@ -523,11 +524,12 @@ def _print_record(doc: dict, sha256: str, path) -> int:
         print(f"baseline    {doc['baseline']['sha256']} {doc['baseline']['path'] or ''}")
     print()
     print(
-        f"{'acquisition':<24} {'format':<6} {'cache':<7} {'kept/n':>7} {'median s':>10} {'p95 s':>10}"
+        f"{'acquisition':<24} {'format':<6} {'cache':<7} {'kept/n':>7} {'median ms':>10} "
+        f"{'p95 ms':>10}"
     )
     for s in doc["summaries"]:
-        median = "-" if s["median"] is None else f"{s['median']:.4f}"
-        p95 = "-" if s["p95"] is None else f"{s['p95']:.4f}"
+        median = "-" if s["median"] is None else f"{s['median'] * 1e3:.2f}"
+        p95 = "-" if s["p95"] is None else f"{s['p95'] * 1e3:.2f}"
         kept = f"{s['n_kept']}/{s['n']}"
         print(
             f"{s['acquisition']:<24} {s['format']:<6} {s['cache_state']:<7} {kept:>7} {median:>10} {p95:>10}"
