@@ -320,3 +320,54 @@ def test_history_readme_counts_in_the_singular(tmp_path):
     assert "1 record in 1 comparison key." in readme and "group" not in readme.lower()
     index = (tmp_path / "h" / "index.html").read_text()
     assert "1 record in 1 comparison key." in index
+
+
+# --- calibration runs are their own kind of record ---------------------------------------
+
+
+def test_calibration_runs_are_tagged_and_never_the_default_candidate(tmp_path, capsys):
+    from harness.history.store import register_reports
+    from harness.render import registration_renderer
+
+    ordinary = make_example_report(1, created_utc="2026-11-30T08:00:00Z")
+    calibration = make_example_report(2, created_utc="2026-11-30T09:00:00Z")
+    calibration["purpose"] = {"kind": "calibration", "run": 1, "runs": 5}
+    paths = []
+    for name, doc in (("ordinary", ordinary), ("calibration", calibration)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_bytes(dump_report(doc))  # the schema takes the purpose
+    history = tmp_path / "h"
+    first, second = register_reports(history, paths, render=registration_renderer("defer"))
+    argv = ["compare", "--baseline", first.sha256[:12], "--history-dir", str(history), "-q"]
+    assert main(argv) == 0
+    # the newest record is the calibration run: the default candidate is the one before it
+    assert capsys.readouterr().out == f"{first.sha256} pass\n"
+    assert second.sha256 != first.sha256
+
+
+def test_calibration_run_flag_is_checked():
+    from harness.commands.run import _parse_calibration_run
+    from harness.errors import UsageError
+
+    assert _parse_calibration_run("3/8") == {"kind": "calibration", "run": 3, "runs": 8}
+    for bad in ("9/8", "x", "0/5"):
+        with pytest.raises(UsageError, match="--calibration-run"):
+            _parse_calibration_run(bad)
+
+
+def test_a_calibration_on_a_contended_host_is_refused_naming_the_runs():
+    from harness.commands.calibrate import check_quiet_host
+    from harness.errors import HarnessError
+
+    quiet = make_example_report(1)
+    quiet["status"]["host_load"] = "quiet"
+    busy = make_example_report(2)
+    busy["status"]["host_load"] = "contended"
+    busy["contention"] = {"reasons": ["before: CPU pressure % 56.8 > 20"]}
+    runs = [(quiet, "a" * 64), (busy, "b" * 64), (quiet, "c" * 64)]
+    with pytest.raises(HarnessError, match=r"1 of 3 calibration runs .*run 2: before: CPU"):
+        check_quiet_host(runs, False, None)
+    console, out = _console(80)
+    check_quiet_host(runs, True, console)
+    assert "stored anyway (--allow-contended)" in out.getvalue()
+    check_quiet_host([(quiet, "a" * 64)] * 3, False, None)  # a quiet host passes

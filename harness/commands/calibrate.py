@@ -24,7 +24,15 @@ from harness.errors import HarnessError, UsageError
 
 CALIBRATION_NAME = "calibration.json"
 #: Options of ``run io-scale`` that a calibration sets itself per run, or uses itself.
-_OWN_OPTIONS = ("output_dir", "history_dir", "regression_percent", "json", "quiet")
+_OWN_OPTIONS = (
+    "output_dir",
+    "history_dir",
+    "regression_percent",
+    "json",
+    "quiet",
+    "calibration_run",
+    "allow_contended",
+)
 
 
 def _io_scale_parser() -> argparse.ArgumentParser:
@@ -61,6 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_RUNS,
         metavar="N",
         help=f"independent runs (at least {MIN_RUNS}; default {DEFAULT_RUNS})",
+    )
+    io.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="store the calibration even when the host was contended during some of its runs "
+        "(default: refused, exit 1, as its noise would widen every later verdict's floor)",
     )
     io.set_defaults(func=run)
     parser.set_defaults(func=_no_benchmark)
@@ -147,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         for index in range(1, args.runs + 1):
             run_dir = out / f"run-{index:02d}"
             command = [sys.executable, "-m", "harness", "run", "io-scale", *passed]
-            command += ["--output-dir", str(run_dir)]
+            command += ["--output-dir", str(run_dir), "--calibration-run", f"{index}/{args.runs}"]
             if history is not None:
                 command += ["--history-dir", str(history)]
             log = out / f"run-{index:02d}.log"
@@ -170,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 markup=False,
                 highlight=False,
             )
+        check_quiet_host(runs, args.allow_contended, console)
         document = build_calibration(
             runs,
             regression_percent=args.regression_percent,
@@ -191,6 +206,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_calibration(document, sha256, where if url is not None else history)
     return 0
+
+
+def check_quiet_host(runs: list, allow_contended: bool, console) -> None:
+    """Refuse a calibration whose runs saw a contended host (HarnessError, exit 1), naming
+    the runs and why, unless ``allow_contended``; then say so and go on."""
+    contended = [
+        (index, doc.get("contention", {}).get("reasons", []))
+        for index, (doc, _sha) in enumerate(runs, start=1)
+        if doc["status"].get("host_load") == "contended"
+    ]
+    if not contended:
+        return
+    named = "; ".join(
+        f"run {index}: {', '.join(reasons[:2]) or 'contended'}" for index, reasons in contended
+    )
+    what = f"{len(contended)} of {len(runs)} calibration runs ran on a contended host ({named})"
+    if not allow_contended:
+        raise HarnessError(
+            f"calibration refused: {what}; its noise would widen every later verdict's floor. "
+            "Rerun on a quiet host, or pass --allow-contended to store it anyway (the runs "
+            "stay registered, tagged as calibration runs)"
+        )
+    console.print(
+        f"warning: {what}; stored anyway (--allow-contended)", markup=False, highlight=False
+    )
 
 
 def _check_server(url: str) -> None:

@@ -67,10 +67,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _newest_record(history_dir: str) -> str:
-    from sqlalchemy import select
-
     from harness.commands.history import _open_for_reading
-    from harness.history.index_db import RecordRow
+    from harness.history.index_db import newest_candidate
 
     if not Path(history_dir, "history.json").exists():
         raise UsageError(
@@ -79,13 +77,13 @@ def _newest_record(history_dir: str) -> str:
     _layout, engine = _open_for_reading(history_dir)
     try:
         with engine.connect() as connection:
-            sha = connection.execute(
-                select(RecordRow.sha256).order_by(RecordRow.seq.desc()).limit(1)
-            ).scalar()
+            sha = newest_candidate(connection)
     finally:
         engine.dispose()
     if sha is None:
-        raise UsageError(f"{history_dir}: the history is empty; name a CANDIDATE")
+        raise UsageError(
+            f"{history_dir}: the history holds no record but calibration runs; name a CANDIDATE"
+        )
     return sha
 
 

@@ -182,6 +182,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "spawn to the first exact BF (docs/io-scale.md)",
     )
     add_output_arguments(io, "the report (loading.json)")
+    # set by `harness calibrate` on each of its runs: the report says it is one of them
+    io.add_argument("--calibration-run", metavar="I/N", help=argparse.SUPPRESS)
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
@@ -299,9 +301,25 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         threads=args.threads,
         devices=_parse_devices_flag(args.devices),
         command=["harness", *sys.argv[1:]],
+        purpose=_parse_calibration_run(args.calibration_run),
     )
     values.update(overrides)
     return IoScaleConfig(**values)
+
+
+def _parse_calibration_run(value: str | None) -> dict | None:
+    """``--calibration-run I/N`` (set by ``harness calibrate``) as the report's purpose."""
+    from harness.errors import UsageError
+
+    if value is None:
+        return None
+    try:
+        run, runs = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise UsageError(f"--calibration-run {value!r}: expected I/N, e.g. 3/8") from None
+    if not 1 <= run <= runs:
+        raise UsageError(f"--calibration-run {value!r}: expected 1 <= I <= N")
+    return {"kind": "calibration", "run": run, "runs": runs}
 
 
 def _parse_devices_flag(value: str | None) -> tuple[int, ...] | str | None:
