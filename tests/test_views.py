@@ -371,3 +371,68 @@ def test_a_calibration_on_a_contended_host_is_refused_naming_the_runs():
     check_quiet_host(runs, True, console)
     assert "stored anyway (--allow-contended)" in out.getvalue()
     check_quiet_host([(quiet, "a" * 64)] * 3, False, None)  # a quiet host passes
+
+
+# --- run: the end of a run, and its script outputs ----------------------------------------
+
+
+def test_a_run_ends_with_what_to_open_and_what_to_run_next(tmp_path):
+    import argparse
+    from types import SimpleNamespace
+
+    from harness.commands.run import print_run_end
+
+    report = tmp_path / "loading.json"
+    report.write_bytes(dump_report(make_example_report(1)))
+    sha = "d" * 64
+    outcome = SimpleNamespace(
+        report_path=report, report=json.loads(report.read_bytes()), registered=[object()]
+    )
+    args = argparse.Namespace(json=False, quiet=False, demo=True)
+    console, out = _console(80, terminal=False)
+    print_run_end(args, outcome, sha, Path("harness-history"), console)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "open: harness-history/index.html (the dashboard)"
+    assert f"--baseline {sha[:12]}" in lines[1] and lines[1].startswith("next: ")
+    assert f"harness compare --baseline {sha[:12]}" in lines[2]
+
+
+@pytest.mark.slow
+def test_run_quiet_and_json_print_only_what_scripts_read(tmp_path):
+    quiet = _harness("run", "io-scale", "--demo", "--load-only", "-q", cwd=tmp_path)
+    assert quiet.returncode in (0, 2), quiet.stderr
+    (line,) = quiet.stdout.splitlines()
+    sha, verdict = line.split(" ")
+    assert len(sha) == 64 and verdict in ("pass", "review")
+    assert (tmp_path / "harness-history" / "records" / "sha256" / sha[:2] / f"{sha}.json").is_file()
+    as_json = _harness(
+        "run", "io-scale", "--demo", "--load-only", "--json", "--baseline", sha[:12], cwd=tmp_path
+    )
+    assert as_json.returncode in (0, 2), as_json.stderr
+    doc = json.loads(as_json.stdout)  # one document, nothing else on stdout
+    assert doc["baseline"]["sha256"] == sha and "comparison" in doc
+    stored = [ln for ln in as_json.stderr.splitlines() if " stored " in ln]
+    assert len(stored) == 1 and stored[0].split(" stored ")[1][:64].isalnum()  # never wrapped
+
+
+def test_recheck_writes_nothing_into_the_current_folder_unasked(
+    pair, tmp_path, monkeypatch, capsys
+):
+    from harness.commands.recheck import recheck_output_dir
+    from harness.history.lookup import load_report
+
+    base, slow = pair
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = ["recheck", str(slow), "--baseline", str(base), "--history-dir", str(tmp_path / "h")]
+    assert main(argv) == 64
+    assert "--output-dir DIR" in capsys.readouterr().err
+    assert list(work.iterdir()) == []
+    # a demo candidate's recheck goes beside the demo's reports
+    candidate = load_report(str(slow), history_dir=None)
+    candidate.doc["command"] = ["harness", "run", "io-scale", "--demo"]
+    folder = recheck_output_dir(None, candidate)
+    assert folder.parent == (work / "harness-demo").absolute()
+    assert folder.name.startswith(f"recheck-{candidate.sha256[:12]}-")
+    assert recheck_output_dir(tmp_path / "r", candidate) == tmp_path / "r"

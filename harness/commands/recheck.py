@@ -93,7 +93,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--output-dir",
         type=Path,
         metavar="DIR",
-        help="where the new loading.json is written (default ./recheck-SHA12 of the candidate)",
+        help="where the new loading.json is written (needed unless the candidate is a demo "
+        "run; then ./harness-demo/recheck-SHA12-TIME)",
     )
     parser.add_argument(
         "--root",
@@ -138,6 +139,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_output_arguments(parser, "the final comparison (the same as --format json)")
     parser.set_defaults(func=run)
+
+
+def recheck_output_dir(given: Path | None, candidate) -> Path:
+    """Where the new record goes: ``--output-dir``; for a demo candidate a new folder under
+    ``./harness-demo/`` (where the demo keeps its reports); else a usage error, so that
+    nothing is written into the current folder unasked."""
+    import time
+
+    from harness.commands.run import DEFAULT_DEMO_REPORTS
+
+    if given is not None:
+        return given
+    _root, _manifest, demo = _recorded_inputs(candidate.doc.get("command") or ())
+    if not demo:
+        raise UsageError(
+            f"recheck of {candidate.sha256[:12]} writes a new record: name its folder with "
+            "--output-dir DIR (it must not hold a loading.json)"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Path(DEFAULT_DEMO_REPORTS, f"recheck-{candidate.sha256[:12]}-{stamp}").absolute()
 
 
 def _recorded_inputs(command: Sequence[str]) -> tuple[Path | None, Path | None, bool]:
@@ -247,7 +268,7 @@ def _recheck(
     from harness.run.recheck import RecheckConfig, run_recheck
 
     cells = [cell.key for cell in first.flagged_cells]
-    output_dir = args.output_dir or Path(f"recheck-{candidate.sha256[:12]}")
+    output_dir = recheck_output_dir(args.output_dir, candidate)
     say(
         f"recheck: {len(cells)} flagged cell(s) of {candidate.sha256[:12]}, "
         f"{args.recheck} more round(s): " + ", ".join("/".join(key) for key in cells),
