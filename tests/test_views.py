@@ -436,3 +436,40 @@ def test_recheck_writes_nothing_into_the_current_folder_unasked(
     assert folder.parent == (work / "harness-demo").absolute()
     assert folder.name.startswith(f"recheck-{candidate.sha256[:12]}-")
     assert recheck_output_dir(tmp_path / "r", candidate) == tmp_path / "r"
+
+
+def test_run_summary_states_one_unit_at_80_and_200_columns():
+    from harness.run.summary import print_summary
+
+    doc = make_example_report(1, reps=2)  # 0.5 s loads: once printed as "0.5xx s"
+    for width in (80, 200):
+        console, out = _console(width)
+        print_summary(doc, console)
+        text = out.getvalue()
+        assert "…" not in text
+        medians = [f"{s['median'] * 1e3:.1f}" for s in doc["summaries"]]
+        assert all(m in text for m in medians)
+        assert " s " not in text.replace("GB/s", "")  # no load time in seconds
+        assert ("median ms" in text) is (width == 200)  # the table's header states the unit
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_recheck_prints_its_comparison_uncut_at_80_and_200_columns(tmp_path, monkeypatch, width):
+    base, same = tmp_path / "base.json", tmp_path / "same.json"
+    base.write_bytes(dump_report(make_example_report(1, acquisition_ids=LONG_IDS)))
+    same.write_bytes(dump_report(make_example_report(2, acquisition_ids=LONG_IDS)))
+    out = io.StringIO()
+    monkeypatch.setattr(
+        "harness.views.console.make_console",
+        lambda **_: Console(file=out, width=width, force_terminal=True, color_system=None),
+    )
+    argv = ["recheck", str(same), "--baseline", str(base), "--history-dir", str(tmp_path / "h")]
+    assert main([*argv, "--format", "text"]) == 0  # nothing flagged: the comparison only
+    text = out.getvalue()
+    assert "…" not in text and ("┃" in text) is (width == 200)
+    for acquisition in LONG_IDS:
+        for fmt in ("hdf5", "qem"):
+            for cache in ("cold", "cached"):
+                head = f"{acquisition} {fmt} {cache}:"
+                assert (head in text) is (width == 80)
+    assert text.count("unchanged") >= 8
