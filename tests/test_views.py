@@ -342,6 +342,10 @@ def test_calibration_runs_are_tagged_and_never_the_default_candidate(tmp_path, c
     assert main(argv) == 0
     # the newest record is the calibration run: the default candidate is the one before it
     assert capsys.readouterr().out == f"{first.sha256} pass\n"
+    assert main(["history", "list", "--history-dir", str(history)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split()[-1] == "purpose"
+    assert listed[1].split()[-1] == "-" and listed[2].split()[-1] == "1/5"
     assert second.sha256 != first.sha256
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from harness.commands.history_publish import (
 )
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from harness.safe_text import terminal_text
+from harness.views.listing import print_listing
 
 #: Where a history lives when ``--history-dir`` is not given.
 HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
@@ -430,7 +432,7 @@ def _list_records(args: argparse.Namespace, engine) -> int:
     with engine.connect() as connection:
         rows = list(reversed(connection.execute(statement).all()))
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
-    header += ("correctness", "performance", "key")
+    header += ("correctness", "performance", "key", "purpose")
     table = [header] + [
         tuple(
             terminal_text(value)
@@ -444,14 +446,21 @@ def _list_records(args: argparse.Namespace, engine) -> int:
                 row.correctness,
                 row.performance,
                 row.comparison_key,
+                _purpose(row.index_entry),
             )
         )
         for row in rows
     ]
-    from harness.views.listing import print_listing
-
     print_listing(table)
     return EXIT_OK
+
+
+def _purpose(index_entry: str) -> str:
+    """``calibration I/N`` for a run of ``harness calibrate``, else ``-``."""
+    purpose = json.loads(index_entry).get("purpose") or {}
+    if purpose.get("kind") == "calibration":
+        return f"calibration {purpose['run']}/{purpose['runs']}"
+    return "-"
 
 
 def _one_line(text: str) -> str:
