@@ -128,3 +128,12 @@ def test_key_page_x_axis_tells_records_apart(browser, trend) -> None:  # noqa: F
     assert ticks[0].startswith("#1 abcdef0") and "11-30" in ticks[0]
     assert "Change points" in watched.page.content()
     assert watched.errors == []
+
+
+def test_readme_states_the_trend_too(trend) -> None:
+    root, made = trend
+    readme = (root / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if "nvme-a" in line)
+    assert f"vs `{made['nvme-a'][-2][1][:12]}`" in row and "cells >20% slower" in row
+    single = next(line for line in readme.splitlines() if "| single |" in line)
+    assert "| one record |" in single
