@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.safe_text import terminal_text
+
 
 def make_console(*, stderr: bool = False, file: Any = None) -> Any:
     """A rich console whose prints are soft-wrapped (never broken inside a hash or path)."""
@@ -20,8 +22,6 @@ def make_console(*, stderr: bool = False, file: Any = None) -> Any:
 def print_line(console: Any, text: Any, style: str | None = None) -> None:
     """One line, unwrapped, as plain text with control characters escaped (a
     :class:`rich.text.Text` is ours and keeps its styles)."""
-    from harness.safe_text import terminal_text
-
     if isinstance(text, str):
         text = terminal_text(text)
     console.print(text, markup=False, highlight=False, soft_wrap=True, style=style)

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from harness.views.console import make_console
+
 #: The verdict of a report that has no baseline comparison, by its exit code.
 _VERDICT_BY_EXIT = {0: "pass", 1: "failed", 2: "review", 64: "usage"}
 
@@ -43,8 +45,6 @@ def output_mode(args: argparse.Namespace) -> str | None:
 
 def human_console(args: argparse.Namespace) -> Any:
     """The console for people: stdout, or stderr when stdout is for a script."""
-    from harness.views.console import make_console
-
     return make_console(stderr=output_mode(args) is not None)
 
 
