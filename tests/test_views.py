@@ -399,6 +399,14 @@ def test_a_run_ends_with_what_to_open_and_what_to_run_next(tmp_path):
     assert lines[0] == "open: harness-history/index.html (the dashboard)"
     assert f"--baseline {sha[:12]}" in lines[1] and lines[1].startswith("next: ")
     assert f"harness compare --baseline {sha[:12]}" in lines[2]
+    # not registered: the report file is the baseline to name
+    outcome.registered = []
+    args = argparse.Namespace(json=False, quiet=False, demo=False, history_url=None)
+    console, out = _console(80, terminal=False)
+    print_run_end(args, outcome, None, None, console)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("next: ") and f"--baseline {report} --recheck 5" in lines[0]
+    assert f"harness compare --baseline {report} NEW_DIR/loading.json" in lines[1]
 
 
 @pytest.mark.slow

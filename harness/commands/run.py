@@ -473,15 +473,20 @@ def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> No
         return
     if history_dir is not None and outcome.registered:
         print_line(console, f"open: {Path(history_dir) / 'index.html'} (the dashboard)")
-    where = f" --history-dir {history_dir}" if history_dir and not args.demo else ""
-    print_line(
-        console,
-        f"next: after a change, harness run io-scale {'--demo ' if args.demo else '... '}"
-        f"--baseline {sha256[:12]} --recheck 5{where}",
-    )
-    print_line(
-        console, f"  or: harness compare --baseline {sha256[:12]}{where} (the newest record)"
-    )
+    run = "harness run io-scale " + ("--demo" if args.demo else "...")
+    url = getattr(args, "history_url", None)
+    if outcome.registered:  # a folder history: the SHA-256 prefix finds it
+        where = "" if args.demo else f" --history-dir {history_dir}"
+        baseline, compare = sha256[:12], f"--baseline {sha256[:12]}{where} (the newest record)"
+    elif url:  # a run on a server takes its baseline as a file
+        where = f" --history-url {url}"
+        baseline = str(outcome.report_path)
+        compare = f"--baseline {sha256[:12]}{where} (the newest record)"
+    else:
+        where, baseline = "", str(outcome.report_path)
+        compare = f"--baseline {baseline} NEW_DIR/loading.json"
+    print_line(console, f"next: after a change, {run} --baseline {baseline} --recheck 5{where}")
+    print_line(console, f"  or: harness compare {compare}")
 
 
 def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
