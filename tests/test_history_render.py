@@ -53,7 +53,7 @@ def test_markdown_escapes_crafted_ids(crafted_history: Path) -> None:
         if line.startswith("|---"):
             continue
         # every row of a table has as many cell separators as its header
-        if line.startswith("| group") or line.startswith("| record"):
+        if line.startswith("| key ") or line.startswith("| record"):
             current = _unescaped_pipes(line)
             header_cells[line[:8]] = current
         else:

@@ -136,6 +136,7 @@ def test_calibrate_demo_then_scaled_candidates(tmp_path: Path) -> None:
         "calibrate",
         "io-scale",
         "--demo",
+        "--allow-contended",  # a test host is often busy; the refusal is tested apart
         "--runs",
         "5",
         "--history-dir",

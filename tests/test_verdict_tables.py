@@ -104,13 +104,33 @@ def test_terminal_rows_follow_from_their_medians(comparison) -> None:
     from rich.console import Console
 
     out = io.StringIO()
-    print_text(comparison, Console(file=out, width=320, color_system=None))
+    wide = Console(file=out, width=320, color_system=None, force_terminal=True)
+    print_text(comparison, wide)
     rows = [line for line in out.getvalue().splitlines() if "│ scan-" in line]
     assert len(rows) == len(comparison.cells)
+    assert "baseline ms" in out.getvalue()  # the table's one unit, in its header
     for row in rows:
         fields = [f.strip() for f in row.strip("│ ").split("│")]
-        assert _follows(fields[4], fields[5], fields[6]), row
+        assert _follows(f"{fields[4]} ms", f"{fields[5]} ms", fields[6]), row
     assert "original medians" in out.getvalue()
+
+
+def test_terminal_lines_at_80_columns_follow_from_their_medians(comparison) -> None:
+    from rich.console import Console
+
+    out = io.StringIO()
+    print_text(comparison, Console(file=out, width=80, color_system=None))
+    text = out.getvalue()
+    for cell in comparison.cells:
+        head = f"{cell.acquisition} {cell.format} {cell.cache_state}:"
+        start = text.index(head)
+        block = text[
+            start : text.index("\n" + "scan-", start) if "\nscan-" in text[start:] else None
+        ]
+        base = re.search(r"baseline ms ([0-9.]+)", block).group(1)
+        cand = re.search(r"candidate ms ([0-9.]+)", block).group(1)
+        change = re.search(r"change ([+-][0-9.]+%)", block).group(1)
+        assert _follows(f"{base} ms", f"{cand} ms", change), block
 
 
 @pytest.mark.slow

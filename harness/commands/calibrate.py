@@ -24,7 +24,15 @@ from harness.errors import HarnessError, UsageError
 
 CALIBRATION_NAME = "calibration.json"
 #: Options of ``run io-scale`` that a calibration sets itself per run, or uses itself.
-_OWN_OPTIONS = ("output_dir", "history_dir", "regression_percent")
+_OWN_OPTIONS = (
+    "output_dir",
+    "history_dir",
+    "regression_percent",
+    "json",
+    "quiet",
+    "calibration_run",
+    "allow_contended",
+)
 
 
 def _io_scale_parser() -> argparse.ArgumentParser:
@@ -62,6 +70,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"independent runs (at least {MIN_RUNS}; default {DEFAULT_RUNS})",
     )
+    io.add_argument(
+        "--allow-contended",
+        action="store_true",
+        help="store the calibration even when the host was contended during some of its runs "
+        "(default: refused, exit 1, as its noise would widen every later verdict's floor)",
+    )
     io.set_defaults(func=run)
     parser.set_defaults(func=_no_benchmark)
 
@@ -94,7 +108,11 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.history_url is not None and args.history_dir is not None:
         raise UsageError("give --history-dir or --history-url, not both")
     if args.runs < MIN_RUNS:
-        raise UsageError(f"--runs must be at least {MIN_RUNS} (a calibration needs pairs of runs)")
+        raise UsageError(
+            f"--runs {args.runs}: give at least {MIN_RUNS} (default 8): the noise floor is "
+            f"the spread of A/A ratios between every pair of runs, and fewer than {MIN_RUNS} "
+            "runs give too few pairs for its 5-95% quantiles"
+        )
     if args.baseline or args.recheck or args.calibration:
         raise UsageError(
             "calibrate runs without --baseline, --recheck or --calibration: its runs are the "
@@ -120,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
         register_calibration,
         write_new_file,
     )
+    from harness.views.scripted import output_mode, print_json, quiet_line
 
     _check_usage(args)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     url = args.history_url
     if url is not None:
         _check_server(url)  # before the runs: a server that cannot hold it is said first
@@ -142,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         for index in range(1, args.runs + 1):
             run_dir = out / f"run-{index:02d}"
             command = [sys.executable, "-m", "harness", "run", "io-scale", *passed]
-            command += ["--output-dir", str(run_dir)]
+            command += ["--output-dir", str(run_dir), "--calibration-run", f"{index}/{args.runs}"]
             if history is not None:
                 command += ["--history-dir", str(history)]
             log = out / f"run-{index:02d}.log"
@@ -165,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 markup=False,
                 highlight=False,
             )
+        check_quiet_host(runs, args.allow_contended, console)
         document = build_calibration(
             runs,
             regression_percent=args.regression_percent,
@@ -177,11 +197,40 @@ def run(args: argparse.Namespace) -> int:
         stored = register_calibration(history, data) if history is not None else None
         if url is not None:
             where = _store_on_server(url, data)
-    if url is not None:
-        print_calibration(document, sha256_bytes(data), where)
+    sha256 = stored.sha256 if stored else sha256_bytes(data)
+    mode = output_mode(args)
+    if mode == "json":
+        print_json(data)
+    elif mode == "quiet":
+        print(quiet_line(sha256, "calibrated"), flush=True)
     else:
-        print_calibration(document, stored.sha256 if stored else sha256_bytes(data), history)
+        print_calibration(document, sha256, where if url is not None else history)
     return 0
+
+
+def check_quiet_host(runs: list, allow_contended: bool, console) -> None:
+    """Refuse a calibration whose runs saw a contended host (HarnessError, exit 1), naming
+    the runs and why, unless ``allow_contended``; then say so and go on."""
+    contended = [
+        (index, doc.get("contention", {}).get("reasons", []))
+        for index, (doc, _sha) in enumerate(runs, start=1)
+        if doc["status"].get("host_load") == "contended"
+    ]
+    if not contended:
+        return
+    named = "; ".join(
+        f"run {index}: {', '.join(reasons[:2]) or 'contended'}" for index, reasons in contended
+    )
+    what = f"{len(contended)} of {len(runs)} calibration runs ran on a contended host ({named})"
+    if not allow_contended:
+        raise HarnessError(
+            f"calibration refused: {what}; its noise would widen every later verdict's floor. "
+            "Rerun on a quiet host, or pass --allow-contended to store it anyway (the runs "
+            "stay registered, tagged as calibration runs)"
+        )
+    console.print(
+        f"warning: {what}; stored anyway (--allow-contended)", markup=False, highlight=False
+    )
 
 
 def _check_server(url: str) -> None:
@@ -204,33 +253,36 @@ def _store_on_server(url: str, data: bytes) -> str:
 
 def print_calibration(document: dict, sha256: str, history: Path | str | None) -> None:
     """A table of the calibration's figures per cell (stdout)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from harness.views.cells import CellView, print_cells
+    from harness.views.console import make_console
 
-    console = Console()
-    table = Table(
-        title=f"calibration {sha256[:12]} · {len(document['runs'])} runs × {document['reps']} reps "
-        f"· key {document['comparison_key']}",
-        title_justify="left",
+    console = make_console()
+    view = CellView(
+        key_columns=("acquisition", "format", "cache"),
+        value_columns=(
+            "A/A ratio 5-95%",
+            "noise floor",
+            "MDC",
+            "false pos. rule",
+            "false pos. verdict",
+        ),
+        title=f"calibration {sha256[:12]} · {len(document['runs'])} runs × {document['reps']} "
+        f"reps · key {document['comparison_key']}",
+        right=frozenset({"false pos. rule", "false pos. verdict"}),
     )
-    for column in ("acquisition", "format", "cache", "A/A ratio 5-95%", "noise floor", "MDC"):
-        table.add_column(column)
-    table.add_column("false pos. rule", justify="right")
-    table.add_column("false pos. verdict", justify="right")
     for cell in document["cells"]:
         q = cell["ratio_quantiles"]
-        table.add_row(
-            Text(cell["acquisition"]),
-            Text(cell["format"]),
-            Text(cell["cache_state"]),
-            Text(f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%"),
-            Text(f"{cell['noise_floor_percent']:+.1f}%"),
-            Text(f"{cell['mdc_percent']:.1f}%"),
-            Text(f"{cell['false_positive_rule']:.1%}"),
-            Text(f"{cell['false_positive_verdict']:.1%}"),
+        view.add_row(
+            (cell["acquisition"], cell["format"], cell["cache_state"]),
+            (
+                f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%",
+                f"{cell['noise_floor_percent']:+.1f}%",
+                f"{cell['mdc_percent']:.1f}%",
+                f"{cell['false_positive_rule']:.1%}",
+                f"{cell['false_positive_verdict']:.1%}",
+            ),
         )
-    console.print(table)
+    print_cells(console, view)
     overall = document["comparison"]
     console.print(
         f"per comparison (any of {len(document['cells'])} cells): false positives "

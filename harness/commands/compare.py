@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import ReportValidationError, UsageError
+from harness.views.scripted import add_output_arguments
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -61,15 +62,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="output: text (a table; the default on a terminal), markdown (the default "
         "otherwise) or json",
     )
-    parser.add_argument("--json", action="store_true", help="the same as --format json")
+    add_output_arguments(parser, "the comparison (the same as --format json)")
     parser.set_defaults(func=run)
 
 
 def _newest_record(history_dir: str) -> str:
-    from sqlalchemy import select
-
     from harness.commands.history import _open_for_reading
-    from harness.history.index_db import RecordRow
+    from harness.history.index_db import newest_candidate
 
     if not Path(history_dir, "history.json").exists():
         raise UsageError(
@@ -78,13 +77,13 @@ def _newest_record(history_dir: str) -> str:
     _layout, engine = _open_for_reading(history_dir)
     try:
         with engine.connect() as connection:
-            sha = connection.execute(
-                select(RecordRow.sha256).order_by(RecordRow.seq.desc()).limit(1)
-            ).scalar()
+            sha = newest_candidate(connection)
     finally:
         engine.dispose()
     if sha is None:
-        raise UsageError(f"{history_dir}: the history is empty; name a CANDIDATE")
+        raise UsageError(
+            f"{history_dir}: the history holds no record but calibration runs; name a CANDIDATE"
+        )
     return sha
 
 
@@ -175,11 +174,11 @@ def resolve_server_calibration(store, prefix: str | None, candidate_doc: dict):
 
 def run(args: argparse.Namespace) -> int:
 
+    from harness.commands._output import show_comparison
     from harness.commands.history import default_history_dir, history_url
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.verdict.calibration_report import resolve_calibration
-    from harness.verdict.present import print_comparison
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -202,5 +201,5 @@ def run(args: argparse.Namespace) -> int:
     )
     if baseline.sha256 == candidate.sha256:
         comparison.warnings.append("baseline and candidate are the same record")
-    print_comparison(comparison, "json" if args.json else args.format)
+    show_comparison(comparison, args, candidate.sha256)
     return comparison.exit_code

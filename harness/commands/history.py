@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from harness.commands.history_publish import (
 )
 from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from harness.safe_text import terminal_text
+from harness.views.listing import print_listing
 
 #: Where a history lives when ``--history-dir`` is not given.
 HISTORY_DIR_ENV = "HARNESS_HISTORY_DIR"
@@ -131,7 +133,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     lister = commands.add_parser("list", help="list records, newest last")
     add_history_location_arguments(lister)
-    lister.add_argument("--group", metavar="KEY", help="only this comparison group")
+    lister.add_argument(
+        "--key", "--group", dest="group", metavar="KEY", help="only this comparison key"
+    )
     lister.add_argument("--limit", type=int, default=None, metavar="N", help="only the newest N")
     lister.set_defaults(func=run_list)
 
@@ -428,7 +432,7 @@ def _list_records(args: argparse.Namespace, engine) -> int:
     with engine.connect() as connection:
         rows = list(reversed(connection.execute(statement).all()))
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
-    header += ("correctness", "performance", "group")
+    header += ("correctness", "performance", "key", "purpose")
     table = [header] + [
         tuple(
             terminal_text(value)
@@ -442,15 +446,21 @@ def _list_records(args: argparse.Namespace, engine) -> int:
                 row.correctness,
                 row.performance,
                 row.comparison_key,
+                _purpose(row.index_entry),
             )
         )
         for row in rows
     ]
-    # every column as wide as its widest value: nothing is cut, columns stay aligned
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        print("  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip())
+    print_listing(table)
     return EXIT_OK
+
+
+def _purpose(index_entry: str) -> str:
+    """``calibration I/N`` for a run of ``harness calibrate``, else ``-``."""
+    purpose = json.loads(index_entry).get("purpose") or {}
+    if purpose.get("kind") == "calibration":
+        return f"calibration {purpose['run']}/{purpose['runs']}"
+    return "-"
 
 
 def _one_line(text: str) -> str:
@@ -512,7 +522,7 @@ def _print_record(doc: dict, sha256: str, path) -> int:
         f"conditions  backend={conditions['backend']} representation={conditions['representation']} "
         f"boundary={conditions['timing_boundary']} allocator={conditions['allocator_policy']}"
     )
-    print(f"group       {comparison_key(doc)}")
+    print(f"key         {comparison_key(doc)}")
     print(
         f"status      execution={status['execution']} correctness={status['correctness']} "
         f"source={status['source_stability']} performance={status['performance']} exit={status['exit_code']}"
@@ -523,11 +533,12 @@ def _print_record(doc: dict, sha256: str, path) -> int:
         print(f"baseline    {doc['baseline']['sha256']} {doc['baseline']['path'] or ''}")
     print()
     print(
-        f"{'acquisition':<24} {'format':<6} {'cache':<7} {'kept/n':>7} {'median s':>10} {'p95 s':>10}"
+        f"{'acquisition':<24} {'format':<6} {'cache':<7} {'kept/n':>7} {'median ms':>10} "
+        f"{'p95 ms':>10}"
     )
     for s in doc["summaries"]:
-        median = "-" if s["median"] is None else f"{s['median']:.4f}"
-        p95 = "-" if s["p95"] is None else f"{s['p95']:.4f}"
+        median = "-" if s["median"] is None else f"{s['median'] * 1e3:.2f}"
+        p95 = "-" if s["p95"] is None else f"{s['p95'] * 1e3:.2f}"
         kept = f"{s['n_kept']}/{s['n']}"
         print(
             f"{s['acquisition']:<24} {s['format']:<6} {s['cache_state']:<7} {kept:>7} {median:>10} {p95:>10}"

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 from harness.errors import EXIT_OK, UsageError
-from harness.safe_text import terminal_text
 
 CHANGES_HELP = "change points of each cell's median over the records (E-Divisive means)"
 CHANGES_DESCRIPTION = (
@@ -48,13 +47,11 @@ def add_changes_arguments(changes: argparse.ArgumentParser) -> None:
 def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> int:
     """Change points of the history at ``history_dir``; ``records`` ((sha256, report)
     pairs) replaces its record files (a history on a server: ``history_dir`` names it)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     from harness.history.layout import HistoryLayout
     from harness.history.lock import check_history_marker, require_history
     from harness.verdict.changes import history_changes
+    from harness.views.cells import print_cells
+    from harness.views.console import make_console
 
     if not 0 < args.p_threshold < 1:
         raise UsageError(f"--p-threshold must lie in (0, 1), not {args.p_threshold:g}")
@@ -74,36 +71,58 @@ def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> 
     if args.format == "json":
         print(json.dumps([r.to_dict() for r in results], sort_keys=True, indent=1))
         return EXIT_OK
-    console = Console()
-    table = Table(
-        title=Text(terminal_text(f"change points in {history_dir}")), title_justify="left"
-    )
-    for column in ("key", "acquisition", "format", "cache", "records", "order", "at", "revisions"):
-        table.add_column(column)
-    for column in ("before", "after", "change", "p"):
-        table.add_column(column, justify="right")
-    for result in results:
-        row = [
-            Text(terminal_text(result.comparison_key)),
-            Text(terminal_text(result.cell[0])),
-            Text(terminal_text(result.cell[1])),
-            Text(terminal_text(result.cell[2])),
-            Text(str(len(result.points))),
-            Text(terminal_text(result.ordered_by)),
-        ]
-        if not result.changes:
-            table.add_row(*row, Text("none"), Text(""), Text(""), Text(""), Text(""), Text(""))
-        for change in result.changes:
-            data = result.to_dict()["changes"][result.changes.index(change)]
-            span = f"{(data['from_revision'] or data['from_record'])[:10]}..{(data['to_revision'] or data['to_record'])[:10]}"
-            table.add_row(
-                *row,
-                Text(f"#{change.index + 1}"),
-                Text(terminal_text(span)),
-                Text(f"{change.before_median * 1e3:.2f} ms"),
-                Text(f"{change.after_median * 1e3:.2f} ms"),
-                Text(f"{change.change_percent:+.1f}%"),
-                Text(f"{change.p_value:.3g}"),
-            )
-    console.print(table)
+    print_cells(make_console(), change_view(results, history_dir))
     return EXIT_OK
+
+
+def change_view(results, history_dir: str):
+    """Change points as cells: one row per change (or "none") of each key's cell."""
+    from harness.views.cells import CellView
+
+    view = CellView(
+        key_columns=("key", "acquisition", "format", "cache"),
+        value_columns=(
+            "records",
+            "order",
+            "change point",
+            "revisions",
+            "before ms",
+            "after ms",
+            "change",
+            "p",
+        ),
+        title=f"change points in {history_dir}",
+        line_order=(
+            "change point",
+            "change",
+            "before ms",
+            "after ms",
+            "p",
+            "revisions",
+            "records",
+            "order",
+        ),
+        right=frozenset({"before ms", "after ms", "change", "p"}),
+    )
+    for result in results:
+        keys = (result.comparison_key, *result.cell)
+        common = (str(len(result.points)), result.ordered_by)
+        if not result.changes:
+            view.add_row(keys, (*common, "none", "", "", "", "", ""))
+        for index, change in enumerate(result.changes):
+            data = result.to_dict()["changes"][index]
+            start = (data["from_revision"] or data["from_record"])[:10]
+            end = (data["to_revision"] or data["to_record"])[:10]
+            view.add_row(
+                keys,
+                (
+                    *common,
+                    f"#{change.index + 1}",
+                    f"{start}..{end}",
+                    f"{change.before_median * 1e3:.2f}",
+                    f"{change.after_median * 1e3:.2f}",
+                    f"{change.change_percent:+.1f}%",
+                    f"{change.p_value:.3g}",
+                ),
+            )
+    return view

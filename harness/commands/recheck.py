@@ -20,7 +20,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from harness.commands._output import show_comparison
 from harness.errors import UsageError
+from harness.views.scripted import add_output_arguments, say
 
 DEFAULT_RECHECK_ROUNDS = 5
 
@@ -91,7 +93,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--output-dir",
         type=Path,
         metavar="DIR",
-        help="where the new loading.json is written (default ./recheck-SHA12 of the candidate)",
+        help="where the new loading.json is written (needed unless the candidate is a demo "
+        "run; then ./harness-demo/recheck-SHA12-TIME)",
     )
     parser.add_argument(
         "--root",
@@ -134,7 +137,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="output: text (the default on a terminal), markdown (otherwise) or json",
     )
+    add_output_arguments(parser, "the final comparison (the same as --format json)")
     parser.set_defaults(func=run)
+
+
+def recheck_output_dir(given: Path | None, candidate) -> Path:
+    """Where the new record goes: ``--output-dir``; for a demo candidate a new folder under
+    ``./harness-demo/`` (where the demo keeps its reports); else a usage error, so that
+    nothing is written into the current folder unasked."""
+    import time
+
+    from harness.commands.run import DEFAULT_DEMO_REPORTS
+
+    if given is not None:
+        return given
+    _root, _manifest, demo = _recorded_inputs(candidate.doc.get("command") or ())
+    if not demo:
+        raise UsageError(
+            f"recheck of {candidate.sha256[:12]} writes a new record: name its folder with "
+            "--output-dir DIR (it must not hold a loading.json)"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Path(DEFAULT_DEMO_REPORTS, f"recheck-{candidate.sha256[:12]}-{stamp}").absolute()
 
 
 def _recorded_inputs(command: Sequence[str]) -> tuple[Path | None, Path | None, bool]:
@@ -181,11 +205,6 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
     yield root, manifest
 
 
-def _say(message: str, output: str | None) -> None:
-    # json on stdout stays one document; everything else said goes to stderr then
-    print(message, file=sys.stderr if output == "json" else sys.stdout)
-
-
 def run(args: argparse.Namespace) -> int:
     from harness.commands.compare import load_from_server
     from harness.commands.history import default_history_dir, history_url
@@ -195,7 +214,6 @@ def run(args: argparse.Namespace) -> int:
     from harness.run.pairing import parse_pairing_flags
     from harness.run.provenance import check_code_origin
     from harness.verdict.calibration_report import resolve_calibration
-    from harness.verdict.present import print_comparison
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -229,13 +247,13 @@ def run(args: argparse.Namespace) -> int:
         calibration = resolve_calibration(history, args.calibration, candidate.doc)
     first = compare_loaded(baseline, candidate, percent, calibration=calibration)
     if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
-        print_comparison(first, args.format)
+        show_comparison(first, args, candidate.sha256)
         why = (
             "no cell is flagged"
             if first.verdict is Verdict.PASS
             else f"it is {first.verdict.value}"
         )
-        _say(f"recheck: nothing measured and no record written: {why}", args.format)
+        say(f"recheck: nothing measured and no record written: {why}", args)
         return first.exit_code
     return _recheck(args, candidate, baseline, calibration, first, history, paired)
 
@@ -248,14 +266,13 @@ def _recheck(
     from harness.history.lookup import load_report
     from harness.run.pairing import describe_pairing
     from harness.run.recheck import RecheckConfig, run_recheck
-    from harness.verdict.present import print_comparison
 
     cells = [cell.key for cell in first.flagged_cells]
-    output_dir = args.output_dir or Path(f"recheck-{candidate.sha256[:12]}")
-    _say(
+    output_dir = recheck_output_dir(args.output_dir, candidate)
+    say(
         f"recheck: {len(cells)} flagged cell(s) of {candidate.sha256[:12]}, "
         f"{args.recheck} more round(s): " + ", ".join("/".join(key) for key in cells),
-        args.format,
+        args,
     )
     with _candidate_inputs(args, candidate) as (root, manifest):
         outcome = run_recheck(
@@ -281,17 +298,17 @@ def _recheck(
         )
     record = load_report(str(outcome.report_path), history_dir=None)
     final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
-    print_comparison(final, args.format)
-    _say(
+    say(
         describe_pairing(record.doc["recheck"]) or "recheck: how it ran is not recorded",
-        args.format,
+        args,
     )
-    _say(f"report: {outcome.report_path}", args.format)
+    say(f"report: {outcome.report_path}", args)
     if isinstance(history, Path):
         for result in outcome.registered:
-            _say(f"history {history}: {result.message}", args.format)
+            say(f"history {history}: {result.message}", args)
     else:
-        _say(_register_on_server(history, outcome.report_path), args.format)
+        say(_register_on_server(history, outcome.report_path), args)
+    show_comparison(final, args, record.sha256)
     return final.exit_code
 
 

@@ -15,11 +15,16 @@ import sys
 from pathlib import Path
 
 from harness.safe_text import terminal_text
+from harness.views.console import print_line
+from harness.views.scripted import add_output_arguments
 
 DEFAULT_DEMO_HISTORY = "harness-history"
 #: Where ``--demo`` keeps its reports (one folder per run) unless ``--output-dir`` is given,
 #: so that the printed report path, and the path the journal records, exist afterwards.
 DEFAULT_DEMO_REPORTS = "harness-demo"
+#: The compute workloads' names, as ``harness.run.compute_workloads.WORKLOADS`` registers
+#: them (a test keeps the two equal; that module is not imported for ``--help``).
+COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -176,6 +181,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="first load as the user feels it: N fresh processes per acquisition and format, "
         "spawn to the first exact BF (docs/io-scale.md)",
     )
+    add_output_arguments(io, "the report (loading.json)")
+    # set by `harness calibrate` on each of its runs: the report says it is one of them
+    io.add_argument("--calibration-run", metavar="I/N", help=argparse.SUPPRESS)
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
@@ -229,8 +237,9 @@ def check_history_url_usage(args: argparse.Namespace) -> None:
         )
 
 
-def register_on_server(url: str, report_path: Path, console) -> None:
-    """Register the run's report into the history at ``url`` and say what happened."""
+def register_on_server(url: str, report_path: Path, console) -> str:
+    """Register the run's report into the history at ``url``, say what happened; its
+    SHA-256."""
     from harness.commands.history import url_store
     from harness.history.journal import utc_now
     from harness.history.remote import server_name
@@ -243,14 +252,9 @@ def register_on_server(url: str, report_path: Path, console) -> None:
         )
         where = server_name(store.engine.url)
         done = "stored" if stored.created else "already stored"
-        console.print(
-            f"history {where}: {done} {stored.sha256} from {prepared.source}",
-            markup=False,
-            highlight=False,
-        )
-        console.print(
-            f"history {where}: journal head {store.head()}", markup=False, highlight=False
-        )
+        print_line(console, f"history {where}: {done} {stored.sha256} from {prepared.source}")
+        print_line(console, f"history {where}: journal head {store.head()}")
+        return stored.sha256
 
 
 def _no_benchmark(args: argparse.Namespace) -> int:
@@ -297,9 +301,25 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         threads=args.threads,
         devices=_parse_devices_flag(args.devices),
         command=["harness", *sys.argv[1:]],
+        purpose=_parse_calibration_run(args.calibration_run),
     )
     values.update(overrides)
     return IoScaleConfig(**values)
+
+
+def _parse_calibration_run(value: str | None) -> dict | None:
+    """``--calibration-run I/N`` (set by ``harness calibrate``) as the report's purpose."""
+    from harness.errors import UsageError
+
+    if value is None:
+        return None
+    try:
+        run, runs = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise UsageError(f"--calibration-run {value!r}: expected I/N, e.g. 3/8") from None
+    if not 1 <= run <= runs:
+        raise UsageError(f"--calibration-run {value!r}: expected 1 <= I <= N")
+    return {"kind": "calibration", "run": run, "runs": runs}
 
 
 def _parse_devices_flag(value: str | None) -> tuple[int, ...] | str | None:
@@ -324,6 +344,24 @@ def _check_usage(args: argparse.Namespace) -> None:
 
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
+    if args.reps is not None and args.reps < 1:
+        raise UsageError(
+            f"--reps must be at least 1, not {args.reps} (cold+cached pairs per format; "
+            "default 5, demo 3)"
+        )
+    if args.backend == "cuda":
+        from quantem.stem4d.backends import cuda_unavailable_reason
+
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            raise UsageError(
+                f"--backend cuda cannot run here: {reason}; use --backend cpu"
+                + (
+                    " (or leave --backend out: the demo picks the best available)"
+                    if args.demo
+                    else ""
+                )
+            )
     parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     if args.demo:
         given = [
@@ -367,26 +405,27 @@ def _demo_report_dir() -> Path:
 def run(args: argparse.Namespace) -> int:
     _check_usage(args)
     check_history_url_usage(args)
-    from rich.console import Console
-
     from harness.run.provenance import check_code_origin
 
     check_code_origin()  # a foreign checkout is refused before the demo writes anything
 
     from harness.run.io_scale import run_io_scale
     from harness.run.summary import print_summary
+    from harness.views.scripted import human_console, output_mode
 
-    console = Console()
+    console = human_console(args)
     if args.demo:
+        import dataclasses
+
         from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
+        from harness.run.io_scale_config import check_config
         from quantem.stem4d.backends import best_backend
 
         with demo_folder() as folder:
-            suite = write_demo_suite(folder)
             config = _config_from_args(
                 args,
-                root=suite.root,
-                manifest=suite.manifest,
+                root=folder,
+                manifest=folder,
                 backend=args.backend or best_backend(),
                 storage_id=DEMO_STORAGE_ID,
                 output_dir=Path(args.output_dir) if args.output_dir else _demo_report_dir(),
@@ -395,29 +434,66 @@ def run(args: argparse.Namespace) -> int:
                 else (args.history_dir or Path(DEFAULT_DEMO_HISTORY)),
                 reps=args.reps if args.reps is not None else DEMO_REPS,
             )
+            check_config(config)  # every option refused before the demo data is written
+            suite = write_demo_suite(folder)
+            config = dataclasses.replace(config, root=suite.root, manifest=suite.manifest)
             outcome = run_io_scale(config)
-            print_summary(outcome.report, console)
-            console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
     else:
         outcome = run_io_scale(_config_from_args(args))
+    if output_mode(args) is None:
         print_summary(outcome.report, console)
-        console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    print_line(console, f"report: {outcome.report_path}")
+    sha256 = None
     if args.history_url:
-        register_on_server(args.history_url, outcome.report_path, console)
+        sha256 = register_on_server(args.history_url, outcome.report_path, console)
     history_dir = config.history_dir if args.demo else args.history_dir
     for result in outcome.registered:
-        console.print(f"history {history_dir}: {result.message}", markup=False, highlight=False)
+        print_line(console, f"history {history_dir}: {result.message}")
+        sha256 = result.sha256
     if outcome.registered:
         head = outcome.registered[-1].journal_head
-        console.print(f"history {history_dir}: journal head {head}", markup=False, highlight=False)
-        console.print(f"index: {Path(history_dir) / 'README.md'}", markup=False, highlight=False)
+        print_line(console, f"history {history_dir}: journal head {head}")
+    print_run_end(args, outcome, sha256, history_dir, console)
     return outcome.exit_code
+
+
+def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> None:
+    """The script outputs, or for people: what to open and what to run next."""
+    from harness.history.records import sha256_bytes
+    from harness.views.scripted import output_mode, print_json, quiet_line, report_verdict
+
+    mode = output_mode(args)
+    if mode == "json":
+        print_json(Path(outcome.report_path).read_bytes())
+        return
+    if sha256 is None:  # not registered: the report file's own SHA-256
+        sha256 = sha256_bytes(Path(outcome.report_path).read_bytes())
+    if mode == "quiet":
+        print(quiet_line(sha256, report_verdict(outcome.report)), flush=True)
+        return
+    if history_dir is not None and outcome.registered:
+        print_line(console, f"open: {Path(history_dir) / 'index.html'} (the dashboard)")
+    run = "harness run io-scale " + ("--demo" if args.demo else "...")
+    url = getattr(args, "history_url", None)
+    if outcome.registered:  # a folder history: the SHA-256 prefix finds it
+        where = "" if args.demo else f" --history-dir {history_dir}"
+        baseline, compare = sha256[:12], f"--baseline {sha256[:12]}{where} (the newest record)"
+    elif url:  # a run on a server takes its baseline as a file
+        where = f" --history-url {url}"
+        baseline = str(outcome.report_path)
+        compare = f"--baseline {sha256[:12]}{where} (the newest record)"
+    else:
+        where, baseline = "", str(outcome.report_path)
+        compare = f"--baseline {baseline} NEW_DIR/loading.json"
+    print_line(console, f"next: after a change, {run} --baseline {baseline} --recheck 5{where}")
+    print_line(console, f"  or: harness compare {compare}")
 
 
 def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute = benchmarks.add_parser(
         "compute",
-        help="stage timings and output hashes of a compute workload (dpc, parallax, products, virtual, ssb)",
+        help="stage timings and output hashes of a compute workload "
+        f"({', '.join(COMPUTE_WORKLOADS)})",
         description=(
             "Run a compute workload on every acquisition of SOURCE (an ARINA master file or a "
             "selection manifest): each stage timed first and warm (--reps), device-synchronised; "
@@ -426,7 +502,7 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
             "2 review/incomparable, 64 usage error. See docs/compute.md."
         ),
     )
-    compute.add_argument("workload", choices=("dpc", "parallax", "products", "virtual", "ssb"))
+    compute.add_argument("workload", choices=COMPUTE_WORKLOADS)
     compute.add_argument(
         "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
     )
@@ -562,14 +638,13 @@ def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
 def run_compute_command(args: argparse.Namespace) -> int:
     import tempfile
 
-    from rich.console import Console
-
     from harness.errors import UsageError
     from harness.render import registration_renderer
     from harness.run.compute import run_compute
     from harness.run.compute_config import ComputeConfig
     from harness.run.compute_workloads import ComputeParameters
     from harness.run.provenance import check_code_origin
+    from harness.views.console import make_console
 
     check_history_url_usage(args)
     if args.reps < 1:
@@ -603,7 +678,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
         memory_budget_bytes=args.memory_budget,
         scan_block_rows=args.scan_block_rows,
     )
-    console = Console()
+    console = make_console()
     source = Path(args.source)
     with tempfile.TemporaryDirectory(prefix="harness-compute-") as tmp:
         if source.suffix == ".json":
@@ -630,9 +705,9 @@ def run_compute_command(args: argparse.Namespace) -> int:
         )
         outcome = run_compute(config)
     print_compute_summary(outcome.report, console)
-    console.print(f"report: {outcome.report_path}", markup=False, highlight=False)
+    print_line(console, f"report: {outcome.report_path}")
     for result in outcome.registered:
-        console.print(f"history {args.history_dir}: {result.message}", markup=False)
+        print_line(console, f"history {args.history_dir}: {result.message}")
     if args.history_url:
         register_on_server(args.history_url, outcome.report_path, console)
     return outcome.exit_code

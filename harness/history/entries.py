@@ -123,6 +123,8 @@ def derive_entry(
             "baseline": None
             if not baseline
             else {"sha256": baseline["sha256"], "path": baseline["path"]},
+            # only where set, so that the entries of ordinary records keep their bytes
+            **({"purpose": doc["purpose"]} if doc.get("purpose") else {}),
         }
     )
     trials = [{field: trial[field] for field in TRIAL_FIELDS} for trial in doc["trials"]]

@@ -499,3 +499,20 @@ def insert_entry(connection: Connection, entry: Any) -> int:
             insert(SummaryRow), [dict(summary, record_seq=seq) for summary in entry.summaries]
         )
     return seq
+
+
+def is_calibration_entry(index_entry: str) -> bool:
+    """Whether an index entry (its canonical JSON) is one run of a calibration."""
+    return (json.loads(index_entry).get("purpose") or {}).get("kind") == "calibration"
+
+
+def newest_candidate(connection: Connection) -> str | None:
+    """The SHA-256 of the newest record that is not a calibration run (compare's default
+    CANDIDATE), from a folder's or a server's index."""
+    rows = connection.execute(
+        select(RecordRow.sha256, RecordRow.index_entry).order_by(RecordRow.seq.desc())
+    )
+    for sha256, index_entry in rows:
+        if not is_calibration_entry(index_entry):
+            return sha256
+    return None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HistoryError, ReportValidationError, UsageError
-from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry
+from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry, newest_candidate
 from harness.history.layout import HistoryLayout, record_relpath, sha256_of_record_name
 from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_prefix
 from harness.history.migrate import (
@@ -559,13 +559,10 @@ def load_server_report(store: PostgresStore, reference: str, *, what: str = "") 
 
 
 def newest_server_record(store: PostgresStore) -> str | None:
-    """The SHA-256 of the newest indexed record (the default CANDIDATE of compare)."""
-    from sqlalchemy import select
-
+    """The SHA-256 of the newest indexed record that is not a calibration run (the
+    default CANDIDATE of compare)."""
     with server_step(store.engine, "reading the index"), store.engine.connect() as connection:
-        return connection.execute(
-            select(RecordRow.sha256).order_by(RecordRow.seq.desc()).limit(1)
-        ).scalar()
+        return newest_candidate(connection)
 
 
 def iter_server_reports(store: PostgresStore):

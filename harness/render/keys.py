@@ -19,7 +19,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, select
 
-from harness.history.index_db import RecordRow, SummaryRow, TrialRow, read_meta_json, write_meta
+from harness.history.index_db import (
+    RecordRow,
+    SummaryRow,
+    TrialRow,
+    is_calibration_entry,
+    read_meta_json,
+    write_meta,
+)
 from harness.render.key_trials import TRIAL_FRAME_COLUMNS
 from harness.render.pages import format_seconds, script_json
 from harness.render.targets import RenderTargets, write_atomic
@@ -146,6 +153,7 @@ def _ordered_records(connection: Connection, key: str, positions: dict[str, int]
             RecordRow.git_dirty,
             RecordRow.performance,
             RecordRow.correctness,
+            RecordRow.index_entry,
         )
         .where(RecordRow.comparison_key == key)
         .order_by(RecordRow.seq)
@@ -163,6 +171,7 @@ def _ordered_records(connection: Connection, key: str, positions: dict[str, int]
             "dirty": [bool(row.git_dirty) for row in rows],
             "performance": [row.performance for row in rows],
             "correctness": [row.correctness for row in rows],
+            "calibration": [is_calibration_entry(row.index_entry) for row in rows],
         },
         order=order,
     )
@@ -346,6 +355,7 @@ def build_key_page(
         n_records=len(data["records"]["sha"]),
         n_trials_shown=n_trials,
         seconds=format_seconds,
+        change_point_records=CHANGE_POINT_RECORDS,
     ).encode("utf-8")
 
 

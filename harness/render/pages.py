@@ -17,6 +17,7 @@ from sqlalchemy import Connection, func, select
 from harness.history.index_db import RecordRow, SummaryRow, read_meta_json
 from harness.history.journal import GENESIS_HEAD
 from harness.render.targets import RenderTargets, write_atomic
+from harness.render.trend import vs_previous
 
 #: How many of the newest records README.md and index.html list.
 LATEST_RECORDS = 20
@@ -54,6 +55,8 @@ def _sparkline(values: list[float], width: int = 160, height: int = 36) -> str:
         return ""
     low, high = min(values), max(values)
     span = (high - low) or 1.0
+    if len(values) == 1:  # one record: its point in the middle, not an empty box
+        return f"{width / 2:.1f},{height / 2:.1f}"
     step = width / max(1, len(values) - 1)
     return " ".join(
         f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}"
@@ -134,6 +137,10 @@ def collect_index_context(
                 "plot_state": plot_state(connection, targets, record.comparison_key, record.seq),
                 "spark_cell": spark_cell,
                 "spark_points": _sparkline(spark_values),
+                "spark_last": _sparkline(spark_values).split(" ")[-1].split(",")
+                if spark_values
+                else None,
+                "vs_previous": vs_previous(connection, record.comparison_key),
                 "spark_range": (
                     (format_seconds(min(spark_values)), format_seconds(max(spark_values)))
                     if spark_values

@@ -72,6 +72,8 @@ class IoScaleConfig:
     #: ``--devices``: shard every cuda load over these GPUs or ``"all"`` (None: one GPU).
     devices: tuple[int, ...] | str | None = None
     command: Sequence[str] = ()
+    #: The report's ``purpose`` (one run of a calibration), or None for an ordinary run.
+    purpose: dict | None = None
     progress: bool | None = None  # None: only on a TTY
     #: Called with (event, details) at stage boundaries; tests use it to act mid-run.
     on_event: Callable[[str, dict], None] | None = None

@@ -313,6 +313,8 @@ def _measure_and_report(
     }
     if source_check is not None:
         head["source_check"] = source_check
+    if getattr(cfg, "purpose", None):
+        head["purpose"] = dict(cfg.purpose)
     # A kind with its own report schema names it (compute); io-scale keeps the default.
     head.update(getattr(kind, "report_head", {}))
     doc = kind.build_report(head)

@@ -25,12 +25,11 @@ _COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95"
 _STATS = ("first", "median", "p95", "min", "max")
 
 
-def _seconds(value: float | None) -> str:
+def _milliseconds(value: float | None) -> str:
+    """A load time in ms (one unit for every load, stated in the header or beside it)."""
     if value is None:
         return "-"
-    if value < 1:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value:.3f} s"
+    return f"{value * 1e3:.1f}"
 
 
 def _raw_bytes(acquisition: dict) -> int:
@@ -71,7 +70,8 @@ def build_summary_table(doc: dict) -> Any:
     table = Table(title=Text(terminal_text(_title(doc))), title_justify="left")
     for column in _COLUMNS:
         left = column in ("acquisition", "format", "cache")
-        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+        header = column if left or column == "kept/n" else f"{column} ms"
+        table.add_column(header, justify="left" if left else "right", no_wrap=True)
     table.add_column("GB/s (raw, median)", justify="right", no_wrap=True)
     for s, rate in _rows(doc):
         table.add_row(
@@ -79,7 +79,7 @@ def build_summary_table(doc: dict) -> Any:
             Text(terminal_text(s["format"])),
             Text(terminal_text(s["cache_state"])),
             f"{s['n_kept']}/{s['n']}",
-            *(_seconds(s[k]) for k in _STATS),
+            *(_milliseconds(s[k]) for k in _STATS),
             rate,
         )
     return table
@@ -93,7 +93,9 @@ def compact_lines(doc: dict) -> list[str]:
         if s["acquisition"] != current:
             current = s["acquisition"]
             lines.append(f"{current}:")
-        stats = "  ".join(f"{k} {_seconds(s[k])}" for k in ("median", "p95", "min", "max", "first"))
+        stats = "  ".join(
+            f"{k} {_milliseconds(s[k])} ms" for k in ("median", "p95", "min", "max", "first")
+        )
         lines.append(
             f"  {s['format']} {s['cache_state']}: kept {s['n_kept']}/{s['n']}  {stats}  "
             f"{rate} GB/s raw"

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.safe_text import terminal_text
 from harness.verdict.comparison import CellVerdict, Comparison
+from harness.views.cells import CellView, print_cells
 
 FORMATS = ("text", "markdown", "json")
 
@@ -48,6 +49,10 @@ def format_interval(interval: tuple[float, float]) -> str:
 
 def format_seconds(value: float) -> str:
     return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.3f} s"
+
+
+def format_milliseconds(value: float) -> str:
+    return f"{value * 1e3:.2f}"
 
 
 def calibration_line(comparison: Comparison) -> str:
@@ -93,7 +98,6 @@ def render_markdown(comparison: Comparison) -> str:
 
 def print_text(comparison: Comparison, console: Any) -> None:
     """The comparison as rich output: header lines, one table row per cell, notes."""
-    from rich.table import Table
     from rich.text import Text
 
     def plain(value: object, style: str = "") -> Text:
@@ -113,56 +117,16 @@ def print_text(comparison: Comparison, console: Any) -> None:
     for failure in comparison.failures:
         console.print(plain(f"candidate failed: {failure}", "red"))
     if comparison.differences:
-        table = Table(title="not comparable: fields that differ", title_justify="left")
-        for column in ("field", "baseline", "candidate"):
-            table.add_column(column)
+        differences = CellView(
+            key_columns=("field",),
+            value_columns=("baseline", "candidate"),
+            title="not comparable: fields that differ",
+        )
         for d in comparison.differences:
-            table.add_row(plain(d.field), plain(d.baseline), plain(d.candidate))
-        console.print(table)
+            differences.add_row((d.field,), (d.baseline, d.candidate))
+        print_cells(console, differences)
     if comparison.cells:
-        calibrated = any(c.noise_floor_percent is not None for c in comparison.cells)
-        table = Table(title_justify="left")
-        columns = ["acquisition", "format", "cache", "n b/c", "baseline", "candidate"]
-        columns += ["change", "95% CI", "p (Holm)", "verdict"]
-        if calibrated:
-            columns += ["noise floor", "MDC"]
-        for column in columns:
-            table.add_column(
-                column,
-                justify="right"
-                if column
-                in (
-                    "n b/c",
-                    "baseline",
-                    "candidate",
-                    "change",
-                    "95% CI",
-                    "p (Holm)",
-                    "noise floor",
-                    "MDC",
-                )
-                else "left",
-            )
-        for cell in comparison.cells:
-            row = [
-                plain(cell.acquisition),
-                plain(cell.format),
-                plain(cell.cache_state),
-                plain(f"{cell.n_baseline}/{cell.n_candidate}"),
-                plain(format_seconds(cell.baseline_median)),
-                plain(format_seconds(cell.candidate_median)),
-                plain(format_percent(cell.change_percent)),
-                plain(format_interval(cell.ci_percent)),
-                plain(f"{cell.p_value:.3g} ({cell.p_adjusted:.3g})"),
-                plain(VERDICT_LABELS[cell.verdict], _STYLES[cell.verdict]),
-            ]
-            if calibrated:
-                row += [
-                    plain(format_percent(cell.noise_floor_percent)),
-                    plain(format_percent(cell.mdc_percent, signed=False)),
-                ]
-            table.add_row(*row)
-        console.print(table)
+        print_cells(console, comparison_cell_view(comparison))
         counts = {v: sum(1 for c in comparison.cells if c.verdict is v) for v in CellVerdict}
         console.print(
             plain(
@@ -179,6 +143,45 @@ def print_text(comparison: Comparison, console: Any) -> None:
         console.print(plain(f"warning: {warning}", "yellow"))
 
 
+#: What a cell's line shows first where the table does not fit: its verdict and change.
+_LINE_ORDER = ("verdict", "change", "95% CI", "baseline ms", "candidate ms", "n b/c", "p (Holm)")
+_LINE_ORDER += ("noise floor", "MDC")
+
+
+def comparison_cell_view(comparison: Comparison) -> CellView:
+    """The comparison's cells, one row each; times in ms (one unit per table)."""
+    from rich.text import Text
+
+    calibrated = any(c.noise_floor_percent is not None for c in comparison.cells)
+    values = ["n b/c", "baseline ms", "candidate ms", "change", "95% CI", "p (Holm)", "verdict"]
+    if calibrated:
+        values += ["noise floor", "MDC"]
+    view = CellView(
+        key_columns=("acquisition", "format", "cache"),
+        value_columns=tuple(values),
+        line_order=tuple(name for name in _LINE_ORDER if name in values),
+        right=frozenset(values) - {"verdict"},
+        bare=frozenset({"verdict"}),
+    )
+    for cell in comparison.cells:
+        row = [
+            f"{cell.n_baseline}/{cell.n_candidate}",
+            format_milliseconds(cell.baseline_median),
+            format_milliseconds(cell.candidate_median),
+            format_percent(cell.change_percent),
+            format_interval(cell.ci_percent),
+            f"{cell.p_value:.3g} ({cell.p_adjusted:.3g})",
+            Text(VERDICT_LABELS[cell.verdict], _STYLES[cell.verdict]),
+        ]
+        if calibrated:
+            row += [
+                format_percent(cell.noise_floor_percent),
+                format_percent(cell.mdc_percent, signed=False),
+            ]
+        view.add_row((cell.acquisition, cell.format, cell.cache_state), tuple(row))
+    return view
+
+
 def print_comparison(comparison: Comparison, output: str | None) -> None:
     """Print ``comparison`` as ``json``, ``markdown`` or ``text`` (a rich table); ``None``
     picks text on a terminal and Markdown elsewhere (``compare`` and ``recheck`` alike)."""
@@ -189,6 +192,6 @@ def print_comparison(comparison: Comparison, output: str | None) -> None:
     elif output == "markdown":
         print(render_markdown(comparison), end="")
     else:
-        from rich.console import Console
+        from harness.views.console import make_console
 
-        print_text(comparison, Console())
+        print_text(comparison, make_console())

@@ -30,6 +30,10 @@ class SourceNotFoundError(SourceError, FileNotFoundError):
     """A file (master, shard, index, .qem) does not exist."""
 
 
+class SourceIsDirectoryError(SourceError, IsADirectoryError):
+    """A folder was given where a file (master, .qem) is expected."""
+
+
 class ArinaFormatError(SourceError, ValueError):
     """An HDF5 file is not a readable ARINA acquisition (layout, shapes, counts, chunks)."""
 

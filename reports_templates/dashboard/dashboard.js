@@ -18,10 +18,25 @@ function withAlpha(hex, alpha) {
   return `rgba(${(n >> 16) & 255},${(n >> 8) & 255},${n & 255},${alpha})`;
 }
 
+// A record whose verdict against its explicit baseline asked for review or failed.
+function flaggedRecord(records, index) {
+  return ["review", "failed"].includes(records.performance[index]) ||
+    records.correctness[index] === "failed";
+}
+
+// The x axis tells records apart: ordinal, short revision (* when dirty) and date.
+function recordTick(records, index) {
+  return `#${index + 1} ${escapeText(records.revision[index].slice(0, 7))}` +
+    (records.dirty[index] ? "*" : "") +
+    `<br>${escapeText(records.created[index].slice(5, 16).replace("T", " "))}`;
+}
+
 function recordText(records, index) {
   return (
     `revision ${escapeText(records.revision[index].slice(0, 12))}` +
     (records.dirty[index] ? " (dirty)" : "") +
+    (records.calibration && records.calibration[index] ? "<br>calibration run" : "") +
+    (flaggedRecord(records, index) ? `<br>verdict ${escapeText(records.performance[index])}` : "") +
     `<br>created ${escapeText(records.created[index])}` +
     `<br>record ${escapeText(records.sha[index].slice(0, 12))}`
   );
@@ -50,7 +65,17 @@ function drawPanel(element, panel, data) {
     traces.push({
       x: series.x, y: series.median, customdata: series.x, type: "scatter",
       mode: series.markers ? "lines+markers" : "lines",
-      marker: { size: 6, color: color }, line: { color: color, width: 1.5 },
+      marker: {
+        size: series.x.map((r) => (records.calibration && records.calibration[r] ? 8 : 6)),
+        color: color,
+        symbol: series.x.map((r) =>
+          (records.calibration && records.calibration[r] ? "diamond-open" : "circle")),
+        line: {
+          width: series.x.map((r) => (flaggedRecord(records, r) ? 2 : 0)),
+          color: "#cf222e",
+        },
+      },
+      line: { color: color, width: 1.5 },
       name: `${name} median`, legendgroup: name,
       text: series.x.map((r, i) =>
         `<b>${name}</b> median ${series.median[i]} ${panel.unit}` +
@@ -85,13 +110,13 @@ function drawPanel(element, panel, data) {
   const ticks = [];
   for (let i = 0; i < n; i += step) ticks.push(i);
   const layout = {
-    margin: { l: 60, r: 10, t: 10, b: 50 },
+    margin: { l: 60, r: 10, t: 10, b: 70 },
     height: 360,
     hovermode: "closest",
     xaxis: {
       title: { text: `record, in ${escapeText(data.order)}` },
       tickvals: ticks,
-      ticktext: ticks.map((i) => escapeText(records.revision[i].slice(0, 7))),
+      ticktext: ticks.map((i) => recordTick(records, i)),
       range: [-0.5, n - 0.5],
       zeroline: false,
     },

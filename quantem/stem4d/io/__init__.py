@@ -13,6 +13,7 @@ from typing import Any
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.backends import require_backend
+from quantem.stem4d.errors import SourceIsDirectoryError
 
 QEM_SUFFIX = ".qem"
 
@@ -63,6 +64,10 @@ def load(
 
 
 def _load(path: str | os.PathLike, backend: str, options: dict) -> Acquisition:
+    if Path(path).is_dir():
+        raise SourceIsDirectoryError(
+            Path(path).absolute(), "is a directory; expected an ARINA *_master.h5 or a .qem file"
+        )
     if options.get("devices") is not None:
         if backend != "cuda":
             raise ValueError(f"devices= shards a load over GPUs; backend {backend!r} takes none")

@@ -33,6 +33,7 @@ from quantem.stem4d.errors import (
     FrameIndexWarning,
     ScanShapeError,
     SourceIntegrityError,
+    SourceIsDirectoryError,
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
@@ -498,6 +499,8 @@ def open_arina(
         As named.
     """
     master = Path(master_path).absolute()
+    if master.is_dir():
+        raise SourceIsDirectoryError(master, "is a directory; expected an ARINA *_master.h5 file")
     if not master.is_file():
         raise SourceNotFoundError(master, "master file does not exist")
     stat = master.stat()
