@@ -61,6 +61,7 @@ def test_webgpu_trials_are_exact_and_the_record_compares(tmp_path, browser_ready
     assert {t["format"] for t in doc["trials"]} == {"qem"}
     for trial in doc["trials"]:
         assert trial["webgpu_products_exact"] is True
+        assert trial["webgpu_bundle_sha256"] == webgpu.browser_page().bundle_sha256
         assert len(trial["sample_hashes_u32_le"]) == len(trial["sample_frames"]) == 3
         assert set(trial["stages"]) >= {"webgpu_checksum_upload_decode", "webgpu_masked_sum"}
         assert trial["stages"]["webgpu_open_validate"] <= trial["seconds"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import base64
 import functools
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ class BrowserPage:
             }"""
         )
         self.browser_version = self._browser.version
+        # the bundle is built from web/ by npm, outside the source fingerprint: record it
+        self.bundle_sha256 = hashlib.sha256(BUNDLE.read_bytes()).hexdigest()
 
     def close(self) -> None:
         self._browser.close()
@@ -187,6 +190,7 @@ def measure_webgpu_load(qem_path: Path, frames: list[int], cache_state: str) -> 
     record_extra = {
         "webgpu_adapter": doc["adapter"],
         "webgpu_browser": page.browser_version,
+        "webgpu_bundle_sha256": page.bundle_sha256,
         "webgpu_products_exact": not problems,
     }
     return WebGpuLoad(measurement, counts, shape, record_extra, problems)
