@@ -2,6 +2,7 @@
 // detector, and compare the virtual image (its exact sums and its canvas pixels) with the
 // Python package's product; on WebGPU, and on the CPU fallback of a browser without WebGPU.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { chromium, type Browser, type Page } from "playwright-core";
@@ -96,10 +97,33 @@ describe("explorer page", { skip: skip ?? false }, () => {
       }
     });
   }
+
+  test("drag and drop: a file dropped on the page opens as the picker's does", async () => {
+    const page = await explorer([...CHROMIUM_ARGS]);
+    const name = "mixed-v2.qem";
+    const held = products[name]!;
+    const data = readFileSync(join(FIXTURES, name)).toString("base64");
+    await page.evaluate(
+      ([text, file]) => {
+        const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], file));
+        const event = new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true });
+        document.getElementById("drop")!.dispatchEvent(event);
+      },
+      [data, name] as const,
+    );
+    const first = await settled(page);
+    assert.equal(first.error, "");
+    const spec = held.detectors["disk"]!;
+    await setDetector(page, spec);
+    const state = await settled(page);
+    assert.deepEqual(state.maskedSum, spec.masked_sum);
+    assert.deepEqual(await canvasGray(page, ...held.scan_shape), expectedGray(spec.masked_sum));
+  });
 });
 
 test("the dashboard's copy of the explorer is this build (npm run dashboard refreshes it)", async () => {
-  const { readFileSync } = await import("node:fs");
   for (const name of ["explorer.html", "explorer.js"]) {
     const built = readFileSync(join(BUILD, name), "utf8");
     const copy = readFileSync(join(BUILD, "..", "..", "reports_templates", "dashboard", name), "utf8");
