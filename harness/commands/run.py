@@ -1,6 +1,6 @@
 """``harness run io-scale``: cold/cached load trials with verified cache state.
 
-``harness run io-scale ROOT --backend {cpu,cuda,native} --selection-manifest M.json
+``harness run io-scale ROOT --backend {cpu,cuda,native,webgpu} --selection-manifest M.json
 --storage-id ID --output-dir DIR [...]`` measures the acquisitions a manifest selects
 and writes ``DIR/loading.json``; ``harness run io-scale --demo`` does the same on a
 small synthetic suite. Exit codes: 0 passed (and within the baseline threshold),
@@ -48,7 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--demo", action="store_true", help="run on a small synthetic suite in a temporary folder"
     )
     io.add_argument(
-        "--backend", choices=("cpu", "cuda", "native"), help="load backend (demo: best available)"
+        "--backend",
+        choices=("cpu", "cuda", "native", "webgpu"),
+        help="load backend (demo: best available)",
     )
     io.add_argument("--load-only", action="store_true", help="skip the timed conversion workflow")
     io.add_argument(

@@ -29,7 +29,8 @@ PLOTLY_JS = "plotly.min.js"
 #: Cell verdicts (``harness.verdict.cells.CellVerdict``) shown first and marked.
 FLAGGED_VERDICTS = ("slower", "possibly_slower")
 #: Dashboard assets shipped in ``reports_templates/dashboard/``.
-DASHBOARD_ASSETS = ("dashboard.css", "dashboard.js")
+#: The explorer (explorer.html/.js) is web/'s build, copied here by `npm run dashboard` in web/.
+DASHBOARD_ASSETS = ("dashboard.css", "dashboard.js", "explorer.html", "explorer.js")
 
 
 def script_json(value: Any) -> str:

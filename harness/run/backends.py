@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import quantem.stem4d.io
 from harness.errors import UsageError
-from harness.native import io_read_bytes, run_native_load
+from harness.native import hash_frame_u32_le, io_read_bytes, run_native_load
 from harness.run import trials
 from harness.run.environment import device_uuid
 from harness.run.timers import WallTimer, device_barrier
+from harness.run.webgpu import TIMING_BOUNDARY as WEBGPU_TIMING_BOUNDARY
+from harness.run.webgpu import measure_webgpu_load, require_webgpu
 from quantem.stem4d.backends import require_backend
 
 
@@ -71,6 +73,25 @@ class BackendProfile:
     def require(self) -> None:
         """Check once per run that the backend can run here (BackendUnavailableError, exit 1)."""
         require_backend(self.python_backend)
+        if self.name == "webgpu":
+            require_webgpu()
+
+    def measure_separate(
+        self,
+        binary: Path | None,
+        qem_path: Path,
+        frames: Sequence[int],
+        threads: int | None,
+        cache_state: str,
+    ) -> NativeLoad:
+        """One trial of a backend that does not load in this process (native, webgpu)."""
+        if self.name != "webgpu":
+            return measure_native_load(binary, qem_path, frames, threads, cache_state)
+        load = measure_webgpu_load(qem_path, list(frames), cache_state)
+        hashes = [hash_frame_u32_le(counts) for counts in load.sample_counts]
+        extra = {"sample_frames": list(frames), "sample_hashes_u32_le": hashes}
+        extra.update(load.record_extra)
+        return NativeLoad(load.measurement, list(frames), hashes, load.shape, extra, load.problems)
 
     def compiler_cache_dir(self) -> str | None:
         if not self.device_pool:
@@ -159,6 +180,14 @@ PROFILES = {
         formats=("qem",),
         in_process=False,
     ),
+    "webgpu": BackendProfile(
+        name="webgpu",
+        timing_boundary=WEBGPU_TIMING_BOUNDARY,
+        allocator_policy="webgpu:buffers made per load and destroyed after it, device kept",
+        python_backend="cpu",
+        formats=("qem",),
+        in_process=False,
+    ),
 }
 
 
@@ -192,13 +221,16 @@ def profile_for(backend: str) -> BackendProfile:
 
 @dataclass
 class NativeLoad:
-    """One native trial: the measurement and what the program reported about the data."""
+    """One trial outside this process (native, webgpu): the measurement and what the
+    reader reported about the data."""
 
     measurement: trials.Measurement
     frames: list[int]
     hashes: list[str]
     shape: list[int]
     record_extra: dict[str, Any]
+    #: Correctness failures beyond the sample hashes (webgpu: products unequal to quantem's).
+    problems: list[str] = field(default_factory=list)
 
 
 def measure_native_load(

@@ -124,7 +124,7 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
             "--verify-source needs --backend cpu or cuda (the native reader reads .qem, "
             "which has block checksums)"
         )
-    if not profile.in_process and cfg.native_binary is None:
+    if profile.name == "native" and cfg.native_binary is None:
         raise UsageError("--backend native needs --native-binary PATH")
     if cfg.native_binary is not None and not os.access(cfg.native_binary, os.X_OK):
         raise UsageError(f"--native-binary {cfg.native_binary} is not an executable file")

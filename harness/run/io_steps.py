@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run import cache, proc_io, trials
-from harness.run.backends import BackendProfile, LoadSettings, measure_native_load
+from harness.run.backends import BackendProfile, LoadSettings
 from harness.run.checks import (
     Expected,
     FailureLog,
@@ -254,13 +254,15 @@ def run_trial(
     """One trial of the backend's kind; returns its record."""
     if not ctx.profile.in_process:
         frames = sample_frames_of(state.expected)
-        native = measure_native_load(
+        native = ctx.profile.measure_separate(
             ctx.native_binary, state.qem_path, frames, ctx.settings.threads, cache_state
         )
         check_native_load(
             ctx.log, state.expected, state.python_sample_hashes, native.frames,
             native.hashes, native.shape,
         )  # fmt: skip
+        for problem in native.problems:
+            ctx.log.correctness(problem)
         m = native.measurement
         return trial_record(state, fmt, index, m, product=None, extra=native.record_extra)
     what = f"{fmt} {cache_state} trial {index}"

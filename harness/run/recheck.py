@@ -33,6 +33,7 @@ from pathlib import Path
 from harness.compare import CalibrationUse, collect_cells
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
 from harness.history.lookup import LoadedReport
+from harness.run.backends import profile_for
 from harness.run.checks import check_products_match
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
@@ -135,11 +136,12 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
     if cfg.rounds < 1:
         raise ValueError("a recheck needs at least one round")
     candidate = cfg.candidate
-    native = candidate.doc["conditions"]["backend"] == "native"
-    if native and (cfg.paired or cfg.baseline_tree is not None):
+    # native and webgpu loads run outside this process (a built binary, a browser bundle)
+    separate = not profile_for(candidate.doc["conditions"]["backend"]).in_process
+    if separate and (cfg.paired or cfg.baseline_tree is not None):
         raise UsageError(
-            "--paired needs a cpu or cuda candidate (a native load runs this checkout's "
-            "built binary, which is not the baseline's code)"
+            "--paired needs a cpu or cuda candidate (a native or webgpu load runs this "
+            "checkout's built binary or bundle, which is not the baseline's code)"
         )
     kind = IoScaleRun(kind_config(cfg))
     kind.check_config()
@@ -169,7 +171,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
                 tree=cfg.baseline_tree,
                 checkout=tracker.checkout,
                 fingerprint=tracker.start_fingerprint,  # the candidate's (check_same_source)
-                in_process=not native,
+                in_process=not separate,
             ) as (code, choice),
             host_locks(
                 resources,

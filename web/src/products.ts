@@ -164,13 +164,21 @@ export function moments(frames: Counts, detR: number, detC: number, mask: Uint8A
   return out;
 }
 
-/** numerator / total as float64, the integer part exact (session.exact_ratio); NaN where total is 0. */
+/** numerator / total as the float64 nearest the exact quotient (session.exact_ratio); NaN where total is 0. */
 export function exactRatio(numerator: bigint, total: bigint): number {
   if (total === 0n) return Number.NaN;
-  const whole = numerator / total;
-  const rest = numerator - whole * total;
-  return Number(whole) + Number(rest) / Number(total);
+  if (numerator < EXACT_FLOAT_LIMIT && total < EXACT_FLOAT_LIMIT) {
+    return Number(numerator) / Number(total); // exact operands: IEEE division rounds once
+  }
+  // a quotient of at least 55 bits plus a sticky bit: Number() then rounds it correctly
+  const shift = BigInt(Math.max(0, 55 - (numerator.toString(2).length - total.toString(2).length)));
+  const scaled = numerator << shift;
+  const quotient = scaled / total;
+  const sticky = scaled % total === 0n ? 0n : 1n;
+  return Number((quotient << 1n) | sticky) / 2 ** (Number(shift) + 1);
 }
+
+const EXACT_FLOAT_LIMIT = 1n << 53n;
 
 /** Centre of mass (row, col) per frame from exact moments. */
 export function centerOfMass(m: Moments): { row: Float64Array; col: Float64Array } {

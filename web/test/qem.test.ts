@@ -4,6 +4,7 @@ import { before, describe, test } from "node:test";
 import { QemFile } from "../src/qem/reader.js";
 import {
   centerOfMass,
+  exactRatio,
   detectorMask,
   maskedSum,
   meanPattern,
@@ -84,3 +85,9 @@ for (const name of QEM_FIXTURES) {
     }
   });
 }
+
+test("exactRatio rounds the exact quotient once, as quantem's exact_ratio (operands past 2^53)", () => {
+  const cases = fixtureJson<[string, string, number][]>("ratios.json");
+  assert.ok(cases.length >= 40);
+  for (const [n, t, expected] of cases) assert.equal(exactRatio(BigInt(n), BigInt(t)), expected, `${n} / ${t}`);
+});

@@ -316,6 +316,20 @@ def decode_cases(folder: Path, base: Path) -> list[dict]:
     return cases
 
 
+def write_ratios() -> None:
+    """quantem's exact_ratio on operands past 2**53 (one rounding of the exact quotient)."""
+    from quantem.stem4d.detector.session import exact_ratio
+
+    rng = np.random.default_rng(5)
+    numerators = [2**53 + 1, 2**60 + 1, 2**64 - 1, 3 * 2**62 + 7, 12345, 2**63]
+    totals = [3, 2**53 + 1, 7, 2**40 + 3, 2**54 + 9, 1]
+    numerators += [int(v) for v in rng.integers(2**52, 2**64 - 1, size=40, dtype=np.uint64)]
+    totals += [int(v) for v in rng.integers(1, 2**62, size=40, dtype=np.uint64)]
+    values = exact_ratio(np.array(numerators, np.uint64), np.array(totals, np.uint64))
+    cases = [[str(n), str(t), float(v)] for n, t, v in zip(numerators, totals, values)]
+    (OUT / "ratios.json").write_text(json.dumps(cases) + "\n")
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -367,6 +381,7 @@ def main() -> None:
         rng_data = load_qem(OUT / "mixed-v1.qem", apply_mask=False)
         save_qem(rng_data, OUT / "mixed-v2.qem", block_frames=2, version=2, band_rows=4)
         shutil.copy(ROOT / "tests" / "data" / "qem-v1.0-vector.qem", OUT / "vector-v1.qem")
+        write_ratios()
         held = {f.name: products(f) for f in sorted(OUT.glob("*.qem"))}
         arina = load_qem(OUT / "small-v1.qem", apply_mask=False)
         held["arina"] = {

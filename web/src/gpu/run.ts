@@ -80,3 +80,55 @@ export async function gpuError(fileBase64: string, name: string): Promise<{ clas
     return { class: error.constructor.name, message: error.message };
   }
 }
+
+/**
+ * One timed load for the harness's webgpu backend. The clock (performance.now) starts after
+ * the file's bytes are in page memory: it covers validation, block checksums, upload and
+ * decode on the device (status read back), then each product. Sample frames are read back
+ * after the clock stops, for the harness's hash check.
+ */
+export async function timedLoad(
+  fileBase64: string,
+  name: string,
+  sampleFrames: number[],
+  detector: DetectorSpec,
+): Promise<Record<string, unknown>> {
+  await initXxh3();
+  const { device, reason, adapter } = await pageDevice();
+  if (!device) return { skipped: reason };
+  const bytes = base64Bytes(fileBase64);
+  const t0 = performance.now();
+  const qem = new QemFile(bytes, name);
+  const t1 = performance.now();
+  const gpu = new GpuQem(device, qem);
+  await gpu.decode();
+  const t2 = performance.now();
+  const [detR, detC] = qem.detectorShape;
+  const mask = withValidity(detectorMask(detector, detR, detC), qem.pixelMask);
+  const sums = await gpu.maskedSum(mask);
+  const t3 = performance.now();
+  const com = centerOfMass(await gpu.moments(mask));
+  const t4 = performance.now();
+  const pattern = await gpu.patternSum();
+  const t5 = performance.now();
+  const counts = await gpu.counts();
+  const P = qem.framePixels;
+  const out = {
+    adapter,
+    shape: [...qem.scanShape, detR, detC],
+    load_seconds: (t2 - t0) / 1000,
+    stages: {
+      webgpu_open_validate: (t1 - t0) / 1000,
+      webgpu_checksum_upload_decode: (t2 - t1) / 1000,
+      webgpu_masked_sum: (t3 - t2) / 1000,
+      webgpu_center_of_mass: (t4 - t3) / 1000,
+      webgpu_pattern_sum: (t5 - t4) / 1000,
+    },
+    masked_sum: sums.map(String),
+    com_row: floats(com.row),
+    pattern_sum: pattern.map(String),
+    sample_frames: sampleFrames.map((f) => Array.from(counts.subarray(f * P, (f + 1) * P))),
+  };
+  gpu.destroy();
+  return out;
+}
