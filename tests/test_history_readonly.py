@@ -27,7 +27,7 @@ from harness.history.index_db import forget_index
 from harness.history.store import register_reports
 from harness.render import registration_renderer
 from harness.report import dump_report
-from harness.run.runner import register_measured
+from harness.run.registration import register_measured
 from harness.testing import make_example_report
 
 REPO = Path(__file__).resolve().parents[1]
