@@ -277,7 +277,7 @@ def test_a_database_of_the_old_init_db_is_stamped_not_recreated(
         _execute_admin(postgres_socket, f'DROP DATABASE "{_dbname(fresh)}" WITH (FORCE)')
     # calibrations stored, insert-only, on both
     with url_store(url) as store:
-        runs = [(make_example_report(seed, reps=3), f"{seed:064x}") for seed in range(4)]
+        runs = [(make_example_report(seed, reps=3), f"{seed:064x}") for seed in range(6)]
         doc = build_calibration(runs, regression_percent=20, alpha=0.05, command=["test"])
         assert store_calibration(store, dump_calibration(doc))[1] is True
     with pytest.raises(Exception, match="insert-only"):
