@@ -217,3 +217,19 @@ def test_render_index_indexes_a_record_journalled_but_left_unindexed(
     assert "indexed 1 journalled records the index lacked" in capsys.readouterr().out
     assert main(["history", "verify", "--history-dir", str(history)]) == 0
     assert (history / "dashboard" / "records" / f"{shas[1]}.html").is_file()
+
+
+def test_a_reader_waits_for_a_writer_and_readers_share(tmp_path: Path) -> None:
+    from harness.history.layout import HistoryLayout
+    from harness.history.lock import history_lock, reader_lock
+
+    history, _ = _history(tmp_path, count=1)
+    layout = HistoryLayout.at(history)
+    with (
+        history_lock(layout),
+        pytest.raises(HistoryError, match="held the history lock"),
+        reader_lock(layout, timeout=0.2),
+    ):
+        pass
+    with reader_lock(layout), reader_lock(layout, timeout=0.2):
+        pass  # two readers at once
