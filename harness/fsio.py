@@ -146,7 +146,12 @@ def replacing(
     temp = Path(temp_name)
     done = False
     try:
-        with os.fdopen(fd, "wb") as handle:
+        try:
+            handle = os.fdopen(fd, "wb")
+        except OSError as exc:
+            os.close(fd)
+            raise FileWriteError(temp, step, exc) from exc
+        with handle:
             try:
                 yield handle
                 handle.flush()

@@ -124,6 +124,7 @@ def test_an_invalid_document_that_got_in_is_named_and_never_wedges(server, capsy
             text("INSERT INTO evidence_records VALUES (:s, '\\x7b7d'::bytea)"), {"s": EMPTY_SHA}
         )
         _journal_insert(connection, EMPTY_SHA, _head(owner))
+        _journal_insert(connection, shas[0], _head(owner))  # a second line for a record
         for table in ("evidence_calibrations", "evidence_records", "evidence_journal"):
             connection.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER USER"))
 
@@ -132,6 +133,7 @@ def test_an_invalid_document_that_got_in_is_named_and_never_wedges(server, capsy
     err = capsys.readouterr().err
     assert f"calibration {EMPTY_SHA}: stored, but not a valid calibration report" in err
     assert f"record {EMPTY_SHA}: stored, but not a valid report" in err
+    assert f"journal line 4: registers record {shas[0]} again (first on line 1)" in err
     # compare skips the calibration with a warning and judges as before
     assert main(compare) == expected
     captured = capsys.readouterr()

@@ -188,7 +188,12 @@ def test_a_fresh_init_db_is_at_both_heads_and_a_second_is_a_no_op(postgres_url, 
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from harness.history.postgres import evidence_schema_problems, metadata
+    from harness.history.postgres import (
+        EVIDENCE_FUNCTIONS,
+        EVIDENCE_TRIGGERS,
+        evidence_schema_problems,
+        metadata,
+    )
 
     url = postgres_url
     code, out, _ = _init_db(url, capsys)
@@ -207,7 +212,8 @@ def test_a_fresh_init_db_is_at_both_heads_and_a_second_is_a_no_op(postgres_url, 
         assert compare_metadata(context, metadata) == []
     engine.dispose()
     before = _catalog(url)
-    assert len(before["triggers"]) == 9 and len(before["functions"]) == 3
+    assert len(before["triggers"]) == sum(map(len, EVIDENCE_TRIGGERS.values()))
+    assert len(before["functions"]) == len(EVIDENCE_FUNCTIONS)
     code, out, _ = _init_db(url, capsys)
     assert code == EXIT_OK
     assert not any(word in out for word in ("migrated", "stamped", "restored"))
@@ -225,6 +231,7 @@ def test_a_database_of_the_old_init_db_is_stamped_not_recreated(
 ) -> None:
     from harness.commands.history import url_store
     from harness.history.remote import store_calibration
+    from harness.verdict.calibration_report import build_calibration, dump_calibration
 
     url = postgres_url
     legacy_init_db(url, calibrations=calibrations)
@@ -270,8 +277,9 @@ def test_a_database_of_the_old_init_db_is_stamped_not_recreated(
         _execute_admin(postgres_socket, f'DROP DATABASE "{_dbname(fresh)}" WITH (FORCE)')
     # calibrations stored, insert-only, on both
     with url_store(url) as store:
-        data = dump_report(make_example_report(7, reps=2))
-        assert store_calibration(store, data)[1] is True
+        runs = [(make_example_report(seed, reps=3), f"{seed:064x}") for seed in range(6)]
+        doc = build_calibration(runs, regression_percent=20, alpha=0.05, command=["test"])
+        assert store_calibration(store, dump_calibration(doc))[1] is True
     with pytest.raises(Exception, match="insert-only"):
         _execute(url, "DELETE FROM evidence_calibrations")
     assert _init_db(url, capsys)[1].count("\n") == 2  # no-op: the schema line and the role's

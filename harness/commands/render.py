@@ -222,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.commands.history import default_history_dir, history_url
     from harness.history.index_db import open_index, open_index_for_reading
     from harness.history.lock import locked_history
+    from harness.history.store import index_journalled
     from harness.render import render_all
 
     if args.all_plots and args.no_plots:
@@ -245,6 +246,12 @@ def run(args: argparse.Namespace) -> int:
     ) as layout:
         if out is None:
             engine = open_index(layout.index_db, create=False)
+            # a registration cut short after its journal line (a full disk): indexed now
+            repaired, skipped = index_journalled(layout, engine)
+            if repaired:
+                print(f"indexed {len(repaired)} journalled records the index lacked")
+            for line in skipped:
+                print(f"warning: {line} (run `harness history verify`)", file=sys.stderr)
         else:
             engine = open_index_for_reading(layout.index_db)
         try:

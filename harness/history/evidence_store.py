@@ -85,7 +85,7 @@ def check_chain(lines: list[bytes], expect_head: str | None) -> tuple[list[str],
     problems = []
     head = GENESIS_HEAD
     links = set()
-    shas = set()
+    shas: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
         try:
             entry = json.loads(line)
@@ -96,11 +96,18 @@ def check_chain(lines: list[bytes], expect_head: str | None) -> tuple[list[str],
             problems.append(f"journal line {number}: does not follow the line before it")
         head = sha256_bytes(line)
         links.add(head)
-        if isinstance(entry.get("sha256"), str) and SHA256_PATTERN.fullmatch(entry["sha256"]):
-            shas.add(entry["sha256"])
+        sha256 = entry.get("sha256")
+        if isinstance(sha256, str) and SHA256_PATTERN.fullmatch(sha256):
+            if sha256 in shas:  # a registration journals a record once: a writer's doing
+                problems.append(
+                    f"journal line {number}: registers record {sha256} again "
+                    f"(first on line {shas[sha256]})"
+                )
+            else:
+                shas[sha256] = number
     if expect_head is not None and expect_head != GENESIS_HEAD and expect_head not in links:
         problems.append(f"expected head {expect_head} is not a link of the journal")
-    return problems, head, shas
+    return problems, head, set(shas)
 
 
 class FolderStore:

@@ -74,14 +74,17 @@ def history_lock(layout: HistoryLayout, timeout: float = DEFAULT_LOCK_TIMEOUT) -
     ensure_dir(layout.root, step="creating the history folder")
     lock = FileLock(str(layout.lock), timeout=timeout)
     try:
-        with lock:
-            yield
+        lock.acquire()
     except Timeout as exc:
         raise HistoryError(
             f"{layout.lock}: another process held the history lock for {timeout:g} s"
         ) from exc
     except OSError as exc:  # EACCES, EROFS, ENOSPC: a writer needs the lock file
         raise FileWriteError(layout.lock, "taking the history lock to write", exc) from exc
+    try:
+        yield  # what fails in here is the caller's to name, not the lock's
+    finally:
+        lock.release()
 
 
 @contextmanager

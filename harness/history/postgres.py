@@ -123,6 +123,9 @@ EVIDENCE_TRIGGERS = {
         f"{table}_check": "evidence_check_journal"
         if table == "evidence_journal"
         else "evidence_check_record",
+        f"{table}_valid": "evidence_check_journal_entry"
+        if table == "evidence_journal"
+        else "evidence_check_document",
     }
     for table in ("evidence_records", "evidence_journal", "evidence_calibrations")
 }
@@ -131,6 +134,8 @@ EVIDENCE_FUNCTIONS = (
     "evidence_check_record",
     "evidence_check_journal",
     "evidence_document",
+    "evidence_check_document",
+    "evidence_check_journal_entry",
 )
 #: The evidence tables of each revision of the evidence chain.
 EVIDENCE_TABLES_AT = {

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import DatabaseError
 
-from harness.errors import HarnessError, HistoryError
+from harness.errors import HarnessError, HistoryError, ReportValidationError
 from harness.fsio import FileWriteError
 from harness.history.entries import IndexEntry, derive_entry
 from harness.history.index_db import (
@@ -268,11 +268,50 @@ def _register_locked(
     return final, new_seqs
 
 
+def index_journalled(layout: HistoryLayout, engine: Engine) -> tuple[list[int], list[str]]:
+    """Index every journalled record the index lacks (a registration cut short between
+    its journal line and its index rows, e.g. by a full disk), in journal order: the new
+    seqs, and the records left out with why (a missing, damaged or invalid record:
+    ``history verify`` says more). The caller holds the history lock. One read of the
+    index's SHA-256 column and of the journal; nothing else when nothing lags."""
+    journal = read_journal(layout)
+    try:
+        with engine.connect() as connection:
+            present = set(connection.execute(select(RecordRow.sha256)).scalars())
+    except DatabaseError as exc:
+        raise index_write_error(layout.index_db, "reading the index", exc) from exc
+    wanted = list(dict.fromkeys(e["sha256"] for e in journal.entries if e["sha256"] not in present))
+    entries, skipped = [], []
+    for sha256 in wanted:
+        path = layout.record_path(sha256)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            skipped.append(f"{path}: {exc.strerror or exc}; journalled but not indexed")
+            continue
+        if sha256_bytes(data) != sha256:
+            skipped.append(f"{path}: bytes no longer match the name; not indexed")
+            continue
+        try:
+            entries.append(entry_for(layout, prepare_report(data, name=str(path))))
+        except ReportValidationError as exc:
+            skipped.append(f"{exc}; not indexed")
+    new_seqs = []
+    if entries:
+        try:
+            with engine.begin() as connection:
+                new_seqs = [insert_entry(connection, entry) for entry in entries]
+        except DatabaseError as exc:
+            raise index_write_error(layout.index_db, "indexing journalled records", exc) from exc
+    return new_seqs, skipped
+
+
 __all__ = [
     "PreparedReport",
     "RegisterResult",
     "RegistrationRenderer",
     "entry_for",
+    "index_journalled",
     "open_history_index",
     "prepare_report",
     "register_reports",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, select
 
+from harness.fsio import FileWriteError
 from harness.history.index_db import RecordRow, read_meta_json, write_meta
 from harness.history.journal import GENESIS_HEAD
 from harness.render.targets import appendable, max_seq, write_atomic
@@ -65,14 +66,17 @@ def update_index_json(
             .order_by(RecordRow.seq)
         ).scalars()
         addition = b",\n" + ",\n".join(entries).encode("ascii") + tail
-        with open(path, "r+b") as handle:
-            handle.seek(size - _INDEX_JSON_TAIL_LENGTH)
-            if not _INDEX_JSON_TAIL_PATTERN.fullmatch(handle.read()):
-                addition = b""
-            else:
+        try:
+            with open(path, "r+b") as handle:
                 handle.seek(size - _INDEX_JSON_TAIL_LENGTH)
-                handle.write(addition)
-                handle.truncate()
+                if not _INDEX_JSON_TAIL_PATTERN.fullmatch(handle.read()):
+                    addition = b""
+                else:
+                    handle.seek(size - _INDEX_JSON_TAIL_LENGTH)
+                    handle.write(addition)
+                    handle.truncate()
+        except OSError as exc:
+            raise FileWriteError(path, "appending the new records to index.json", exc) from exc
         if addition:
             written = size - _INDEX_JSON_TAIL_LENGTH + len(addition)
             write_meta(

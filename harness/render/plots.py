@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from harness.fsio import FileWriteError
 from harness.render.keys import collect_key_data
 from harness.render.targets import RENDERED_MODE, latest_seq_of
 
@@ -126,13 +127,20 @@ def render_plot(
     records = data["records"]
     if records["sha"]:
         figure.suptitle(f"comparison key {key} · {len(records['sha'])} records", fontsize="medium")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    step = f"drawing the plot of comparison key {key}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise FileWriteError(path.parent, step, exc) from exc
     try:
         figure.savefig(temp, format="png", metadata={"Software": None})
         os.chmod(temp, RENDERED_MODE)
         os.replace(temp, path)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise FileWriteError(path, step, exc) from exc
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

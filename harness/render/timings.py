@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from harness.fsio import replacing
+from harness.fsio import FileWriteError, replacing
 from harness.history.entries import TRIAL_FIELDS
 from harness.history.index_db import RecordRow, TrialRow, read_meta_json, write_meta
 from harness.render.targets import RENDERED_MODE, appendable, max_seq
@@ -146,8 +146,11 @@ def update_timings_csv(connection: Connection, path: Path, new_seqs: list[int]) 
     newest = max_seq(connection)
     if appendable(connection, state, size, new_seqs, newest):
         data = timings_csv_text(_timings_rows(connection, min_seq=min(new_seqs)), header=False)
-        with open(path, "ab") as handle:
-            handle.write(data)
+        try:
+            with open(path, "ab") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise FileWriteError(path, "appending the new trials to timings.csv", exc) from exc
         size += len(data)
     elif state is not None and state.get("bytes") == size and state.get("seq") == newest:
         return  # already current

@@ -52,12 +52,12 @@ from harness.run.recheck_guards import (
     recorded_products,
 )
 from harness.run.recheck_record import recheck_record
+from harness.run.registration import register_measured
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
     EXECUTION_ERRORS,
     collect_source_check,
     finish_provenance,
-    register_measured,
     say_waiting,
 )
 from harness.run.workspace import claim_output_dir, open_workspace, progress_bar

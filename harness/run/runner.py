@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
-from harness.errors import EXIT_FAILURE, HarnessError, HistoryError
-from harness.fsio import FileWriteError
+from harness.errors import EXIT_FAILURE, HarnessError
 from harness.history.lookup import load_report
-from harness.history.store import RegistrationRenderer, register_reports
+from harness.history.store import RegistrationRenderer
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
 from harness.run.checks import FailureLog
 from harness.run.contention import collect_contention_sample, contention_section
@@ -53,6 +51,7 @@ from harness.run.manifest import (
 from harness.run.paired import Pairing
 from harness.run.pairing import PairingChoice, choose_baseline_code
 from harness.run.provenance import SourceTracker
+from harness.run.registration import register_measured
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
 from harness.run.workspace import Workspace, claim_output_dir, open_workspace
 from quantem.stem4d.errors import QuantemError
@@ -156,31 +155,6 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     )
     outcome.registered = registered
     return outcome
-
-
-def register_measured(
-    history_dir: Path, report_path: Path, *, render: RegistrationRenderer | None = None
-) -> list:
-    """Register a run's report; when the history cannot be written (read-only, no
-    permission, full), the error names the report, which is kept, and the command that
-    registers it later."""
-    try:
-        return register_reports(history_dir, [report_path], render=render)
-    except FileWriteError as exc:
-        command = shlex.join(
-            [
-                "harness",
-                "history",
-                "register",
-                str(Path(report_path).absolute()),
-                "--history-dir",
-                str(Path(history_dir).absolute()),
-            ]
-        )
-        raise HistoryError(
-            f"{exc}; the report is kept at {report_path}: once the history can be written, "
-            f"register it with `{command}`"
-        ) from exc
 
 
 @contextlib.contextmanager
