@@ -136,6 +136,9 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
         "requested": "--no-paired",
         "reason": "--no-paired asked for this code alone",
     }
+    # the files were checked against the manifest; the loads verify as the candidate's did
+    assert block["source_check"]["manifest_files"]["state"] == "checked"
+    assert block["source_check"]["chunk_checksums"] is record["conditions"]["verify_source"]
     assert record["trials"] == json.loads(before)["trials"]  # never mixed into the trials
     assert record["baseline"]["sha256"] == base_sha
     assert record["status"]["performance"] == ("pass" if cleared else "review")
@@ -189,6 +192,29 @@ def test_recheck_refuses_changed_or_missing_inputs(measured, capsys):
     assert "are gone" in capsys.readouterr().err
     assert not (folder / "o1" / "loading.json").exists()
     assert not (folder / "o2" / "loading.json").exists()
+
+
+def test_recheck_refuses_a_shard_changed_since_the_manifest(measured, capsys):
+    """The default recheck checks every file against the manifest (issue 39): a shard
+    changed since names the shard and its link, exit 1, and nothing is written."""
+    folder, suite, history, base_sha, candidate = measured
+    shard = next(suite.root.rglob("*_data_000001.h5"))
+    pristine = shard.read_bytes()
+    try:
+        with open(shard, "r+b") as f:
+            f.seek(len(pristine) - 100)
+            f.write(bytes([pristine[-100] ^ 1]))
+        out = folder / "rechecked-damaged"
+        code = main(
+            ["recheck", str(candidate), "--baseline", base_sha, "--history-dir", str(history),
+             "--regression-percent", "100", "--no-paired", "--output-dir", str(out)]
+        )  # fmt: skip
+    finally:
+        shard.write_bytes(pristine)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"{shard} (/entry/data/data_000001) is not the file the manifest names" in err
+    assert not (out / "loading.json").exists()
 
 
 def test_recheck_of_a_passing_candidate_measures_nothing(measured, capsys):

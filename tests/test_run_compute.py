@@ -59,6 +59,9 @@ def test_dpc_run_records_stages_hashes_and_saves_outputs(tmp_path):
     assert outcome.exit_code == 0
     doc = parse_report(outcome.report_path)  # validates against the compute schema
     assert doc["schema"] == "quantem-harness/compute-report" and doc["benchmark"] == "compute-dpc"
+    # issue 39: the files were checked against the manifest, the cpu load verifies chunks
+    assert doc["source_check"]["manifest_files"]["state"] == "checked"
+    assert doc["source_check"]["chunk_checksums"] is True
     stages = doc["conditions"]["stages"]
     assert stages == ["load", "prepare", "com", "shifts", "rotation", "integration"]
     assert len(doc["trials"]) == 3 * len(stages)

@@ -239,3 +239,34 @@ def test_default_run_of_intact_files_records_both_checks(suite):
     assert check["manifest_files"]["state"] == "checked"
     assert check["manifest_files"]["files"] == 3
     assert np.isfinite(check["manifest_files"]["seconds"])
+
+
+def test_the_default_follows_the_backend(suite):
+    """Unset, verify_source is on for cpu (and cuda) and off for native, which reads
+    .qem (block checksums) and refuses an explicit --verify-source."""
+    from harness.errors import UsageError
+    from harness.run.io_scale_config import check_config
+
+    folder, suite = suite
+    cfg = config(folder, suite)
+    assert cfg.verify_source is None
+    check_config(cfg)
+    assert cfg.verify_source is True and cfg.check_source_files is True
+    native = config(folder, suite, backend="native")
+    with pytest.raises(UsageError, match="--backend native needs --native-binary"):
+        check_config(native)  # not the --verify-source refusal: the default follows
+    assert native.verify_source is False
+    with pytest.raises(UsageError, match="--verify-source needs --backend cpu or cuda"):
+        check_config(config(folder, suite, backend="native", verify_source=True))
+
+
+def test_cli_flags_are_exclusive_and_parsed():
+    from harness.cli import build_parser
+
+    parser = build_parser()
+    base = ["run", "io-scale", "R", "--backend", "cpu"]
+    assert parser.parse_args(base).verify_source is None
+    assert parser.parse_args([*base, "--verify-source"]).verify_source is True
+    assert parser.parse_args([*base, "--no-verify-source"]).verify_source is False
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--verify-source", "--no-verify-source"])

@@ -18,7 +18,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Find every *_master.h5 under ROOT and write a selection manifest (docs/io-scale.md): "
             "an id from its path, the filename relative to ROOT, the master's SHA-256, shape and "
-            "dtype; with --products also the indexed product of a trusted CPU load, which every "
+            "dtype, and each linked shard's size, SHA-256 and per-frame chunk checksums (every "
+            "run checks the files against them before measuring; reads all data once); with --products also the indexed product of a trusted CPU load, which every "
             "later run must reproduce exactly."
         ),
     )
