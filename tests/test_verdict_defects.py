@@ -57,6 +57,8 @@ def test_defect_1_the_replayed_paired_trials_do_not_clear_the_flag() -> None:
     assert cell.baseline_median == pytest.approx(79.4 * MS)
     assert cell.candidate_median == pytest.approx(130.0 * MS)
     assert cell.change_percent == pytest.approx((130.0 / 79.4 - 1) * 100)
+    # the original medians are shown too, labelled as such
+    assert "original medians 79.4 ms -> 128 ms (+61.2%)" in cell.notes[0]
 
 
 def test_defect_2_a_recheck_of_eight_cells_can_confirm_slower() -> None:
@@ -153,6 +155,8 @@ def test_a_flag_clears_exactly_at_the_threshold_and_not_above(paired) -> None:
         assert cell.ci_percent == pytest.approx(((value - 1) * 100, (value - 1) * 100))
         assert (cell.verdict is CellVerdict.UNCHANGED) == clears, value
         assert any("flag cleared" in n for n in cell.notes) == clears
+        if clears:
+            assert "its 95% interval [+25.0%, +25.0%] lies at or below" in cell.notes[1]
 
 
 def test_the_interval_is_reported_in_percent_of_the_ratio() -> None:
@@ -173,19 +177,56 @@ def test_rounds_needed_reach_significance_over_the_rechecked_cells() -> None:
 
 
 def test_an_unconfirmable_recheck_names_the_rounds_that_can_confirm() -> None:
-    base = {k: _steady(1.0) for k in [CELL, *OTHERS]}
-    cand = {k: [1.0, 1.3, 1.31, 0.99, 1.32] for k in base}
-    recheck = {k: [1.3, 1.31] for k in base}  # 2 rounds against 5 trials over 8 cells: cannot
+    base = {k: _steady(1.0, 3) for k in [CELL, *OTHERS]}
+    cand = {k: [1.3, 0.99, 1.32] for k in base}
+    recheck = {k: [1.3, 1.31] for k in base}  # 2 rounds against 3 trials over 8 cells: cannot
     cells = decide_cells(base, cand, threshold_percent=20, recheck=recheck)
     for cell in cells:
         assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
         said = [n for n in (*cell.notes, *cell.warnings) if n.startswith("not enough trials")]
-        # 8 / C(5 + K, K) <= 0.05 from K = 5
-        assert len(said) == 1 and "--recheck 5`" in said[0], said
-    # the first stage's advice names the rounds for its family, once
+        # against 3 baseline trials 8 / C(3 + K, K) <= 0.05 from K = 8 (paired: K = 5)
+        assert len(said) == 1 and "--recheck 8`" in said[0], said
+    # the first stage's advice names the paired rounds for its family, once
     (cell, *_) = decide_cells(base, cand, threshold_percent=20)
     assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
-    assert "not significant" in cell.notes[0] and "--recheck 5`" in cell.notes[0]
+    assert cell.notes[0].startswith("not enough trials") and "--recheck 5`" in cell.notes[0]
+    base5 = {k: _steady(1.0) for k in base}
+    (cell, *_) = decide_cells(
+        base5, {k: [1.0, 1.3, 1.31, 0.99, 1.32] for k in base}, threshold_percent=20
+    )
+    assert cell.notes[0].startswith("not significant") and "--recheck 5`" in cell.notes[0]
+
+
+def test_a_recheck_change_exactly_at_the_threshold_is_not_past_it() -> None:
+    # paired medians 1.0 and 1.25: exactly +25%, its interval reaching past 25%
+    pairs = [(1.0, 1.0), (1.0, 1.25), (1.0, 1.25), (1.0, 1.25), (1.0, 1.5)]
+    base = {CELL: _steady(1.0)}
+    slower_first = {CELL: _steady(1.5)}  # one cell, separated: slower on the first stage
+    (cell,) = decide_cells(base, slower_first, threshold_percent=25, paired={CELL: pairs})
+    assert cell.change_percent == 25.0 and cell.ci_percent[1] > 25
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER  # stays flagged, no longer slower
+    assert not any("not significant" in n for n in cell.notes)
+    # a first stage within the threshold: the recheck at exactly 25% adds no flag
+    (cell,) = decide_cells(base, {CELL: _steady(1.1)}, threshold_percent=25, paired={CELL: pairs})
+    assert cell.verdict is CellVerdict.UNCHANGED and cell.notes == (cell.notes[0],)
+
+
+def test_a_recheck_p_exactly_at_alpha_confirms() -> None:
+    base = {CELL: _steady(1.0)}
+    unsure = {CELL: [1.0, 1.6, 0.9, 1.5, 1.65]}
+    pairs = list(zip(_steady(1.0), _steady(1.6)))  # separated: p = 1/252, one cell
+    (cell,) = decide_cells(base, unsure, threshold_percent=20, alpha=1 / 252, paired={CELL: pairs})
+    assert cell.p_adjusted == 1 / 252 and cell.verdict is CellVerdict.SLOWER
+
+
+def test_a_recheck_within_the_threshold_of_an_unflagged_cell_says_its_interval() -> None:
+    base = {CELL: [1.0] * 5}
+    (cell,) = decide_cells(base, {CELL: [1.1] * 5}, threshold_percent=20,
+                           recheck={CELL: [1.05] * 5})  # fmt: skip
+    assert cell.verdict is CellVerdict.UNCHANGED
+    assert (
+        "the recheck's 95% interval [+5.0%, +5.0%] lies at or below the threshold" in cell.notes[1]
+    )
 
 
 def _null(noise: float) -> CalibratedNull:

@@ -20,7 +20,7 @@ from harness.stats import (
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.changes import divergence_curve, e_divisive
 from harness.verdict.holm import holm_adjust
-from harness.verdict.resampling import paired_ratio_interval, ratio_of_medians_interval
+from harness.verdict.resampling import paired_median_ratio_interval, ratio_of_medians_interval
 
 # --- Mann-Whitney U, one-sided and two-sided -------------------------------------------
 
@@ -183,21 +183,31 @@ def test_hodges_lehmann_by_hand_and_as_the_signed_rank_balance() -> None:
         assert abs(w - n * (n + 1) / 4) <= n / 2 + 1
 
 
-def test_paired_interval_brackets_the_estimate_and_is_seeded() -> None:
-    logs = list(np.log(np.random.default_rng(3).normal(1.25, 0.04, 8)))
-    low, high = paired_ratio_interval(logs, resamples=4000)
-    assert (low, high) == paired_ratio_interval(logs, resamples=4000)
-    assert low < math.exp(hodges_lehmann(logs)) < high
+def test_paired_interval_resamples_whole_rounds_and_agrees_with_scipy() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.normal(1.0, 0.05, 9)
+    pairs = list(zip(base, base * rng.normal(1.25, 0.04, 9)))
+    low, high = paired_median_ratio_interval(pairs, resamples=4000)
+    assert (low, high) == paired_median_ratio_interval(pairs, resamples=4000)  # seeded
+    ratio = np.median([c for _, c in pairs]) / np.median([b for b, _ in pairs])
+    assert low < ratio < high
     theirs = scipy.stats.bootstrap(
-        (np.asarray(logs),),
-        lambda x, axis: np.apply_along_axis(hodges_lehmann, axis, x),
+        (np.asarray([b for b, _ in pairs]), np.asarray([c for _, c in pairs])),
+        lambda b, c, axis: np.median(c, axis=axis) / np.median(b, axis=axis),
+        paired=True,
         n_resamples=4000,
         method="percentile",
         random_state=np.random.default_rng(11),
     ).confidence_interval
-    assert low == pytest.approx(math.exp(theirs.low), rel=0.01)
-    assert high == pytest.approx(math.exp(theirs.high), rel=0.01)
-    assert paired_ratio_interval([0.1] * 5) == pytest.approx((math.exp(0.1), math.exp(0.1)))
+    assert low == pytest.approx(theirs.low, rel=0.01)
+    assert high == pytest.approx(theirs.high, rel=0.01)
+    assert paired_median_ratio_interval([(1.0, 1.1)] * 5) == pytest.approx((1.1, 1.1))
+    with pytest.raises(ValueError, match="no pairs"):
+        paired_median_ratio_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        paired_median_ratio_interval([(1.0, 1.1)], confidence=1.0)
+    with pytest.raises(ValueError, match="positive"):
+        paired_median_ratio_interval([(0.0, 1.1)])
 
 
 # --- calibrated null --------------------------------------------------------------------

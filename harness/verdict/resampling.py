@@ -59,29 +59,6 @@ def ratio_of_medians_interval(
     return float(low), float(high)
 
 
-def paired_ratio_interval(
-    log_ratios: Sequence[float],
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of exp(Hodges-Lehmann estimate of the log ratios) of
-    paired trials, the pairs resampled together (each pair shares its moment)."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), not {confidence!r}")
-    data = np.asarray(log_ratios, dtype=np.float64)
-    if data.size == 0:
-        raise ValueError("cannot resample no values")
-    rng = np.random.default_rng(seed)
-    picks = data[rng.integers(0, data.size, size=(resamples, data.size))]
-    i, j = np.triu_indices(data.size)
-    estimates = np.median((picks[:, i] + picks[:, j]) / 2, axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.exp(np.quantile(estimates, [tail, 1 - tail]))
-    return float(low), float(high)
-
-
 def paired_median_ratio_interval(
     pairs: Sequence[tuple[float, float]],
     *,
