@@ -389,7 +389,7 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
             "2 review/incomparable, 64 usage error. See docs/compute.md."
         ),
     )
-    compute.add_argument("workload", choices=("dpc", "parallax", "virtual", "ssb"))
+    compute.add_argument("workload", choices=("dpc", "parallax", "virtual", "ssb", "validate"))
     compute.add_argument(
         "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
     )
