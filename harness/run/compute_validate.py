@@ -141,7 +141,12 @@ def validate_ssb(state: dict) -> None:
         prepare,
         reconstruct,
     )
-    from quantem.stem4d.ssb.selection import check_fit, idpc_reference, select_model
+    from quantem.stem4d.ssb.selection import (
+        check_fit,
+        idpc_is_reliable,
+        idpc_reference,
+        select_model,
+    )
 
     v = state["validate"]
     prepared = prepare(state["acq"].array, v["ssb_calibration"])
@@ -155,14 +160,18 @@ def validate_ssb(state: dict) -> None:
         )
     }
     reference = idpc_reference(state["acq"], prepared)
-    v["ssb_selection"] = select_model(prepared, fits, reference)
+    reliable = idpc_is_reliable(prepared, fits["standard"].aberrations.to_polar()["C10"])
+    v["ssb_selection"] = select_model(prepared, fits, reference if reliable else None)
     fit = fits[v["ssb_selection"].selected]
     v["ssb_fit"] = fit
     v["ssb_fits"] = fits
     v["ssb_fitted"] = reconstruct(prepared, fit.aberrations)
-    v["ssb_check"] = check_fit(
-        prepared, v["ssb_uncorrected"].phase, v["ssb_fitted"].phase, reference, "iDPC phase"
-    )
+    if reliable:
+        v["ssb_check"] = check_fit(
+            prepared, v["ssb_uncorrected"].phase, v["ssb_fitted"].phase, reference, "iDPC phase"
+        ).to_dict()
+    else:
+        v["ssb_check"] = {"reference": "iDPC phase", "unchecked": "probe too defocused"}
 
 
 def _host(array: Any) -> np.ndarray:
@@ -221,7 +230,7 @@ def scores(state: dict) -> dict:
         "ssb_model": v["ssb_selection"].selected,
         "ssb_extended_c30_a": v["ssb_fits"]["extended"].aberrations.to_polar().get("C30"),
         "ssb_bic": v["ssb_selection"].bic,
-        "ssb_fit_check": v["ssb_check"].to_dict(),
+        "ssb_fit_check": v["ssb_check"],
         "ssb_uncorrected_loss": v["ssb_uncorrected"].loss,
         "ssb_fitted_loss": v["ssb_fit"].loss,
     }

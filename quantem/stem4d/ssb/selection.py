@@ -10,7 +10,11 @@ what the thin-object model misses (propagation inside the slab), not by noise, a
 where the simulated C30 is 0). :func:`select_model` therefore asks the independent image
 (below): it keeps the smallest model whose phase agrees with it within
 :data:`CHECK_MARGIN` of the best model's, so C21, C23 and C30 stay out unless they make
-the image agree better. Without a reference image it falls back to the BIC.
+the image agree better. iDPC is a fair reference only while the probe is small against
+the image's detail: when the standard fit's defocus spreads the probe over more than
+:data:`IDPC_PROBE_LIMIT` focused-probe diameters (``|C10| alpha > 2 * 1.22 lambda /
+alpha``), the reference is not used (:func:`idpc_is_reliable`): the selection keeps the
+fewest coefficients and the check reports ``unchecked``.
 
 **Independent check.** The loss is computed from the same sidebands the fit tuned, so it
 cannot say whether the image got better. :func:`check_fit` compares the uncorrected and
@@ -38,6 +42,15 @@ from quantem.stem4d.virtual import Calibration
 
 #: A fitted phase this much less correlated with the independent image is flagged.
 CHECK_MARGIN = 0.02
+#: iDPC is a reference while the defocused probe's radius stays under this many
+#: focused-probe diameters (beyond, the CoM no longer follows the phase gradient).
+IDPC_PROBE_LIMIT = 2.0
+
+
+def idpc_is_reliable(prepared: Prepared, c10_angstrom: float) -> bool:
+    """Whether the iDPC phase can judge SSB phases at this defocus (module docstring)."""
+    focused = 1.22 * prepared.wavelength_a / prepared.alpha
+    return abs(c10_angstrom) * prepared.alpha <= IDPC_PROBE_LIMIT * focused
 
 
 def bic(prepared: Prepared, loss: float, n_parameters: int) -> float:
@@ -72,7 +85,7 @@ def select_model(prepared: Prepared, fits: dict[str, Any], reference: Any = None
 
     With ``reference`` (an independent phase image on the scan grid): the fewest
     coefficients whose phase agrees with it within :data:`CHECK_MARGIN` of the best;
-    without: the smallest BIC.
+    without: the fewest coefficients (BIC recorded, not deciding: module docstring).
     """
     if not fits:
         raise ValueError("select_model needs at least one fit")
@@ -80,8 +93,7 @@ def select_model(prepared: Prepared, fits: dict[str, Any], reference: Any = None
     counts = {name: len(fit.parameters) for name, fit in fits.items()}
     order = sorted(fits, key=lambda name: (counts[name], list(fits).index(name)))
     if reference is None:
-        selected = min(order, key=lambda name: scores[name])
-        return ModelSelection("BIC", scores, counts, {}, selected)
+        return ModelSelection("fewest coefficients (no reference)", scores, counts, {}, order[0])
     ref = band_limit(_host(reference).astype(np.float64), prepared)
     agreement = {
         name: _r(
@@ -178,11 +190,13 @@ def idpc_reference(source: Any, prepared: Prepared) -> np.ndarray:
 
 __all__ = [
     "CHECK_MARGIN",
+    "IDPC_PROBE_LIMIT",
     "FitCheck",
     "ModelSelection",
     "band_limit",
     "bic",
     "check_fit",
+    "idpc_is_reliable",
     "idpc_reference",
     "select_model",
 ]
