@@ -69,3 +69,10 @@ def test_a_closed_stdout_exits_quietly(tmp_path: Path) -> None:
     os.close(write)
     assert done.stderr == ""
     assert done.returncode == 141
+
+
+def test_the_cli_names_every_compute_workload():
+    from harness.commands.run import COMPUTE_WORKLOADS
+    from harness.run.compute_workloads import WORKLOADS
+
+    assert set(COMPUTE_WORKLOADS) == set(WORKLOADS)

@@ -24,7 +24,9 @@ DEFAULT_DEMO_HISTORY = "harness-history"
 DEFAULT_DEMO_REPORTS = "harness-demo"
 #: The compute workloads' names, as ``harness.run.compute_workloads.WORKLOADS`` registers
 #: them (a test keeps the two equal; that module is not imported for ``--help``).
-COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb")
+# The workloads of harness.run.compute_workloads.WORKLOADS, named here so that `--help`
+# imports no workload (tests/test_cli_basics.py checks the two agree).
+COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb", "validate")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -146,7 +146,31 @@ def ssb_fitted(state: dict) -> dict:
             "trajectory_sha256": fit.trajectory_sha256(),
         }
 
+    from quantem.stem4d.ssb.selection import (
+        check_fit,
+        idpc_is_reliable,
+        idpc_reference,
+        select_model,
+    )
+
+    prepared = state["ssb"]
+    fits = {"standard": state["ssb_standard"], "default": state["ssb_default"]}
+    if state["parameters"].streaming:
+        selection = select_model(prepared, fits)
+        check = {"reference": "iDPC phase", "unchecked": "streamed source: no dense frames"}
+    elif not idpc_is_reliable(prepared, state["ssb_standard"].aberrations.to_polar()["C10"]):
+        selection = select_model(prepared, fits)
+        check = {"reference": "iDPC phase", "unchecked": "probe too defocused"}
+    else:
+        reference = idpc_reference(state["acq"], prepared)
+        selection = select_model(prepared, fits, reference)
+        chosen = state[f"ssb_{selection.selected}_result"]
+        check = check_fit(
+            prepared, state["ssb_uncorrected"].phase, chosen.phase, reference, "iDPC phase"
+        ).to_dict()
     return {
+        "model_selection": selection.to_dict(),
+        "fit_check": {"model": selection.selected, **check},
         "calibration": state["ssb"].calibration.to_dict(),
         "rotation": state["ssb"].rotation.to_dict(),
         "bf_disk": {"center": list(state["ssb"].disk.center), "radius": state["ssb"].disk.radius},

@@ -25,6 +25,7 @@ from harness.run import compute_dpc as dpc
 from harness.run import compute_parallax as parallax
 from harness.run import compute_products as products
 from harness.run import compute_ssb as ssb
+from harness.run import compute_validate as validate
 from harness.run import compute_virtual as virtual
 
 Stage = tuple[str, Callable[[dict], None]]
@@ -173,6 +174,21 @@ WORKLOADS = {
         ),
         virtual.virtual_outputs,
         virtual.virtual_fitted,
+    ),
+    # Each method against a simulation's truth (tests/data/validation; truth.json beside
+    # the source gives the parameters): scores and a verdict per acquisition.
+    "validate": Workload(
+        "validate",
+        (
+            ("load", _load),
+            ("prepare", _frames),
+            ("truth", validate.validate_truth),
+            ("idpc", validate.validate_dpc),
+            ("parallax", validate.validate_parallax),
+            ("ssb", validate.validate_ssb),
+        ),
+        validate.validate_outputs,
+        validate.validate_fitted,
     ),
 }
 

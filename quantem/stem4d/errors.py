@@ -90,3 +90,7 @@ class FrameIndexWarning(UserWarning):
 
 class CalibrationWarning(UserWarning):
     """A given calibration disagrees with what the data show, beyond the documented tolerance."""
+
+
+class SSBFitWarning(UserWarning):
+    """An SSB aberration fit gave a phase that an independent check finds worse than none."""
