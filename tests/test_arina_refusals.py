@@ -508,3 +508,53 @@ def test_batch_frames_must_be_positive(master):
 
     batches = _iter_compressed_batches(source, 5, 0, 12, None)  # read, not decoded
     assert [(first, last) for first, last, _ in batches] == [(0, 5), (5, 10), (10, 12)]
+
+
+def test_shard_gone_between_the_stat_and_the_inspection(master):
+    """open_arina stats every shard first (and names a missing one with its link); a shard
+    removed after that is still named, not a bare h5py error."""
+    from quantem.stem4d.io.arina import ShardLink, _inspect_shard
+
+    gone = ShardLink("data_000002", str(master.parent / "gone.h5"), "/entry/data/data")
+    error = refusal(SourceNotFoundError, _inspect_shard, master, gone)
+    assert str(error) == f"{gone.path}: data shard is missing ({link_of(master, 2)})"
+
+
+def test_read_shard_links(master):
+    from quantem.stem4d.io.arina import read_shard_links
+
+    links = read_shard_links(master)
+    assert [(link.name, Path(link.path).name, link.dataset) for link in links] == [
+        (f"data_00000{i}", f"synthetic_data_00000{i}.h5", "/entry/data/data") for i in (1, 2, 3)
+    ]
+    missing = master.parent / "none_master.h5"
+    error = refusal(SourceNotFoundError, read_shard_links, missing)
+    assert str(error) == f"{missing}: master file does not exist"
+
+
+def test_a_failing_piece_stops_a_threaded_load(tmp_path):
+    """With more frames than one piece (FRAMES_PER_TASK) and two threads, pieces run in a
+    pool: a chunk changed after indexing, in the second piece, still raises (the pool's
+    error is not swallowed) naming its frame."""
+    from quantem.stem4d.errors import SourceIntegrityError
+    from quantem.stem4d.io.cpu_decode import FRAMES_PER_TASK
+
+    n = 2 * FRAMES_PER_TASK + 3
+    path = write_synthetic_arina(
+        tmp_path / "acq", scan_shape=(1, n), detector_shape=(4, 4), frames_per_shard=n,
+        processes=1,
+    )  # fmt: skip
+    index_dir = tmp_path / "index"
+    source = open_arina(path, index_dir=index_dir)
+    frame = FRAMES_PER_TASK + 5
+    at = int(source.index.frame_offset[frame]) + int(source.index.frame_nbytes[frame]) - 1
+    shard_file = Path(source.shard_paths[0])
+    stat = shard_file.stat()
+    with open(shard_file, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x01]))
+    os.utime(shard_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    error = refusal(SourceIntegrityError, load_arina, path, index_dir=index_dir, threads=2)
+    assert error.fields["frame"] == frame and error.path == str(shard_file)
