@@ -630,3 +630,13 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     assert {flag for suffix, flag in seen if suffix == ".h5"} == {True}
     with pytest.raises(UsageError, match="--verify-source needs --backend cpu or cuda"):
         check_config(_config(folder, suite, backend="native", verify_source=True))
+
+
+def test_the_demo_suite_has_several_shards_per_acquisition(tmp_path):
+    from harness.run.demo import DEMO_FRAMES_PER_SHARD, write_demo_suite
+
+    suite = write_demo_suite(tmp_path)
+    for folder in sorted(suite.root.iterdir()):
+        shards = sorted(folder.glob("*_data_*.h5"))
+        frames = 24 * 24
+        assert len(shards) == -(-frames // DEMO_FRAMES_PER_SHARD) > 1, folder

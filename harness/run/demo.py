@@ -58,6 +58,7 @@ def write_demo_suite(
             dtype=dtype,
             dose=dose,
             seed=seed + i,
+            frames_per_shard=frames_per_shard,
         )
         entries.append(manifest_entry(name, master, root, scan, det, dtype))
     manifest = folder / "manifest.json"
