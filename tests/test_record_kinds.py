@@ -34,6 +34,8 @@ from harness.testing import make_example_report
 
 FIXTURES = Path(__file__).parent / "report_fixtures"
 COMPUTE = FIXTURES / "compute-report.v1.json"  # `run compute virtual` on tests/data/srtio3
+#: the same run refused mid-way (a calibration it does not use): no warm trials, no medians
+COMPUTE_FAILED = FIXTURES / "compute-report-failed.v1.json"
 LOADING_V0 = FIXTURES / "loading-report.v0.json"
 
 
@@ -65,6 +67,7 @@ def kinds_of_reports() -> dict[str, bytes]:
     return {
         "io-scale": dump_report(make_example_report(1, reps=2)),
         "compute": COMPUTE.read_bytes(),
+        "compute-failed": COMPUTE_FAILED.read_bytes(),
         "recheck": dump_report(_recheck_doc()),
         "migrated": LOADING_V0.read_bytes(),  # schema_version 0, migrated in memory
     }
@@ -119,8 +122,9 @@ def test_every_record_kind_renders_and_verifies(tmp_path: Path) -> None:
 
 def test_a_compute_record_registers_and_renders_through_the_cli(tmp_path: Path, capsys) -> None:
     history = tmp_path / "h"
-    code = main(["history", "register", str(COMPUTE), "--history-dir", str(history)])
-    assert code == 0, capsys.readouterr().err
+    for report in (COMPUTE, COMPUTE_FAILED):  # plots and key pages drawn at registration
+        code = main(["history", "register", str(report), "--history-dir", str(history)])
+        assert code == 0, capsys.readouterr().err
     assert main(["render", "index", "--full", "--history-dir", str(history)]) == 0
     assert main(["history", "verify", "--history-dir", str(history)]) == 0
 
@@ -193,11 +197,11 @@ def test_a_record_whose_bytes_no_longer_parse_gets_the_fallback_page(tmp_path: P
 
 SRTIO3 = Path(__file__).parent / "data" / "srtio3" / "srtio3_focus_high_master.h5"
 CALIBRATION = ["--energy-ev", "200e3", "--mrad-per-pixel", "2.14078876", "--scan-step", "0.488125"]
-WORKLOAD_OPTIONS = {
+WORKLOAD_OPTIONS = {  # each workload's calibration: what it uses, no more (it refuses more)
     "virtual": [],
-    "dpc": [],
-    "parallax": [],
-    "ssb": ["--convergence-mrad", "20", "--trials", "2", "--refine-evaluations", "3"],
+    "dpc": CALIBRATION,
+    "parallax": CALIBRATION[2:],  # no energy without a convergence angle
+    "ssb": [*CALIBRATION, "--convergence-mrad", "20", "--trials", "2", "--refine-evaluations", "3"],
 }
 
 
@@ -208,7 +212,7 @@ def test_every_compute_workload_registers_and_renders_from_run(tmp_path: Path, c
     for workload, extra in WORKLOAD_OPTIONS.items():
         argv = ["run", "compute", workload, "--source", str(SRTIO3), "--backend", "cpu"]
         argv += ["--output-dir", str(tmp_path / workload), "--reps", "1", "--history-dir"]
-        code = main([*argv, str(history), *CALIBRATION, *extra])
+        code = main([*argv, str(history), *extra])
         err = capsys.readouterr().err
         assert code == 0, (workload, err)
         assert "Traceback" not in err

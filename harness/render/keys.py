@@ -327,7 +327,9 @@ def collect_key_data(
 
 
 def _scaled(values: Any, scale: float) -> list[float | None]:
-    return [None if v != v else round(float(v) * scale, 6) for v in values.tolist()]
+    """Values times ``scale``; a missing one (NaN, or None where a record kind has no
+    value for the cell) is None."""
+    return [None if v is None or v != v else round(float(v) * scale, 6) for v in values.tolist()]
 
 
 def build_key_page(
