@@ -109,7 +109,9 @@ def test_the_writer_cannot_store_invalid_documents_or_a_second_journal_line(serv
 
 
 @pytest.mark.slow
-def test_an_invalid_document_that_got_in_is_named_and_never_wedges(server, capsys) -> None:
+def test_an_invalid_document_that_got_in_is_named_and_never_wedges(
+    server, tmp_path: Path, capsys
+) -> None:
     owner, _writer, url, shas = server
     where = ["--history-url", url]
     compare = ["compare", shas[1][:16], "--baseline", shas[0][:16], *where, "--format", "json"]
@@ -145,7 +147,13 @@ def test_an_invalid_document_that_got_in_is_named_and_never_wedges(server, capsy
     assert main(["history", "rebuild", *where]) == EXIT_OK
     captured = capsys.readouterr()
     assert f"{EMPTY_SHA}.json: not a valid report" in captured.out
-    # list and render leave it out; the others are there
+    # list and render leave it out (render says so); the others are there
     assert main(["history", "list", *where]) == EXIT_OK
     listing = capsys.readouterr().out
     assert shas[0][:12] in listing and EMPTY_SHA[:12] not in listing
+    out = tmp_path / "rendered"
+    assert main(["render", "index", "--out", str(out), *where]) == EXIT_OK
+    assert f"warning: record {EMPTY_SHA} is not indexed and was left out" in (
+        capsys.readouterr().err
+    )
+    assert (out / "dashboard" / "records" / f"{shas[0]}.html").is_file()

@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         if (out / "history.json").exists():
             raise UsageError(f"--out {out} is a history folder; render a server into a new folder")
         done = _render_from_server(url, out, args, plots)
+        _warn_left_out(url)
         print(f"rendered {out} ({done}); open {out / 'index.html'}")
         if args.serve:
             serve(out, args.port)
@@ -270,6 +271,22 @@ def run(args: argparse.Namespace) -> int:
     if args.serve:
         serve(root, args.port)
     return EXIT_OK
+
+
+def _warn_left_out(url: str) -> None:
+    """Name the server's records the render left out (no index row: not a valid report,
+    let in by an older server or an owner's edit, or an index that lags)."""
+    from harness.commands.history import url_store
+    from harness.history.remote import unindexed_records
+
+    with url_store(url) as store:
+        for sha256 in unindexed_records(store):
+            print(
+                f"warning: record {sha256} is not indexed and was left out (not a valid "
+                "report, or the index lags): `harness history verify --history-url URL` says "
+                "which",
+                file=sys.stderr,
+            )
 
 
 def serve(root: Path, port: int) -> None:

@@ -352,6 +352,24 @@ def _indexed(sha256):
     return exists().where(RecordRow.sha256 == sha256)
 
 
+def unindexed_records(store: PostgresStore) -> list[str]:
+    """The records the server holds that its index lacks (not a valid report, or an
+    index that lags), in SHA-256 order: what a render of the server leaves out."""
+    from sqlalchemy import select
+
+    with (
+        server_step(store.engine, "looking for records the index lacks"),
+        store.engine.connect() as connection,
+    ):
+        return list(
+            connection.execute(
+                select(records_table.c.sha256)
+                .where(~_indexed(records_table.c.sha256))
+                .order_by(records_table.c.sha256)
+            ).scalars()
+        )
+
+
 def index_unindexed(engine) -> tuple[int, list[str]]:
     """Index every stored record the index lacks, in journal order (a database set up
     before the index was on the server, or a record stored by hand): how many, and the
