@@ -342,3 +342,38 @@ def test_the_advice_keeps_its_reason_beside_the_minimum_detectable_change() -> N
     (cell,) = decide_cells(base, {CELL: [1.3] * 5}, threshold_percent=20, calibration=_null(0.15))
     assert cell.notes[0].startswith("not significant (Holm-adjusted p = ")
     assert "; the threshold is below this host's minimum detectable change" in cell.notes[0]
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_rechecked_cell_records_the_original_and_the_recheck(paired) -> None:
+    base = {CELL: [1.0] * 5, OTHERS[0]: [1.0] * 5}
+    cand = {CELL: [1.5] * 5, OTHERS[0]: [1.0] * 5}
+    again = {"paired": {CELL: [(1.1, 1.2)] * 4}} if paired else {"recheck": {CELL: [1.2] * 4}}
+    cells = decide_cells(base, cand, threshold_percent=20, **again)
+    cell = _cell(cells)
+    assert _cell(cells, OTHERS[0]).recheck is None
+    assert cell.recheck == {
+        "n": 4,
+        "paired": paired,
+        "baseline_n": 4 if paired else 5,
+        "original_n_baseline": 5,
+        "original_n_candidate": 5,
+        "original_baseline_median": 1.0,
+        "original_candidate_median": 1.5,
+        "original_change_percent": 50.0,
+        "original_verdict": "slower",
+        "original_p_adjusted": pytest.approx(cell.recheck["original_p_adjusted"]),
+        "holm_family": 1,
+        "smallest_p": pytest.approx(1 / 70 if paired else 1 / 126),
+    }
+    change = (1.2 / 1.1 - 1) * 100 if paired else 20.0
+    what = (
+        "paired recheck (4 rounds, both codes one after the other"
+        if paired
+        else "recheck (4 rounds"
+    )
+    assert cell.notes[0] == (
+        f"judged on the {what}; its medians and ratio of medians {change:+.1f}%); original "
+        f"medians 1000 ms -> 1500 ms (+50.0%); the smallest p it can give is "
+        f"{1 / 70 if paired else 1 / 126:.3g}"
+    )
