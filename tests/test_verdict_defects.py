@@ -248,3 +248,132 @@ def test_the_minimum_detectable_change_note_names_the_cells_own_figure() -> None
     (cell,) = decide_cells(base, {CELL: [1.3] * 5}, threshold_percent=20, calibration=noisy)
     assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
     assert f"minimum detectable change ({cell.mdc_percent:.0f}%)" in cell.notes[0]
+
+
+# -- further boundaries (mutants of the first stage and the evidence) ----------------------
+
+
+def test_a_zero_baseline_gives_an_infinite_change_and_no_interval() -> None:
+    (cell,) = decide_cells({CELL: [0.0, 0.0, 0.0]}, {CELL: [1.0, 1.0, 1.0]}, threshold_percent=20)
+    assert math.isinf(cell.change_percent) and cell.change_percent > 0
+    assert all(math.isnan(v) for v in cell.ci_percent)
+
+
+def test_the_p_value_tests_the_threshold_exactly() -> None:
+    from harness.stats import mann_whitney_u
+
+    base = [1.0, 1.1, 1.2, 1.3, 1.4]
+    cand = [v * 1.1995 for v in base]  # just under +20% each: interleaved after / 1.2
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20)
+    expected = mann_whitney_u([v / 1.2 for v in cand], base, alternative="greater").p_value
+    assert cell.p_value == expected
+    assert (
+        cell.p_value
+        != mann_whitney_u([v / 1.198 for v in cand], base, alternative="greater").p_value
+    )
+
+
+def test_the_resamples_asked_for_are_used() -> None:
+    from harness.verdict.resampling import ratio_of_medians_interval
+
+    base, cand = [1.0, 1.1, 0.9, 1.05, 0.95], [1.3, 1.2, 1.4, 1.25, 1.35]
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20, bootstrap_resamples=50)
+    low, high = ratio_of_medians_interval(base, cand, resamples=50)
+    assert cell.ci_percent == pytest.approx(((low - 1) * 100, (high - 1) * 100))
+    pairs = list(zip(base, cand))
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20,
+                           paired={CELL: pairs}, bootstrap_resamples=50)  # fmt: skip
+    from harness.verdict.resampling import paired_median_ratio_interval
+
+    low, high = paired_median_ratio_interval(pairs, resamples=50)
+    assert cell.ci_percent == pytest.approx(((low - 1) * 100, (high - 1) * 100))
+
+
+def test_a_calibrated_cell_uses_the_null_at_its_own_rep_counts() -> None:
+    null = _null(0.02)
+    base, cand = {CELL: [1.0, 1.01, 0.99, 1.0, 1.02]}, {CELL: [1.1, 1.11, 1.09]}
+    (cell,) = decide_cells(base, cand, threshold_percent=20, calibration=null)
+    ratio = 1.1 / 1.0
+    low, high = null.interval(CELL, ratio, 5, 3, 0.95)
+    assert cell.ci_percent == pytest.approx(((low - 1) * 100, (high - 1) * 100))
+    assert cell.p_value == null.p_slower(CELL, ratio / 1.2, 5, 3)
+    # 18% faster: beyond the faster limit, but not significantly beyond the threshold
+    (cell,) = decide_cells(base, {CELL: [0.82, 0.821, 0.819]}, threshold_percent=20,
+                           calibration=null)  # fmt: skip
+    assert cell.verdict is CellVerdict.UNCHANGED
+    assert any(n.startswith("faster by 18.0% but not significantly") for n in cell.notes)
+
+
+def test_significance_exactly_at_alpha_counts() -> None:
+    alpha = 1 / 252  # the smallest one-sided p of 5 vs 5, one cell
+    base = {CELL: _steady(1.0)}
+    for factor, verdict in ((1.5, CellVerdict.SLOWER), (0.6, CellVerdict.FASTER)):
+        (cell,) = decide_cells(base, {CELL: _steady(factor)}, threshold_percent=20, alpha=alpha)
+        assert cell.verdict is verdict, factor
+    for factor in (1.1, 0.9):  # within the threshold: significant as any change, at alpha
+        (cell,) = decide_cells(base, {CELL: _steady(factor)}, threshold_percent=20, alpha=alpha)
+        assert cell.verdict is CellVerdict.UNCHANGED
+        assert "Holm-adjusted p = 0.00397" in cell.notes[0], cell.notes
+    # a flag whose trials can just reach alpha is "not significant", not "not enough trials"
+    (cell,) = decide_cells(base, {CELL: [1.0, 1.3, 1.31, 0.99, 1.32]}, threshold_percent=20,
+                           alpha=alpha)  # fmt: skip
+    assert cell.notes[0].startswith("not significant")
+
+
+def test_changes_exactly_at_either_limit_are_within_it() -> None:
+    base = {CELL: [1.0] * 5}
+    (cell,) = decide_cells(base, {CELL: [1.25] * 5}, threshold_percent=25)
+    assert cell.change_percent == 25.0 and cell.verdict is CellVerdict.UNCHANGED
+    (cell,) = decide_cells(base, {CELL: [0.8] * 5}, threshold_percent=25)
+    assert cell.verdict is CellVerdict.UNCHANGED
+    assert not any("faster by" in n for n in cell.notes)
+
+
+def test_the_advice_names_the_rounds_at_the_given_alpha() -> None:
+    base = {k: _steady(1.0) for k in [CELL, *OTHERS]}
+    cand = {k: [1.0, 1.3, 1.31, 0.99, 1.32] for k in base}
+    (cell, *_) = decide_cells(base, cand, threshold_percent=20, alpha=0.01)
+    assert "--recheck 6`" in cell.notes[0]  # 8 / C(12, 6) <= 0.01 < 8 / C(10, 5)
+    assert rounds_needed(1, alpha=0.5) == 1
+
+
+def test_the_advice_keeps_its_reason_beside_the_minimum_detectable_change() -> None:
+    base = {CELL: [1.0, 1.01, 0.99, 1.0, 1.02]}
+    (cell,) = decide_cells(base, {CELL: [1.3] * 5}, threshold_percent=20, calibration=_null(0.15))
+    assert cell.notes[0].startswith("not significant (Holm-adjusted p = ")
+    assert "; the threshold is below this host's minimum detectable change" in cell.notes[0]
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_a_rechecked_cell_records_the_original_and_the_recheck(paired) -> None:
+    base = {CELL: [1.0] * 5, OTHERS[0]: [1.0] * 5}
+    cand = {CELL: [1.5] * 5, OTHERS[0]: [1.0] * 5}
+    again = {"paired": {CELL: [(1.1, 1.2)] * 4}} if paired else {"recheck": {CELL: [1.2] * 4}}
+    cells = decide_cells(base, cand, threshold_percent=20, **again)
+    cell = _cell(cells)
+    assert _cell(cells, OTHERS[0]).recheck is None
+    assert cell.recheck == {
+        "n": 4,
+        "paired": paired,
+        "baseline_n": 4 if paired else 5,
+        "original_n_baseline": 5,
+        "original_n_candidate": 5,
+        "original_baseline_median": 1.0,
+        "original_candidate_median": 1.5,
+        "original_change_percent": 50.0,
+        "original_verdict": "slower",
+        "original_p_adjusted": pytest.approx(cell.recheck["original_p_adjusted"]),
+        "holm_family": 1,
+        "smallest_p": pytest.approx(1 / 70 if paired else 1 / 126),
+    }
+    change = (1.2 / 1.1 - 1) * 100 if paired else 20.0
+    what = (
+        "paired recheck (4 rounds, both codes one after the other"
+        if paired
+        else "recheck (4 rounds"
+    )
+    assert cell.notes[0] == (
+        f"judged on the {what}; its medians and ratio of medians {change:+.1f}%); original "
+        f"medians 1000 ms -> 1500 ms (+50.0%); the smallest p it can give is "
+        f"{1 / 70 if paired else 1 / 126:.3g}"
+    )
