@@ -41,7 +41,7 @@ def render(report: dict) -> str:
         failed = [name for name, v in s["verdict"].items() if v == "fail"]
         lines.append(
             f"| {s['acquisition']} | {s['thickness_a'] / 10:.1f} "
-            f"| {s['c10_entrance_a']:.0f} / {s['c10_mid_plane_a']:.1f} | {s['rotation_deg']:g} "
+            f"| {s['c10_entrance_a'] + 0.0:.0f} / {s['c10_mid_plane_a']:.1f} | {s['rotation_deg']:g} "
             f"| {s['idpc']['r']:.3f} "
             f"| {s['parallax_plain']['r']:.3f} / {s['parallax_corrected']['r']:.3f} "
             f"| {s['parallax_c10_a']:.1f}, {s['parallax_rotation_deg']:.2f} "
