@@ -116,3 +116,22 @@ def test_dpc_end_to_end_on_synthetic_data_and_determinism():
     assert fixed.calibration_check[0]["status"] == "error"
     with pytest.raises(ComputeError, match="float32 is a CUDA option"):
         dpc(acq, dtype="float32")
+
+
+def test_a_given_rotation_is_unchecked_where_the_field_has_no_structure(tmp_path):
+    """Structureless counts give a curl estimate at random: it must not judge (nor refuse)
+    a given rotation, and the record says the rule was not applied."""
+    import quantem.stem4d.io as qio
+    from quantem.stem4d.dpc import dpc
+    from quantem.stem4d.io.synthetic import write_arina_frames
+
+    # a bright disk whose counts are noise alone: no beam shift follows the scan
+    rows, cols = np.mgrid[:32, :32]
+    disk = ((rows - 15.5) ** 2 + (cols - 15.5) ** 2 < 8**2).astype(np.float64)
+    frames = np.random.default_rng(7).poisson(50 * disk, size=(12, 12, 32, 32))
+    master = write_arina_frames(tmp_path, "noise", frames.astype(np.uint16))
+    with qio.load(master) as acq:
+        result = dpc(acq, rotation_deg=10.0)
+    (rotation,) = [c for c in result.calibration_check if c["rule"] == "rotation"]
+    assert rotation["status"] == "unchecked", rotation
+    assert "relative curl" in rotation["message"]

@@ -35,10 +35,11 @@ from quantem.stem4d.arrays import array_module, to_numpy
 from quantem.stem4d.detector.session import CenterOfMass
 from quantem.stem4d.dpc.fields import divergence, rotate_field
 from quantem.stem4d.dpc.integrate import DEFAULT_LOW_FREQUENCY_REGULARIZATION, integrate_gradient
-from quantem.stem4d.dpc.rotation import RotationFit, find_rotation
+from quantem.stem4d.dpc.rotation import MAX_RESIDUAL_CURL, RotationFit, find_rotation
 from quantem.stem4d.errors import CalibrationError, ComputeError
 from quantem.stem4d.virtual.calibration import Calibration
 from quantem.stem4d.virtual.calibration_check import (
+    Finding,
     check_bf_radius,
     check_rotation,
     check_scan_step,
@@ -189,11 +190,22 @@ def check_dpc_calibration(
         findings.append(check_scan_step(calibration))
     if rotation_given:
         estimate = find_rotation(shifts.row, shifts.col, step=shifts.step)
-        findings.append(
-            check_rotation(
-                rotation.angle_deg, rotation.transpose, estimate.angle_deg, estimate.transpose
+        if estimate.residual > MAX_RESIDUAL_CURL:
+            findings.append(
+                Finding(
+                    "rotation",
+                    "unchecked",
+                    f"rotation: the DPC field keeps a relative curl of {estimate.residual:.2f} "
+                    f"at its best angle (over {MAX_RESIDUAL_CURL}): its estimate cannot judge "
+                    "the given rotation",
+                )
             )
-        )
+        else:
+            findings.append(
+                check_rotation(
+                    rotation.angle_deg, rotation.transpose, estimate.angle_deg, estimate.transpose
+                )
+            )
     return settle(findings, workload="dpc", accept_mismatch=accept_mismatch)
 
 

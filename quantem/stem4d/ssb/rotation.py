@@ -33,17 +33,13 @@ import numpy as np
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.dpc import beam_shifts, find_rotation, measure_com
 from quantem.stem4d.dpc import reconstruct as dpc_reconstruct
+from quantem.stem4d.dpc.rotation import MAX_RESIDUAL_CURL
 from quantem.stem4d.errors import CalibrationError
 from quantem.stem4d.virtual import Calibration as DPCCalibration
 from quantem.stem4d.virtual import open_frames
 
 #: Where the rotation of a reconstruction came from.
 ROTATION_SOURCES = ("given", "dpc")
-#: Largest relative residual curl at which the DPC estimate is used. A curl-free field
-#: gives 0 and a field without structure about 0.7; the compute issue's abTEM fixtures
-#: (full detector) give 0.18-0.21, a detector cropped to the BF disk (tests/data/ssb)
-#: 0.67-0.69 with angles wrong by 12 to 130 degrees.
-MAX_RESIDUAL_CURL = 0.5
 
 
 @dataclass(frozen=True)
