@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from quantem.stem4d.interop import array_to_torch, check_output, require_torch
+
 
 class Acquisition:
     """A loaded 4D-STEM acquisition ``(scan_r, scan_c, det_r, det_c)``.
@@ -62,6 +64,18 @@ class Acquisition:
         """
         return self._array if self._array is not None else self.data
 
+    def dense_array(self) -> Any:
+        """:attr:`array`, or ``TypeError`` when there is none (encoded or closed): what
+        :func:`quantem.stem4d.interop.to_torch` hands to PyTorch."""
+        array = self.array
+        if array is None:
+            raise TypeError(
+                "to_torch needs a dense, open acquisition "
+                f"(got representation {self.representation!r}"
+                f"{', closed' if self.closed else ''})"
+            )
+        return array
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         scan = tuple(self.metadata["scan_shape"])
@@ -77,8 +91,6 @@ class Acquisition:
         encoded acquisition keeps ``data`` None; only its products become tensors.
         Returns ``self``.
         """
-        from quantem.stem4d.interop import array_to_torch, check_output, require_torch
-
         check_output(output)
         if output == self.output:
             return self

@@ -60,9 +60,11 @@ def array_to_torch(array: Any) -> Any:
 def to_torch(obj: Any) -> Any:
     """Zero-copy ``torch`` view of an array, an acquisition's data or a detector product.
 
-    Accepts a numpy or CuPy array, a dense :class:`~quantem.stem4d.acquisition.Acquisition`
-    (its 4D data), a :class:`~quantem.stem4d.detector.session.CenterOfMass` (converted field
-    by field), or a list of these (converted element by element).
+    Accepts a numpy or CuPy array, an object with a ``dense_array()`` method (a dense
+    :class:`~quantem.stem4d.acquisition.Acquisition`: its 4D data), a
+    :class:`~quantem.stem4d.detector.session.CenterOfMass` (converted field by field),
+    or a list of these (converted element by element). Duck-typed, so this module
+    needs no acquisition type (``acquisition`` imports it).
 
     Raises
     ------
@@ -71,17 +73,9 @@ def to_torch(obj: Any) -> Any:
     TypeError
         ``obj`` holds no array (an encoded or closed acquisition, an unknown object).
     """
-    from quantem.stem4d.acquisition import Acquisition
-
-    if isinstance(obj, Acquisition):
-        array = obj.array
-        if array is None:
-            raise TypeError(
-                "to_torch needs a dense, open acquisition "
-                f"(got representation {obj.representation!r}"
-                f"{', closed' if obj.closed else ''})"
-            )
-        return array_to_torch(array)
+    dense_array = getattr(obj, "dense_array", None)
+    if callable(dense_array):  # an Acquisition, or any object that holds one dense array
+        return array_to_torch(dense_array())
     if isinstance(obj, list):
         return [to_torch(item) for item in obj]
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # CenterOfMass and friends

@@ -35,6 +35,7 @@ import numpy as np
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.backends import format_gpu_uuid
+from quantem.stem4d.io.formats import is_qem
 
 #: Where the dense blocks' contract-B kernels live (the host tests swap in the cpu ones).
 DENSE_KERNELS = "quantem.stem4d.cuda.detector_kernels"
@@ -401,8 +402,6 @@ def load(path: str | os.PathLike, *, devices: Any, **options: Any) -> Acquisitio
     ``acq.data`` is a :class:`ShardedData`; ``acq.metadata["load_stats"]["devices"]``
     lists each GPU's rows, bytes and pipeline seconds.
     """
-    from quantem.stem4d.io import is_qem
-
     if "device" in options:
         raise ValueError("give either device= (one GPU) or devices= (sharded), not both")
     if options.get("scan_region") is not None:

@@ -1,8 +1,9 @@
 """Loading and saving 4D-STEM acquisitions.
 
-``load`` routes on the file type (ARINA HDF5 master or ``.qem``) and the backend
-(``cpu`` reference, ``cuda`` CuPy kernels). It never falls back silently to another
-backend: asking for ``cuda`` where it cannot run raises ``BackendUnavailableError``.
+``load`` finds the format of the path (:mod:`.formats`) and calls the loader registered
+for (backend, format) in :mod:`.registry` (``cpu`` reference, ``cuda`` CuPy kernels, or a
+third-party loader). It never falls back silently to another backend: asking for
+``cuda`` where it cannot run raises ``BackendUnavailableError``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from typing import Any
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.backends import require_backend
-from quantem.stem4d.errors import SourceIsDirectoryError
-
-QEM_SUFFIX = ".qem"
-
-
-def is_qem(path: str | os.PathLike) -> bool:
-    return Path(path).suffix.lower() == QEM_SUFFIX
+from quantem.stem4d.interop import check_output, require_torch
+from quantem.stem4d.io.formats import QEM_SUFFIX, detect_format, is_qem
+from quantem.stem4d.io.registry import find_loader
 
 
 def load(
@@ -47,8 +44,6 @@ def load(
         cuda) and detector sessions over the acquisition return tensors. Checked, with
         PyTorch's presence, before anything is read.
     """
-    from quantem.stem4d.interop import check_output, require_torch
-
     require_backend(backend)
     check_output(output)
     if output == "torch":
@@ -64,30 +59,13 @@ def load(
 
 
 def _load(path: str | os.PathLike, backend: str, options: dict) -> Acquisition:
-    if Path(path).is_dir():
-        raise SourceIsDirectoryError(
-            Path(path).absolute(), "is a directory; expected an ARINA *_master.h5 or a .qem file"
-        )
-    if options.get("devices") is not None:
-        if backend != "cuda":
+    entry = find_loader(backend, detect_format(path))
+    devices = options.pop("devices", None)
+    if devices is not None:
+        if entry.sharded is None:
             raise ValueError(f"devices= shards a load over GPUs; backend {backend!r} takes none")
-        from quantem.stem4d.cuda import sharded
-
-        return sharded.load(path, **options)
-    options.pop("devices", None)
-    if backend == "cuda":
-        from quantem.stem4d.cuda import loaders as cuda_loaders
-
-        if is_qem(path):
-            return cuda_loaders.load_qem(path, **options)
-        return cuda_loaders.load_hdf5(path, **options)
-    if is_qem(path):
-        from quantem.stem4d.io.qem.reader import load_qem
-
-        return load_qem(path, **options)
-    from quantem.stem4d.io.arina import load_arina
-
-    return load_arina(path, **options)
+        return entry.resolve(sharded=True)(path, devices=devices, **options)
+    return entry.resolve()(path, **options)
 
 
 def save(source: Any, path: str | os.PathLike, **options: Any) -> Path:
@@ -101,4 +79,4 @@ def save(source: Any, path: str | os.PathLike, **options: Any) -> Path:
     return save_qem(source, path, **options)
 
 
-__all__ = ["is_qem", "load", "save"]
+__all__ = ["QEM_SUFFIX", "is_qem", "load", "save"]

@@ -22,6 +22,7 @@ import numpy as np
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.errors import UnsupportedDtypeError, VerificationError
+from quantem.stem4d.io.formats import is_qem
 from quantem.stem4d.io.qem import band_rans, rans
 from quantem.stem4d.io.qem import format as fmt
 from quantem.stem4d.io.qem import model as qem_model
@@ -198,8 +199,6 @@ def open_frame_source(source: Any) -> FrameSource:
     if isinstance(source, Acquisition):
         return _from_acquisition(source)
     if isinstance(source, str | os.PathLike):
-        from quantem.stem4d.io import is_qem
-
         path = Path(source)
         if is_qem(path):
             return _from_qem(path)

@@ -1,0 +1,96 @@
+"""Loaders found by (backend, format) through quantem.stem4d.io.registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from quantem.stem4d import io
+from quantem.stem4d.acquisition import Acquisition
+from quantem.stem4d.errors import SourceIsDirectoryError
+from quantem.stem4d.io import formats, registry
+
+
+def load_npy(path, **options):
+    """A test loader: a 4D ``.npy`` array, options recorded in the metadata."""
+    data = np.load(path)
+    meta = {"scan_shape": data.shape[:2], "detector_shape": data.shape[2:], "options": options}
+    return Acquisition(data, meta, np.ones(data.shape[2:], bool), "cpu")
+
+
+@pytest.fixture
+def npy_format(monkeypatch, tmp_path):
+    monkeypatch.setitem(formats.FORMAT_SUFFIXES, ".npy", "npy")
+    yield tmp_path / "scan.npy"
+    registry.unregister_loader("cpu", "npy")
+
+
+def test_detect_format():
+    assert formats.detect_format("a/b.QEM") == "qem"
+    assert formats.detect_format("a/b_master.h5") == "hdf5"
+    assert formats.is_qem("x.qem") and not formats.is_qem("x.qem.h5")
+
+
+def test_detect_format_refuses_a_directory(tmp_path):
+    with pytest.raises(SourceIsDirectoryError, match="is a directory"):
+        formats.detect_format(tmp_path)
+
+
+def test_a_registered_loader_is_what_load_calls(npy_format):
+    np.save(npy_format, np.arange(2 * 3 * 4 * 5, dtype=np.uint16).reshape(2, 3, 4, 5))
+    registry.register_loader("cpu", "npy", f"{__name__}:load_npy")
+    with io.load(npy_format, det_bin=1) as acq:
+        assert acq.shape == (2, 3, 4, 5)
+        assert acq.metadata["options"]["det_bin"] == 1
+
+
+def test_an_entry_point_registers_a_loader(npy_format, monkeypatch):
+    class Point:
+        name, value = "cpu:npy", f"{__name__}:load_npy"
+
+    asked = []
+    monkeypatch.setattr(registry, "_entry_points_read", False)
+    monkeypatch.setattr(registry, "entry_points", lambda group: asked.append(group) or [Point])
+    np.save(npy_format, np.zeros((1, 1, 2, 2), np.uint8))
+    with io.load(npy_format) as acq:
+        assert acq.shape == (1, 1, 2, 2)
+    assert asked == [registry.ENTRY_POINT_GROUP]
+
+
+def test_an_unknown_format_names_what_is_registered(npy_format):
+    npy_format.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"no loader for format 'npy' on backend 'cpu'.*cpu/qem"):
+        io.load(npy_format)
+
+
+def test_a_second_loader_for_one_key_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_loader("cpu", "qem", f"{__name__}:load_npy")
+    with pytest.raises(ValueError, match="'module:function'"):
+        registry.register_loader("cpu", "npy", "load_npy")
+
+
+def test_the_builtin_entries_name_real_loaders():
+    for entry in registry.registered_loaders():
+        if entry.backend == "cpu":
+            assert callable(entry.resolve())
+        assert entry.target.startswith("quantem.stem4d.")
+
+
+def test_devices_on_a_backend_without_a_sharded_loader(tmp_path):
+    with pytest.raises(ValueError, match="backend 'cpu' takes none"):
+        io.load(tmp_path / "x.qem", "cpu", devices=[0])
+
+
+def test_importing_io_imports_no_loader():
+    """The registry names loaders; importing io loads neither h5py nor the cuda package."""
+    code = (
+        "import sys, quantem.stem4d.io; "
+        "print(sorted(m for m in sys.modules if m.startswith(('quantem.stem4d.cuda', 'h5py',"
+        " 'quantem.stem4d.io.arina'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
