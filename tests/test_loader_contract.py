@@ -1,4 +1,4 @@
-"""Every loader passes the loader contract (``loader_contract.py``), on the host.
+"""Every loader passes the loader contract (``quantem.stem4d.testing.loader_contract``).
 
 The CPU readers run as they are. The CUDA loaders (``quantem.stem4d.cuda.loaders``) run with
 CuPy replaced by numpy and their device decode replaced by the CPU decoder, as
@@ -19,13 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 from _cuda_host import host_zero_invalid_pixels
-from loader_contract import Loaded, LoaderContract
 
 from quantem.stem4d.cuda import loaders as cuda_loaders
 from quantem.stem4d.cuda.hdf5_pipeline import PipelineStats
 from quantem.stem4d.cuda.staging import StageStats
 from quantem.stem4d.io.arina import iter_frame_batches, load_arina
 from quantem.stem4d.io.qem.reader import QemFile, load_qem, parse_scan_region
+from quantem.stem4d.testing.loader_contract import (
+    Loaded,
+    LoaderContract,
+    RegisteredLoaderContract,
+)
 
 
 class TestCpuHdf5(LoaderContract):
@@ -36,12 +40,10 @@ class TestCpuHdf5(LoaderContract):
             return Loaded(acq.data, acq.metadata, acq.validity)
 
 
-class TestCpuQem(LoaderContract):
-    fmt = "qem"
+class TestCpuQem(RegisteredLoaderContract):
+    """The registry's cpu/qem entry (``load_qem``), as ``io.load`` finds it."""
 
-    def load(self, path: Path, **options: Any) -> Loaded:
-        with load_qem(path, **options) as acq:
-            return Loaded(acq.data, acq.metadata, acq.validity)
+    backend, fmt = "cpu", "qem"
 
 
 def host_cupy() -> types.ModuleType:
@@ -124,7 +126,7 @@ class TestCudaQemOnHost(LoaderContract):
 
 @pytest.mark.usefixtures("on_host")
 def test_cuda_qem_scan_region_metadata_equals_cpu(tmp_path):
-    from loader_contract import assert_same_metadata, make_sources
+    from quantem.stem4d.testing.loader_contract import assert_same_metadata, make_sources
 
     path = make_sources(tmp_path)["qem"]
     for options in ({}, {"det_bin": 2, "dtype": "u8"}):

@@ -1,6 +1,6 @@
 """The real CUDA loaders (HDF5, ``.qem`` dense, ``.qem`` encoded) pass the loader contract.
 
-The same suite (``tests/loader_contract.py``) runs on the host for the CPU readers and
+The same suite (``quantem.stem4d.testing.loader_contract``) runs on the host for the CPU readers and
 for the CUDA loaders with CuPy replaced (``tests/test_loader_contract.py``); here the
 kernels decode on the GPU.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from loader_contract import Loaded, LoaderContract
 
 from quantem.stem4d import io
+from quantem.stem4d.testing.loader_contract import Loaded, LoaderContract
 
 
 def _host(array: Any) -> Any:

@@ -1,6 +1,6 @@
 """The loader contract: one suite that every loader of an acquisition passes.
 
-As zarr-python's ``testing/store.py`` does for stores, :class:`LoaderContract` holds
+Test-only (imports pytest and h5py). As zarr-python's ``testing/store.py`` does for stores, :class:`LoaderContract` holds
 the tests and a subclass per loader says only how to load (``load``) and which loader
 its metadata must equal (``reference``). The loaders are the CPU HDF5 and ``.qem``
 readers (``tests/test_loader_contract.py``), the CUDA HDF5 and ``.qem`` paths with
@@ -10,7 +10,7 @@ representation (``tests/hardware/test_loader_contract_cuda.py``).
 What every loader must give, for every load option:
 
 - ``data`` equal to an independent reference: h5py's frames finished by a loop-based
-  implementation of the options (``_arina_helpers.reference_options``);
+  implementation of the options (:func:`reference_options`);
 - ``validity`` equal to the reference's (a binned pixel valid iff its whole block is);
 - the whole ``metadata`` dict equal to its reference loader's (the CPU reader of the
   same format), key for key and value for value, apart from ``load_stats`` (timings);
@@ -23,12 +23,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import h5py
+import hdf5plugin  # noqa: F401  (registers the bitshuffle filter for h5py)
 import numpy as np
 import pytest
-from _arina_helpers import h5py_frames, reference_options
 
 from quantem.stem4d.errors import UnsupportedDtypeError
 from quantem.stem4d.io.qem.writer import save_qem
+from quantem.stem4d.io.registry import find_loader
 from quantem.stem4d.io.synthetic import SyntheticModel, write_synthetic_arina
 from quantem.stem4d.io.transforms import LOAD_METADATA_KEYS
 
@@ -46,6 +48,43 @@ OPTION_SETS = [
 ]
 #: Keys that describe one run, not the data (timings, staging), never compared.
 RUN_KEYS = ("load_stats",)
+
+
+def h5py_frames(master: Path) -> np.ndarray:
+    """Every frame of an ARINA acquisition, in shard order, read by h5py through the links."""
+    with h5py.File(master, "r") as f:
+        group = f["/entry/data"]
+        names = sorted(k for k in group if k.startswith("data_"))
+        return np.concatenate([group[k][()] for k in names])
+
+
+def reference_options(
+    frames: np.ndarray, pixel_mask: np.ndarray, dtype: str, apply_mask: bool, det_bin: int
+) -> tuple[np.ndarray, int]:
+    """Independent, loop-based reference of the load options (mask, dtype, bin).
+
+    ``dtype`` is ``"native"``, ``"u8"``, ``"u16"`` or ``"u32"``; returns int64 frames
+    and the number of clipped values.
+    """
+    out = frames.astype(np.int64)
+    if apply_mask:
+        out[:, pixel_mask != 0] = 0
+    clipped = 0
+    limits = {"u8": 255, "u16": 65535, "u32": 2**32 - 1}
+    if dtype != "native":
+        clipped = int((out > limits[dtype]).sum())
+        out = np.minimum(out, limits[dtype])
+    if det_bin > 1:
+        n, r, c = out.shape
+        rows, cols = r // det_bin, c // det_bin
+        binned = np.zeros((n, rows, cols), dtype=np.int64)
+        for i in range(rows):
+            for j in range(cols):
+                binned[:, i, j] = out[
+                    :, i * det_bin : (i + 1) * det_bin, j * det_bin : (j + 1) * det_bin
+                ].sum(axis=(1, 2))
+        out = np.minimum(binned, 2**32 - 1)  # uint32 block sums saturate
+    return out, clipped
 
 
 class Loaded:
@@ -191,3 +230,17 @@ class LoaderContract:
     def test_bad_options_raise_the_same_errors(self, path, options, error, match):
         with pytest.raises(error, match=match):
             self.load(path, **options)
+
+
+class RegisteredLoaderContract(LoaderContract):
+    """The contract for the loader registered for (``backend``, ``fmt``) in
+    :mod:`quantem.stem4d.io.registry` (built in, by :func:`register_loader
+    <quantem.stem4d.io.registry.register_loader>` or by an entry point), called as
+    ``io.load`` calls it. Subclass and set ``backend`` and ``fmt``."""
+
+    backend: ClassVar[str] = "cpu"
+
+    def load(self, path: Path, **options: Any) -> Loaded:
+        loader = find_loader(self.backend, self.fmt).resolve()
+        with loader(path, **options) as acq:
+            return Loaded(acq.data, acq.metadata, acq.validity)
