@@ -10,14 +10,16 @@ import pytest
 
 from quantem.stem4d import io
 from quantem.stem4d.acquisition import Acquisition
-from quantem.stem4d.errors import SourceIsDirectoryError
+from quantem.stem4d.errors import SourceIsDirectoryError, UnsupportedDtypeError
 from quantem.stem4d.io import formats, registry
+from quantem.stem4d.io.transforms import LoadOptions, parse_loader_options
 
 
-def load_npy(path, **options):
-    """A test loader: a 4D ``.npy`` array, options recorded in the metadata."""
+def load_npy(path, load_options=None, **options):
+    """A test loader: a 4D ``.npy`` array, what it was given recorded in the metadata."""
     data = np.load(path)
     meta = {"scan_shape": data.shape[:2], "detector_shape": data.shape[2:], "options": options}
+    meta["load_options"] = load_options
     return Acquisition(data, meta, np.ones(data.shape[2:], bool), "cpu")
 
 
@@ -42,9 +44,10 @@ def test_detect_format_refuses_a_directory(tmp_path):
 def test_a_registered_loader_is_what_load_calls(npy_format):
     np.save(npy_format, np.arange(2 * 3 * 4 * 5, dtype=np.uint16).reshape(2, 3, 4, 5))
     registry.register_loader("cpu", "npy", f"{__name__}:load_npy")
-    with io.load(npy_format, det_bin=1) as acq:
+    with io.load(npy_format, det_bin=1, threads=2) as acq:
         assert acq.shape == (2, 3, 4, 5)
-        assert acq.metadata["options"]["det_bin"] == 1
+        assert acq.metadata["options"] == {"threads": 2}
+        assert acq.metadata["load_options"] == LoadOptions("native", True, 1)
 
 
 def test_an_entry_point_registers_a_loader(npy_format, monkeypatch):
@@ -94,3 +97,43 @@ def test_importing_io_imports_no_loader():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"dtype": "f4"}, UnsupportedDtypeError, "dtype 'f4'"),
+        ({"apply_mask": "yes"}, ValueError, "apply_mask must be True or False"),
+        ({"det_bin": 0}, ValueError, "det_bin must be an integer >= 1"),
+    ],
+)
+def test_bad_options_are_refused_before_the_backend_or_the_file(options, error, match, tmp_path):
+    """No GPU, no file: the option error still comes first, naming the parameter."""
+    with pytest.raises(error, match=match):
+        io.load(tmp_path / "missing_master.h5", "cuda", **options)
+
+
+def test_the_loader_gets_one_parsed_load_options(npy_format):
+    np.save(npy_format, np.zeros((1, 1, 2, 2), np.uint8))
+    registry.register_loader("cpu", "npy", f"{__name__}:load_npy")
+    with io.load(npy_format, dtype=np.dtype("uint8"), det_bin=np.int64(2)) as acq:
+        assert acq.metadata["options"] == {}
+        parsed = acq.metadata["load_options"]
+        assert type(parsed) is LoadOptions and parsed == LoadOptions("uint8", True, 2)
+        assert type(parsed.det_bin) is int
+    given = LoadOptions("uint16", False, 1)
+    with io.load(npy_format, load_options=given) as acq:
+        assert acq.metadata["load_options"] is given
+    with io.load(npy_format, dtype="source") as acq:  # a .qem reader resolves it per file
+        assert acq.metadata["options"] == {"dtype": "source"}
+        assert acq.metadata["load_options"] is None
+
+
+def test_load_options_and_their_keywords_are_not_both_taken(npy_format):
+    registry.register_loader("cpu", "npy", f"{__name__}:load_npy")
+    with pytest.raises(ValueError, match="not both"):
+        io.load(npy_format, dtype="u8", load_options=LoadOptions())
+    with pytest.raises(ValueError, match="not both"):
+        parse_loader_options(LoadOptions(), "native", False, 1)
+    with pytest.raises(TypeError, match="load_options must be a LoadOptions"):
+        parse_loader_options({"dtype": "u8"}, "native", True, 1)

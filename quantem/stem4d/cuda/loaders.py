@@ -30,7 +30,12 @@ from quantem.stem4d.cuda.hdf5_pipeline import (
 )
 from quantem.stem4d.cuda.qem_pipeline import DEFAULT_BATCH_BYTES as QEM_BATCH_BYTES
 from quantem.stem4d.cuda.registered_files import releasing_changed_on_error
-from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions, empty_info
+from quantem.stem4d.io.transforms import (
+    FrameFinisher,
+    LoadOptions,
+    empty_info,
+    parse_loader_options,
+)
 
 
 @contextmanager
@@ -75,6 +80,7 @@ def load_hdf5(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     staging: str = DEFAULT_STAGING,
     verify_source: bool = False,
+    load_options: LoadOptions | None = None,
 ) -> Acquisition:
     """Load an ARINA acquisition onto GPU ``device``.
 
@@ -116,7 +122,7 @@ def load_hdf5(
     prestart_threads(threads, devices=(device,))
     from quantem.stem4d.io.arina import open_arina
 
-    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options = parse_loader_options(load_options, dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     options.check_detector(source.detector_shape)
     if verify_source:
@@ -233,6 +239,7 @@ def load_qem(
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
     batch_bytes: int = QEM_BATCH_BYTES,
+    load_options: LoadOptions | None = None,
 ) -> Acquisition:
     """Load a ``.qem`` file onto GPU ``device``.
 
@@ -251,6 +258,9 @@ def load_qem(
     dtype, apply_mask, det_bin
         As :func:`quantem.stem4d.io.qem.reader.load_qem` (``dtype="source"`` widens to the
         source's dtype).
+    load_options
+        The parsed :class:`~quantem.stem4d.io.transforms.LoadOptions` (what ``io.load``
+        passes), instead of ``dtype``, ``apply_mask`` and ``det_bin``.
     """
     require_backend("cuda")
     import cupy
@@ -270,7 +280,7 @@ def load_qem(
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
     qem = QemFile(path, verify=False)  # structure checked here; block checksums below
     try:
-        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape, load_options)
         with cupy.cuda.Device(device), releasing_on_error():
             if representation == "encoded":
                 # The payload keeps the stored counts (products apply the validity mask

@@ -440,16 +440,17 @@ def _load_hdf5(
     batch_bytes: int | None = None,
     staging: str = "pread",
     verify_source: bool = False,
+    load_options: Any = None,
 ) -> Acquisition:
     from quantem.stem4d.cuda import loaders
     from quantem.stem4d.cuda.hdf5_pipeline import DEFAULT_BATCH_BYTES
     from quantem.stem4d.cuda.staging import prestart_threads
     from quantem.stem4d.io.arina import expected_chunk_hashes, open_arina
-    from quantem.stem4d.io.transforms import LoadOptions
+    from quantem.stem4d.io.transforms import parse_loader_options
 
     prestart_threads(threads, devices=devices)
     batch_bytes = batch_bytes or DEFAULT_BATCH_BYTES
-    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options = parse_loader_options(load_options, dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     options.check_detector(source.detector_shape)
     if verify_source:
@@ -530,6 +531,7 @@ def _load_qem(
     threads: int | None = None,
     scan_shape: tuple[int, int] | None = None,
     batch_bytes: int | None = None,
+    load_options: Any = None,
 ) -> Acquisition:
     from quantem.stem4d.cuda import loaders
     from quantem.stem4d.cuda.qem_pipeline import DEFAULT_BATCH_BYTES
@@ -542,7 +544,7 @@ def _load_qem(
         raise ValueError(f"representation must be 'dense' or 'encoded', got {representation!r}")
     qem = QemFile(path, verify=False)
     try:
-        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape, load_options)
         scan_r, scan_c = (int(v) for v in qem.scan_shape)
         rows = split_rows(scan_r, len(devices))
         if representation == "encoded":

@@ -17,6 +17,10 @@ from quantem.stem4d.backends import require_backend
 from quantem.stem4d.interop import check_output, require_torch
 from quantem.stem4d.io.formats import QEM_SUFFIX, detect_format, is_qem
 from quantem.stem4d.io.registry import find_loader
+from quantem.stem4d.io.transforms import LOAD_OPTION_NAMES, LoadOptions, parse_loader_options
+
+#: ``dtype`` a ``.qem`` reader resolves per file (the acquisition's source dtype).
+PER_FILE_DTYPES = ("source",)
 
 
 def load(
@@ -32,7 +36,8 @@ def load(
         ``"cpu"`` (numpy result) or ``"cuda"`` (CuPy result on ``device``).
     **options
         ``dtype`` (``"native"``, ``"u8"``, ``"u16"``, ``"u32"``), ``apply_mask``,
-        ``det_bin``, ``scan_shape``; HDF5 only: ``fresh_index``, ``index_dir``;
+        ``det_bin`` (parsed here into one :class:`LoadOptions` handed to the loader as
+        ``load_options``; or pass ``load_options`` yourself), ``scan_shape``; HDF5 only: ``fresh_index``, ``index_dir``;
         ``.qem`` only: ``verify``, ``scan_region``, ``representation``; cuda only:
         ``device``, or ``devices`` (``"all"`` or a list of GPU ids): the scan rows split
         in contiguous blocks over those GPUs, ``data`` a
@@ -44,6 +49,7 @@ def load(
         cuda) and detector sessions over the acquisition return tensors. Checked, with
         PyTorch's presence, before anything is read.
     """
+    options = parse_options(options)
     require_backend(backend)
     check_output(output)
     if output == "torch":
@@ -56,6 +62,24 @@ def load(
     except BaseException:
         acq.close()
         raise
+
+
+def parse_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Parse the load options once, before any backend or file is touched, and hand the
+    loader one :class:`LoadOptions` as ``load_options`` (bad values raise ``ValueError``
+    or ``UnsupportedDtypeError`` naming the parameter). ``dtype="source"`` depends on
+    the ``.qem`` file, so those keywords go to its reader as given, validated."""
+    rest = {k: v for k, v in options.items() if k not in (*LOAD_OPTION_NAMES, "load_options")}
+    given = {name: options[name] for name in LOAD_OPTION_NAMES if name in options}
+    if given.get("dtype") in PER_FILE_DTYPES:
+        if options.get("load_options") is not None:
+            raise ValueError("give load_options or dtype/apply_mask/det_bin, not both")
+        LoadOptions.from_keywords({**given, "dtype": "native"})
+        return {**rest, **given}
+    parsed = parse_loader_options(
+        options.get("load_options"), **LoadOptions.parse(**given).as_dict()
+    )
+    return {**rest, "load_options": parsed}
 
 
 def _load(path: str | os.PathLike, backend: str, options: dict) -> Acquisition:

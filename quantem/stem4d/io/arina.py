@@ -44,7 +44,7 @@ from quantem.stem4d.io.frame_index import (
     load_or_build_frame_index,
     shard_stats,
 )
-from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions
+from quantem.stem4d.io.transforms import FrameFinisher, LoadOptions, parse_loader_options
 
 #: Whether :func:`load_arina` checks every raw chunk against the frame index's XXH3-64
 #: when the caller does not say: on, as its cost on a warm CPU load is within 5%
@@ -898,6 +898,7 @@ def load_arina(
     engine: str = "auto",
     batch_frames: int = DEFAULT_BATCH_FRAMES,
     verify_source: bool | None = None,
+    load_options: LoadOptions | None = None,
 ) -> Acquisition:
     """Load an ARINA acquisition into memory as a 4D numpy array (backend ``"cpu"``).
 
@@ -910,6 +911,9 @@ def load_arina(
         first (default on: invalid pixels read 0), then dtype (``"u8"`` saturates,
         counted in ``metadata["clipped_pixels"]``), then detector binning (uint32 block
         sums; trailing rows/columns that do not fill a block are dropped).
+    load_options
+        The parsed :class:`~quantem.stem4d.io.transforms.LoadOptions` (what ``io.load``
+        passes), instead of ``dtype``, ``apply_mask`` and ``det_bin``.
     scan_shape
         Overrides the file's scan shape (must hold every frame).
     fresh_index, index_dir
@@ -937,7 +941,7 @@ def load_arina(
     """
     if batch_frames < 1:
         raise ValueError(f"batch_frames must be >= 1, got {batch_frames}")
-    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options = parse_loader_options(load_options, dtype, apply_mask, det_bin)
     source = open_arina(path, scan_shape=scan_shape, index_dir=index_dir, fresh_index=fresh_index)
     if verify_source is None:
         verify_source = VERIFY_SOURCE_DEFAULT

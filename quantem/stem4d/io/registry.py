@@ -4,8 +4,9 @@ An entry names its loader as ``"module:function"``, imported the first time a lo
 that (backend, format) runs. That is the plugin mechanism: ``io`` depends on no loader
 module, so the CUDA loaders (which import ``io``) and third-party loaders plug in the
 same way and ``import quantem.stem4d.io`` pulls in neither h5py nor CuPy. A loader is
-called as ``loader(path, **options)`` with the options :class:`LoadOptions` validated
-(see ``docs/architecture.md``, "Adding a loader").
+called as ``loader(path, load_options=LoadOptions(...), **other_options)``: ``io.load``
+parses ``dtype``, ``apply_mask`` and ``det_bin`` once (``docs/architecture.md``,
+"Adding a loader").
 
 Third-party packages register without being imported first, through an entry point in
 the group :data:`ENTRY_POINT_GROUP`, named ``"backend:format"``, valued

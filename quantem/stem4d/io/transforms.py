@@ -22,7 +22,7 @@ calls both provide, so the CPU and CUDA loaders apply exactly the same semantics
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,8 @@ DTYPE_ALIASES = {
     "uint32": "uint32",
 }
 BINNED_DTYPE = "uint32"
+#: The keywords :class:`LoadOptions` owns, taken by every loader.
+LOAD_OPTION_NAMES = ("dtype", "apply_mask", "det_bin")
 STORED_DTYPES = ("uint8", "uint16", "uint32")
 
 
@@ -93,6 +95,11 @@ class LoadOptions:
         ):
             raise ValueError(f"det_bin must be an integer >= 1, got {det_bin!r}")
         return cls(DTYPE_ALIASES[key.lower()], bool(apply_mask), int(det_bin))
+
+    @classmethod
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> LoadOptions:
+        """Parse the load options among a loader's keywords (absent ones: defaults)."""
+        return cls.parse(**{name: keywords[name] for name in LOAD_OPTION_NAMES if name in keywords})
 
     def output_dtype(self, stored: Any) -> numpy.dtype:
         """The dtype :meth:`finish` returns for data stored as ``stored``."""
@@ -260,6 +267,20 @@ class FrameFinisher:
         self.info["bin_saturated_pixels"] += info["bin_saturated_pixels"]
 
 
+def parse_loader_options(
+    load_options: LoadOptions | None, dtype: Any, apply_mask: Any, det_bin: Any
+) -> LoadOptions:
+    """A loader's options: ``load_options`` as ``io.load`` parsed them, or else its
+    ``dtype``/``apply_mask``/``det_bin`` keywords (a direct call), never both."""
+    if load_options is None:
+        return LoadOptions.parse(dtype, apply_mask, det_bin)
+    if not isinstance(load_options, LoadOptions):
+        raise TypeError(f"load_options must be a LoadOptions, got {type(load_options).__name__}")
+    if (dtype, apply_mask, det_bin) != ("native", True, 1):
+        raise ValueError("give load_options or dtype/apply_mask/det_bin, not both")
+    return load_options
+
+
 def parse_load_options(
     dtype: Any = "native", apply_mask: Any = True, det_bin: Any = 1
 ) -> LoadOptions:
@@ -282,9 +303,11 @@ def finish_frames(
 
 __all__ = [
     "LOAD_METADATA_KEYS",
+    "LOAD_OPTION_NAMES",
     "FrameFinisher",
     "LoadOptions",
     "empty_info",
     "finish_frames",
     "parse_load_options",
+    "parse_loader_options",
 ]

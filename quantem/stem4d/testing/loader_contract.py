@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from quantem.stem4d.errors import UnsupportedDtypeError
+from quantem.stem4d.io import parse_options
 from quantem.stem4d.io.qem.writer import save_qem
 from quantem.stem4d.io.registry import find_loader
 from quantem.stem4d.io.synthetic import SyntheticModel, write_synthetic_arina
@@ -236,11 +237,12 @@ class RegisteredLoaderContract(LoaderContract):
     """The contract for the loader registered for (``backend``, ``fmt``) in
     :mod:`quantem.stem4d.io.registry` (built in, by :func:`register_loader
     <quantem.stem4d.io.registry.register_loader>` or by an entry point), called as
-    ``io.load`` calls it. Subclass and set ``backend`` and ``fmt``."""
+    ``io.load`` calls it (one parsed ``load_options``). Subclass and set ``backend``
+    and ``fmt``."""
 
     backend: ClassVar[str] = "cpu"
 
     def load(self, path: Path, **options: Any) -> Loaded:
         loader = find_loader(self.backend, self.fmt).resolve()
-        with loader(path, **options) as acq:
+        with loader(path, **parse_options(options)) as acq:
             return Loaded(acq.data, acq.metadata, acq.validity)

@@ -26,7 +26,7 @@ from quantem.stem4d.io.qem import format as fmt
 from quantem.stem4d.io.qem import tables
 from quantem.stem4d.io.qem.checksum import xxh3
 from quantem.stem4d.io.qem.progress import frame_progress
-from quantem.stem4d.io.transforms import LoadOptions, empty_info
+from quantem.stem4d.io.transforms import LoadOptions, empty_info, parse_loader_options
 
 #: Decoded sizes above which a full load shows progress (on a TTY), and its batch size.
 PROGRESS_MIN_BYTES = 1 << 30
@@ -756,7 +756,12 @@ def _file_identity(path: Path) -> dict:
 
 
 def resolve_load_options(
-    qem: QemFile, dtype: Any, apply_mask: Any, det_bin: Any, scan_shape: Any
+    qem: QemFile,
+    dtype: Any,
+    apply_mask: Any,
+    det_bin: Any,
+    scan_shape: Any,
+    load_options: LoadOptions | None = None,
 ) -> LoadOptions:
     """The parsed load options of a ``.qem`` load (every backend's).
 
@@ -771,7 +776,7 @@ def resolve_load_options(
         )
     if isinstance(dtype, str) and dtype == "source":
         dtype = qem.header.source_dtype.name
-    options = LoadOptions.parse(dtype, apply_mask, det_bin)
+    options = parse_loader_options(load_options, dtype, apply_mask, det_bin)
     options.check_detector(qem.detector_shape)
     return options
 
@@ -809,6 +814,7 @@ def load_qem(
     threads: int | None = None,
     scan_shape: Any = None,
     progress: bool | None = None,
+    load_options: LoadOptions | None = None,
 ) -> Acquisition:
     """Load a ``.qem`` file on the CPU as a dense numpy :class:`Acquisition`.
 
@@ -819,6 +825,9 @@ def load_qem(
         (:meth:`quantem.stem4d.io.transforms.LoadOptions.finish`: mask (default on), then
         dtype, then binning). ``dtype="native"`` gives the stored dtype (the narrowest
         that holds every count); ``"source"`` converts to the dtype of the file's source.
+    load_options
+        The parsed :class:`~quantem.stem4d.io.transforms.LoadOptions` (what ``io.load``
+        passes), instead of ``dtype``, ``apply_mask`` and ``det_bin``.
     verify
         Verify the checksum of every decoded block (default). ``False`` skips only the
         payload checksums; structure and decode checks always run.
@@ -841,7 +850,7 @@ def load_qem(
         )
     qem = QemFile(path, verify=verify, threads=threads)
     try:
-        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape)
+        options = resolve_load_options(qem, dtype, apply_mask, det_bin, scan_shape, load_options)
         if scan_region is None:
             shape = qem.scan_shape
             frames = _decode_all(qem, progress)
