@@ -89,11 +89,14 @@ def test_devices_on_a_backend_without_a_sharded_loader(tmp_path):
 
 
 def test_importing_io_imports_no_loader():
-    """The registry names loaders; importing io loads neither h5py nor the cuda package."""
+    """The registry names loaders: importing io loads no loader, no h5py, no cuda package,
+    and (until the first load) neither numpy nor the entry-point machinery."""
+    heavy = (
+        "'quantem.stem4d.cuda', 'h5py', 'quantem.stem4d.io.arina', 'numpy', 'importlib.metadata'"
+    )
     code = (
         "import sys, quantem.stem4d.io; "
-        "print(sorted(m for m in sys.modules if m.startswith(('quantem.stem4d.cuda', 'h5py',"
-        " 'quantem.stem4d.io.arina'))))"
+        f"print(sorted(m for m in sys.modules if m.startswith(({heavy}))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

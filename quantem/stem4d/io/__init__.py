@@ -17,7 +17,6 @@ from quantem.stem4d.backends import require_backend
 from quantem.stem4d.interop import check_output, require_torch
 from quantem.stem4d.io.formats import QEM_SUFFIX, detect_format, is_qem
 from quantem.stem4d.io.registry import find_loader
-from quantem.stem4d.io.transforms import LOAD_OPTION_NAMES, LoadOptions, parse_loader_options
 
 #: ``dtype`` a ``.qem`` reader resolves per file (the acquisition's source dtype).
 PER_FILE_DTYPES = ("source",)
@@ -69,6 +68,9 @@ def parse_options(options: dict[str, Any]) -> dict[str, Any]:
     loader one :class:`LoadOptions` as ``load_options`` (bad values raise ``ValueError``
     or ``UnsupportedDtypeError`` naming the parameter). ``dtype="source"`` depends on
     the ``.qem`` file, so those keywords go to its reader as given, validated."""
+    # transforms needs numpy: imported by the first load, not by ``import quantem.stem4d.io``
+    from quantem.stem4d.io.transforms import LOAD_OPTION_NAMES, LoadOptions, parse_loader_options
+
     rest = {k: v for k, v in options.items() if k not in (*LOAD_OPTION_NAMES, "load_options")}
     given = {name: options[name] for name in LOAD_OPTION_NAMES if name in options}
     if given.get("dtype") in PER_FILE_DTYPES:

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, NamedTuple
 
 ENTRY_POINT_GROUP = "quantem.stem4d.loaders"
 
 
-@dataclass(frozen=True)
-class LoaderEntry:
+class LoaderEntry(NamedTuple):
     """One registered loader: ``target`` (``"module:function"``) loads one GPU or the
-    host; ``sharded`` (same form, optional) loads over several GPUs (``devices=``)."""
+    host; ``sharded`` (same form, optional) loads over several GPUs (``devices=``).
+    (A NamedTuple, not a dataclass: ``dataclasses`` would double the import time of io.)"""
 
     backend: str
     format: str
@@ -79,6 +77,14 @@ def register_loader(
 def unregister_loader(backend: str, fmt: str) -> None:
     """Remove the entry for ``(backend, fmt)`` (for tests and plugins that unload)."""
     _LOADERS.pop((backend, fmt), None)
+
+
+def entry_points(group: str) -> Any:
+    """The installed entry points of ``group`` (importlib.metadata is imported here: it
+    costs more than the rest of ``import quantem.stem4d.io``, and only a miss needs it)."""
+    import importlib.metadata
+
+    return importlib.metadata.entry_points(group=group)
 
 
 def _read_entry_points() -> None:
