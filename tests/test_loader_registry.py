@@ -13,6 +13,11 @@ from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.errors import SourceIsDirectoryError, UnsupportedDtypeError
 from quantem.stem4d.io import formats, registry
 from quantem.stem4d.io.transforms import LoadOptions, parse_loader_options
+from quantem.stem4d.testing.loader_contract import (
+    RegisteredLoaderContract,
+    h5py_frames,
+    make_sources,
+)
 
 
 def load_npy(path, load_options=None, **options):
@@ -140,3 +145,31 @@ def test_load_options_and_their_keywords_are_not_both_taken(npy_format):
         parse_loader_options(LoadOptions(), "native", False, 1)
     with pytest.raises(TypeError, match="load_options must be a LoadOptions"):
         parse_loader_options({"dtype": "u8"}, "native", True, 1)
+
+
+def load_qem_unmasked(path, *, load_options=None, **options):
+    """A faulty third-party ``.qem`` loader: it drops ``apply_mask``."""
+    from quantem.stem4d.io.qem.reader import load_qem
+
+    return load_qem(path, **options, apply_mask=False)
+
+
+class ReplacedQem(RegisteredLoaderContract):
+    backend, fmt = "cpu", "qem"
+
+
+def test_the_shipped_contract_catches_a_replaced_loader_that_breaks_it(tmp_path):
+    """Replace the cpu/qem entry as a third party would: the contract, called on that
+    entry, fails where the loader is wrong and passes for the built-in one."""
+    sources = make_sources(tmp_path)
+    raw = h5py_frames(sources["hdf5"])
+    contract = ReplacedQem()
+    contract.test_default_load_masks_dead_pixels(sources["qem"], raw)  # the built-in
+    builtin = registry.find_loader("cpu", "qem")
+    registry.register_loader("cpu", "qem", f"{__name__}:load_qem_unmasked", replace=True)
+    try:
+        with pytest.raises(AssertionError):
+            contract.test_default_load_masks_dead_pixels(sources["qem"], raw)
+    finally:
+        registry.register_loader("cpu", "qem", builtin.target, replace=True)
+    assert registry.find_loader("cpu", "qem") == builtin
