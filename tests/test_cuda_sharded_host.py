@@ -502,3 +502,18 @@ def test_verify_source_reaches_every_gpu_and_names_the_changed_frame(fake_gpus, 
         sharded.load(master, devices=[0, 1], verify_source=True, apply_mask=False)
     assert info.value.fields["frame"] == frame
     assert str(source.shard_paths[shard]) in str(info.value)
+
+
+@pytest.mark.parametrize("path_fixture", ["arina", "qem_path"])
+def test_the_parsed_load_options_reach_every_gpu(fake_gpus, request, path_fixture):
+    """io.load hands the sharded loader one parsed LoadOptions (load_options=)."""
+    from quantem.stem4d import io
+
+    fake = fake_gpus(2)
+    path = request.getfixturevalue(path_fixture)
+    expected = _cpu(path, dtype="u8", det_bin=2)
+    parsed = io.parse_options({"dtype": "u8", "det_bin": 2})
+    assert set(parsed) == {"load_options"}
+    acq = sharded.load(path, devices=[1, 0], **parsed)
+    _check_blocks(acq, expected.data, [1, 0], fake)
+    assert acq.metadata["load_options"] == expected.metadata["load_options"]
