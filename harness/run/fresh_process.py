@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -68,8 +69,10 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
         fresh_child.__file__,
         json.dumps({"path": str(path), "backend": backend}),
     ]
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     spawn = time.monotonic_ns()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(
             f"fresh process for {path} exited {done.returncode}: {done.stderr[-800:]}"
@@ -87,6 +90,9 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
         parts["kernel_compile"] = float(report["kernel_compile_seconds"])
     return {
         "seconds": (marks["product"] - spawn) / 1e9,
+        # user + system CPU of the whole child (to its exit): steadier than wall time
+        # on a host whose cores other processes share
+        "cpu_seconds": (reaped.ru_utime - used.ru_utime) + (reaped.ru_stime - used.ru_stime),
         "parts": parts,
         "kernel_paths": report["kernel_paths"],
         "product_sha256": report["product_sha256"],
@@ -116,6 +122,7 @@ def measure_fresh_processes(
             )
         runs.append(run)
     seconds = sorted(r["seconds"] for r in runs)
+    cpu = sorted(r["cpu_seconds"] for r in runs)
     return {
         "acquisition": acquisition,
         "format": fmt,
@@ -124,6 +131,7 @@ def measure_fresh_processes(
         "n": len(runs),
         "median": quantile(seconds, 0.5) if seconds else None,
         "min": seconds[0] if seconds else None,
+        "median_cpu_seconds": quantile(cpu, 0.5) if cpu else None,
         "expected_product_sha256": expected,
         "runs": runs,
     }
@@ -158,8 +166,11 @@ def first_load_lines(doc: dict) -> list[str]:
             for name, value in run["parts"].items():
                 parts.setdefault(name, []).append(value)
         shown = ", ".join(f"{k} {quantile(sorted(v), 0.5):.3f} s" for k, v in parts.items() if v)
+        cpu = c.get("median_cpu_seconds")
+        cpu_text = f", CPU {cpu:.3f} s" if cpu is not None else ""
         lines.append(
-            f"  {c['acquisition']} {c['format']}: median {c['median']:.3f} s of {c['n']} ({shown})"
+            f"  {c['acquisition']} {c['format']}: median {c['median']:.3f} s{cpu_text} of "
+            f"{c['n']} ({shown})"
         )
         held = sorted({pid for run in c["runs"] for pid in run["holders"]})
         if held:
