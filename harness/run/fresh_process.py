@@ -31,8 +31,10 @@ from harness.run import fresh_child, trials
 from harness.run.checks import FailureLog
 
 #: The parts of a fresh process's time, in the order they happen (kernel_compile lies
-#: inside load and product).
-PARTS = ("interpreter", "imports", "cuda_context", "load", "kernel_compile", "product")
+#: inside load and product; jit_import, numba's import, is the CPU's).
+PARTS = (
+    "interpreter", "imports", "cuda_context", "jit_import", "load", "kernel_compile", "product"
+)  # fmt: skip
 METHOD = "fresh-process: spawn to the first exact BF product (imports and CUDA start included)"
 
 
@@ -80,13 +82,13 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     marks = report["marks"]
     order = [("interpreter", "start"), ("imports", "imports"), ("cuda_context", "context"),
-             ("load", "load"), ("product", "product")]  # fmt: skip
+             ("jit_import", "jit_import"), ("load", "load"), ("product", "product")]  # fmt: skip
     parts, last = {}, spawn
     for name, mark in order:
         if mark in marks:
             parts[name] = (marks[mark] - last) / 1e9
             last = marks[mark]
-    if backend == "cuda":
+    if backend in ("cuda", "cpu"):
         parts["kernel_compile"] = float(report["kernel_compile_seconds"])
     return {
         "seconds": (marks["product"] - spawn) / 1e9,
