@@ -5,8 +5,10 @@
 file as a user's script does (``quantem.stem4d.io.load(path, backend=...)``, defaults),
 computes the bright-field image, and prints one JSON line with ``time.monotonic_ns``
 marks (the same clock as the parent's spawn mark) after each part: interpreter start,
-imports, CUDA context (cuda), load, product; the kernel compilations' own seconds
-(cuda); the product's SHA-256, hashed after the last mark.
+imports, CUDA context (cuda) or numba's import (cpu: the load imports it anyway), load,
+product; the kernel compilations' own seconds (cuda: NVRTC or fatbin; cpu: inside
+numba's dispatcher, its CPU target start, cache loads and any compile); the product's
+SHA-256, hashed after the last mark.
 """
 
 import time
@@ -34,6 +36,33 @@ def _timed_compilations(seconds: list) -> None:
     module_loader._compile = timed
 
 
+def _timed_jit(intervals: list) -> None:
+    """Record the spans spent in numba's dispatcher finding a kernel (its CPU target
+    start, cache loads, compiles); decode threads may wait there together, so the parent
+    takes the union of the spans."""
+    from numba.core import dispatcher
+
+    compile_ = dispatcher.Dispatcher._compile_for_args
+
+    def timed(self, *args, **kws):
+        begin = time.perf_counter()
+        try:
+            return compile_(self, *args, **kws)
+        finally:
+            intervals.append((begin, time.perf_counter()))
+
+    dispatcher.Dispatcher._compile_for_args = timed
+
+
+def _union_seconds(intervals: list) -> float:
+    total, reach = 0.0, float("-inf")
+    for begin, end in sorted(intervals):
+        if end > reach:
+            total += end - max(begin, reach)
+            reach = end
+    return total
+
+
 def main() -> None:
     args = json.loads(sys.argv[1])
     marks = {"start": T_START}
@@ -44,6 +73,7 @@ def main() -> None:
 
     marks["imports"] = time.monotonic_ns()
     compiled: list = []
+    jit_spans: list = []
     sync = None
     if args["backend"] == "cuda":
         import cupy
@@ -52,6 +82,11 @@ def main() -> None:
         sync = cupy.cuda.runtime.deviceSynchronize
         marks["context"] = time.monotonic_ns()
         _timed_compilations(compiled)
+    elif args["backend"] == "cpu":
+        import numba  # noqa: F401
+
+        marks["jit_import"] = time.monotonic_ns()
+        _timed_jit(jit_spans)
     acq = quantem.stem4d.io.load(args["path"], backend=args["backend"])
     if sync:
         sync()
@@ -72,7 +107,7 @@ def main() -> None:
         json.dumps(
             {
                 "marks": marks,
-                "kernel_compile_seconds": sum(compiled),
+                "kernel_compile_seconds": sum(compiled) + _union_seconds(jit_spans),
                 "kernel_paths": provenance,
                 "product_sha256": digest,
             }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -30,8 +31,10 @@ from harness.run import fresh_child, trials
 from harness.run.checks import FailureLog
 
 #: The parts of a fresh process's time, in the order they happen (kernel_compile lies
-#: inside load and product).
-PARTS = ("interpreter", "imports", "cuda_context", "load", "kernel_compile", "product")
+#: inside load and product; jit_import, numba's import, is the CPU's).
+PARTS = (
+    "interpreter", "imports", "cuda_context", "jit_import", "load", "kernel_compile", "product"
+)  # fmt: skip
 METHOD = "fresh-process: spawn to the first exact BF product (imports and CUDA start included)"
 
 
@@ -68,8 +71,10 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
         fresh_child.__file__,
         json.dumps({"path": str(path), "backend": backend}),
     ]
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     spawn = time.monotonic_ns()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(
             f"fresh process for {path} exited {done.returncode}: {done.stderr[-800:]}"
@@ -77,16 +82,19 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     marks = report["marks"]
     order = [("interpreter", "start"), ("imports", "imports"), ("cuda_context", "context"),
-             ("load", "load"), ("product", "product")]  # fmt: skip
+             ("jit_import", "jit_import"), ("load", "load"), ("product", "product")]  # fmt: skip
     parts, last = {}, spawn
     for name, mark in order:
         if mark in marks:
             parts[name] = (marks[mark] - last) / 1e9
             last = marks[mark]
-    if backend == "cuda":
+    if backend in ("cuda", "cpu"):
         parts["kernel_compile"] = float(report["kernel_compile_seconds"])
     return {
         "seconds": (marks["product"] - spawn) / 1e9,
+        # user + system CPU of the whole child (to its exit): steadier than wall time
+        # on a host whose cores other processes share
+        "cpu_seconds": (reaped.ru_utime - used.ru_utime) + (reaped.ru_stime - used.ru_stime),
         "parts": parts,
         "kernel_paths": report["kernel_paths"],
         "product_sha256": report["product_sha256"],
@@ -116,6 +124,7 @@ def measure_fresh_processes(
             )
         runs.append(run)
     seconds = sorted(r["seconds"] for r in runs)
+    cpu = sorted(r["cpu_seconds"] for r in runs)
     return {
         "acquisition": acquisition,
         "format": fmt,
@@ -124,6 +133,7 @@ def measure_fresh_processes(
         "n": len(runs),
         "median": quantile(seconds, 0.5) if seconds else None,
         "min": seconds[0] if seconds else None,
+        "median_cpu_seconds": quantile(cpu, 0.5) if cpu else None,
         "expected_product_sha256": expected,
         "runs": runs,
     }
@@ -158,8 +168,11 @@ def first_load_lines(doc: dict) -> list[str]:
             for name, value in run["parts"].items():
                 parts.setdefault(name, []).append(value)
         shown = ", ".join(f"{k} {quantile(sorted(v), 0.5):.3f} s" for k, v in parts.items() if v)
+        cpu = c.get("median_cpu_seconds")
+        cpu_text = f", CPU {cpu:.3f} s" if cpu is not None else ""
         lines.append(
-            f"  {c['acquisition']} {c['format']}: median {c['median']:.3f} s of {c['n']} ({shown})"
+            f"  {c['acquisition']} {c['format']}: median {c['median']:.3f} s{cpu_text} of "
+            f"{c['n']} ({shown})"
         )
         held = sorted({pid for run in c["runs"] for pid in run["holders"]})
         if held:
