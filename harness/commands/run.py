@@ -31,7 +31,7 @@ COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb", "validate"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute)")
+    parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute, self)")
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     io = benchmarks.add_parser(
         "io-scale",
