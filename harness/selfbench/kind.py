@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -114,7 +113,7 @@ class SelfRun:
         acquisition = f"records-{records}"
         history = work / acquisition
         start = time.perf_counter()
-        stored = build_history(history, records, processes=os.cpu_count() or 1)
+        stored = build_history(history, records)
         build_seconds = time.perf_counter() - start
         digest = records_digest(stored)
         if len(set(stored)) != records:
