@@ -33,9 +33,15 @@ def _validator() -> Any:
 def validate_compute_report(doc: Mapping[str, Any], *, name: str = "report") -> None:
     """Schema check, then the cross-section rules: trials and summaries name known
     acquisitions and stages, and unique (acquisition, stage, trial_index)."""
+    check_stage_report(doc, _validator(), name=name)
+
+
+def check_stage_report(doc: Mapping[str, Any], validator: Any, *, name: str) -> None:
+    """The rules of every report whose cells are stages (compute, self): ``validator``'s
+    schema, then trials that name known acquisitions and stages, each once."""
     from jsonschema.exceptions import best_match
 
-    error = best_match(_validator().iter_errors(doc))
+    error = best_match(validator.iter_errors(doc))
     if error is not None:
         json_path = "$" + "".join(
             f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path
@@ -81,5 +87,6 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_PATH",
     "SCHEMA_VERSION",
+    "check_stage_report",
     "validate_compute_report",
 ]

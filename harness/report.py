@@ -22,6 +22,8 @@ from harness.compute_report import SCHEMA_NAME as COMPUTE_SCHEMA_NAME
 from harness.compute_report import validate_compute_report
 from harness.errors import ReportValidationError
 from harness.resources import data_folder
+from harness.self_report import SCHEMA_NAME as SELF_SCHEMA_NAME
+from harness.self_report import validate_self_report
 
 #: Value of the top-level ``schema`` field.
 SCHEMA_NAME = "quantem-harness/loading-report"
@@ -154,6 +156,9 @@ def validate_report(doc: Mapping[str, Any], *, name: str = "report") -> None:
 
     if doc.get("schema") == COMPUTE_SCHEMA_NAME:  # a compute report: its own schema
         validate_compute_report(doc, name=name)
+        return
+    if doc.get("schema") == SELF_SCHEMA_NAME:  # a self-benchmark report: its own schema
+        validate_self_report(doc, name=name)
         return
     error = best_match(_validator().iter_errors(doc))
     if error is not None:
@@ -320,7 +325,7 @@ def schema_version_of(doc: Mapping[str, Any], name: str) -> int:
     if "schema" not in doc and "schema_version" not in doc:
         # Reports written before the schema existed carry neither field: version 0.
         return 0
-    if doc.get("schema") not in (SCHEMA_NAME, COMPUTE_SCHEMA_NAME):
+    if doc.get("schema") not in (SCHEMA_NAME, COMPUTE_SCHEMA_NAME, SELF_SCHEMA_NAME):
         raise _report_error(
             f"{name}: $.schema: expected {SCHEMA_NAME!r}, found {doc.get('schema')!r}",
             source=name,

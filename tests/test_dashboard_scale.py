@@ -2,7 +2,8 @@
 
 Goals (issue 18): the whole render under 30 s on 2 cores, every page under 5 MB, the
 overview interactive in under 2 s in Chromium. The history is the one of
-``benchmarks/history_scale.py`` (example reports of 40 trials over 4 comparison keys).
+``harness run self`` (harness/selfbench/stages.py: example reports of 40 trials over 4
+comparison keys).
 The measured numbers are printed (``-s``) and recorded in archive/performance-diary.md;
 the render is held to the goal itself (CI runs this test alone on 2 cores), the key
 page's charts to 10 times the overview's goal, the sizes to theirs. Besides the wall
@@ -13,13 +14,10 @@ of it, the work being split over the processes).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import multiprocessing
 import os
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -38,25 +36,10 @@ OVERVIEW_GOAL_S = 2.0
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "history_scale", REPO / "benchmarks" / "history_scale.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["history_scale"] = module  # the pool's workers find its functions by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def _build(history: Path) -> None:
-    bench = _benchmark()
-    from harness.history.store import register_reports
+    from harness.selfbench.stages import build_history
 
-    register_reports(history, [bench._report_bytes(0)], render=None)
-    jobs = [(str(history), first, min(first + 250, RECORDS)) for first in range(1, RECORDS, 250)]
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        assert sum(pool.imap_unordered(bench._register_batch, jobs)) == RECORDS - 1
+    assert len(set(build_history(history, RECORDS, processes=2))) == RECORDS
 
 
 def test_a_10000_record_dashboard_renders_in_time_and_size(tmp_path: Path) -> None:
@@ -76,7 +59,9 @@ def test_a_10000_record_dashboard_renders_in_time_and_size(tmp_path: Path) -> No
         render_cpu = _cpu_seconds() - cpu_before
     finally:
         engine.dispose()
-    pages = [history / "index.html", *(history / "dashboard").rglob("*.html")]
+    # the overview, one page per key and per record (assets/ holds the static explorer)
+    pages = [history / "index.html"]
+    pages += [p for p in (history / "dashboard").rglob("*.html") if "assets" not in p.parts]
     assert len(pages) == 1 + 4 + RECORDS
     sizes = {p: p.stat().st_size for p in pages}
     biggest = max(sizes, key=sizes.get)

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.commands.run_self import add_self_parser
 from harness.safe_text import terminal_text
 from harness.views.console import print_line
 from harness.views.scripted import add_output_arguments
@@ -30,7 +31,7 @@ COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb", "validate"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute)")
+    parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute, self)")
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     io = benchmarks.add_parser(
         "io-scale",
@@ -190,6 +191,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument("--calibration-run", metavar="I/N", help=argparse.SUPPRESS)
     io.set_defaults(func=run)
     add_compute_parser(benchmarks)
+    add_self_parser(benchmarks)
     parser.set_defaults(func=_no_benchmark)
 
 
@@ -264,7 +266,7 @@ def register_on_server(url: str, report_path: Path, console) -> str:
 def _no_benchmark(args: argparse.Namespace) -> int:
     from harness.errors import UsageError
 
-    raise UsageError("run: choose a benchmark: io-scale or compute")
+    raise UsageError("run: choose a benchmark: io-scale, compute or self")
 
 
 def _config_from_args(args: argparse.Namespace, **overrides):

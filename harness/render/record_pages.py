@@ -64,6 +64,7 @@ HANDLED_SECTIONS = frozenset(
 RECORD_TEMPLATES = {
     "quantem-harness/loading-report": "dashboard_record.html.j2",
     "quantem-harness/compute-report": "dashboard_record_compute.html.j2",
+    "quantem-harness/self-report": "dashboard_record_self.html.j2",
 }
 #: A page that could not be drawn: the record's JSON and the error, nothing else reached.
 FALLBACK_TEMPLATE = "dashboard_record_fallback.html.j2"

@@ -1,0 +1,128 @@
+"""``harness run self``: the harness's own scale as a recorded benchmark.
+
+Times registration, index query, full render and verify of a folder history of N
+synthetic records (and a PostgreSQL registration with ``--postgres-url``), and the
+verdict-power table; writes OUTPUT_DIR/self.json. See docs/self-benchmark.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import UsageError
+
+
+def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = benchmarks.add_parser(
+        "self",
+        help="the harness's own scale: history, render, verify, PostgreSQL, verdict power",
+        description=(
+            "Build a folder history of N synthetic records per --records value, then time "
+            "registering one more record, an index query, a full dashboard render and a verify "
+            "(and a PostgreSQL registration with --postgres-url), each checked outside its "
+            "timer, and the verdict-power table. Writes OUTPUT_DIR/self.json. Exit 0 passed, "
+            "1 failure, 2 review/incomparable, 64 usage error. See docs/self-benchmark.md."
+        ),
+    )
+    parser.add_argument("--output-dir", type=Path, required=True, metavar="DIR")
+    parser.add_argument(
+        "--records",
+        type=int,
+        nargs="+",
+        default=[40],
+        metavar="N",
+        help="history sizes to measure (default 40; the published scale is 10000)",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="warm rounds per stage (default 3)")
+    parser.add_argument(
+        "--verdict-draws",
+        type=int,
+        default=20,
+        metavar="D",
+        help="comparisons drawn per slowdown for the verdict-power table (default 20)",
+    )
+    parser.add_argument(
+        "--plots",
+        action="store_true",
+        help="also time a full render that redraws every key's plot (stage render_plots)",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        metavar="URL",
+        help="also time registration into this PostgreSQL evidence store (set up by "
+        "`harness history init-db`); synthetic records are added to it",
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, metavar="DIR", help="where the histories are built (temporary)"
+    )
+    parser.add_argument("--storage-id", default="local", metavar="ID", help="storage name")
+    parser.add_argument("--history-dir", type=Path, metavar="H")
+    parser.add_argument("--baseline", metavar="SHA_OR_PATH")
+    parser.add_argument("--regression-percent", type=float, default=20.0)
+    parser.add_argument("--calibration", metavar="SHA_PREFIX")
+    parser.set_defaults(func=run_self_command)
+
+
+def run_self_command(args: argparse.Namespace) -> int:
+    from harness.render import registration_renderer
+    from harness.selfbench.kind import SelfConfig, run_self
+    from harness.views.console import make_console, print_line
+
+    if args.repeat < 1 or min(args.records) < 1 or args.verdict_draws < 0:
+        raise UsageError("--repeat and --records must be at least 1, --verdict-draws at least 0")
+    if args.work_dir is not None and not args.work_dir.is_dir():
+        raise UsageError(f"--work-dir {args.work_dir}: no such folder")
+    config = SelfConfig(
+        output_dir=args.output_dir,
+        records=tuple(args.records),
+        repeat=args.repeat,
+        verdict_draws=args.verdict_draws,
+        postgres_url=args.postgres_url,
+        plots=args.plots,
+        work_dir=args.work_dir,
+        storage_id=args.storage_id,
+        history_dir=args.history_dir,
+        baseline=args.baseline,
+        regression_percent=args.regression_percent,
+        calibration=args.calibration,
+        render=registration_renderer(),
+        command=["harness", *sys.argv[1:]],
+    )
+    console = make_console()
+    outcome = run_self(config)
+    print_self_summary(outcome.report, console)
+    print_line(console, f"report: {outcome.report_path}")
+    for result in outcome.registered:
+        print_line(console, f"history {args.history_dir}: {result.message}")
+    return outcome.exit_code
+
+
+def print_self_summary(doc: dict, console) -> None:
+    """Per scale and stage the first and warm median seconds, the verdict-power table and
+    any failure (plain text, never markup)."""
+    from harness.safe_text import terminal_text
+
+    status = doc["status"]
+    lines = [
+        f"self-benchmark: execution {status['execution']}, correctness {status['correctness']}, "
+        f"performance {status['performance']}, host {status.get('host_load', 'unknown')}"
+    ]
+    for summary in doc["summaries"]:
+        median = summary["median"]
+        warm = "" if median is None else f"  warm median {median:.4g} s"
+        lines.append(
+            f"  {summary['acquisition']:<14} {summary['stage']:<18} "
+            f"first {summary['first']:.4g} s{warm}"
+        )
+    for acquisition in doc["acquisitions"]:
+        for row in (acquisition.get("fitted") or {}).get("table", []):
+            lines.append(
+                f"  verdict power: slowdown {row['slowdown']:.0%}: comparisons judged slower "
+                f"{row['comparisons_slower']:.1%}, cells {row['cells_slower']:.1%} "
+                f"({row['draws']} draws)"
+            )
+    for failure in status["failures"]:
+        lines.append(f"  failure: {failure}")
+    console.print("\n".join(map(terminal_text, lines)), markup=False, highlight=False)
