@@ -293,3 +293,25 @@ def test_reproduce_may_prepare_data_first_but_must_end_in_the_records_command(tm
     )
     with pytest.raises(ClaimsError, match="does not run what the record ran"):
         resolve_claim(parse_claims(_claims_file(tmp_path, bad)).claims[0], layout)
+
+
+@pytest.mark.slow
+def test_a_demo_claim_is_comparable_with_a_fresh_demo_run(tmp_path: Path):
+    """The page tells a reader to rerun `harness run io-scale --demo` and compare: a demo
+    whose data or default conditions moved on would make that comparison `incomparable`."""
+    import json
+
+    claims = parse_claims(REPO / DEFAULT_CLAIMS).claims
+    demo = [c for c in claims if c.reproduce.startswith("harness run io-scale --demo")]
+    assert demo, "no published demo claim"
+    layout = HistoryLayout(EVIDENCE)
+    for reproduce, record in sorted({(c.reproduce, c.record) for c in demo}):
+        words = reproduce.split()[1:]
+        run = _harness(*words, "--output-dir", str(tmp_path / record[:12]), cwd=tmp_path)
+        assert run.returncode in (0, 2), run.stdout + run.stderr
+        compared = _harness(
+            "compare", "--baseline", str(layout.record_path(record)),
+            str(tmp_path / record[:12] / "loading.json"), "--format", "json", cwd=tmp_path,
+        )
+        document = json.loads(compared.stdout)
+        assert document["differences"] == [], (record, document["differences"])
