@@ -134,7 +134,7 @@ def test_rebuild_on_a_server_restores_its_index_in_one_transaction(
 
     code, out, err = _run(["history", "rebuild", "--history-url", url], capsys)
     assert code == EXIT_OK, err
-    assert "indexed 4 records; 0 unregistered records listed, not indexed" in out
+    assert "indexed 4 records; 0 unregistered records and 0 invalid records listed, not indexed" in out
     assert _run(["history", "verify", "--history-url", url], capsys)[0] == EXIT_OK
     # the same rows as registration made, in the folder rebuild's order (created, sha256)
     after = _index_rows(url)

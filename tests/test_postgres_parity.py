@@ -83,7 +83,7 @@ def test_list_show_and_head_are_the_same(twin, capsys) -> None:
         on_folder, on_url = _both(twin, capsys, *args)
         assert on_folder == on_url and on_folder[0] == 0, args
     listed = _run(["history", "list", "--history-dir", str(folder)], capsys)[1].splitlines()
-    group = listed[1].split()[-1]
+    group = listed[1].split()[-2]  # the key, before the purpose (the device name has spaces)
     on_folder, on_url = _both(twin, capsys, "history", "list", "--group", group)
     assert on_folder == on_url and len(on_folder[1].splitlines()) == 1 + 3
 
