@@ -1786,9 +1786,11 @@
       context.stroke();
     }
   }
+  var generation = 0;
   async function update() {
     const qem = state.qem;
     if (!qem) return;
+    const ticket = ++generation;
     let spec;
     try {
       spec = detectorFromInputs();
@@ -1796,6 +1798,7 @@
       const mask = withValidity(detectorMask(spec, detR, detC), qem.pixelMask);
       state.busy = true;
       const sums = state.gpu ? await state.gpu.maskedSum(mask) : maskedSum(state.frames, qem.framePixels, mask);
+      if (ticket !== generation) return;
       state.detector = spec;
       state.maskedSum = sums.map(String);
       state.error = "";
@@ -1805,10 +1808,11 @@
       drawPattern();
       setStatus(`${qem.path}: ${scanR}x${scanC} frames of ${detR}x${detC} ${qem.dtype} \xB7 ${state.path}` + (state.gpuReason ? ` (${state.gpuReason})` : "") + ` \xB7 ${mask.reduce((n, m) => n + m, 0)} pixels in the detector`);
     } catch (error) {
+      if (ticket !== generation) return;
       state.error = error.message;
       setStatus(state.error);
     } finally {
-      state.busy = false;
+      if (ticket === generation) state.busy = false;
     }
   }
   async function open(file) {

@@ -92,9 +92,13 @@ function drawPattern(): void {
   }
 }
 
+// Updates can overlap (a GPU sum is awaited): only the newest may write the state.
+let generation = 0;
+
 async function update(): Promise<void> {
   const qem = state.qem;
   if (!qem) return;
+  const ticket = ++generation;
   let spec: DetectorSpec;
   try {
     spec = detectorFromInputs();
@@ -102,6 +106,7 @@ async function update(): Promise<void> {
     const mask = withValidity(detectorMask(spec, detR, detC), qem.pixelMask);
     state.busy = true;
     const sums = state.gpu ? await state.gpu.maskedSum(mask) : maskedSum(state.frames!, qem.framePixels, mask);
+    if (ticket !== generation) return;
     state.detector = spec;
     state.maskedSum = sums.map(String);
     state.error = "";
@@ -112,10 +117,11 @@ async function update(): Promise<void> {
     setStatus(`${qem.path}: ${scanR}x${scanC} frames of ${detR}x${detC} ${qem.dtype} · ${state.path}` +
       (state.gpuReason ? ` (${state.gpuReason})` : "") + ` · ${mask.reduce((n, m) => n + m, 0)} pixels in the detector`);
   } catch (error) {
+    if (ticket !== generation) return;
     state.error = (error as Error).message;
     setStatus(state.error);
   } finally {
-    state.busy = false;
+    if (ticket === generation) state.busy = false;
   }
 }
 

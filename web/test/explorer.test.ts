@@ -21,11 +21,15 @@ async function explorer(args: string[]): Promise<Page> {
   return page;
 }
 
-async function settled(page: Page): Promise<any> {
-  await page.waitForFunction(() => {
+async function settled(page: Page, spec?: DetectorProducts): Promise<any> {
+  // with a spec: wait for the image of that detector, not of an earlier one still in flight
+  await page.waitForFunction((want) => {
     const s = (globalThis as any).explorer;
-    return s && !s.busy && (s.maskedSum.length > 0 || s.error);
-  });
+    if (!s || s.busy || !(s.maskedSum.length > 0 || s.error)) return false;
+    if (!want || s.error) return true;
+    const d = s.detector;
+    return d && d.kind === want.kind && d.center[0] === want.center[0] && d.center[1] === want.center[1];
+  }, spec ?? null);
   return page.evaluate(() => {
     const s = (globalThis as any).explorer;
     return { path: s.path, maskedSum: s.maskedSum, error: s.error, detector: s.detector };
@@ -89,7 +93,7 @@ describe("explorer page", { skip: skip ?? false }, () => {
       assert.equal(first.path, path);
       for (const spec of Object.values(held.detectors)) {
         await setDetector(page, spec);
-        const state = await settled(page);
+        const state = await settled(page, spec);
         assert.equal(state.error, "");
         assert.equal(state.detector.kind, spec.kind);
         assert.deepEqual(state.maskedSum, spec.masked_sum);
@@ -117,7 +121,7 @@ describe("explorer page", { skip: skip ?? false }, () => {
     assert.equal(first.error, "");
     const spec = held.detectors["disk"]!;
     await setDetector(page, spec);
-    const state = await settled(page);
+    const state = await settled(page, spec);
     assert.deepEqual(state.maskedSum, spec.masked_sum);
     assert.deepEqual(await canvasGray(page, ...held.scan_shape), expectedGray(spec.masked_sum));
   });
