@@ -20,6 +20,7 @@ from harness.verdict.comparison import (
     compare_reports,
     flagged_for_recheck,
     output_changes,
+    undecided_after_recheck,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "flagged_for_recheck",
     "output_changes",
     "resolve_calibration",
+    "undecided_after_recheck",
 ]

@@ -294,12 +294,16 @@ def test_paired_recheck_in_a_run_and_after_the_fact(tmp_path: Path, monkeypatch,
     # force two flags, whatever the timings, so that the paired recheck surely runs
     monkeypatch.setattr(runner, "flagged_for_recheck", lambda *a, **k: list(cells))
     # no pairing flag: the default pairs, and the baseline's code is this checkout
-    code, second = _demo(tmp_path, "b", "--baseline", base_sha, "--recheck", "3")
+    code, second = _demo(
+        tmp_path, "b", "--baseline", base_sha, "--recheck", "3", "--recheck-looks", "1"
+    )
     assert code in (0, 2), capsys.readouterr().err
     doc = json.loads(second.read_bytes())
     block = doc["recheck"]
     assert block["cells"] == [list(c) for c in cells]
+    assert block["looks"] == 1
     paired = block["paired"]
+    assert paired["warmup_rounds"] == 1 and paired["looks_done"] == 1
     assert paired["baseline_sha256"] == base_sha
     assert paired["started_first"] in ("baseline", "candidate")
     assert paired["baseline_code"] == f"this checkout {CHECKOUT} (same fingerprint)"

@@ -116,9 +116,11 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     assert (cell["verdict"] == "unchanged") == cleared and code == (0 if cleared else 2)
     assert any(("flag cleared by the recheck" if cleared else "not cleared") in n
                for n in cell["notes"])  # fmt: skip
-    # the row's medians are the recheck's (3 trials) and the baseline's; the original ones
-    # are kept apart, labelled
-    assert cell["recheck"]["n"] == 3 and cell["n_candidate"] == 3
+    # the row's medians are the recheck's (3 trials a look, up to 4 looks) and the
+    # baseline's; the original ones are kept apart, labelled
+    n = cell["recheck"]["n"]
+    assert n == cell["n_candidate"] and n in (3, 6, 9, 12)
+    assert cleared or n == 12  # a flag left standing was measured at every look
     assert cell["recheck"]["original_n_candidate"] == 2
     assert cell["recheck"]["original_change_percent"] == pytest.approx(900.0)
 
@@ -128,7 +130,9 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     block = record["recheck"]
     assert block["candidate_sha256"] == hashlib.sha256(before).hexdigest()
     assert block["cells"] == [list(SCALED)] and block["rounds"] == 3
-    assert [t["trial_index"] for t in block["trials"]] == [2, 3, 4]  # after the main ones
+    # after the main ones, one look after the other
+    assert [t["trial_index"] for t in block["trials"]] == list(range(2, 2 + n))
+    assert block["looks"] == 4
     assert {(t["acquisition"], t["format"], t["cache_state"]) for t in block["trials"]} == {SCALED}
     assert "contended" in block["contention"] and block["command"][0] == "harness"
     assert block["pairing"] == {

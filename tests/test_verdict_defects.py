@@ -365,6 +365,8 @@ def test_a_rechecked_cell_records_the_original_and_the_recheck(paired) -> None:
         "original_p_adjusted": pytest.approx(cell.recheck["original_p_adjusted"]),
         "holm_family": 1,
         "smallest_p": pytest.approx(1 / 70 if paired else 1 / 126),
+        "looks": 1,
+        "alpha": 0.05,
     }
     change = (1.2 / 1.1 - 1) * 100 if paired else 20.0
     what = (

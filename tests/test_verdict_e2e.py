@@ -123,7 +123,9 @@ def test_demo_aa_pair_with_recheck_never_confirms_a_slowdown(tmp_path: Path) -> 
     for cell in standing:  # every flag left standing was measured again and says so
         key = (cell["acquisition"], cell["format"], cell["cache_state"])
         assert key in rechecked, key
-        assert cell["recheck"]["n"] == 5 and bool(cell["recheck"].get("paired")) is same_code
+        n = cell["recheck"]["n"]  # 5 rounds a look, up to 4 looks; undecided ones use all
+        assert n in (5, 10, 15, 20) and (cell["verdict"] != "possibly_slower" or n == 20)
+        assert bool(cell["recheck"].get("paired")) is same_code
         what = "paired recheck" if same_code else "recheck"
         said = (f"not cleared: the {what}'s", f"confirmed by the {what}", "on the original trials")
         assert any(s in note for note in cell["notes"] for s in said), cell

@@ -54,6 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"rounds of the flagged cells (default {DEFAULT_RECHECK_ROUNDS})",
     )
     parser.add_argument(
+        "--recheck-looks",
+        type=int,
+        default=4,
+        metavar="L",
+        help="measure the cells still undecided K rounds more, up to L batches in all (the "
+        "verdict splits alpha over the L looks; default 4)",
+    )
+    parser.add_argument(
         "--paired",
         action="store_true",
         help="require the paired recheck, the default whenever the baseline's code can be had: "
@@ -220,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
     if args.recheck < 1:
         raise UsageError(f"--recheck must be at least 1, not {args.recheck}")
+    if args.recheck_looks < 1:
+        raise UsageError(f"--recheck-looks must be at least 1, not {args.recheck_looks}")
     if args.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
     paired = parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
@@ -285,6 +295,7 @@ def _recheck(
                 manifest=manifest,
                 output_dir=output_dir,
                 rounds=args.recheck,
+                looks=args.recheck_looks,
                 regression_percent=args.regression_percent,
                 history_dir=history if isinstance(history, Path) else None,
                 native_binary=args.native_binary,

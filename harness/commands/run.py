@@ -98,6 +98,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --baseline: measure every flagged cell K more times right away",
     )
     io.add_argument(
+        "--recheck-looks",
+        type=int,
+        default=4,
+        metavar="L",
+        help="with --recheck: measure the cells still undecided K rounds more, up to L "
+        "batches in all (the verdict splits alpha over the L looks; default 4)",
+    )
+    io.add_argument(
         "--paired",
         action="store_true",
         help="with --recheck: require the paired recheck (the baseline's code measured too, "
@@ -289,6 +297,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         regression_percent=args.regression_percent,
         calibration=args.calibration,
         recheck=args.recheck,
+        recheck_looks=args.recheck_looks,
         paired=parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree),
         baseline_tree=args.baseline_tree,
         lock_dir=args.lock_dir,

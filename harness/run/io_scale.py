@@ -17,7 +17,7 @@ means is :mod:`harness.run.backends`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness.errors import HarnessError, IncomparableError
 from harness.report import summarise_trials
@@ -160,17 +160,44 @@ class IoScaleRun:
 
         return TrialLoop(ctx.workspace, one).run(cells, rounds, first_index)
 
-    def recheck_cells(self, workspace: Workspace, cells: Sequence, rounds: int) -> list[dict]:
-        """Measure ``cells`` ``rounds`` more rounds (indices after the main ones); kept apart."""
+    def recheck_cells(
+        self,
+        workspace: Workspace,
+        cells: Sequence,
+        rounds: int,
+        looks: int = 1,
+        undecided: Callable[[list[dict]], Sequence] | None = None,
+    ) -> list[dict]:
+        """Measure ``cells`` ``rounds`` more rounds (indices after the main ones); kept apart.
+
+        Up to ``looks`` batches: after each but the last, ``undecided(trials so far)`` names
+        the cells still measured (a sequential recheck, harness.run.paired_trials).
+        """
         ctx = self.context(workspace)
         first = len(self.trials)
-        self.measure_cells(ctx, [Cell(*key) for key in cells], rounds, first_index=self.config.reps)
-        rechecked = self.trials[first:]
-        del self.trials[first:]  # the recheck is its own block, never mixed into the trials
-        return rechecked
+        index = self.config.reps
+        active = list(cells)
+        try:
+            for look in range(looks):
+                self.measure_cells(ctx, [Cell(*key) for key in active], rounds, first_index=index)
+                index += rounds
+                if look + 1 == looks or undecided is None:
+                    break
+                active = list(undecided(self.trials[first:]))
+                if not active:
+                    break
+            return self.trials[first:]
+        finally:
+            del self.trials[first:]  # the recheck is its own block, never mixed into the trials
 
     def paired_recheck_cells(
-        self, workspace: Workspace, cells: Sequence, rounds: int, pairing: Pairing
+        self,
+        workspace: Workspace,
+        cells: Sequence,
+        rounds: int,
+        pairing: Pairing,
+        looks: int = 1,
+        undecided: Callable[[list[dict], list[dict]], Sequence] | None = None,
     ) -> tuple[list[dict], dict | None]:
         """``--paired``: ``cells`` with the baseline's code and this run's, alternately.
 
@@ -191,6 +218,8 @@ class IoScaleRun:
                 checkout=pairing.checkout,
                 scratch_parent=workspace.folder,
                 on_trial=workspace.progress.advance,
+                looks=looks,
+                undecided=undecided,
             )
         except IncomparableError:
             raise

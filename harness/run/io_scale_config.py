@@ -41,6 +41,9 @@ class IoScaleConfig:
     calibration: str | None = None
     #: with a baseline: measure each flagged cell this many more rounds, right away
     recheck: int = 0
+    #: the most batches of ``recheck`` rounds a sequential recheck measures (it stops when
+    #: every rechecked cell is cleared or confirmed; the verdict splits alpha over them)
+    recheck_looks: int = 4
     #: Whether the recheck measures the baseline's code too, alternately (harness.run.paired):
     #: True ``--paired`` (required), False ``--no-paired``, None (default) when its code can
     #: be had (harness.run.pairing)
@@ -97,6 +100,8 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
         raise UsageError("--fresh-process needs --backend cpu or cuda (a native load is a process)")
     if cfg.recheck < 0:
         raise UsageError("--recheck must not be negative")
+    if cfg.recheck_looks < 1:
+        raise UsageError("--recheck-looks must be at least 1")
     if cfg.recheck and not cfg.baseline:
         raise UsageError("--recheck needs --baseline (it rechecks the cells the baseline flags)")
     if cfg.paired is not None and not cfg.recheck:

@@ -61,6 +61,8 @@ def paired_recheck(
     checkout: Path,
     scratch_parent: Path,
     on_trial: Callable[[], None] | None = None,
+    looks: int = 1,
+    undecided: Callable[[list[dict], list[dict]], Sequence[CellKey]] | None = None,
 ) -> tuple[list[dict], dict[str, Any]]:
     """The candidate's paired trials and the report's ``recheck.paired`` block.
 
@@ -95,6 +97,8 @@ def paired_recheck(
             expected=expected,
             scratch=scratch.path,
             on_trial=on_trial,
+            looks=looks,
+            undecided=undecided,
         )
     finally:
         scratch.remove()
@@ -111,6 +115,8 @@ def paired_block(
         "baseline_code": code.origin,
         "order": "alternating per cell: baseline first in even rounds, candidate first in odd",
         "started_first": measured["started_first"],
+        "warmup_rounds": measured["warmup_rounds"],
+        "looks_done": measured["looks_done"],
         "baseline_trials": measured["baseline_trials"],
         "workers": workers,
     }

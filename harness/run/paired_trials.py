@@ -132,6 +132,10 @@ class PairedWorker:
         return final
 
 
+#: Rounds of every cell each worker measures first and drops (its start-up).
+WARMUP_ROUNDS = 1
+
+
 def order_of_round(index: int) -> tuple[str, str]:
     """Which side goes first: the baseline in even rounds, the candidate in odd ones."""
     return SIDES if index % 2 == 0 else SIDES[::-1]
@@ -163,8 +167,18 @@ def measure_paired(
     scratch: Path,
     on_trial: Callable[[], None] | None = None,
     started_first: str | None = None,
+    looks: int = 1,
+    undecided: Callable[[list[dict], list[dict]], Sequence[CellKey]] | None = None,
+    warmup: int = WARMUP_ROUNDS,
 ) -> dict[str, Any]:
     """Measure ``cells`` ``rounds`` rounds with both codes, alternately.
+
+    First ``warmup`` rounds of every cell whose trials are dropped: a fresh worker's first
+    trials pay its start-up (imports, kernel caches, first touches), which would otherwise
+    land on one side. Then up to ``looks`` batches of ``rounds`` rounds: after each batch
+    but the last, ``undecided(baseline_trials, candidate_trials)`` names the cells that the
+    trials so far cannot yet clear or confirm, and only those are measured on (a
+    sequential recheck; the verdict splits its alpha over the looks).
 
     ``expected`` is each side's recorded source fingerprint: a worker whose imported code
     fingerprints otherwise (an installed copy shadowing the tree, say) is refused
@@ -180,6 +194,7 @@ def measure_paired(
     trials: dict[str, list[dict]] = {side: [] for side in SIDES}
     finals: dict[str, dict] = {}
     order = start_order(started_first)
+    looks_done = 0
     trees = {"baseline": baseline.tree, "candidate": candidate_tree}
     try:
         for side in order:
@@ -190,12 +205,24 @@ def measure_paired(
                     f"paired recheck: the {side} worker measures code with fingerprint "
                     f"{str(worker.fingerprint)[:12]}, not the {side}'s {expected[side][:12]}"
                 )
-        for index in range(spec.first_index, spec.first_index + rounds):
+        for _ in range(warmup):
             for cell in cells:
-                for side in order_of_round(index):
-                    trials[side].append(workers[side].trial(tuple(cell), index))
-                if on_trial is not None:
-                    on_trial()
+                for side in order_of_round(spec.first_index):
+                    workers[side].trial(tuple(cell), spec.first_index)
+        index = spec.first_index
+        active = [tuple(cell) for cell in cells]
+        while active:
+            for _ in range(rounds):
+                for cell in active:
+                    for side in order_of_round(index):
+                        trials[side].append(workers[side].trial(cell, index))
+                    if on_trial is not None:
+                        on_trial()
+                index += 1
+            looks_done += 1
+            if looks_done >= looks or undecided is None:
+                break
+            active = [tuple(c) for c in undecided(trials["baseline"], trials["candidate"])]
     finally:
         for side, worker in workers.items():
             finals[side] = worker.close()
@@ -203,6 +230,8 @@ def measure_paired(
         "baseline_trials": trials["baseline"],
         "candidate_trials": trials["candidate"],
         "started_first": order[0],
+        "looks_done": looks_done,
+        "warmup_rounds": warmup,
         "workers": {
             side: {
                 "source_fingerprint_start": workers[side].fingerprint,

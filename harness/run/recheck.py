@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.compare import CalibrationUse, collect_cells
+from harness.compare import CalibrationUse, collect_cells, undecided_after_recheck
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
 from harness.history.lookup import LoadedReport
 from harness.run.backends import profile_for
@@ -77,6 +77,8 @@ class RecheckConfig:
     manifest: Path
     output_dir: Path
     rounds: int = 5
+    #: the most batches of ``rounds`` rounds (a sequential recheck, harness.run.runner)
+    looks: int = 4
     regression_percent: float = 20.0
     history_dir: Path | None = None
     native_binary: Path | None = None
@@ -192,6 +194,7 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             doc = recheck_record(
                 candidate,
                 rounds=cfg.rounds,
+                looks=cfg.looks,
                 cells=cfg.cells,
                 command=cfg.command,
                 measured=rechecked,
@@ -213,6 +216,19 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
     if cfg.history_dir is not None:
         outcome.registered = register_measured(cfg.history_dir, report_path)
     return outcome
+
+
+def _undecided(cfg: RecheckConfig, candidate_trials, baseline_trials=None) -> list[CellKey]:
+    """The rechecked cells the trials so far neither clear nor confirm."""
+    return undecided_after_recheck(
+        cfg.baseline.doc,
+        cfg.candidate.doc["trials"],
+        cfg.regression_percent,
+        looks=cfg.looks,
+        recheck_trials=candidate_trials,
+        paired_baseline_trials=baseline_trials,
+        calibration=cfg.calibration,
+    )
 
 
 def _measure(kind: IoScaleRun, cfg: RecheckConfig, acquisitions, environment: dict) -> dict:
@@ -240,7 +256,13 @@ def _measure(kind: IoScaleRun, cfg: RecheckConfig, acquisitions, environment: di
                 break
         if prepared and not kind.log.failed:
             try:
-                trials = kind.recheck_cells(workspace, list(cfg.cells), cfg.rounds)
+                trials = kind.recheck_cells(
+                    workspace,
+                    list(cfg.cells),
+                    cfg.rounds,
+                    looks=cfg.looks,
+                    undecided=lambda so_far: _undecided(cfg, so_far),
+                )
             except EXECUTION_ERRORS as exc:
                 if isinstance(exc, HarnessError) and exc.exit_code != EXIT_FAILURE:
                     raise
@@ -280,6 +302,8 @@ def _measure_paired(
                 checkout=tracker.checkout,
                 scratch_parent=cfg.output_dir,
                 on_trial=bar.advance,
+                looks=cfg.looks,
+                undecided=lambda base, cand: _undecided(cfg, cand, base),
             )
         except IncomparableError:
             raise

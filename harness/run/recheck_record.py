@@ -24,6 +24,7 @@ def recheck_record(
     candidate: LoadedReport,
     *,
     rounds: int,
+    looks: int = 1,
     cells: Sequence[CellKey],
     command: Sequence[str],
     measured: dict,
@@ -38,6 +39,7 @@ def recheck_record(
     doc["baseline"] = None
     contention = measured["contention"]
     block = recheck_block(rounds, list(cells), measured["trials"])
+    block["looks"] = looks
     if measured.get("paired"):
         block["paired"] = measured["paired"]
     if measured.get("pairing"):

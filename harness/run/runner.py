@@ -33,7 +33,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from harness.compare import collect_cells, flagged_for_recheck, resolve_calibration
+from harness.compare import (
+    collect_cells,
+    flagged_for_recheck,
+    resolve_calibration,
+    undecided_after_recheck,
+)
 from harness.errors import EXIT_FAILURE, HarnessError
 from harness.history.lookup import load_report
 from harness.history.store import RegistrationRenderer
@@ -99,8 +104,11 @@ class BenchmarkKind(Protocol):
     def measure(self, selected: SelectedAcquisition, workspace: Workspace) -> None:
         """Measure one acquisition (its files live in ``workspace.folder``)."""
 
-    def recheck_cells(self, workspace: Workspace, cells: list, rounds: int) -> list[dict]:
-        """Measure ``cells`` (keys) ``rounds`` more times, interleaved; return those trials."""
+    def recheck_cells(
+        self, workspace: Workspace, cells: list, rounds: int, looks: int = 1, undecided=None
+    ) -> list[dict]:
+        """Measure ``cells`` (keys) ``rounds`` more times, interleaved, in up to ``looks``
+        batches (after each, only ``undecided(trials so far)``); return those trials."""
 
     def after_trials(self, workspace: Workspace) -> None:
         """Work that needs the temporary files, after every acquisition was measured."""
@@ -259,12 +267,34 @@ def _measure_and_report(
             )
             if flagged:
                 workspace.progress.add_total(len(flagged) * cfg.recheck)
+                looks = getattr(cfg, "recheck_looks", 1)
+
+                def undecided(candidate_trials, baseline_trials=None):
+                    cells = undecided_after_recheck(
+                        baseline.doc,
+                        kind.trials,
+                        cfg.regression_percent,
+                        looks=looks,
+                        recheck_trials=candidate_trials,
+                        paired_baseline_trials=baseline_trials,
+                        calibration=calibration,
+                    )
+                    workspace.progress.add_total(len(cells) * cfg.recheck)
+                    return cells
+
                 if pairing is not None:
                     rechecked, paired = kind.paired_recheck_cells(
-                        workspace, flagged, cfg.recheck, pairing
+                        workspace,
+                        flagged,
+                        cfg.recheck,
+                        pairing,
+                        looks=looks,
+                        undecided=lambda base, cand: undecided(cand, base),
                     )
                 else:
-                    rechecked = kind.recheck_cells(workspace, flagged, cfg.recheck)
+                    rechecked = kind.recheck_cells(
+                        workspace, flagged, cfg.recheck, looks=looks, undecided=undecided
+                    )
         after = collect_contention_sample(gpu_uuid=uuid, gpu=gpu)
         kind.after_trials(workspace)
     provenance, stable = finish_provenance(tracker, log)
@@ -295,6 +325,7 @@ def _measure_and_report(
     recheck = None
     if flagged:
         doc["recheck"] = recheck_block(cfg.recheck, flagged, rechecked)
+        doc["recheck"]["looks"] = getattr(cfg, "recheck_looks", 1)
         if choice is not None:
             doc["recheck"]["pairing"] = choice.to_dict()
         if paired is not None:

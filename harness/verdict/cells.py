@@ -49,6 +49,13 @@ from harness.verdict.resampling import (
 CellKey = tuple[str, str, str]
 DEFAULT_ALPHA = 0.05
 CONFIDENCE = 0.95
+
+
+def recheck_confidence(looks: int) -> float:
+    """The confidence of a recheck's interval when it may stop at any of ``looks`` looks."""
+    return 1 - (1 - CONFIDENCE) / looks
+
+
 #: How every cell's change is estimated from the medians shown beside it.
 ESTIMATOR = "ratio of medians"
 #: What settles a flag that the trials cannot (docs/verdicts.md, "Recheck").
@@ -153,6 +160,7 @@ def _evidence(
     cells: int,
     resamples: int,
     pairs: Sequence[tuple[float, float]] | None = None,
+    confidence: float = CONFIDENCE,
 ) -> _Evidence:
     """The evidence of ``candidate`` against ``baseline`` trials; ``pairs`` (a paired
     recheck's rounds) only change the interval's resampling, which keeps each round's two
@@ -164,7 +172,7 @@ def _evidence(
     if pairs is None and calibration is not None and calibration.usable(key):
         return _Evidence(
             **common,
-            interval=calibration.interval(key, ratio, n_b, n_c, CONFIDENCE),
+            interval=calibration.interval(key, ratio, n_b, n_c, confidence),
             p_slower=calibration.p_slower(key, ratio / factor, n_b, n_c),
             p_faster=calibration.p_faster(key, ratio * factor, n_b, n_c),
             p_change_up=calibration.p_slower(key, ratio, n_b, n_c),
@@ -181,11 +189,11 @@ def _evidence(
     try:
         if pairs is not None:
             interval = paired_median_ratio_interval(
-                pairs, confidence=CONFIDENCE, resamples=resamples
+                pairs, confidence=confidence, resamples=resamples
             )
         else:
             interval = ratio_of_medians_interval(
-                baseline, candidate, confidence=CONFIDENCE, resamples=resamples
+                baseline, candidate, confidence=confidence, resamples=resamples
             )
     except ValueError:
         interval = (float("nan"), float("nan"))
@@ -294,19 +302,24 @@ def _second_stage(
     paired: bool,
     limit: float,
     alpha: float,
+    looks: int = 1,
 ) -> tuple[CellVerdict, list[str], float, float]:
-    """A rechecked cell: its verdict, notes and the (p, adjusted p) that decided it."""
+    """A rechecked cell: its verdict, notes and the (p, adjusted p) that decided it.
+
+    ``alpha`` is already the recheck's share for one of its ``looks`` (alpha / looks).
+    """
     what = "paired recheck" if paired else "recheck"
     low, high = ev.interval_percent
     interval = f"[{low:+.1f}%, {high:+.1f}%]"
+    level = f"{recheck_confidence(looks) * 100:.4g}%"
     if high <= limit:  # a NaN interval (no resampling possible) is never evidence
         if first.flagged:
             note = (
-                f"flag cleared by the {what}: its 95% interval {interval} lies at or below "
+                f"flag cleared by the {what}: its {level} interval {interval} lies at or below "
                 f"the {limit:g}% threshold"
             )
         else:
-            note = f"the {what}'s 95% interval {interval} lies at or below the threshold"
+            note = f"the {what}'s {level} interval {interval} lies at or below the threshold"
         verdict, more = _first_stage(ev, adj, limit=limit, alpha=alpha)
         if verdict.flagged:  # cannot happen (change <= high <= limit); kept explicit
             verdict = CellVerdict.UNCHANGED
@@ -316,7 +329,8 @@ def _second_stage(
             CellVerdict.SLOWER,
             [
                 f"confirmed by the {what}: {ev.change:+.1f}%, Holm-adjusted p = "
-                f"{adj.slower:.3g} over the {adj.family} rechecked cells"
+                f"{adj.slower:.3g} <= {alpha:.3g} over the {adj.family} rechecked cells"
+                + (f" ({looks} looks, alpha split between them)" if looks > 1 else "")
             ],
             ev.p_slower,
             adj.slower,
@@ -334,7 +348,8 @@ def _second_stage(
     if not first.flagged and ev.change <= limit:
         return CellVerdict.UNCHANGED, [], ev.p_slower, adj.slower
     notes = [
-        f"not cleared: the {what}'s 95% interval {interval} reaches past the {limit:g}% threshold"
+        f"not cleared: the {what}'s {level} interval {interval} reaches past the {limit:g}% "
+        "threshold"
     ]
     if ev.change > limit:
         if _cannot_reach(ev, adj.family, alpha):
@@ -362,6 +377,7 @@ def decide_cells(
     recheck: Mapping[CellKey, Sequence[float]] | None = None,
     paired: Mapping[CellKey, Sequence[tuple[float, float]]] | None = None,
     bootstrap_resamples: int = DEFAULT_RESAMPLES,
+    looks: int = 1,
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
@@ -370,15 +386,22 @@ def decide_cells(
     baseline's trials) or ``paired`` rounds ((baseline, candidate) seconds of the two codes
     measured one after the other; these win over ``recheck``): the recheck's own evidence,
     Holm over the rechecked cells, combined with the first stage as the module docstring
-    says.
+    says. ``looks`` is how many times a sequential recheck could stop (its rounds come in
+    up to ``looks`` batches, each followed by a look): the recheck's tests run at
+    ``alpha / looks`` and its intervals at :func:`recheck_confidence` (Bonferroni over
+    the looks), so that stopping early inflates neither error.
     """
+    if looks < 1:
+        raise ValueError(f"looks must be at least 1, not {looks}")
     keys = sorted(baseline)
     limit = threshold_percent
     pairs_of = {k: list(v) for k, v in (paired or {}).items() if v and k in baseline}
     again = {k: list(v) for k, v in (recheck or {}).items() if v and k in baseline}
     rechecked = sorted(set(pairs_of) | set(again))
 
-    def evidence_of(key, base, cand, cells, pairs=None) -> _Evidence:
+    recheck_alpha = alpha / looks
+
+    def evidence_of(key, base, cand, cells, pairs=None, confidence=CONFIDENCE) -> _Evidence:
         return _evidence(
             key,
             base,
@@ -389,6 +412,7 @@ def decide_cells(
             cells=cells,
             resamples=bootstrap_resamples,
             pairs=pairs,
+            confidence=confidence,
         )
 
     first = {k: evidence_of(k, baseline[k], candidate[k], len(keys)) for k in keys}
@@ -398,10 +422,21 @@ def decide_cells(
         if key in pairs_of:
             pairs = pairs_of[key]
             second[key] = evidence_of(
-                key, [b for b, _ in pairs], [c for _, c in pairs], len(rechecked), pairs
+                key,
+                [b for b, _ in pairs],
+                [c for _, c in pairs],
+                len(rechecked),
+                pairs,
+                confidence=recheck_confidence(looks),
             )
         else:
-            second[key] = evidence_of(key, baseline[key], again[key], len(rechecked))
+            second[key] = evidence_of(
+                key,
+                baseline[key],
+                again[key],
+                len(rechecked),
+                confidence=recheck_confidence(looks),
+            )
     second_adj = _adjust(second)
     results = []
     for key in keys:
@@ -421,7 +456,8 @@ def decide_cells(
                 adj,
                 paired=is_paired,
                 limit=limit,
-                alpha=alpha,
+                alpha=recheck_alpha,
+                looks=looks,
             )
             recheck_info = {
                 "n": len(ev.candidate),
@@ -438,6 +474,8 @@ def decide_cells(
                 "original_p_adjusted": first_adj[key].slower,
                 "holm_family": adj.family,
                 "smallest_p": ev.smallest_p,
+                "looks": looks,
+                "alpha": recheck_alpha,
             }
             notes.insert(
                 0,
@@ -453,7 +491,11 @@ def decide_cells(
                 "a pass does not rule out smaller ones"
             )
         warnings = _warnings(
-            ev, adj.family, alpha, limit, said=any("not enough" in n for n in notes)
+            ev,
+            adj.family,
+            recheck_alpha if key in second else alpha,
+            limit,
+            said=any("not enough" in n for n in notes),
         )
         results.append(
             CellComparison(

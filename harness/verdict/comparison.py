@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -338,6 +338,7 @@ def compare_reports(
         if recheck is None and candidate_doc.get("recheck"):
             recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
             paired = _paired_trials(comparison, candidate_doc["recheck"])
+        looks = int((candidate_doc.get("recheck") or {}).get("looks", 1)) if recheck else 1
         comparison.cells = decide_cells(
             base_cells,
             cand_cells,
@@ -346,6 +347,7 @@ def compare_reports(
             calibration=calibration.null if calibration else None,
             recheck=recheck,
             paired=paired,
+            looks=looks,
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -380,7 +382,24 @@ def _paired_trials(
             if t.get("kept")
         }
 
-    base, cand = by_round(paired["baseline_trials"]), by_round(block["trials"])
+    return pairs_by_round(paired["baseline_trials"], block["trials"])
+
+
+def pairs_by_round(
+    baseline_trials: Sequence[Mapping[str, Any]], candidate_trials: Sequence[Mapping[str, Any]]
+) -> dict[CellKey, list[tuple[float, float]]]:
+    """(baseline, candidate) seconds of the kept trials of the same cell and trial index."""
+
+    def by_round(trials: Sequence[Mapping[str, Any]]) -> dict[tuple[CellKey, int], float]:
+        return {
+            ((t["acquisition"], t["format"], t["cache_state"]), int(t["trial_index"])): float(
+                t["seconds"]
+            )
+            for t in trials
+            if t.get("kept")
+        }
+
+    base, cand = by_round(baseline_trials), by_round(candidate_trials)
     pairs: dict[CellKey, list[tuple[float, float]]] = {}
     for (key, index), seconds in sorted(cand.items()):
         if (key, index) in base:
@@ -412,6 +431,48 @@ def flagged_for_recheck(
         calibration=calibration.null if calibration else None,
     )
     return [cell.key for cell in cells if cell.flagged]
+
+
+def undecided_after_recheck(
+    baseline_doc: Mapping[str, Any],
+    trials: list[Mapping[str, Any]],
+    regression_percent: float,
+    *,
+    looks: int,
+    recheck_trials: Sequence[Mapping[str, Any]] = (),
+    paired_baseline_trials: Sequence[Mapping[str, Any]] | None = None,
+    calibration: CalibrationUse | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> list[CellKey]:
+    """The rechecked cells that the recheck's trials so far neither clear nor confirm.
+
+    ``recheck_trials`` are the candidate's recheck trials; with ``paired_baseline_trials``
+    (the baseline code's, same trial indices) the recheck is paired. The verdict is the
+    one the finished report will get, with its alpha split over ``looks``.
+    """
+    base = collect_cells(baseline_doc)
+    cand = collect_cells({"trials": trials})
+    if set(base) != set(cand):
+        return []
+    paired = None
+    again = None
+    if paired_baseline_trials is not None:
+        paired = pairs_by_round(paired_baseline_trials, recheck_trials)
+    else:
+        again = collect_cells({"trials": list(recheck_trials)})
+    cells = decide_cells(
+        base,
+        cand,
+        threshold_percent=regression_percent,
+        alpha=alpha,
+        calibration=calibration.null if calibration else None,
+        recheck=again,
+        paired=paired,
+        looks=looks,
+    )
+    return [
+        c.key for c in cells if c.recheck is not None and c.verdict is CellVerdict.POSSIBLY_SLOWER
+    ]
 
 
 def compare_loaded(
