@@ -4,6 +4,7 @@ batches, and the verdict's alpha and interval split over the looks it could take
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -19,7 +20,7 @@ B = ("scan", "hdf5", "cached")
 class FakeWorker:
     """Stands in for a worker process: answers trials, remembers what it was asked."""
 
-    asked: list[tuple[str, tuple, int]] = []
+    asked: ClassVar[list[tuple[str, tuple, int]]] = []
 
     def __init__(self, side, tree, spec, scratch) -> None:
         self.side = side
