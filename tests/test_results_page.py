@@ -315,3 +315,60 @@ def test_a_demo_claim_is_comparable_with_a_fresh_demo_run(tmp_path: Path):
         )
         document = json.loads(compared.stdout)
         assert document["differences"] == [], (record, document["differences"])
+
+
+def _with_rate(report: dict, rate: float) -> dict:
+    doc = copy.deepcopy(report)
+    for summary in doc["summaries"]:
+        summary["exit_2_rate"] = rate  # as a self-benchmark's verdict-e2e row carries it
+    return doc
+
+
+def _raw_history(tmp_path: Path, doc: dict) -> tuple[Path, str]:
+    history = tmp_path / "evidence"
+    history.mkdir()
+    layout = HistoryLayout.at(history)
+    data = dump_report(doc)
+    sha = sha256_bytes(data)
+    layout.record_path(sha).parent.mkdir(parents=True)
+    layout.record_path(sha).write_bytes(data)
+    return history, sha
+
+
+@pytest.mark.parametrize(
+    ("rate", "goal", "met"),
+    [
+        (0.05, "goal_max_value = 0.05", True),
+        (0.10, "goal_max_value = 0.05", False),
+        (0.80, "goal_min_value = 0.8", True),
+        (0.75, "goal_min_value = 0.8", False),
+    ],
+)
+def test_a_fraction_claim_is_shown_as_a_percentage_and_its_goal_judged(tmp_path, rate, goal, met):
+    history, sha = _raw_history(tmp_path, _with_rate(make_example_report(0), rate))
+    extra = f'statistic = "exit_2_rate"\nunit = "fraction"\n{goal}'
+    claims = parse_claims(_claims_file(tmp_path, _claim(sha, extra)))
+    resolved = resolve_claim(claims.claims[0], HistoryLayout.at(history))
+    assert resolved.figure == rate and resolved.goal_met is met
+    page = render_results_page(claims, history, tmp_path / "results.md")
+    assert f"| Figure | **{rate * 100:.3g}%**, the exit_2_rate of" in page
+    assert ("**met**" if met else "**not met**") in page
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('unit = "furlongs"', "unit must be one of"),
+        ('unit = "fraction"\ngoal_max_seconds = 1', "a fraction has no seconds goal"),
+        ("goal_min_value = -1", "at least 0"),
+        ('statistic = "median"\nunit = "fraction"', "not a fraction"),
+    ],
+)
+def test_bad_fraction_claims_are_refused(tmp_path, extra, message):
+    doc = make_example_report(0)
+    for summary in doc["summaries"]:
+        summary["median"] = 2.5  # a median of seconds is no fraction
+    history, sha = _raw_history(tmp_path, doc)
+    with pytest.raises(ClaimsError, match=message):
+        claims = parse_claims(_claims_file(tmp_path, _claim(sha, extra)))
+        resolve_claim(claims.claims[0], HistoryLayout.at(history))

@@ -57,6 +57,26 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--work-dir", type=Path, metavar="DIR", help="where the histories are built (temporary)"
     )
+    parser.add_argument(
+        "--verdict-e2e",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="also judge the verdict against truth: RUNS runs of the README's regression check "
+        "per scenario (A/A and real slowdowns of this checkout's HEAD; minutes per run; "
+        "docs/self-benchmark.md)",
+    )
+    parser.add_argument(
+        "--e2e-passes",
+        default="0,2,1",
+        metavar="P,P,...",
+        help="with --verdict-e2e: extra passes over the loaded array per scenario, 0 for A/A "
+        "(default 0,2,1: about +50%% and +25%% on the demo)",
+    )
+    parser.add_argument(
+        "--e2e-recheck", type=int, default=5, metavar="K",
+        help="with --verdict-e2e: the candidate's --recheck K (default 5)",
+    )  # fmt: skip
     parser.add_argument("--storage-id", default="local", metavar="ID", help="storage name")
     parser.add_argument("--history-dir", type=Path, metavar="H")
     parser.add_argument("--baseline", metavar="SHA_OR_PATH")
@@ -72,6 +92,18 @@ def run_self_command(args: argparse.Namespace) -> int:
 
     if args.repeat < 1 or min(args.records) < 1 or args.verdict_draws < 0:
         raise UsageError("--repeat and --records must be at least 1, --verdict-draws at least 0")
+    try:
+        passes = tuple(int(p) for p in args.e2e_passes.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--e2e-passes {args.e2e_passes!r}: give whole numbers, e.g. 0,2,1"
+        ) from None
+    if args.verdict_e2e < 0 or args.e2e_recheck < 1 or any(p < 0 for p in passes):
+        raise UsageError(
+            "--verdict-e2e must be at least 0, --e2e-recheck at least 1, --e2e-passes at least 0"
+        )
+    if len(set(passes)) != len(passes):
+        raise UsageError(f"--e2e-passes {args.e2e_passes!r}: each scenario once")
     if args.work_dir is not None and not args.work_dir.is_dir():
         raise UsageError(f"--work-dir {args.work_dir}: no such folder")
     config = SelfConfig(
@@ -89,6 +121,9 @@ def run_self_command(args: argparse.Namespace) -> int:
         calibration=args.calibration,
         render=registration_renderer(),
         command=["harness", *sys.argv[1:]],
+        verdict_e2e_runs=args.verdict_e2e,
+        e2e_passes=passes,
+        e2e_recheck=args.e2e_recheck,
     )
     console = make_console()
     outcome = run_self(config)
@@ -110,11 +145,12 @@ def print_self_summary(doc: dict, console) -> None:
         f"performance {status['performance']}, host {status.get('host_load', 'unknown')}"
     ]
     for summary in doc["summaries"]:
-        median = summary["median"]
+        median, first = summary["median"], summary["first"]
         warm = "" if median is None else f"  warm median {median:.4g} s"
         lines.append(
             f"  {summary['acquisition']:<14} {summary['stage']:<18} "
-            f"first {summary['first']:.4g} s{warm}"
+            + ("" if first is None else f"first {first:.4g} s")
+            + warm
         )
     for acquisition in doc["acquisitions"]:
         for row in (acquisition.get("fitted") or {}).get("table", []):
@@ -123,6 +159,21 @@ def print_self_summary(doc: dict, console) -> None:
                 f"{row['comparisons_slower']:.1%}, cells {row['cells_slower']:.1%} "
                 f"({row['draws']} draws)"
             )
+        for s in (acquisition.get("fitted") or {}).get("scenarios", []):
+            span = list(s["measured_slowdown_percent"].values())
+            lines.append(
+                f"  verdict e2e: {s['passes']} extra passes ({s['class']}, measured "
+                + (f"{min(span):+.0f}% to {max(span):+.0f}%" if span else "nothing")
+                + f"): exit 2 in {s['exit_2_rate']:.0%} of {s['runs']} runs; cells slower "
+                f"{s['verdict_rates']['slower']:.0%}, possibly slower "
+                f"{s['verdict_rates']['possibly_slower']:.0%}, unchanged "
+                f"{s['verdict_rates']['unchanged']:.0%}"
+            )
+            for goal in s["goals"]:
+                lines.append(
+                    f"    goal {goal['goal']}: {goal['value']:.1%}, "
+                    + ("met" if goal["met"] else "NOT met")
+                )
     for failure in status["failures"]:
         lines.append(f"  failure: {failure}")
     console.print("\n".join(map(terminal_text, lines)), markup=False, highlight=False)

@@ -20,6 +20,9 @@ The file format (version 1)::
     record = "<64 hex>"                  # the record's SHA-256
     cell = { acquisition = "demo-u16", format = "hdf5", cache_state = "cached" }
     statistic = "median"                 # a summary field (default median)
+    unit = "seconds"                     # or "fraction" (a rate, shown as a percentage)
+    goal_max_value = 0.05                # optional: met when the figure is at most this
+    goal_min_value = 0.8                 # optional: met when the figure is at least this
     floor_cell = { ... }                 # optional: another summary row of the record as floor
     reproduce = "harness run io-scale --demo"   # may start with preparation: "A && B"
 
@@ -62,7 +65,11 @@ _CLAIM_KEYS = {
     "statistic",
     "floor_cell",
     "reproduce",
+    "unit",
+    "goal_max_value",
+    "goal_min_value",
 }
+UNITS = ("seconds", "fraction")
 _CLAIM_REQUIRED = ("id", "question", "goal", "record", "cell", "reproduce")
 _STALE_KEYS = {"id", "question", "goal", "old_figure", "since", "source"}
 #: Summary fields a record may carry about the floor that bounds a cell (issue 38's floor cells).
@@ -85,6 +92,9 @@ class Claim:
     floor_cell: dict[str, str] | None = None
     goal_max_seconds: float | None = None
     goal_max_ratio_to_floor: float | None = None
+    unit: str = "seconds"
+    goal_max_value: float | None = None
+    goal_min_value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,10 @@ class ResolvedClaim:
         if self.claim.goal_max_ratio_to_floor is not None:
             ratio = self.ratio_to_floor
             checks.append(ratio is not None and ratio <= self.claim.goal_max_ratio_to_floor)
+        if self.claim.goal_max_value is not None:
+            checks.append(self.figure <= self.claim.goal_max_value)
+        if self.claim.goal_min_value is not None:
+            checks.append(self.figure >= self.claim.goal_min_value)
         return all(checks) if checks else None
 
 
@@ -176,6 +190,19 @@ def parse_claims(path: str | Path) -> Claims:
                 isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
             ):
                 raise ClaimsError(f"{where}: {key} must be a positive number")
+        for key in ("goal_max_value", "goal_min_value"):
+            value = raw.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+            ):
+                raise ClaimsError(f"{where}: {key} must be a number at least 0")
+        unit = str(raw.get("unit", "seconds"))
+        if unit not in UNITS:
+            raise ClaimsError(f"{where}: unit must be one of {', '.join(UNITS)}, not {unit!r}")
+        if unit == "fraction" and (
+            "goal_max_seconds" in raw or "goal_max_ratio_to_floor" in raw or "floor_cell" in raw
+        ):
+            raise ClaimsError(f"{where}: a fraction has no seconds goal and no floor")
         record = str(raw["record"]).lower()
         if not SHA256_PATTERN.match(record):
             raise ClaimsError(f"{where}: record must be a full SHA-256 (64 hex digits)")
@@ -193,6 +220,9 @@ def parse_claims(path: str | Path) -> Claims:
                 else None,
                 goal_max_seconds=raw.get("goal_max_seconds"),
                 goal_max_ratio_to_floor=raw.get("goal_max_ratio_to_floor"),
+                unit=unit,
+                goal_max_value=raw.get("goal_max_value"),
+                goal_min_value=raw.get("goal_min_value"),
             )
         )
     stale: list[NotRemeasured] = []
@@ -259,8 +289,10 @@ def resolve_claim(claim: Claim, layout: HistoryLayout) -> ResolvedClaim:
         raise ClaimsError(f"{where}: {path} is not a JSON report") from None
     summary = _one_summary(report, claim.cell, where)
     figure = summary.get(claim.statistic)
-    if not isinstance(figure, (int, float)):
+    if isinstance(figure, bool) or not isinstance(figure, (int, float)):
         raise ClaimsError(f"{where}: the cell has no numeric {claim.statistic!r}")
+    if claim.unit == "fraction" and not 0 <= figure <= 1:
+        raise ClaimsError(f"{where}: {claim.statistic!r} is {figure}, not a fraction")
     floor = {k: summary[k] for k in FLOOR_FIELDS if summary.get(k) is not None}
     if claim.floor_cell is not None:
         floor_summary = _one_summary(report, claim.floor_cell, f"{where}: floor_cell")

@@ -24,6 +24,10 @@ def _seconds(value: float) -> str:
     return f"{value * 1e6:.3g} µs"
 
 
+def _figure(value: float, unit: str) -> str:
+    return f"{value * 100:.3g}%" if unit == "fraction" else _seconds(value)
+
+
 def _cell_words(cell: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in cell.items())
 
@@ -94,7 +98,7 @@ def _claim_section(resolved: ResolvedClaim, link_prefix: str, evidence_path: str
         "",
         "| | |",
         "|---|---|",
-        f"| Figure | **{_seconds(resolved.figure)}**, the {claim.statistic} of {_cell_words(claim.cell)} ({kept}) |",
+        f"| Figure | **{_figure(resolved.figure, claim.unit)}**, the {claim.statistic} of {_cell_words(claim.cell)} ({kept}) |",
         f"| Floor | {_floor(resolved)} |",
         f"| Goal | {_goal(resolved)} |",
         f"| Date | {report['created_utc']} |",
@@ -148,7 +152,7 @@ def render_results_page(
             ratio = item.ratio_to_floor
             met = item.goal_met
             lines.append(
-                f"| [{item.claim.id}](#{item.claim.id}) | {_seconds(item.figure)} "
+                f"| [{item.claim.id}](#{item.claim.id}) | {_figure(item.figure, item.claim.unit)} "
                 f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
                 f"| {'-' if met is None else ('met' if met else 'not met')} "
                 f"| {item.report['created_utc'][:10]} |"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,8 +34,9 @@ from harness.run.provenance import SourceTracker
 from harness.run.registration import register_measured
 from harness.run.reporting import RunOutcome, judge, status_section, write_report
 from harness.run.runner import finish_provenance
-from harness.run.workspace import claim_output_dir
+from harness.run.workspace import claim_output_dir, progress_bar
 from harness.self_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
+from harness.selfbench import e2e
 from harness.selfbench.power import MAX_FALSE_POSITIVE, power_table
 from harness.selfbench.stages import GROUPS, ScaleStages, build_history, records_digest
 
@@ -44,6 +46,7 @@ PLOTS_STAGE = "render_plots"
 POSTGRES_STAGE = "postgres_register"
 POWER_STAGE = "verdict_draws"
 POWER_ACQUISITION = "verdict-power"
+E2E_ACQUISITION = "verdict-e2e"
 FIRST, WARM = "first", "warm"
 
 
@@ -65,6 +68,14 @@ class SelfConfig:
     calibration: str | None = None
     render: RegistrationRenderer | None = None
     command: list[str] = field(default_factory=list)
+    #: runs per scenario of the verdict's end-to-end check (0: not measured)
+    verdict_e2e_runs: int = 0
+    #: extra passes over the loaded array per scenario (0: A/A)
+    e2e_passes: tuple[int, ...] = (0, 2, 1)
+    e2e_recheck: int = 5
+    #: the git repository whose HEAD the scenarios export (None: this checkout)
+    e2e_repo: Path | None = None
+    progress: bool | None = None
 
 
 class SelfRun:
@@ -75,6 +86,8 @@ class SelfRun:
         self.log = FailureLog()
         self.trials: list[dict] = []
         self.acquisitions: list[dict] = []
+        #: the verdict e2e's rate fields per scenario stage (summaries carry them)
+        self.e2e_rates: dict[str, dict] = {}
 
     @property
     def stages(self) -> list[str]:
@@ -83,7 +96,10 @@ class SelfRun:
             stages.append(PLOTS_STAGE)
         if self.config.postgres_url:
             stages.append(POSTGRES_STAGE)
-        return [*stages, POWER_STAGE]
+        stages.append(POWER_STAGE)
+        if self.config.verdict_e2e_runs:
+            stages += [f"passes-{p}" for p in self.config.e2e_passes]
+        return stages
 
     def _trial(self, acquisition: str, stage: str, index: int, seconds: float) -> None:
         self.trials.append(
@@ -196,6 +212,87 @@ class SelfRun:
             }
         )
 
+    def measure_e2e(self, work: Path) -> None:
+        """The verdict's end-to-end check (:mod:`.e2e`): every scenario's runs as trials
+        of ``verdict-e2e`` (one stage per scenario, every run kept), its rates and goals
+        under ``fitted`` (a goal not met is a finding the record states, not a failure)."""
+        cfg = self.config
+        repo = cfg.e2e_repo or Path(__file__).resolve().parents[2]
+        try:
+            revision = subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "HEAD"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.CalledProcessError):
+            self.log.execution(f"verdict-e2e: {repo} is not a git checkout (its HEAD is exported)")
+            return
+        total = cfg.verdict_e2e_runs * len(cfg.e2e_passes)
+        with progress_bar("verdict e2e runs", total, cfg.progress) as bar:
+
+            def on_run(passes: int, index: int, result: dict) -> None:
+                bar.advance()
+                self.trials.append(
+                    {
+                        "acquisition": E2E_ACQUISITION,
+                        "format": "history",
+                        "cache_state": f"passes-{passes}",
+                        "stage": f"passes-{passes}",
+                        "trial_index": index,
+                        "label": WARM,
+                        "kept": "cells" in result,
+                        "seconds": float(result["seconds"]),
+                        "read_bytes": 0,
+                        "file_bytes": 0,
+                        "residency_before": 0.0,
+                    }
+                )
+                if "cells" not in result:
+                    self.log.execution(
+                        f"verdict-e2e: passes {passes} run {index}: "
+                        + str(result.get("error", "no report")).strip()[-300:]
+                    )
+
+            summaries = e2e.run_scenarios(
+                work / "verdict-e2e", repo, revision, list(cfg.e2e_passes),
+                cfg.verdict_e2e_runs, cfg.e2e_recheck, on_run=on_run,
+            )  # fmt: skip
+        for summary in summaries:
+            stage = f"passes-{summary['passes']}"
+            self.e2e_rates[stage] = {
+                "exit_2_rate": summary["exit_2_rate"],
+                **{f"{v}_rate": summary["verdict_rates"][v] for v in e2e.VERDICTS},
+                "min_measured_slowdown_percent": min(
+                    summary["measured_slowdown_percent"].values(), default=None
+                ),
+                "max_measured_slowdown_percent": max(
+                    summary["measured_slowdown_percent"].values(), default=None
+                ),
+            }
+            large = e2e.large_cell_rates(summary)
+            if large is not None:
+                self.e2e_rates[stage]["large_cells_slower_rate"] = large["slower"]
+                self.e2e_rates[stage]["large_cells_unchanged_rate"] = large["unchanged"]
+        digest = hashlib.sha256(canonical_json(summaries).encode("ascii")).hexdigest()
+        identity = {"revision": revision, "runs": cfg.verdict_e2e_runs,
+                    "passes": list(cfg.e2e_passes), "recheck": cfg.e2e_recheck}  # fmt: skip
+        self.acquisitions.append(
+            {
+                "id": E2E_ACQUISITION,
+                "filename": "",
+                "source_master_sha256": hashlib.sha256(
+                    canonical_json(identity).encode("ascii")
+                ).hexdigest(),
+                "outputs": {
+                    "scenarios": {"sha256": digest, "dtype": "json", "shape": [len(summaries)]}
+                },
+                "fitted": {
+                    "tree": {"revision": revision, "exported": "git archive"},
+                    "scenarios": summaries,
+                },
+                "deterministic": False,
+            }
+        )
+
     def summaries(self) -> list[dict]:
         cells: dict[tuple[str, str], list[dict]] = {}
         for trial in self.trials:
@@ -218,6 +315,7 @@ class SelfRun:
                     "p95": quantile(warm, 0.95) if warm else None,
                     "min": warm[0] if warm else None,
                     "max": warm[-1] if warm else None,
+                    **(self.e2e_rates.get(stage, {}) if acquisition == E2E_ACQUISITION else {}),
                 }
             )
         return out
@@ -244,6 +342,8 @@ class SelfRun:
                 for records in cfg.records:
                     self.measure_scale(records, work)
                 self.measure_power()
+                if cfg.verdict_e2e_runs:
+                    self.measure_e2e(work)
                 after = collect_contention_sample()
             doc = self.build_report(tracker, created, environment, before, after)
             exit_code = judge(doc, baseline, cfg.regression_percent, calibration=calibration)
@@ -266,6 +366,12 @@ class SelfRun:
             "postgres": bool(cfg.postgres_url),
             "plots": cfg.plots,
         }
+        if cfg.verdict_e2e_runs:
+            parameters["verdict_e2e"] = {
+                "runs": cfg.verdict_e2e_runs,
+                "passes": list(cfg.e2e_passes),
+                "recheck": cfg.e2e_recheck,
+            }
         return {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,

@@ -1,0 +1,285 @@
+"""The verdict judged against truth: A/A runs and real slowdowns of known size.
+
+From one revision of a git repository (``git archive``) a baseline tree is made and, per
+slowdown scenario, a candidate tree whose CPU loaders (``load_arina`` and the CPU
+``load_qem``) make P extra passes over the loaded array (``int(data.sum())``, the kind of
+change issue 40 measured; P = 0 is the A/A scenario, the baseline tree itself). Each run
+of a scenario is the README's workflow, each command its own process running that tree's
+code:
+
+    harness run io-scale --demo --backend cpu --history-dir H --output-dir RUN/a
+    harness run io-scale --demo --backend cpu --history-dir H --output-dir RUN/b \\
+        --baseline SHA --recheck K --baseline-tree BASE
+
+(the A/A candidate pairs from its own tree). The true slowdown of each scenario is
+measured, not assumed: per cell, the median over its runs of the candidate run's median
+over the median over its runs of the baseline run's median (main trials, before any
+recheck). Per scenario: exit codes, the rate of exit 2 and the cells' final verdicts,
+against issue 40's goals (:func:`goals`). ``harness run self --verdict-e2e RUNS`` records
+it (docs/self-benchmark.md); ``benchmarks/verdict_e2e.py`` prints it.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+#: The loader modules patched, and the function each rebinds at its end.
+SLOWED = {
+    "quantem/stem4d/io/arina.py": "load_arina",
+    "quantem/stem4d/io/qem/reader.py": "load_qem",
+}
+PATCH = """
+
+# verdict_e2e: a known slowdown, {passes} extra passes over the loaded array
+_unslowed_{name} = {name}
+
+
+def {name}(*args, **kwargs):  # noqa: F811
+    acquisition = _unslowed_{name}(*args, **kwargs)
+    if acquisition.data is not None:
+        for _ in range({passes}):
+            int(np.asarray(acquisition.data).sum(dtype=np.uint64))
+    return acquisition
+"""
+VERDICTS = ("slower", "possibly_slower", "unchanged", "faster")
+
+
+def export_tree(repo: Path, revision: str, target: Path) -> None:
+    """``git archive REVISION`` of ``repo`` into ``target`` (a tree without local changes)."""
+    target.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", revision], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+
+
+def slowed_tree(base: Path, target: Path, passes: int) -> None:
+    """A copy of ``base`` whose CPU loaders make ``passes`` extra passes over the array."""
+    shutil.copytree(base, target)
+    for relative, name in SLOWED.items():
+        path = target / relative
+        text = path.read_text(encoding="utf-8")
+        if f"def {name}(" not in text or "import numpy as np" not in text:
+            raise ValueError(f"verdict e2e: {relative} has no {name} to slow down")
+        path.write_text(text + PATCH.format(name=name, passes=passes), encoding="utf-8")
+
+
+def harness(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` running the code of ``tree``, from inside it."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=tree, env=env, capture_output=True, text=True, check=False, timeout=1800,
+    )  # fmt: skip
+
+
+def _medians(doc: dict) -> dict[str, float]:
+    seconds: dict[str, list[float]] = collections.defaultdict(list)
+    for t in doc["trials"]:
+        if t["kept"]:
+            seconds["/".join((t["acquisition"], t["format"], t["cache_state"]))].append(
+                t["seconds"]
+            )
+    return {cell: statistics.median(values) for cell, values in seconds.items()}
+
+
+def outliers(trials: list[dict], factor: float = 1.5) -> tuple[int, int]:
+    """(outliers, trials): kept trials more than ``factor`` times their cell's fastest in
+    ``trials`` (one process's, or one paired worker's), issue 40's defect 3 measure."""
+    by_cell: dict[tuple, list[float]] = collections.defaultdict(list)
+    for t in trials:
+        if t.get("kept"):
+            by_cell[(t["acquisition"], t["format"], t["cache_state"])].append(t["seconds"])
+    slow = sum(1 for values in by_cell.values() for v in values if v > factor * min(values))
+    return slow, sum(len(values) for values in by_cell.values())
+
+
+def one_run(base: Path, candidate: Path, folder: Path, recheck: int, extra: list[str]) -> dict:
+    """Baseline run from ``base``, candidate run from ``candidate`` against it."""
+    history = folder / "h"
+    common = ["run", "io-scale", "--demo", "--backend", "cpu", "--history-dir", str(history)]
+    first = harness(base, *common, "--output-dir", str(folder / "a"))
+    result: dict = {"run": folder.name, "baseline_exit": first.returncode}
+    if first.returncode != 0:
+        result["error"] = (first.stdout + first.stderr)[-2000:]
+        return result
+    baseline_doc = json.loads((folder / "a" / "loading.json").read_bytes())
+    sha = hashlib.sha256((folder / "a" / "loading.json").read_bytes()).hexdigest()
+    pairing = [] if candidate == base else ["--baseline-tree", str(base)]
+    second = harness(candidate, *common, "--output-dir", str(folder / "b"),
+                     "--baseline", sha[:12], "--recheck", str(recheck), *pairing, *extra)  # fmt: skip
+    result["exit"] = second.returncode
+    path = folder / "b" / "loading.json"
+    if not path.exists():
+        result["error"] = (second.stdout + second.stderr)[-2000:]
+        return result
+    doc = json.loads(path.read_bytes())
+    result["host_load"] = [baseline_doc["status"].get("host_load"), doc["status"].get("host_load")]
+    result["baseline_medians"] = _medians(baseline_doc)
+    result["candidate_medians"] = _medians(doc)
+    block = doc.get("recheck") or {}
+    result["pairing"] = block.get("pairing")
+    # outliers of the main trials (each run's own process) and of each paired worker's
+    main = [outliers(d["trials"]) for d in (baseline_doc, doc)]
+    result["outliers_main"] = [sum(m[0] for m in main), sum(m[1] for m in main)]
+    workers = [block.get("trials") or [], (block.get("paired") or {}).get("baseline_trials") or []]
+    paired = [outliers(w) for w in workers] if block.get("paired") else []
+    result["outliers_paired"] = [sum(m[0] for m in paired), sum(m[1] for m in paired)]
+    result["cells"] = {
+        "/".join((c["acquisition"], c["format"], c["cache_state"])): {
+            "verdict": c["verdict"],
+            "change_percent": c["change_percent"],
+            "ci_percent": c["ci_percent"],
+            "rechecked": bool(c.get("recheck")),
+        }
+        for c in doc["comparison"]["cells"]
+    }
+    return result
+
+
+def summarise(passes: int, runs: list[dict]) -> dict:
+    """Exit codes, verdict rates and the measured true slowdown of one scenario."""
+    done = [r for r in runs if "cells" in r]
+    exits = collections.Counter(r.get("exit") for r in runs)
+    verdicts = collections.Counter(v["verdict"] for r in done for v in r["cells"].values())
+    cells = sum(verdicts.values()) or 1
+    truth = {}
+    for cell in sorted({c for r in done for c in r["baseline_medians"]}):
+        base = [r["baseline_medians"][cell] for r in done if cell in r["baseline_medians"]]
+        cand = [r["candidate_medians"][cell] for r in done if cell in r["candidate_medians"]]
+        if base and cand:
+            truth[cell] = (statistics.median(cand) / statistics.median(base) - 1) * 100
+    main = [sum(r.get("outliers_main", [0, 0])[i] for r in done) for i in (0, 1)]
+    paired = [sum(r.get("outliers_paired", [0, 0])[i] for r in done) for i in (0, 1)]
+    return {
+        "outliers_main": main,
+        "outliers_paired": paired,
+        "passes": passes,
+        "runs": len(runs),
+        "completed": len(done),
+        "contended_runs": sum(1 for r in done if "contended" in (r.get("host_load") or [])),
+        "exit_counts": {str(k): v for k, v in sorted(exits.items(), key=str)},
+        "exit_2_rate": exits.get(2, 0) / max(len(runs), 1),
+        "cells": sum(verdicts.values()),
+        "verdict_rates": {v: verdicts.get(v, 0) / cells for v in VERDICTS},
+        "measured_slowdown_percent": truth,
+        "cell_verdicts": {
+            cell: dict(
+                collections.Counter(r["cells"][cell]["verdict"] for r in done if cell in r["cells"])
+            )
+            for cell in truth
+        },
+    }
+
+
+#: Issue 40's goals on this workflow; a cell's class is its measured true slowdown.
+AA_MAX_EXIT_2 = 0.05
+AA_MAX_SLOWER_CELLS = 0.01
+LARGE_SLOWDOWN_PERCENT = 50.0
+LARGE_MIN_SLOWER_CELLS = 0.9
+MODERATE_SLOWDOWN_PERCENT = 25.0
+MODERATE_MIN_EXIT_2 = 0.8
+
+
+def scenario_class(summary: dict) -> str:
+    """``aa``; ``large`` (some cell measured +50% or more), ``moderate`` (some +25% or
+    more) or ``small``."""
+    if summary["passes"] == 0:
+        return "aa"
+    high = max(summary["measured_slowdown_percent"].values(), default=float("-inf"))
+    if high >= LARGE_SLOWDOWN_PERCENT:
+        return "large"
+    if high >= MODERATE_SLOWDOWN_PERCENT:
+        return "moderate"
+    return "small"
+
+
+def large_cell_rates(summary: dict) -> dict[str, float] | None:
+    """Verdict rates over the cells measured +50% or more (None: there are none)."""
+    counts: collections.Counter = collections.Counter()
+    for cell, truth in summary["measured_slowdown_percent"].items():
+        if truth >= LARGE_SLOWDOWN_PERCENT:
+            counts.update(summary["cell_verdicts"].get(cell, {}))
+    total = sum(counts.values())
+    return {v: counts.get(v, 0) / total for v in VERDICTS} if total else None
+
+
+def goals(summary: dict) -> list[dict]:
+    """The goals that apply to this scenario, each ``{"goal", "value", "met"}``."""
+    rates, exit2 = summary["verdict_rates"], summary["exit_2_rate"]
+    kind = scenario_class(summary)
+    if kind == "aa":
+        return [
+            {"goal": f"A/A: exit 2 in at most {AA_MAX_EXIT_2:.0%} of runs", "value": exit2,
+             "met": exit2 <= AA_MAX_EXIT_2},
+            {"goal": f"A/A: slower in at most {AA_MAX_SLOWER_CELLS:.0%} of cells",
+             "value": rates["slower"], "met": rates["slower"] <= AA_MAX_SLOWER_CELLS},
+        ]  # fmt: skip
+    if kind == "large":
+        large = large_cell_rates(summary) or {v: 0.0 for v in VERDICTS}
+        return [
+            {"goal": "cells +50% or more: exit 2 in every run", "value": exit2,
+             "met": exit2 == 1},
+            {"goal": f"cells +50% or more: slower in at least {LARGE_MIN_SLOWER_CELLS:.0%} "
+                     "of them", "value": large["slower"],
+             "met": large["slower"] >= LARGE_MIN_SLOWER_CELLS},
+            {"goal": "cells +50% or more: unchanged never", "value": large["unchanged"],
+             "met": large["unchanged"] == 0},
+        ]  # fmt: skip
+    if kind == "moderate":
+        return [
+            {"goal": f"cells +25% or more: exit 2 in at least {MODERATE_MIN_EXIT_2:.0%} of "
+                     "runs", "value": exit2, "met": exit2 >= MODERATE_MIN_EXIT_2},
+        ]  # fmt: skip
+    return []
+
+
+def run_scenarios(
+    work: Path,
+    repo: Path,
+    revision: str,
+    passes: list[int],
+    runs: int,
+    recheck: int,
+    extra: list[str] = (),
+    on_run=None,
+) -> list[dict]:
+    """Every scenario's runs (``WORK/runs.jsonl``) and summaries, in ``passes`` order.
+
+    ``on_run(passes, index, result)`` is told of each finished run (progress).
+    """
+    import time
+
+    base = work / "trees" / "base"
+    export_tree(repo, revision, base)
+    summaries = []
+    with open(work / "runs.jsonl", "w", encoding="utf-8") as out:
+        for p in passes:
+            candidate = base if p == 0 else work / "trees" / f"slow-{p}"
+            if p and not candidate.exists():
+                slowed_tree(base, candidate, p)
+            results = []
+            for i in range(runs):
+                started = time.monotonic()
+                folder = work / f"passes-{p}" / f"run-{i:02d}"
+                result = one_run(base.resolve(), candidate.resolve(), folder, recheck, list(extra))
+                result.update(passes=p, seconds=round(time.monotonic() - started, 3))
+                out.write(json.dumps(result, sort_keys=True) + "\n")
+                out.flush()
+                results.append(result)
+                if on_run is not None:
+                    on_run(p, i, result)
+            summary = summarise(p, results)
+            summary["class"] = scenario_class(summary)
+            summary["goals"] = goals(summary)
+            summary["run_seconds"] = [r["seconds"] for r in results]
+            summaries.append(summary)
+    return summaries

@@ -1,0 +1,119 @@
+"""The verdict's end-to-end check as a recorded self-benchmark (issue 40): scenario goals
+judged from the measured slowdown, the record's rows carrying the rates that the
+published results cite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.report import parse_report
+from harness.selfbench import e2e
+from harness.selfbench.kind import SelfConfig, SelfRun
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _summary(passes: int, truth: list[float], exit2: float, **rates: float) -> dict:
+    """A scenario whose every cell had the verdicts in ``rates`` (of 100 runs)."""
+    verdict_rates = {"slower": 0.0, "possibly_slower": 0.0, "unchanged": 0.0, "faster": 0.0}
+    verdict_rates.update(rates)
+    cells = {f"c{i}": t for i, t in enumerate(truth)}
+    return {
+        "passes": passes,
+        "measured_slowdown_percent": cells,
+        "exit_2_rate": exit2,
+        "verdict_rates": verdict_rates,
+        "cell_verdicts": {
+            c: {v: round(r * 100) for v, r in verdict_rates.items() if r} for c in cells
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("summary", "kind", "met"),
+    [
+        (_summary(0, [3, -2], 0.05, unchanged=1.0), "aa", [True, True]),
+        (_summary(0, [3, -2], 0.10, unchanged=0.99, slower=0.01), "aa", [False, True]),
+        (_summary(0, [3, -2], 0.0, unchanged=0.98, slower=0.02), "aa", [True, False]),
+        (_summary(2, [55, 80], 1.0, slower=0.9, possibly_slower=0.1), "large", [True] * 3),
+        (_summary(2, [55, 80], 1.0, slower=0.95, unchanged=0.05), "large", [True, True, False]),
+        (_summary(2, [55, 80], 0.95, slower=0.95), "large", [False, True, True]),
+        (_summary(1, [26, 40], 0.8, slower=0.5), "moderate", [True]),
+        (_summary(1, [26, 40], 0.75, slower=0.5), "moderate", [False]),
+        (_summary(1, [12, 20], 0.2), "small", []),
+        (_summary(1, [12, 40], 0.8), "moderate", [True]),
+    ],
+)
+def test_goals_follow_the_measured_slowdown(summary, kind, met) -> None:
+    assert e2e.scenario_class(summary) == kind
+    assert [g["met"] for g in e2e.goals(summary)] == met
+
+
+def test_the_large_goals_count_only_the_cells_measured_fifty_percent_or_more() -> None:
+    summary = _summary(2, [80, 30], 1.0, slower=1.0)
+    # the +30% cell was called unchanged every time: no concern of the +50% goal
+    summary["cell_verdicts"]["c1"] = {"unchanged": 100}
+    assert e2e.large_cell_rates(summary) == {
+        "slower": 1.0, "possibly_slower": 0.0, "unchanged": 0.0, "faster": 0.0
+    }
+    assert all(g["met"] for g in e2e.goals(summary))
+    summary["cell_verdicts"]["c0"] = {"slower": 9, "unchanged": 1}
+    assert [g["met"] for g in e2e.goals(summary)] == [True, True, False]
+
+
+def _fake_scenarios(work, repo, revision, passes, runs, recheck, extra=(), on_run=None):
+    summaries = []
+    for p in passes:
+        for i in range(runs):
+            on_run(p, i, {"cells": {}, "seconds": 10.0 + i, "exit": 2 if p else 0})
+        summary = _summary(p, [60.0] if p else [1.0], 1.0 if p else 0.0,
+                           slower=1.0 if p else 0.0, unchanged=0.0 if p else 1.0)  # fmt: skip
+        summary.update(runs=runs, completed=runs)
+        summary["class"] = e2e.scenario_class(summary)
+        summary["goals"] = e2e.goals(summary)
+        summaries.append(summary)
+    return summaries
+
+
+def test_the_e2e_scenarios_are_trials_and_rated_rows_of_a_valid_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(e2e, "run_scenarios", _fake_scenarios)
+    config = SelfConfig(
+        output_dir=tmp_path / "out", records=(3,), repeat=1, verdict_draws=0,
+        verdict_e2e_runs=2, e2e_passes=(0, 2), e2e_repo=REPO, progress=False,
+    )  # fmt: skip
+    outcome = SelfRun(config).execute()
+    doc = parse_report(outcome.report_path)  # the schema
+    rows = {s["stage"]: s for s in doc["summaries"] if s["acquisition"] == "verdict-e2e"}
+    assert set(rows) == {"passes-0", "passes-2"}
+    assert rows["passes-0"]["exit_2_rate"] == 0.0 and rows["passes-0"]["unchanged_rate"] == 1.0
+    assert rows["passes-2"]["exit_2_rate"] == 1.0 and rows["passes-2"]["slower_rate"] == 1.0
+    assert rows["passes-2"]["n"] == 2 and rows["passes-2"]["median"] == pytest.approx(10.5)
+    fitted = next(a for a in doc["acquisitions"] if a["id"] == "verdict-e2e")["fitted"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    assert fitted["tree"]["revision"] == head
+    assert [s["class"] for s in fitted["scenarios"]] == ["aa", "large"]
+    assert doc["conditions"]["parameters"]["verdict_e2e"] == {
+        "runs": 2, "passes": [0, 2], "recheck": 5,
+    }  # fmt: skip
+
+
+@pytest.mark.slow  # one real A/A run of the README's workflow: two demo runs, a recheck
+def test_one_real_aa_run_is_recorded(tmp_path) -> None:
+    config = SelfConfig(
+        output_dir=tmp_path / "out", records=(3,), repeat=1, verdict_draws=0,
+        verdict_e2e_runs=1, e2e_passes=(0,), e2e_repo=REPO, progress=False,
+    )  # fmt: skip
+    outcome = SelfRun(config).execute()
+    doc = json.loads(outcome.report_path.read_bytes())
+    assert not doc["status"]["failures"], doc["status"]["failures"]
+    (row,) = [s for s in doc["summaries"] if s["acquisition"] == "verdict-e2e"]
+    assert row["n"] == row["n_kept"] == 1 and 0 <= row["exit_2_rate"] <= 1
+    (scenario,) = next(a for a in doc["acquisitions"] if a["id"] == "verdict-e2e")["fitted"][
+        "scenarios"
+    ]
+    assert scenario["completed"] == 1 and len(scenario["measured_slowdown_percent"]) == 8
