@@ -123,8 +123,8 @@ def test_demo_aa_pair_with_recheck_never_confirms_a_slowdown(tmp_path: Path) -> 
     for cell in standing:  # every flag left standing was measured again and says so
         key = (cell["acquisition"], cell["format"], cell["cache_state"])
         assert key in rechecked, key
-        n = cell["recheck"]["n"]  # 5 rounds a look, up to 4 looks; undecided ones use all
-        assert n in (5, 10, 15, 20) and (cell["verdict"] != "possibly_slower" or n == 20)
+        n = cell["recheck"]["n"]  # 5 rounds a look, up to 8 looks; undecided ones use all
+        assert n % 5 == 0 and n <= 40 and (cell["verdict"] != "possibly_slower" or n == 40)
         assert bool(cell["recheck"].get("paired")) is same_code
         what = "paired recheck" if same_code else "recheck"
         said = (f"not cleared: the {what}'s", f"confirmed by the {what}", "on the original trials")

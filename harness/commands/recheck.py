@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.commands._output import show_comparison
 from harness.errors import UsageError
+from harness.verdict import DEFAULT_RECHECK_LOOKS
 from harness.views.scripted import add_output_arguments, say
 
 DEFAULT_RECHECK_ROUNDS = 5
@@ -56,10 +57,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--recheck-looks",
         type=int,
-        default=4,
+        default=DEFAULT_RECHECK_LOOKS,
         metavar="L",
         help="measure the cells still undecided K rounds more, up to L batches in all (the "
-        "verdict splits alpha over the L looks; default 4)",
+        f"verdict splits alpha over the L looks; default {DEFAULT_RECHECK_LOOKS})",
     )
     parser.add_argument(
         "--paired",

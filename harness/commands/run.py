@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.commands.run_self import add_self_parser
 from harness.safe_text import terminal_text
+from harness.verdict import DEFAULT_RECHECK_LOOKS
 from harness.views.console import print_line
 from harness.views.scripted import add_output_arguments
 
@@ -100,10 +101,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument(
         "--recheck-looks",
         type=int,
-        default=4,
+        default=DEFAULT_RECHECK_LOOKS,
         metavar="L",
         help="with --recheck: measure the cells still undecided K rounds more, up to L "
-        "batches in all (the verdict splits alpha over the L looks; default 4)",
+        f"batches in all (the verdict splits alpha over the L looks; default {DEFAULT_RECHECK_LOOKS})",
     )
     io.add_argument(
         "--paired",

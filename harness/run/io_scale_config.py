@@ -19,6 +19,7 @@ from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
 from harness.run.instrumentation import refuse_instrumentation
+from harness.verdict import DEFAULT_RECHECK_LOOKS
 from quantem.stem4d.cuda.sharded import device_count, parse_devices
 
 
@@ -43,7 +44,7 @@ class IoScaleConfig:
     recheck: int = 0
     #: the most batches of ``recheck`` rounds a sequential recheck measures (it stops when
     #: every rechecked cell is cleared or confirmed; the verdict splits alpha over them)
-    recheck_looks: int = 4
+    recheck_looks: int = DEFAULT_RECHECK_LOOKS
     #: Whether the recheck measures the baseline's code too, alternately (harness.run.paired):
     #: True ``--paired`` (required), False ``--no-paired``, None (default) when its code can
     #: be had (harness.run.pairing)

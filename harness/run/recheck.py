@@ -61,6 +61,7 @@ from harness.run.runner import (
     say_waiting,
 )
 from harness.run.workspace import claim_output_dir, open_workspace, progress_bar
+from harness.verdict import DEFAULT_RECHECK_LOOKS
 
 CellKey = tuple[str, str, str]
 
@@ -78,7 +79,7 @@ class RecheckConfig:
     output_dir: Path
     rounds: int = 5
     #: the most batches of ``rounds`` rounds (a sequential recheck, harness.run.runner)
-    looks: int = 4
+    looks: int = DEFAULT_RECHECK_LOOKS
     regression_percent: float = 20.0
     history_dir: Path | None = None
     native_binary: Path | None = None

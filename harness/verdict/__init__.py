@@ -13,3 +13,7 @@ One module per job:
 - :mod:`harness.verdict.present`: text (rich), Markdown and JSON renderings.
 - :mod:`harness.verdict.changes`: change points over a history (E-Divisive means).
 """
+
+#: How many batches of K rounds a recheck may take before it stops undecided
+#: (``--recheck-looks``; docs/verdicts.md, "Sequential").
+DEFAULT_RECHECK_LOOKS = 8
