@@ -69,3 +69,55 @@ def render_history(history: Path, **kwargs) -> None:
         render_all(layout, engine, plots="all", **kwargs)
     finally:
         engine.dispose()
+
+
+#: The cell of :func:`marked_reports`' third run that is slower than its baseline: the
+#: one a tile's sparkline follows (cached, HDF5, first acquisition).
+SLOWED_CELL = ("scan-a", "hdf5", "cached")
+#: Which of :func:`marked_reports`' runs sampled a contended host.
+CONTENDED_RUNS = (False, True, False, False)
+
+
+def marked_reports() -> list[dict]:
+    """Four runs of one key, as ``harness run`` writes them: the second on a contended
+    host; the third judged against the first by the harness's comparison, with
+    :data:`SLOWED_CELL` 1.5 times slower than there (the other cells as before); every
+    run states its host load."""
+    from harness.history.lookup import LoadedReport
+    from harness.history.records import sha256_bytes
+    from harness.report import summarise_trials
+    from harness.run.reporting import compare_with_baseline, exit_code_of
+    from harness.verdict.comparison import DEFAULT_REGRESSION_PERCENT
+
+    docs = []
+    for index, contended in enumerate(CONTENDED_RUNS):
+        doc = make_example_report(
+            200 + index,
+            reps=REPS,
+            storage_id="nvme-marked",
+            created_utc=f"2026-11-30T10:0{index}:00Z",
+            git_revision=f"{index + 5:x}" * 40,
+        )
+        doc["status"]["host_load"] = "contended" if contended else "quiet"
+        if index == 2:
+            for trial in doc["trials"]:
+                if (trial["acquisition"], trial["format"], trial["cache_state"]) == SLOWED_CELL:
+                    trial["seconds"] = round(trial["seconds"] * 1.5, 6)
+            doc["summaries"] = summarise_trials(doc["trials"])
+            baseline = LoadedReport(docs[0], sha256_bytes(dump_report(docs[0])), Path("first"))
+            performance = compare_with_baseline(doc, baseline, DEFAULT_REGRESSION_PERCENT)
+            doc["status"]["performance"] = performance
+            doc["status"]["exit_code"] = exit_code_of(doc["status"], performance)
+        docs.append(doc)
+    return docs
+
+
+def register_marked(history: Path) -> list[str]:
+    """Register :func:`marked_reports` into ``history`` (plots deferred); their SHA-256s."""
+    shas = []
+    for doc in marked_reports():
+        (result,) = register_reports(
+            history, [dump_report(doc)], render=registration_renderer("defer")
+        )
+        shas.append(result.sha256)
+    return shas

@@ -38,9 +38,16 @@ def test_the_head_revision_is_the_schema_version() -> None:
 
 
 def _schema(path: Path) -> tuple[list, list, list]:
+    """The schema as SQLite states it; the DDL's whitespace aside (SQLite keeps the text
+    it was given, and ALTER TABLE ADD COLUMN inserts ", column" without a line break)."""
     with sqlite3.connect(path) as connection:
         return (
-            sorted(connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")),
+            sorted(
+                (kind, name, table, sql if sql is None else " ".join(sql.split()))
+                for kind, name, table, sql in connection.execute(
+                    "SELECT type, name, tbl_name, sql FROM sqlite_master"
+                )
+            ),
             list(connection.execute("SELECT key, value FROM index_meta")),
             list(connection.execute("SELECT version_num FROM alembic_version")),
         )
@@ -72,6 +79,14 @@ def _history_with_reports(root: Path) -> list[str]:
     return shas
 
 
+def _copy_rows(connection: sqlite3.Connection) -> None:
+    """Copy the rows of the attached ``current`` index into this older one: the columns
+    the older schema has."""
+    for table in ("records", "trials", "summaries"):
+        columns = ", ".join(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
+        connection.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM current.{table}")
+
+
 def _as_version_2(index: Path) -> None:
     """Replace ``index`` with a version-2 index (the fixture's DDL) holding the same rows."""
     forget_index(index)
@@ -82,8 +97,7 @@ def _as_version_2(index: Path) -> None:
     with sqlite3.connect(index) as connection:
         connection.executescript(V2_FIXTURE.read_text())
         connection.execute("ATTACH DATABASE ? AS current", (str(old),))
-        for table in ("records", "trials", "summaries"):
-            connection.execute(f"INSERT INTO {table} SELECT * FROM current.{table}")
+        _copy_rows(connection)
         connection.execute(
             "INSERT INTO index_meta SELECT * FROM current.index_meta WHERE key <> 'schema_version'"
         )
@@ -128,6 +142,67 @@ def test_a_version_2_index_is_upgraded_in_place(tmp_path: Path, capsys) -> None:
     data = dump_report(make_example_report(4, reps=2))
     (result,) = register_reports(root, [data], render=registration_renderer("defer"))
     assert result.created and _index_rows(index)[0][-1] == (4, result.sha256)
+
+
+def _as_version_3(index: Path) -> None:
+    """Replace ``index`` with a version-3 index (the migrations up to ``index_v3``)
+    holding the same rows: no host loads or cell verdicts."""
+    forget_index(index)
+    old = index.with_name("current.sqlite")
+    with sqlite3.connect(index) as source, sqlite3.connect(old) as copy:
+        source.backup(copy)  # the rows still in the write-ahead log too
+    source.close()
+    copy.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    engine = create_engine(f"sqlite:///{index}")
+    with engine.begin() as connection:
+        upgrade_index(connection, "index_v3")
+    engine.dispose()
+    with sqlite3.connect(index) as connection:
+        connection.execute("ATTACH DATABASE ? AS current", (str(old),))
+        _copy_rows(connection)
+        connection.execute(
+            "INSERT INTO index_meta SELECT * FROM current.index_meta WHERE key <> 'schema_version'"
+        )
+    old.unlink()
+
+
+def _markers(index: Path) -> tuple[list, list]:
+    with sqlite3.connect(index) as connection:
+        return (
+            list(connection.execute("SELECT sha256, host_load FROM records ORDER BY seq")),
+            list(
+                connection.execute(
+                    "SELECT record_seq, acquisition, format, cache_state, verdict FROM summaries "
+                    "ORDER BY id"
+                )
+            ),
+        )
+
+
+def test_a_version_3_index_gains_host_loads_and_cell_verdicts_from_the_records(
+    tmp_path: Path,
+) -> None:
+    from tests._dashboard_helpers import register_marked
+
+    root = tmp_path / "h"
+    register_marked(root)  # a contended run, a run with a flagged cell
+    index = root / "index.sqlite"
+    registered = _markers(index)
+    assert {load for _sha, load in registered[0]} == {"quiet", "contended"}
+    assert {row[-1] for row in registered[1]} >= {None, "unchanged"}
+    before = _index_rows(index)
+    _as_version_3(index)
+    with sqlite3.connect(index) as connection:
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(records)")}
+    assert "host_load" not in columns
+
+    assert main(["history", "list", "--history-dir", str(root)]) == 0  # opens, so upgrades
+    assert _markers(index) == registered  # what registration derived, from the records
+    assert _index_rows(index) == before  # upgraded in place, not rebuilt
+    forget_index(index)
+    assert verify_history(root, check_rendered=check_rendered).ok
 
 
 def test_an_index_newer_than_the_harness_is_refused(tmp_path: Path) -> None:

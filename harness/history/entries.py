@@ -35,7 +35,21 @@ SUMMARY_FIELDS = (
     "p95",
     "min",
     "max",
+    "verdict",
 )
+
+
+def host_load_of(doc: Mapping[str, Any]) -> str | None:
+    """``status.host_load`` of a report (quiet or contended); None where it does not say
+    (reports written before contention was sampled)."""
+    return doc["status"].get("host_load")
+
+
+def cell_verdicts_of(doc: Mapping[str, Any]) -> dict[tuple[str, str, str], str]:
+    """Each cell's verdict against the report's explicit baseline (its ``comparison``),
+    by (acquisition, format, cache state); empty without a comparison."""
+    cells = (doc.get("comparison") or {}).get("cells") or []
+    return {(c["acquisition"], c["format"], c["cache_state"]): c["verdict"] for c in cells}
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,7 @@ def derive_entry(
         "baseline_path": baseline.get("path"),
         "comparison_key": key,
         "comparison_fields": canonical_json(comparison_fields(doc)),
+        "host_load": host_load_of(doc),
     }
     record["index_entry"] = canonical_json(
         {
@@ -132,7 +147,14 @@ def derive_entry(
         trial["kept"] = bool(trial["kept"])
         trial["seconds"] = float(trial["seconds"])
         trial["residency_before"] = float(trial["residency_before"])
+    verdicts = cell_verdicts_of(doc)
     summaries = [
-        {field: summary[field] for field in SUMMARY_FIELDS} for summary in doc["summaries"]
+        {
+            **{field: summary[field] for field in SUMMARY_FIELDS if field != "verdict"},
+            "verdict": verdicts.get(
+                (summary["acquisition"], summary["format"], summary["cache_state"])
+            ),
+        }
+        for summary in doc["summaries"]
     ]
     return IndexEntry(record=record, trials=trials, summaries=summaries)

@@ -66,7 +66,9 @@ from harness.history.migrate import (
 #: 2: the record SHA-256 is a UNIQUE constraint of the table (version 1 had a unique
 #: index, which a damaged or edited index could lose; a version-1 index is rebuilt).
 #: 3: one index on (comparison_key, seq) replaces the one on comparison_key.
-INDEX_SCHEMA_VERSION = 3
+#: 4: records.host_load and summaries.verdict (the dashboard's markers of contended runs
+#: and flagged cells), filled from the records by the migration.
+INDEX_SCHEMA_VERSION = 4
 META_SCHEMA_VERSION = "schema_version"
 #: The oldest index schema version that is migrated in place (older ones are rebuilt).
 OLDEST_MIGRATED_VERSION = 2
@@ -124,6 +126,8 @@ class RecordRow(Base):
     comparison_fields: Mapped[str] = mapped_column(Text)
     #: The record's line in index.json, serialised once at registration.
     index_entry: Mapped[str] = mapped_column(Text)
+    #: ``status.host_load`` (quiet, contended); None where the report does not say.
+    host_load: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class TrialRow(Base):
@@ -160,6 +164,8 @@ class SummaryRow(Base):
     p95: Mapped[float | None] = mapped_column(Float, nullable=True)
     min: Mapped[float | None] = mapped_column(Float, nullable=True)
     max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: The cell's verdict against the record's explicit baseline; None without one.
+    verdict: Mapped[str | None] = mapped_column(String, nullable=True)
 
 
 class IndexUnreadable(HistoryError):

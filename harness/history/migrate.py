@@ -23,7 +23,7 @@ from sqlalchemy import Connection, create_engine, inspect, text
 
 #: The Alembic revision of this harness's index schema (``index_v<INDEX_SCHEMA_VERSION>``);
 #: tests/test_history_migrations.py checks that it is the head of the chain.
-INDEX_HEAD_REVISION = "index_v3"
+INDEX_HEAD_REVISION = "index_v4"
 #: The revision an index written before Alembic (index schema version 2) is stamped with.
 PRE_ALEMBIC_REVISION = "index_v2"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"

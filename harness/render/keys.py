@@ -3,7 +3,9 @@
 A page holds one chart per (cache state, format), one series per acquisition: the
 median of each record (as its report states it), a p5-p95 band over the record's
 kept trials, and the trials themselves as points (kept ones as dots, those whose
-cache label was lost as crosses). Records are placed evenly in revision order: git
+cache label was lost as crosses). Medians of runs on a contended host (the report's
+``status.host_load``) and of cells flagged against their record's baseline (the cell's
+verdict, slower or possibly slower) are marked. Records are placed evenly in revision order: git
 commit order when every revision is known to the repository given, otherwise
 registration order.
 """
@@ -28,7 +30,7 @@ from harness.history.index_db import (
     write_meta,
 )
 from harness.render.key_trials import TRIAL_FRAME_COLUMNS
-from harness.render.pages import format_seconds, script_json
+from harness.render.pages import FLAGGED_VERDICTS, format_seconds, script_json
 from harness.render.targets import RenderTargets, write_atomic
 
 #: Trials are drawn as points for at most this many of the newest records of a key
@@ -154,6 +156,7 @@ def _ordered_records(connection: Connection, key: str, positions: dict[str, int]
             RecordRow.performance,
             RecordRow.correctness,
             RecordRow.index_entry,
+            RecordRow.host_load,
         )
         .where(RecordRow.comparison_key == key)
         .order_by(RecordRow.seq)
@@ -172,6 +175,7 @@ def _ordered_records(connection: Connection, key: str, positions: dict[str, int]
             "performance": [row.performance for row in rows],
             "correctness": [row.correctness for row in rows],
             "calibration": [is_calibration_entry(row.index_entry) for row in rows],
+            "contended": [row.host_load == "contended" for row in rows],
         },
         order=order,
     )
@@ -252,11 +256,12 @@ def collect_key_data(
                 SummaryRow.median,
                 SummaryRow.n,
                 SummaryRow.n_kept,
+                SummaryRow.verdict,
             )
             .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
             .where(RecordRow.comparison_key == key)
         ),
-        ["seq", "acquisition", "format", "cache_state", "median", "n", "n_kept"],
+        ["seq", "acquisition", "format", "cache_state", "median", "n", "n_kept", "verdict"],
     )
     if trials is None:
         trials = _key_trials(connection, key)
@@ -295,6 +300,9 @@ def collect_key_data(
                     "p95": _scaled(rows[0.95], scale),
                     "n": rows["n"].astype(int).tolist(),
                     "n_kept": rows["n_kept"].astype(int).tolist(),
+                    # the cell's verdict against its record's baseline (None: none named)
+                    "verdict": [v if isinstance(v, str) else None for v in rows["verdict"]],
+                    "flagged": [v in FLAGGED_VERDICTS for v in rows["verdict"]],
                     "markers": len(rows) <= MEDIAN_MARKER_LIMIT,
                     "trials": {
                         "x": points["x"].astype(int).tolist(),

@@ -9,6 +9,7 @@ record and its baseline, so a page that exists is not redrawn unless asked.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +51,56 @@ def plot_state(connection: Connection, targets: RenderTargets, key: str, latest_
     return "current" if rendered == latest_seq else "pending"
 
 
-def _sparkline(values: list[float], width: int = 160, height: int = 36) -> str:
-    """An SVG polyline's ``points`` attribute for ``values`` (evenly spaced, min-max scaled)."""
+def _sparkline_xy(values: list[float], width: int = 160, height: int = 36) -> list[str]:
+    """Each value's ``x,y`` in the sparkline (evenly spaced, min-max scaled)."""
     if not values:
-        return ""
+        return []
     low, high = min(values), max(values)
     span = (high - low) or 1.0
     if len(values) == 1:  # one record: its point in the middle, not an empty box
-        return f"{width / 2:.1f},{height / 2:.1f}"
-    step = width / max(1, len(values) - 1)
-    return " ".join(
-        f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}"
+        return [f"{width / 2:.1f},{height / 2:.1f}"]
+    # inset so that a marker on the first, last, lowest or highest point is drawn whole
+    inset = 5
+    step = (width - 2 * inset) / (len(values) - 1)
+    return [
+        f"{inset + i * step:.1f},{height - inset - (v - low) / span * (height - 2 * inset):.1f}"
         for i, v in enumerate(values)
-    )
+    ]
 
 
-def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[float]]:
+def _sparkline(values: list[float], width: int = 160, height: int = 36) -> str:
+    """An SVG polyline's ``points`` attribute for ``values`` (evenly spaced, min-max scaled)."""
+    return " ".join(_sparkline_xy(values, width, height))
+
+
+@dataclass(frozen=True)
+class SparkPoint:
+    """One record's median of the sparkline's cell, and what the tile marks on it."""
+
+    median: float
+    contended: bool  # the run's host was contended (status.host_load)
+    verdict: str | None  # the cell's verdict against the record's baseline, if one
+
+    @property
+    def flagged(self) -> bool:
+        return self.verdict in FLAGGED_VERDICTS
+
+
+def spark_marks(points: list[SparkPoint]) -> list[dict[str, str]]:
+    """The sparkline's marked points: contended runs and flagged cells, each with its
+    position and a title (a tooltip) saying what it marks."""
+    marks = []
+    for xy, point in zip(_sparkline_xy([p.median for p in points]), points):
+        x, y = xy.split(",")
+        if point.contended:
+            marks.append({"kind": "contended", "x": x, "y": y, "title": "contended host"})
+        if point.flagged:
+            title = f"{str(point.verdict).replace('_', ' ')} vs its baseline"
+            marks.append({"kind": "flagged", "x": x, "y": y, "title": title})
+    return marks
+
+
+def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[SparkPoint]]:
     """The cell a tile's sparkline follows (cached first, then HDF5, first acquisition)."""
     cells = connection.execute(
         select(SummaryRow.cache_state, SummaryRow.format, SummaryRow.acquisition)
@@ -78,8 +113,8 @@ def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[float]]
     state, fmt, acquisition = min(
         cells, key=lambda c: (c.cache_state != "cached", c.format != "hdf5", c)
     )
-    medians = connection.execute(
-        select(SummaryRow.median)
+    rows = connection.execute(
+        select(SummaryRow.median, RecordRow.host_load, SummaryRow.verdict)
         .join(RecordRow, RecordRow.seq == SummaryRow.record_seq)
         .where(
             RecordRow.comparison_key == key,
@@ -90,8 +125,9 @@ def _sparkline_cell(connection: Connection, key: str) -> tuple[str, list[float]]
         )
         .order_by(RecordRow.seq.desc())
         .limit(SPARKLINE_POINTS)
-    ).scalars()
-    return f"{acquisition} {fmt} {state}", list(reversed(list(medians)))
+    ).all()
+    points = [SparkPoint(r.median, r.host_load == "contended", r.verdict) for r in rows]
+    return f"{acquisition} {fmt} {state}", list(reversed(points))
 
 
 def collect_index_context(
@@ -115,7 +151,8 @@ def collect_index_context(
     for row in rows:
         record = row  # a Core row: the record's columns and the key's count
         fields = json.loads(record.comparison_fields)
-        spark_cell, spark_values = _sparkline_cell(connection, record.comparison_key)
+        spark_cell, spark_points = _sparkline_cell(connection, record.comparison_key)
+        spark_values = [point.median for point in spark_points]
         keys.append(
             {
                 "key": record.comparison_key,
@@ -138,6 +175,7 @@ def collect_index_context(
                 "plot_state": plot_state(connection, targets, record.comparison_key, record.seq),
                 "spark_cell": spark_cell,
                 "spark_points": _sparkline(spark_values),
+                "spark_marks": spark_marks(spark_points),
                 "spark_last": _sparkline(spark_values).split(" ")[-1].split(",")
                 if spark_values
                 else None,

@@ -3,7 +3,8 @@
 Drawn from the same data as the key page (:func:`harness.render.keys.collect_key_data`):
 one panel per (cache state, format) and at most :data:`SERIES_PER_PANEL` acquisitions
 (more acquisitions get more panels), each a median line over records in revision
-order with its p5-p95 band; the unit (ms or s) follows the panel's magnitude and is
+order with its p5-p95 band, runs on a contended host and flagged cells marked as on the
+key page; the unit (ms or s) follows the panel's magnitude and is
 printed on its axis; the legend sits outside the data; 150 dpi.
 """
 
@@ -28,6 +29,27 @@ PLOT_MARKER_LIMIT = 200
 PANEL_WIDTH_IN = 5.2
 PANEL_HEIGHT_IN = 2.8
 PANEL_COLUMNS = 2
+
+#: How the medians of runs on a contended host and of flagged cells are marked (as on
+#: the key page: an orange square, a red ring), drawn over the series.
+MARK_STYLES = {
+    "contended": {"marker": "s", "s": 70, "facecolors": "none", "edgecolors": "#bf8700",
+                  "linewidths": 1.5, "zorder": 4},
+    "flagged": {"marker": "o", "s": 110, "facecolors": "none", "edgecolors": "#cf222e",
+                "linewidths": 1.8, "zorder": 5},
+}  # fmt: skip
+MARK_LABELS = {"contended": "contended host", "flagged": "flagged vs baseline"}
+
+
+def _legend_style(kind: str) -> dict[str, Any]:
+    style = MARK_STYLES[kind]
+    return {
+        "marker": style["marker"],
+        "markerfacecolor": "none",
+        "markeredgecolor": style["edgecolors"],
+        "markeredgewidth": style["linewidths"],
+        "markersize": 8,
+    }
 
 
 def _plain(label: str) -> str:
@@ -81,6 +103,8 @@ def render_plot(
     acquisitions = sorted({s["acquisition"] for p in panels for s in p["series"]})
     colors = {a: f"C{i % 10}" for i, a in enumerate(acquisitions)}
     revisions = data["records"]["revision"]
+    contended = data["records"].get("contended") or [False] * len(revisions)
+    marked: set[str] = set()
     for axis, panel in zip(axes, panels):
         for series in panel["series"]:
             x = np.asarray(series["x"], dtype=float)
@@ -96,6 +120,19 @@ def render_plot(
                 linewidth=1.2,
                 label=f"{series['acquisition']}",
             )
+            medians = [np.nan if v is None else v for v in series["median"]]
+            for kind, chosen in (
+                ("contended", [contended[r] for r in series["x"]]),
+                ("flagged", series.get("flagged") or [False] * len(medians)),
+            ):
+                at = [i for i, hit in enumerate(chosen) if hit]
+                if at:
+                    marked.add(kind)
+                    axis.scatter(
+                        [series["x"][i] for i in at],
+                        [medians[i] for i in at],
+                        **MARK_STYLES[kind],
+                    )
         axis.set_title(panel["title"], fontsize="medium")
         axis.set_ylabel(f"median load time ({panel['unit']})")
         axis.set_xlabel(f"record, in {data['order']}")
@@ -115,6 +152,11 @@ def render_plot(
             Line2D([], [], color=colors[a], marker=".", label=_plain(a)) for a in acquisitions
         ]
         handles.append(Patch(color="0.6", alpha=0.3, label="p5-p95 of kept trials"))
+        handles += [
+            Line2D([], [], linestyle="", label=MARK_LABELS[kind], **_legend_style(kind))
+            for kind in ("contended", "flagged")
+            if kind in marked
+        ]
         figure.legend(
             handles=handles,
             loc="lower center",

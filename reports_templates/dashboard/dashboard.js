@@ -31,20 +31,51 @@ function recordTick(records, index) {
     `<br>${escapeText(records.created[index].slice(5, 16).replace("T", " "))}`;
 }
 
+// A record whose run sampled a contended host (the report's status.host_load).
+function contendedRecord(records, index) {
+  return Boolean(records.contended && records.contended[index]);
+}
+
 function recordText(records, index) {
   return (
     `revision ${escapeText(records.revision[index].slice(0, 12))}` +
     (records.dirty[index] ? " (dirty)" : "") +
     (records.calibration && records.calibration[index] ? "<br>calibration run" : "") +
+    (contendedRecord(records, index) ? "<br>contended host" : "") +
     (flaggedRecord(records, index) ? `<br>verdict ${escapeText(records.performance[index])}` : "") +
     `<br>created ${escapeText(records.created[index])}` +
     `<br>record ${escapeText(records.sha[index].slice(0, 12))}`
   );
 }
 
+// What a median point says on hover: value, record, n kept, the cell's verdict.
+function medianText(series, panel, records, name, i) {
+  const r = series.x[i];
+  const verdict = series.verdict && series.verdict[i];
+  return `<b>${name}</b> median ${series.median[i]} ${panel.unit}` +
+    `<br>${recordText(records, r)}<br>n kept ${series.n_kept[i]} of ${series.n[i]}` +
+    (verdict ? `<br>cell ${escapeText(verdict.replace("_", " "))} vs its baseline` : "");
+}
+
+// Medians marked on top of their series: a run on a contended host, a cell flagged
+// (slower or possibly slower) against its record's baseline.
+const MARKS = [
+  {
+    kind: "contended", legend: "contended host", symbol: "square-open", size: 13, color: "#bf8700",
+    test: (series, records, i) => contendedRecord(records, series.x[i]),
+  },
+  {
+    kind: "flagged", legend: "flagged vs baseline", symbol: "circle-open", size: 17, color: "#cf222e",
+    test: (series, records, i) => Boolean(series.flagged && series.flagged[i]),
+  },
+];
+
 function drawPanel(element, panel, data) {
   const records = data.records;
   const traces = [];
+  const marked = { contended: 0, flagged: 0 };
+  const legended = new Set();
+  const markTraces = []; // drawn last, over every series
   let points = 0;
   const acquisitions = [];
   panel.series.forEach((series) => {
@@ -70,19 +101,29 @@ function drawPanel(element, panel, data) {
         color: color,
         symbol: series.x.map((r) =>
           (records.calibration && records.calibration[r] ? "diamond-open" : "circle")),
-        line: {
-          width: series.x.map((r) => (flaggedRecord(records, r) ? 2 : 0)),
-          color: "#cf222e",
-        },
       },
       line: { color: color, width: 1.5 },
       name: `${name} median`, legendgroup: name,
-      text: series.x.map((r, i) =>
-        `<b>${name}</b> median ${series.median[i]} ${panel.unit}` +
-        `<br>${recordText(records, r)}<br>n kept ${series.n_kept[i]} of ${series.n[i]}`),
+      text: series.x.map((r, i) => medianText(series, panel, records, name, i)),
       hovertemplate: "%{text}<extra></extra>",
     });
     if (series.markers) points += series.x.length;
+    // the marked medians, each kind its own trace (symbol, colour and legend entry)
+    MARKS.forEach((mark) => {
+      const at = series.x.map((r, i) => i).filter((i) => mark.test(series, records, i));
+      if (at.length === 0) return;
+      marked[mark.kind] += at.length;
+      markTraces.push({
+        x: at.map((i) => series.x[i]), y: at.map((i) => series.median[i]),
+        customdata: at.map((i) => series.x[i]), type: "scatter", mode: "markers",
+        name: mark.legend, legendgroup: mark.kind, showlegend: !legended.has(mark.kind),
+        meta: mark.kind,
+        marker: { symbol: mark.symbol, size: mark.size, color: mark.color, line: { width: 2, color: mark.color } },
+        text: at.map((i) => `<b>${mark.legend}</b><br>` + medianText(series, panel, records, name, i)),
+        hovertemplate: "%{text}<extra></extra>",
+      });
+      legended.add(mark.kind);
+    });
     const trials = series.trials;
     traces.push({
       x: trials.x, y: trials.y, customdata: trials.x, type: "scatter", mode: "markers",
@@ -99,6 +140,7 @@ function drawPanel(element, panel, data) {
     });
     points += trials.x.length;
   });
+  traces.push(...markTraces);
   const shapes = data.change_points
     .filter((c) => c.format === panel.format && c.cache_state === panel.cache_state)
     .map((c) => ({
@@ -126,6 +168,8 @@ function drawPanel(element, panel, data) {
   };
   element.dataset.points = String(points);
   element.dataset.changePoints = String(shapes.length);
+  element.dataset.contended = String(marked.contended);
+  element.dataset.flagged = String(marked.flagged);
   return Plotly.newPlot(element, traces, layout, { displaylogo: false, responsive: true }).then((gd) => {
     gd.on("plotly_click", (event) => {
       const point = event.points[0];
