@@ -40,30 +40,42 @@ nitpicky = False
 
 
 def _build_example_dashboard(app) -> None:
-    """Render a small example history (harness.testing reports) for the docs to link to."""
+    """Render a small example history (harness.testing reports) for the docs to link to:
+    two keys, the newest runs 1.3 times slower, one run on a contended host and one
+    judged against an earlier run of its key (its cells flagged), as `harness run`
+    writes them."""
     import hashlib
     import shutil
     import tempfile
 
+    from harness.history.lookup import LoadedReport
+    from harness.history.records import sha256_bytes
     from harness.history.store import register_reports
     from harness.render import registration_renderer
     from harness.report import dump_report
+    from harness.run.reporting import compare_with_baseline, exit_code_of
     from harness.testing import make_example_report
+    from harness.verdict.comparison import DEFAULT_REGRESSION_PERCENT
 
     target = Path(app.outdir) / "example-dashboard"
     work = Path(tempfile.mkdtemp(prefix="example-history-")) / "h"
-    reports = [
-        dump_report(
-            make_example_report(
-                seed,
-                storage_id=("lab-nvme", "lab-nfs")[seed % 2],
-                created_utc=f"2026-11-{1 + seed // 2:02d}T08:{seed:02d}:00Z",
-                git_revision=hashlib.sha1(str(seed).encode()).hexdigest(),
-                slowdown=1.3 if seed >= 16 else 1.0,
-            )
+    docs = []
+    for seed in range(24):
+        doc = make_example_report(
+            seed,
+            storage_id=("lab-nvme", "lab-nfs")[seed % 2],
+            created_utc=f"2026-11-{1 + seed // 2:02d}T08:{seed:02d}:00Z",
+            git_revision=hashlib.sha1(str(seed).encode()).hexdigest(),
+            slowdown=1.3 if seed >= 16 else 1.0,
         )
-        for seed in range(24)
-    ]
+        doc["status"]["host_load"] = "contended" if seed == 10 else "quiet"
+        if seed == 20:  # judged against seed 14, the same key's last run before the slowdown
+            baseline = LoadedReport(docs[14], sha256_bytes(dump_report(docs[14])), Path("run-14"))
+            performance = compare_with_baseline(doc, baseline, DEFAULT_REGRESSION_PERCENT)
+            doc["status"]["performance"] = performance
+            doc["status"]["exit_code"] = exit_code_of(doc["status"], performance)
+        docs.append(doc)
+    reports = [dump_report(doc) for doc in docs]
     register_reports(work, reports, render=registration_renderer("now"))
     if target.exists():
         shutil.rmtree(target)

@@ -197,6 +197,8 @@ def test_a_version_3_index_gains_host_loads_and_cell_verdicts_from_the_records(
     with sqlite3.connect(index) as connection:
         columns = {row[1] for row in connection.execute("PRAGMA table_info(records)")}
     assert "host_load" not in columns
+    # verify reads without upgrading: outdated, not damaged
+    assert [p.kind.value for p in verify_history(root).problems] == ["index-outdated"]
 
     assert main(["history", "list", "--history-dir", str(root)]) == 0  # opens, so upgrades
     assert _markers(index) == registered  # what registration derived, from the records
@@ -229,3 +231,57 @@ def test_the_migrations_build_the_models_schema_on_postgresql(postgres_url: str)
             assert revision.scalar() == INDEX_HEAD_REVISION
     finally:
         engine.dispose()
+
+
+@pytest.mark.slow  # a server start
+def test_init_db_fills_a_version_3_server_index_from_its_evidence(
+    postgres_url: str,  # noqa: F811
+    tmp_path: Path,
+    capsys,
+) -> None:
+    from sqlalchemy import text
+
+    from harness.history.postgres import PostgresStore
+    from tests._dashboard_helpers import marked_reports
+
+    url = postgres_url
+    assert main(["history", "init-db", url]) == 0
+    engine = create_engine(url)
+    store = PostgresStore(engine)
+    for index, doc in enumerate(marked_reports()):  # a contended run, a flagged cell
+        store.register(dump_report(doc), source=f"r{index}.json", registered_utc="t")
+
+    def markers() -> tuple[list, list]:
+        with engine.connect() as connection:
+            return (
+                list(
+                    connection.execute(text("SELECT sha256, host_load FROM records ORDER BY seq"))
+                ),
+                list(
+                    connection.execute(
+                        text(
+                            "SELECT record_seq, acquisition, format, cache_state, verdict "
+                            "FROM summaries ORDER BY id"
+                        )
+                    )
+                ),
+            )
+
+    registered = markers()
+    assert {load for _sha, load in registered[0]} == {"quiet", "contended"}
+    assert {row[-1] for row in registered[1]} - {None, "unchanged"}  # a flagged verdict
+    with engine.begin() as connection:  # the server's index as index_v3 left it
+        for statement in (
+            "ALTER TABLE records DROP COLUMN host_load",
+            "ALTER TABLE summaries DROP COLUMN verdict",
+            "UPDATE alembic_version SET version_num = 'index_v3'",
+            "UPDATE index_meta SET value = '3' WHERE key = 'schema_version'",
+        ):
+            connection.execute(text(statement))
+    capsys.readouterr()
+    assert main(["history", "init-db", url]) == 0
+    out = capsys.readouterr().out
+    assert "index migrated from index_v3: 4 records' host loads and cell verdicts" in out
+    assert markers() == registered
+    engine.dispose()
+    assert main(["history", "verify", "--history-url", url]) == 0

@@ -6,11 +6,13 @@ rebuild produces is exactly the one registration produced.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from harness.comparability import canonical_json, comparison_fields, comparison_key
+from harness.report import migrate_report, schema_version_of
 
 TRIAL_FIELDS = (
     "acquisition",
@@ -50,6 +52,17 @@ def cell_verdicts_of(doc: Mapping[str, Any]) -> dict[tuple[str, str, str], str]:
     by (acquisition, format, cache state); empty without a comparison."""
     cells = (doc.get("comparison") or {}).get("cells") or []
     return {(c["acquisition"], c["format"], c["cache_state"]): c["verdict"] for c in cells}
+
+
+def markers_of(data: bytes, name: str) -> tuple[str | None, dict] | None:
+    """:func:`host_load_of` and :func:`cell_verdicts_of` a record's bytes (migrated in
+    memory, as registration reads them); None when they no longer parse as a report."""
+    try:
+        doc = json.loads(data)
+        doc = migrate_report(doc, schema_version_of(doc, name), name=name)
+        return host_load_of(doc), cell_verdicts_of(doc)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None  # verify names such a record (its rows differ from what it gives)
 
 
 @dataclass(frozen=True)

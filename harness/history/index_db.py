@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,13 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     insert,
     inspect,
     select,
+    update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -52,6 +55,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from harness.errors import HistoryError
 from harness.fsio import replace_file
+from harness.history.entries import markers_of
 from harness.history.migrate import (
     INDEX_HEAD_REVISION,
     PRE_ALEMBIC_REVISION,
@@ -505,6 +509,48 @@ def insert_entry(connection: Connection, entry: Any) -> int:
             insert(SummaryRow), [dict(summary, record_seq=seq) for summary in entry.summaries]
         )
     return seq
+
+
+def fill_markers(connection: Connection, records: Iterable[tuple[int, str, bytes | None]]) -> int:
+    """Set ``records.host_load`` and ``summaries.verdict`` of index rows written before
+    index schema 4 from their records' bytes, given as (seq, path, bytes or None: not
+    found); how many records gave them. Idempotent (the values registration derives)."""
+    host_loads = []
+    verdicts = []
+    filled = 0
+    for seq, path, data in records:  # streamed: only the few values are kept
+        markers = None if data is None else markers_of(data, path)
+        if markers is None:
+            continue
+        filled += 1
+        host_load, cells = markers
+        if host_load is not None:
+            host_loads.append({"row_seq": seq, "load": host_load})
+        # bound names unlike the columns' (SQLAlchemy keeps those for SET)
+        verdicts += [
+            {"row_seq": seq, "a": cell[0], "f": cell[1], "c": cell[2], "cell_verdict": verdict}
+            for cell, verdict in cells.items()
+        ]
+    if host_loads:
+        connection.execute(
+            update(RecordRow)
+            .where(RecordRow.seq == bindparam("row_seq"))
+            .values(host_load=bindparam("load")),
+            host_loads,
+        )
+    if verdicts:
+        connection.execute(
+            update(SummaryRow)
+            .where(
+                SummaryRow.record_seq == bindparam("row_seq"),
+                SummaryRow.acquisition == bindparam("a"),
+                SummaryRow.format == bindparam("f"),
+                SummaryRow.cache_state == bindparam("c"),
+            )
+            .values(verdict=bindparam("cell_verdict")),
+            verdicts,
+        )
+    return filled
 
 
 def is_calibration_entry(index_entry: str) -> bool:

@@ -54,14 +54,21 @@ from harness.history.evidence_store import (
     check_chain,
     journal_line,
 )
-from harness.history.index_db import RecordRow, insert_entry, prepare_index_schema
+from harness.history.index_db import (
+    RecordRow,
+    fill_markers,
+    insert_entry,
+    prepare_index_schema,
+)
 from harness.history.journal import GENESIS_HEAD
 from harness.history.layout import record_relpath
 from harness.history.migrate import (
     EVIDENCE_HEAD_REVISION,
     EVIDENCE_REVISIONS,
+    INDEX_HEAD_REVISION,
     evidence_revision,
     evidence_rules,
+    index_revision,
     stamp_evidence,
     upgrade_evidence,
 )
@@ -302,8 +309,29 @@ def install_schema(engine: Engine) -> list[str]:
     where = engine.url.render_as_string(hide_password=True)
     with engine.begin() as connection:
         done = prepare_evidence_schema(connection, where)
+        indexed_before = inspect(connection).has_table(RecordRow.__tablename__)
+        revision = index_revision(connection)
         prepare_index_schema(connection, where)
+        if indexed_before and revision != INDEX_HEAD_REVISION:
+            # rows indexed before index schema 4 get its dashboard markers from their
+            # records here (the index chain holds nothing server-only)
+            filled = fill_markers(connection, _indexed_record_bytes(connection))
+            done.append(
+                f"index migrated from {revision or 'before Alembic'}: {filled} records' host loads and cell verdicts filled from their bytes"
+            )
     return done
+
+
+def _indexed_record_bytes(connection):
+    """(seq, path, bytes or None) of every indexed record, streamed."""
+    rows = connection.execute(
+        select(RecordRow.seq, RecordRow.path, records_table.c.data)
+        .join(records_table, records_table.c.sha256 == RecordRow.sha256, isouter=True)
+        .order_by(RecordRow.seq)
+        .execution_options(yield_per=500)
+    )
+    for seq, path, data in rows:
+        yield seq, path, None if data is None else bytes(data)
 
 
 def index_entry_of(prepared: PreparedReport):
