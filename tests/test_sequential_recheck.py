@@ -98,6 +98,33 @@ def test_only_undecided_cells_are_measured_on_up_to_the_last_look(tmp_path, fake
     assert measured["looks_done"] == 3
 
 
+def test_each_look_has_fresh_workers_started_in_the_other_order(tmp_path, fake_workers) -> None:
+    started = []
+    real_init = FakeWorker.__init__
+
+    def init(self, side, tree, spec, scratch):
+        started.append(side)
+        real_init(self, side, tree, spec, scratch)
+
+    fake_workers.__init__ = init
+    try:
+        measure_paired(
+            PairedSpec(
+                root=".", manifest="m", backend="cpu", storage_id="s", representation="dense",
+                fresh_index=False, threads=None, first_index=0, acquisitions=("scan",),
+            ),
+            [A], 1, baseline=BaselineCode(tree=tmp_path, origin="t"), candidate_tree=tmp_path,
+            expected={"baseline": "f" * 64, "candidate": "f" * 64}, scratch=tmp_path / "s",
+            started_first="candidate", looks=3, undecided=lambda b, c: [A], warmup=1,
+        )  # fmt: skip
+    finally:
+        fake_workers.__init__ = real_init
+    assert started == ["candidate", "baseline", "baseline", "candidate", "candidate", "baseline"]
+    # one dropped warm-up trial per side and look, then the kept round
+    per_side = [a for a in fake_workers.asked if a[0] == "baseline"]
+    assert len(per_side) == 3 * 2
+
+
 def test_the_recheck_stops_when_every_cell_is_decided(tmp_path, fake_workers) -> None:
     measured = _measure(tmp_path, [A, B], rounds=2, looks=4, undecided=lambda b, c: [], warmup=0)
     assert measured["looks_done"] == 1

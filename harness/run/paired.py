@@ -113,7 +113,8 @@ def paired_block(
     return {
         "baseline_sha256": baseline_sha256,
         "baseline_code": code.origin,
-        "order": "alternating per cell: baseline first in even rounds, candidate first in odd",
+        "order": "alternating per cell: baseline first in even rounds, candidate first in "
+        "odd; fresh workers each look, started in alternating order",
         "started_first": measured["started_first"],
         "warmup_rounds": measured["warmup_rounds"],
         "looks_done": measured["looks_done"],

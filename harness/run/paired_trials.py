@@ -173,45 +173,43 @@ def measure_paired(
 ) -> dict[str, Any]:
     """Measure ``cells`` ``rounds`` rounds with both codes, alternately.
 
-    First ``warmup`` rounds of every cell whose trials are dropped: a fresh worker's first
-    trials pay its start-up (imports, kernel caches, first touches), which would otherwise
-    land on one side. Then up to ``looks`` batches of ``rounds`` rounds: after each batch
-    but the last, ``undecided(baseline_trials, candidate_trials)`` names the cells that the
-    trials so far cannot yet clear or confirm, and only those are measured on (a
-    sequential recheck; the verdict splits its alpha over the looks).
+    Up to ``looks`` batches of ``rounds`` rounds: after each batch but the last,
+    ``undecided(baseline_trials, candidate_trials)`` names the cells that the trials so far
+    cannot yet clear or confirm, and only those are measured on (a sequential recheck; the
+    verdict splits its alpha over the looks). Each batch has fresh workers, started in the
+    other order than the batch before (the worker started second measured slower than
+    its twin running the same code on the development VM), and begins with ``warmup`` rounds of
+    its cells whose trials are dropped (a fresh worker's first trials pay its start-up).
 
     ``expected`` is each side's recorded source fingerprint: a worker whose imported code
     fingerprints otherwise (an installed copy shadowing the tree, say) is refused
     (:class:`IncomparableError`) before any trial. The workers are started in
-    :func:`start_order` (``started_first``, else at random).
+    :func:`start_order` (``started_first``, else at random) for the first batch.
 
     Returns ``{"baseline_trials", "candidate_trials", "workers", "started_first"}``: the
     trials of each side (trial indices from ``spec.first_index``), each worker's
     fingerprints, stability, failures and products, and the side whose worker was started
     first. Both workers are ended whatever happens.
     """
-    workers: dict[str, PairedWorker] = {}
     trials: dict[str, list[dict]] = {side: [] for side in SIDES}
-    finals: dict[str, dict] = {}
-    order = start_order(started_first)
-    looks_done = 0
+    first_order = order = start_order(started_first)
     trees = {"baseline": baseline.tree, "candidate": candidate_tree}
-    try:
-        for side in order:
-            workers[side] = PairedWorker(side, trees[side], spec, scratch)
-        for side, worker in workers.items():
-            if worker.fingerprint != expected[side]:
-                raise IncomparableError(
-                    f"paired recheck: the {side} worker measures code with fingerprint "
-                    f"{str(worker.fingerprint)[:12]}, not the {side}'s {expected[side][:12]}"
-                )
-        for _ in range(warmup):
-            for cell in cells:
-                for side in order_of_round(spec.first_index):
-                    workers[side].trial(tuple(cell), spec.first_index)
-        index = spec.first_index
-        active = [tuple(cell) for cell in cells]
-        while active:
+    summary: dict[str, dict[str, Any]] = {
+        side: {"source_fingerprint_start": None, "source_fingerprint_end": None,
+               "stable": True, "failures": [], "products": {}}
+        for side in SIDES
+    }  # fmt: skip
+    index = spec.first_index
+    active = [tuple(cell) for cell in cells]
+    looks_done = 0
+    while active:
+        # fresh workers each look, the other one started first: the worker started second
+        # measured slower on the development VM, so neither side keeps that place
+        with _started_workers(order, trees, spec, scratch, expected, summary) as workers:
+            for _ in range(warmup):
+                for cell in active:
+                    for side in order_of_round(index):
+                        workers[side].trial(cell, index)
             for _ in range(rounds):
                 for cell in active:
                     for side in order_of_round(index):
@@ -219,27 +217,51 @@ def measure_paired(
                     if on_trial is not None:
                         on_trial()
                 index += 1
-            looks_done += 1
-            if looks_done >= looks or undecided is None:
-                break
-            active = [tuple(c) for c in undecided(trials["baseline"], trials["candidate"])]
-    finally:
-        for side, worker in workers.items():
-            finals[side] = worker.close()
+        looks_done += 1
+        order = (order[1], order[0])
+        if looks_done >= looks or undecided is None:
+            break
+        active = [tuple(c) for c in undecided(trials["baseline"], trials["candidate"])]
     return {
         "baseline_trials": trials["baseline"],
         "candidate_trials": trials["candidate"],
-        "started_first": order[0],
+        "started_first": first_order[0],
         "looks_done": looks_done,
         "warmup_rounds": warmup,
-        "workers": {
-            side: {
-                "source_fingerprint_start": workers[side].fingerprint,
-                "source_fingerprint_end": finals[side].get("source_fingerprint_end"),
-                "stable": bool(finals[side].get("stable")),
-                "failures": list(finals[side].get("failures") or []),
-                "products": dict(finals[side].get("products") or {}),
-            }
-            for side in workers
-        },
+        "workers": summary,
     }
+
+
+@contextlib.contextmanager
+def _started_workers(
+    order: tuple[str, str],
+    trees: dict[str, Path],
+    spec: PairedSpec,
+    scratch: Path,
+    expected: dict[str, str],
+    summary: dict[str, dict[str, Any]],
+):
+    """Both workers started in ``order`` and checked by fingerprint; ended whatever
+    happens, their final words merged into ``summary`` (per side: first fingerprint,
+    last end fingerprint, stable in every look, all failures, the products)."""
+    workers: dict[str, PairedWorker] = {}
+    try:
+        for side in order:
+            workers[side] = PairedWorker(side, trees[side], spec, scratch)
+            if summary[side]["source_fingerprint_start"] is None:
+                summary[side]["source_fingerprint_start"] = workers[side].fingerprint
+        for side, worker in workers.items():
+            if worker.fingerprint != expected[side]:
+                raise IncomparableError(
+                    f"paired recheck: the {side} worker measures code with fingerprint "
+                    f"{str(worker.fingerprint)[:12]}, not the {side}'s {expected[side][:12]}"
+                )
+        yield workers
+    finally:
+        for side, worker in workers.items():
+            final = worker.close()
+            merged = summary[side]
+            merged["source_fingerprint_end"] = final.get("source_fingerprint_end")
+            merged["stable"] = merged["stable"] and bool(final.get("stable"))
+            merged["failures"] += list(final.get("failures") or [])
+            merged["products"].update(final.get("products") or {})
