@@ -108,4 +108,4 @@ def guided_align(
     return alignment
 
 
-__all__ = ["MIN_STAGE_IMAGES", "STAGES", "guided_align"]
+__all__ = ["MIN_STAGE_IMAGES", "STAGES", "UPDATE_CHI2", "guided_align"]
