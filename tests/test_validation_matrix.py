@@ -4,7 +4,8 @@ criteria, the record's verdicts and the docs tables derived from the record.
 The criteria live in ``harness.run.compute_validate.CRITERIA`` and are not tuned to the
 scores. Where a cell fails a criterion for a reason of physics or method that this change
 does not fix, it is listed in ``KNOWN_FAILURES`` with the reason and asserted to fail
-(strict): a fix shows up as a test to update, never silently.
+(strict): a fix shows up as a test to update, never silently. A criterion the data cannot
+decide (the parallax rotation in focus) is in ``UNDETERMINED``, asserted likewise.
 """
 
 from __future__ import annotations
@@ -33,43 +34,57 @@ ACQUISITIONS = {
     for name, entry in cell["acquisitions"].items()
 }
 
-LARGE_DEFOCUS = (
-    "at 10-20 nm defocus the BF-image shifts reach 5-10 scan px at the disk edge, beyond half "
-    "the 8 px lattice period the alignment can resolve on a crystal (max_shift 3 px)"
-)
 DEFOCUSED_IDPC = (
     "iDPC assumes a probe small against the lattice; defocused by 10-20 nm it spans the "
     "4-cell window and the CoM no longer follows the potential's gradient"
 )
-FOCUSED_PARALLAX = (
-    "in focus the BF images hardly shift: C10 and the rotation are not determined to 2 A / 1 degree"
+FOCUSED_C10 = (
+    "in focus the BF images hardly shift and differ in more than a shift (weak-phase "
+    "contrast changes across the disk): the shifts scatter by about 1 scan px about the fit "
+    "and C10 is not determined to 2 A (its own standard error is 2-4 A); neither a finer "
+    "upsampling (64) nor more iterations, a low-pass or a smaller disk changed that"
+)
+FOCUSED_THICK_ROTATION = (
+    "in focus through 10 nm the shifts are not negligible (fitted C10 about +27 A, near the "
+    "slab's middle) but scatter by 2 px: the rotation is determined only to about 9 degrees "
+    "(its standard error), not 1"
+)
+SLAB_MIDDLE = (
+    "the shifts (aligned around the given defocus, coarse to fine) measure C10 near the "
+    "slab's middle, not at the entrance surface the criterion takes: the effective plane of "
+    "a thick or strongly defocused slab, which the 4 nm cells place at the entrance"
 )
 THICK = (
     "10 nm of SrTiO3 channels the beam: the projected potential is not the exit wave, and "
     "the fitted phase (which agrees better with the iDPC phase of the same data) "
     "correlates less with it"
 )
-#: (acquisition, criterion) -> reason: the failures of the first record of the matrix,
-#: each explained; none is a criterion relaxed.
+#: (acquisition, criterion) -> reason: the failures of the recorded matrix, each
+#: explained; none is a criterion relaxed.
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("t10nm_df0_rot0_high", "parallax_c10"): FOCUSED_PARALLAX,
-    ("t10nm_df0_rot0_high", "parallax_rotation"): FOCUSED_PARALLAX,
+    ("t10nm_df0_rot0_high", "parallax_c10"): FOCUSED_C10,
+    ("t10nm_df0_rot0_high", "parallax_rotation"): FOCUSED_THICK_ROTATION,
     ("t10nm_df0_rot0_high", "ssb_fitted_not_worse"): THICK,
     ("t10nm_df20nm_rot15_high", "idpc_r"): DEFOCUSED_IDPC,
-    ("t10nm_df20nm_rot15_high", "parallax_c10"): LARGE_DEFOCUS,
-    ("t10nm_df20nm_rot15_high", "parallax_rotation"): LARGE_DEFOCUS,
-    ("t10nm_df20nm_rot15_low", "parallax_c10"): LARGE_DEFOCUS,
-    ("t10nm_df20nm_rot15_low", "parallax_rotation"): LARGE_DEFOCUS,
-    ("t1nm_df0_rot0_high", "parallax_c10"): FOCUSED_PARALLAX,
-    ("t1nm_df0_rot0_high", "parallax_rotation"): FOCUSED_PARALLAX,
-    ("t1nm_df0_rot0_low", "parallax_c10"): FOCUSED_PARALLAX,
-    ("t1nm_df0_rot0_low", "parallax_rotation"): FOCUSED_PARALLAX,
+    ("t10nm_df20nm_rot15_high", "parallax_c10"): SLAB_MIDDLE,
+    ("t10nm_df20nm_rot15_low", "parallax_c10"): SLAB_MIDDLE,
+    ("t1nm_df0_rot0_high", "parallax_c10"): FOCUSED_C10,
+    ("t1nm_df0_rot0_low", "parallax_c10"): FOCUSED_C10,
     ("t2nm_df10nm_rect_rot15_high", "idpc_r"): DEFOCUSED_IDPC,
-    ("t2nm_df10nm_rect_rot15_high", "parallax_c10"): LARGE_DEFOCUS,
-    ("t2nm_df10nm_rect_rot15_high", "parallax_rotation"): LARGE_DEFOCUS,
+    ("t2nm_df10nm_rect_rot15_high", "parallax_c10"): SLAB_MIDDLE,
     ("t4nm_dfm20nm_rot0_high", "idpc_r"): DEFOCUSED_IDPC,
-    ("t4nm_dfm20nm_rot0_high", "parallax_c10"): LARGE_DEFOCUS,
-    ("t4nm_dfm20nm_rot0_high", "parallax_rotation"): LARGE_DEFOCUS,
+}
+#: (acquisition, criterion) -> reason: criteria the data cannot decide, reported as
+#: "undetermined" by the verdict (neither pass nor fail).
+UNDETERMINED: dict[tuple[str, str], str] = {
+    ("t1nm_df0_rot0_high", "parallax_rotation"): (
+        "in focus the shifts vanish and carry no rotation: the fit's standard error of the "
+        "rotation exceeds 19 degrees and it reports the rotation undetermined"
+    ),
+    ("t1nm_df0_rot0_low", "parallax_rotation"): (
+        "in focus the shifts vanish and carry no rotation: the fit's standard error of the "
+        "rotation exceeds 19 degrees and it reports the rotation undetermined"
+    ),
 }
 
 
@@ -130,12 +145,14 @@ def test_matrix_meets_the_criteria(name):
     # the record is reproducible: the same scores on a rerun
     assert scores["idpc"]["r"] == pytest.approx(recorded[name]["idpc"]["r"], abs=1e-9)
     assert scores["ssb_fitted"]["r"] == pytest.approx(recorded[name]["ssb_fitted"]["r"], abs=1e-6)
+    assert scores["parallax_c10_a"] == pytest.approx(recorded[name]["parallax_c10_a"], abs=1e-9)
     for criterion, outcome in scores["verdict"].items():
-        reason = KNOWN_FAILURES.get((name, criterion))
-        if reason is None:
-            assert outcome == "pass", (name, criterion, scores)
-        else:
+        if (name, criterion) in UNDETERMINED:
+            assert outcome == "undetermined", f"{name} {criterion}: update UNDETERMINED"
+        elif (name, criterion) in KNOWN_FAILURES:
             assert outcome == "fail", f"{name} {criterion} now passes: update KNOWN_FAILURES"
+        else:
+            assert outcome == "pass", (name, criterion, scores)
     if ACQUISITIONS[name][0] == "t4nm_df3nm":  # the independent check's sample
         assert scores["ssb_fitted"]["r"] >= scores["ssb_uncorrected"]["r"]
     # the fit never hands back a worse image without saying so

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -122,15 +123,22 @@ def validate_dpc(state: dict) -> None:
 
 
 def validate_parallax(state: dict) -> None:
+    from quantem.stem4d.errors import ParallaxWarning
     from quantem.stem4d.parallax import parallax
 
     v = state["validate"]
-    v["parallax"] = parallax(
-        state["frames"],
-        calibration=v["calibration"],
-        max_shift=MAX_SHIFT_PX,
-        correct_aberrations=True,
-    )
+    # the defocus and rotation a user sets in the simulation are the alignment's guess
+    # (C10 = -defocus); the fit measures both from the shifts
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", ParallaxWarning)
+        v["parallax"] = parallax(
+            state["frames"],
+            calibration=v["calibration"],
+            max_shift=MAX_SHIFT_PX,
+            c10_guess_angstrom=-v["cell"]["defocus_entrance_a"],
+            rotation_hint_deg=v["entry"]["rotation_deg"],
+            correct_aberrations=True,
+        )
 
 
 def validate_ssb(state: dict) -> None:
@@ -224,6 +232,11 @@ def scores(state: dict) -> dict:
         "parallax_corrected": score(v["parallax"].image_corrected),
         "parallax_c10_a": fit.c10_angstrom,
         "parallax_rotation_deg": fit.rotation_deg,
+        "parallax_c10_guess_a": v["parallax"].parameters["c10_guess_angstrom"],
+        "parallax_c10_uncertainty_a": fit.c10_uncertainty_angstrom,
+        "parallax_rotation_uncertainty_deg": fit.rotation_uncertainty_deg,
+        "parallax_rotation_determined": fit.rotation_determined,
+        "parallax_warnings": list(v["parallax"].warnings),
         "ssb_uncorrected": score(v["ssb_uncorrected"].phase),
         "ssb_fitted": score(v["ssb_fitted"].phase),
         "ssb_fitted_c10_a": v["ssb_fit"].aberrations.to_polar()["C10"],
@@ -237,7 +250,9 @@ def scores(state: dict) -> dict:
 
 
 def verdict(score: dict) -> dict:
-    """Each criterion of :data:`CRITERIA` on one acquisition's scores: pass, fail or n/a."""
+    """Each criterion of :data:`CRITERIA` on one acquisition's scores: pass or fail, absent
+    where it does not apply, and "undetermined" for the parallax rotation of an in-focus
+    acquisition whose fit reports the rotation undetermined (no rotation to measure)."""
     out = {}
     if score["dose"] == "high":
         out["idpc_r"] = abs(score["idpc"]["r"]) >= CRITERIA["idpc_min_r_high_dose"]
@@ -246,6 +261,11 @@ def verdict(score: dict) -> dict:
     out["parallax_c10"] = abs(score["parallax_c10_a"] - truth_c10) <= tolerance
     rotation_error = (score["parallax_rotation_deg"] - score["rotation_deg"] + 180) % 360 - 180
     out["parallax_rotation"] = abs(rotation_error) <= CRITERIA["parallax_rotation_deg"]
+    # In focus the shifts vanish and carry no rotation: a fit that says so is neither a pass
+    # nor a fail. Out of focus (the truth's C10 beyond the C10 tolerance) it is a fail.
+    in_focus = abs(truth_c10) <= CRITERIA["parallax_c10_abs_a"]
+    if in_focus and not score.get("parallax_rotation_determined", True):
+        out["parallax_rotation"] = None
     fitted, uncorrected = score["ssb_fitted"]["r"], score["ssb_uncorrected"]["r"]
     out["ssb_fitted_not_worse"] = (
         fitted >= uncorrected - CRITERIA["ssb_fitted_not_below_uncorrected_by"]
@@ -253,7 +273,9 @@ def verdict(score: dict) -> dict:
     floor = CRITERIA["ssb_fitted_min_r_where_uncorrected_reaches"]
     if uncorrected >= floor:
         out["ssb_fitted_floor"] = fitted >= floor
-    return {name: "pass" if ok else "fail" for name, ok in out.items()}
+    return {
+        name: "undetermined" if ok is None else "pass" if ok else "fail" for name, ok in out.items()
+    }
 
 
 def validate_fitted(state: dict) -> dict:

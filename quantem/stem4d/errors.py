@@ -94,3 +94,8 @@ class CalibrationWarning(UserWarning):
 
 class SSBFitWarning(UserWarning):
     """An SSB aberration fit gave a phase that an independent check finds worse than none."""
+
+
+class ParallaxWarning(UserWarning):
+    """Parallax shifts reached the edge of the alignment's search range: the true shifts may
+    lie beyond it (give a defocus guess, or a larger ``max_shift``)."""

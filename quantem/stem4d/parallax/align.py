@@ -8,7 +8,12 @@ peak: a matrix-product DFT (the upsampled-DFT method of Guizar-Sicairos et
 al., 2008), batched over images. An image ``I`` with shift ``s`` satisfies
 ``I(r) ~ reference(r - s)``; shifts are in scan pixels ``(row, col)``.
 
-The first reference is the plain mean of the images. Each iteration aligns every image
+With ``initial_shifts`` (predicted from a defocus and rotation guess,
+:func:`quantem.stem4d.parallax.fit.predicted_shifts`), the first reference is the mean of
+the images moved by them and each image's peak is searched within ``max_shift`` of its own
+prediction: only the residual of the prediction has to fit the search range, which for a
+crystal stays under half the lattice period. Without them the first reference is the plain
+mean of the images and every search is centred on zero. Each iteration aligns every image
 by its shift (a Fourier phase ramp) and averages them into the next reference; the mean
 shift is removed every time, which fixes the free origin of the shifts. Everything is a
 deterministic sequence of FFTs, matrix products and reductions in the input's array
@@ -34,11 +39,14 @@ BATCH_IMAGES = 64
 @dataclass
 class Alignment:
     """Result of :func:`align`: ``shifts`` ``(n, 2)`` scan pixels (array module of the
-    images), the final ``reference`` (contrast, scan grid) and the iterations run."""
+    images), the final ``reference`` (contrast, scan grid), the iterations run, and
+    ``at_bound``: how many shifts ended within half a pixel of the search range's edge
+    (``max_shift`` from their centre), where the true shift may lie beyond it."""
 
     shifts: Any
     reference: Any
     iterations: int
+    at_bound: int = 0
 
 
 def tukey_window(shape: tuple[int, int], edge: float, xp: Any) -> Any:
@@ -56,6 +64,34 @@ def tukey_window(shape: tuple[int, int], edge: float, xp: Any) -> Any:
         return w
 
     return one(shape[0])[:, None] * one(shape[1])[None, :]
+
+
+def object_frame_windows(n: int, edge: float, centres: Any, xp: Any) -> Any:
+    """Tukey windows ``(len(centres), n)`` along one scan axis, each fixed to the object.
+
+    Image ``j`` shows the object moved by ``centres[j]`` (its predicted shift); the window
+    covers the object coordinates ``x = r - centres[j]`` that every image sees,
+    ``[-min(centres), n - 1 - max(centres)]``, tapered over ``edge`` of that length at each
+    end. All images then see the object through the same window, which a window fixed to
+    the scan would not: it would move against the object by each image's shift and pull
+    large shifts towards zero. With all centres zero this is :func:`tukey_window`'s axis.
+    """
+    first = -float(centres.min())
+    last = n - 1 - float(centres.max())
+    length = last - first + 1
+    if length < 4:
+        raise ComputeError(
+            f"the predicted shifts span {n - length:.1f} of {n} scan pixels: no part of the "
+            "object is seen by every bright-field image (check the defocus guess and the "
+            "scan step)"
+        )
+    m = int(edge * length)
+    x = xp.arange(n, dtype=xp.float64)[None, :] - centres[:, None]
+    distance = xp.minimum(x - first, last - x)
+    if m == 0:
+        return xp.where(distance > -0.5, 1.0, 0.0)
+    phase = xp.clip((distance + 0.5) / m, 0.0, 1.0)
+    return 0.5 - 0.5 * xp.cos(xp.pi * phase)
 
 
 def contrast(images: Any) -> Any:
@@ -86,39 +122,53 @@ def fourier_shift(spectra: Any, shifts: Any) -> Any:
     return spectra * separable_ramp(spectra.shape[-2:], shifts, xp)
 
 
-def _signed_peak(index: Any, n: int) -> Any:
-    return ((index + n // 2) % n) - n // 2
-
-
-def _search_window(n_r: int, n_c: int, max_shift: float | None, xp: Any) -> Any:
-    """Additive mask (0 inside, -inf outside) of the shifts within ``max_shift`` pixels."""
+def _search_window(
+    n_r: int, n_c: int, max_shift: float | None, centres: Any, xp: Any
+) -> tuple[Any, Any, Any]:
+    """Additive masks ``(n, n_r * n_c)`` (0 inside, -inf outside) of the shifts within
+    ``max_shift`` pixels of each image's centre, and the unwrapped peak positions: the
+    correlation is periodic, so each grid offset stands for the shift nearest the centre."""
+    whole = xp.round(centres)
+    r = xp.arange(n_r, dtype=xp.float64)[None, :]
+    c = xp.arange(n_c, dtype=xp.float64)[None, :]
+    position_r = whole[:, 0:1] + (r - whole[:, 0:1] + n_r // 2) % n_r - n_r // 2  # (n, n_r)
+    position_c = whole[:, 1:2] + (c - whole[:, 1:2] + n_c // 2) % n_c - n_c // 2  # (n, n_c)
     if max_shift is None:
-        return None
-    r = _signed_peak(xp.arange(n_r), n_r)[:, None]
-    c = _signed_peak(xp.arange(n_c), n_c)[None, :]
-    inside = r * r + c * c <= max_shift * max_shift
-    return xp.where(inside, 0.0, -xp.inf).reshape(-1)
+        return None, position_r, position_c
+    d_r = position_r - centres[:, 0:1]
+    d_c = position_c - centres[:, 1:2]
+    inside = d_r[:, :, None] ** 2 + d_c[:, None, :] ** 2 <= max_shift * max_shift
+    return xp.where(inside, 0.0, -xp.inf).reshape(len(centres), -1), position_r, position_c
 
 
 def correlation_shifts(
-    spectra: Any, reference_spectrum: Any, upsample: int, max_shift: float | None = None
+    spectra: Any,
+    reference_spectrum: Any,
+    upsample: int,
+    max_shift: float | None = None,
+    centres: Any = None,
 ) -> Any:
     """Shifts ``(n, 2)`` of images (given as spectra) against one reference spectrum.
 
-    ``max_shift`` (scan pixels) limits the search for the correlation peak: for a
-    crystal, whose correlation peaks at every lattice vector, it must stay below half the
-    smallest lattice spacing.
+    ``max_shift`` (scan pixels) limits the search for the correlation peak to that distance
+    from each image's ``centres`` row (``(n, 2)``, default zero): for a crystal, whose
+    correlation peaks at every lattice vector, it must stay below half the smallest
+    lattice spacing.
     """
     xp = array_module(spectra)
     n, n_r, n_c = spectra.shape
+    if centres is None:
+        centres = xp.zeros((n, 2), dtype=xp.float64)
+    centres = xp.asarray(centres, dtype=xp.float64)
     cross = spectra * xp.conj(reference_spectrum)[None]
     coarse = xp.fft.ifft2(cross).real.reshape(n, -1)
-    window = _search_window(n_r, n_c, max_shift, xp)
+    window, position_r, position_c = _search_window(n_r, n_c, max_shift, centres, xp)
     if window is not None:
-        coarse = coarse + window[None]
+        coarse = coarse + window
     flat = xp.argmax(coarse, axis=1)
-    peak_r = _signed_peak(flat // n_c, n_r).astype(xp.float64)
-    peak_c = _signed_peak(flat % n_c, n_c).astype(xp.float64)
+    index = xp.arange(n)
+    peak_r = position_r[index, flat // n_c]
+    peak_c = position_c[index, flat % n_c]
     if upsample <= 1:
         return xp.stack([peak_r, peak_c], axis=1)
     half = int(upsample)  # +-1 scan pixel around the coarse peak (which is within 0.5 px)
@@ -135,7 +185,7 @@ def correlation_shifts(
     best = xp.argmax(fine, axis=1)
     y = peak_r[:, None] + offsets[None, :]
     x = peak_c[:, None] + offsets[None, :]
-    return xp.stack([y[xp.arange(n), best // m], x[xp.arange(n), best % m]], axis=1)
+    return xp.stack([y[index, best // m], x[index, best % m]], axis=1)
 
 
 def align(
@@ -146,12 +196,15 @@ def align(
     edge: float = DEFAULT_EDGE,
     lowpass: float = DEFAULT_LOWPASS,
     max_shift: float | None = None,
+    initial_shifts: Any = None,
 ) -> Alignment:
     """Shifts of every image against the iteratively refined reference.
 
     ``lowpass`` (scan pixels, 0 = off) is the sigma of a Gaussian smoothing applied to
     the correlation, which steadies the peak of noisy images. ``max_shift`` (scan pixels,
-    None = anywhere) bounds the peak search (:func:`correlation_shifts`).
+    None = anywhere) bounds the peak search (:func:`correlation_shifts`) around zero or,
+    with ``initial_shifts`` ``(n, 2)`` (scan pixels, a prediction), around each image's
+    prediction, which also seeds the first reference.
     """
     if max_shift is not None and not max_shift > 0:
         raise ComputeError(f"max_shift must be > 0 scan pixels, got {max_shift!r}")
@@ -162,22 +215,46 @@ def align(
     xp = array_module(images)
     n, n_r, n_c = images.shape
     window = tukey_window((n_r, n_c), edge, xp)
-    spectra = xp.fft.fft2(contrast(images) * window[None])
+    if initial_shifts is None:
+        centres = xp.zeros((n, 2), dtype=xp.float64)
+        spectra = xp.fft.fft2(contrast(images) * window[None])
+    else:
+        centres = xp.asarray(initial_shifts, dtype=xp.float64)
+        if centres.shape != (n, 2):
+            raise ComputeError(f"initial_shifts must be ({n}, 2) scan pixels, got {centres.shape}")
+        if not bool(xp.all(xp.isfinite(centres))):
+            raise ComputeError("initial_shifts must be finite")
+        centres = centres - centres.mean(axis=0, keepdims=True)
+        images = contrast(images)
+        if edge > 0:
+            images = images * object_frame_windows(n_r, edge, centres[:, 0], xp)[:, :, None]
+            images = images * object_frame_windows(n_c, edge, centres[:, 1], xp)[:, None, :]
+        spectra = xp.fft.fft2(images)
     if lowpass > 0:
         q2 = xp.fft.fftfreq(n_r)[:, None] ** 2 + xp.fft.fftfreq(n_c)[None, :] ** 2
         # Half the filter on each side of the product: the correlation gets the whole.
         spectra = spectra * xp.exp(-(xp.pi**2) * lowpass**2 * q2)[None]
-    shifts = xp.zeros((n, 2), dtype=xp.float64)
-    reference = spectra.mean(axis=0)
+    reference = fourier_shift(spectra, centres).mean(axis=0)
+    shifts = centres
     for _ in range(int(iterations)):
         parts = [
-            correlation_shifts(spectra[a : a + BATCH_IMAGES], reference, int(upsample), max_shift)
+            correlation_shifts(
+                spectra[a : a + BATCH_IMAGES],
+                reference,
+                int(upsample),
+                max_shift,
+                centres[a : a + BATCH_IMAGES],
+            )
             for a in range(0, n, BATCH_IMAGES)
         ]
         shifts = xp.concatenate(parts, axis=0)
         shifts = shifts - shifts.mean(axis=0, keepdims=True)
         reference = fourier_shift(spectra, shifts).mean(axis=0)
-    return Alignment(shifts, xp.fft.ifft2(reference).real, int(iterations))
+    at_bound = 0
+    if max_shift is not None:
+        distance = xp.sqrt(((shifts - centres) ** 2).sum(axis=1))
+        at_bound = int((distance > max_shift - 0.5).sum())
+    return Alignment(shifts, xp.fft.ifft2(reference).real, int(iterations), at_bound)
 
 
 __all__ = [
@@ -189,5 +266,6 @@ __all__ = [
     "contrast",
     "correlation_shifts",
     "fourier_shift",
+    "object_frame_windows",
     "tukey_window",
 ]

@@ -29,6 +29,10 @@ import numpy as np
 
 from quantem.stem4d.errors import ComputeError
 
+#: The rotation's standard error (deg) beyond which it is reported as undetermined: the
+#: fitted shift field is then under about three standard errors from zero (1/3 rad).
+ROTATION_DETERMINED_DEG = math.degrees(1.0 / 3.0)
+
 
 @dataclass(frozen=True)
 class AberrationFit:
@@ -36,7 +40,11 @@ class AberrationFit:
 
     ``c10_angstrom``, ``c12_angstrom`` (>= 0), ``phi12_deg`` in [0, 180), ``rotation_deg``,
     ``transpose``, ``residual_px`` (RMS misfit of the shifts, scan pixels) and the fitted
-    shifts ``fitted_shifts`` ``(n, 2)`` in scan pixels.
+    shifts ``fitted_shifts`` ``(n, 2)`` in scan pixels. The standard errors of C10 and of
+    the rotation follow from the least-squares covariance (the misfit taken as independent
+    noise); ``rotation_determined`` is False when the rotation's standard error exceeds
+    :data:`ROTATION_DETERMINED_DEG`: near focus the shifts vanish and so does the rotation
+    they carry, and its number is then no measurement.
     """
 
     c10_angstrom: float
@@ -46,6 +54,9 @@ class AberrationFit:
     transpose: bool
     residual_px: float
     fitted_shifts: np.ndarray
+    c10_uncertainty_angstrom: float = math.nan
+    rotation_uncertainty_deg: float = math.nan
+    rotation_determined: bool = True
 
     def to_dict(self) -> dict:
         return {
@@ -56,7 +67,81 @@ class AberrationFit:
             "rotation_deg": self.rotation_deg,
             "transpose": self.transpose,
             "residual_px": self.residual_px,
+            "C10_uncertainty_angstrom": self.c10_uncertainty_angstrom,
+            "rotation_uncertainty_deg": self.rotation_uncertainty_deg,
+            "rotation_determined": self.rotation_determined,
         }
+
+
+def _rotation(theta_deg: float) -> np.ndarray:
+    t = math.radians(theta_deg)
+    return np.array([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]])
+
+
+def predicted_shifts(
+    angles_rad: np.ndarray,
+    scan_step_angstrom: tuple[float, float],
+    c10_angstrom: float,
+    rotation_deg: float = 0.0,
+    transpose: bool = False,
+) -> np.ndarray:
+    """The shifts ``(n, 2)`` (scan pixels) of a pure defocus: ``s = -R(theta) C10 P alpha``.
+
+    The forward model of :func:`fit_aberrations` with C12 = 0; it seeds the alignment with
+    a user's defocus and rotation guess (:func:`quantem.stem4d.parallax.align.align`).
+    """
+    angles = np.asarray(angles_rad, dtype=np.float64)
+    if transpose:
+        angles = angles[:, ::-1]
+    shifts = -float(c10_angstrom) * angles @ _rotation(float(rotation_deg)).T
+    return shifts / np.asarray(scan_step_angstrom, dtype=np.float64)[None, :]
+
+
+def _decompose(matrix: np.ndarray, swap: bool, hint: float) -> tuple[float, float, float, float]:
+    """C10, C12, phi12 (deg) and the rotation (deg) of the fitted matrix ``M``."""
+    permutation = np.array([[0.0, 1.0], [1.0, 0.0]]) if swap else np.eye(2)
+    # s = -R A P alpha  =>  -M P^-1 = R A.
+    target = -matrix @ permutation
+    u, sigma, vt = np.linalg.svd(target)
+    rotation = u @ vt
+    symmetric = vt.T @ np.diag(sigma) @ vt
+    if np.linalg.det(rotation) < 0:
+        raise ComputeError(
+            "the shifts fit a reflected geometry for the given transpose choice; "
+            "leave transpose=None"
+        )
+    theta = math.degrees(math.atan2(rotation[1, 0], rotation[0, 0]))
+    if abs((theta - hint + 180.0) % 360.0 - 180.0) > 90.0:
+        theta = theta + 180.0
+        symmetric = -symmetric
+    theta = (theta + 180.0) % 360.0 - 180.0
+    c10 = 0.5 * (symmetric[0, 0] + symmetric[1, 1])
+    c12a = 0.5 * (symmetric[0, 0] - symmetric[1, 1])
+    c12b = 0.5 * (symmetric[0, 1] + symmetric[1, 0])
+    phi12 = (0.5 * math.degrees(math.atan2(c12b, c12a))) % 180.0
+    return float(c10), float(math.hypot(c12a, c12b)), float(phi12), float(theta)
+
+
+def _uncertainties(
+    matrix: np.ndarray, covariance: np.ndarray, swap: bool, hint: float
+) -> tuple[float, float]:
+    """Standard errors of C10 and of the rotation (deg), by linear propagation of the
+    covariance ``(4, 4)`` of the entries of ``M`` (row-major) through :func:`_decompose`."""
+    base = _decompose(matrix, swap, hint)
+    scale = max(float(np.abs(matrix).max()), 1e-12)
+    jacobian = np.zeros((2, 4))
+    for k in range(4):
+        h = np.zeros(4)
+        h[k] = 1e-6 * scale
+        try:
+            up = _decompose(matrix + h.reshape(2, 2), swap, base[3])
+            down = _decompose(matrix - h.reshape(2, 2), swap, base[3])
+        except ComputeError:  # the matrix sits on a reflection: nothing is determined
+            return math.inf, math.inf
+        jacobian[0, k] = (up[0] - down[0]) / (2 * h[k])
+        jacobian[1, k] = ((up[3] - down[3] + 180.0) % 360.0 - 180.0) / (2 * h[k])
+    variance = np.diag(jacobian @ covariance @ jacobian.T)
+    return float(math.sqrt(max(variance[0], 0.0))), float(math.sqrt(max(variance[1], 0.0)))
 
 
 def fit_aberrations(
@@ -82,31 +167,32 @@ def fit_aberrations(
     coefficients, *_ = np.linalg.lstsq(design, shifts, rcond=None)
     matrix = coefficients[:2].T  # s = M alpha + t
     swap = bool(np.linalg.det(matrix) < 0) if transpose is None else bool(transpose)
-    permutation = np.array([[0.0, 1.0], [1.0, 0.0]]) if swap else np.eye(2)
-    # s = -R A P alpha  =>  -M P^-1 = R A.
-    target = -matrix @ permutation
-    u, sigma, vt = np.linalg.svd(target)
-    rotation = u @ vt
-    symmetric = vt.T @ np.diag(sigma) @ vt
-    if np.linalg.det(rotation) < 0:
-        raise ComputeError(
-            "the shifts fit a reflected geometry for the given transpose choice; "
-            "leave transpose=None"
-        )
-    theta = math.degrees(math.atan2(rotation[1, 0], rotation[0, 0]))
     hint = 0.0 if rotation_hint_deg is None else float(rotation_hint_deg)
-    if abs((theta - hint + 180.0) % 360.0 - 180.0) > 90.0:
-        theta = theta + 180.0
-        symmetric = -symmetric
-    theta = (theta + 180.0) % 360.0 - 180.0
-    c10 = 0.5 * (symmetric[0, 0] + symmetric[1, 1])
-    c12a = 0.5 * (symmetric[0, 0] - symmetric[1, 1])
-    c12b = 0.5 * (symmetric[0, 1] + symmetric[1, 0])
-    c12 = math.hypot(c12a, c12b)
-    phi12 = (0.5 * math.degrees(math.atan2(c12b, c12a))) % 180.0
-    fitted = (design @ coefficients) / step[None, :]
+    c10, c12, phi12, theta = _decompose(matrix, swap, hint)
+    fitted = design @ coefficients
+    # Each shift component has its own misfit variance (scan steps may differ); the rows
+    # of M are the two components' coefficients, independent of each other.
+    dof = max(len(angles) - design.shape[1], 1)
+    variance = ((shifts - fitted) ** 2).sum(axis=0) / dof
+    normal = np.linalg.inv(design.T @ design)[:2, :2]
+    covariance = np.zeros((4, 4))
+    covariance[:2, :2] = variance[0] * normal
+    covariance[2:, 2:] = variance[1] * normal
+    c10_error, rotation_error = _uncertainties(matrix, covariance, swap, theta)
+    fitted = fitted / step[None, :]
     residual = float(np.sqrt(np.mean(np.sum((fitted - shifts_px) ** 2, axis=1))))
-    return AberrationFit(float(c10), float(c12), float(phi12), float(theta), swap, residual, fitted)
+    return AberrationFit(
+        c10,
+        c12,
+        phi12,
+        theta,
+        swap,
+        residual,
+        fitted,
+        c10_error,
+        rotation_error,
+        rotation_error <= ROTATION_DETERMINED_DEG,
+    )
 
 
-__all__ = ["AberrationFit", "fit_aberrations"]
+__all__ = ["ROTATION_DETERMINED_DEG", "AberrationFit", "fit_aberrations", "predicted_shifts"]

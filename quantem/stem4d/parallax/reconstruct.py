@@ -31,11 +31,12 @@ noise is not amplified.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from quantem.stem4d.arrays import array_module, to_numpy
-from quantem.stem4d.errors import CalibrationError, ComputeError
+from quantem.stem4d.errors import CalibrationError, ComputeError, ParallaxWarning
 from quantem.stem4d.parallax.align import (
     DEFAULT_EDGE,
     DEFAULT_ITERATIONS,
@@ -46,6 +47,7 @@ from quantem.stem4d.parallax.align import (
     separable_ramp,
 )
 from quantem.stem4d.parallax.fit import AberrationFit, fit_aberrations
+from quantem.stem4d.parallax.guided import guided_align
 from quantem.stem4d.parallax.stack import DEFAULT_DISK_FRACTION, BrightFieldStack, build_stack
 from quantem.stem4d.virtual.calibration import Calibration
 from quantem.stem4d.virtual.calibration_check import check_bf_radius, check_scan_step, settle
@@ -69,6 +71,7 @@ class ParallaxResult:
     parameters: dict = field(default_factory=dict)
     calibration: dict | None = None
     calibration_check: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     def outputs(self) -> dict[str, Any]:
         """Every output array by name (the names ``harness run compute parallax`` saves)."""
@@ -94,6 +97,8 @@ class ParallaxResult:
                 "units": dict(UNITS),
                 "calibration": self.calibration,
                 "calibration_check": list(self.calibration_check),
+                "alignment_at_bound": self.alignment.at_bound,
+                "warnings": list(self.warnings),
             }
         )
         return fitted
@@ -234,6 +239,7 @@ def parallax(
     edge: float = DEFAULT_EDGE,
     lowpass: float = 0.0,
     max_shift: float | None = None,
+    c10_guess_angstrom: float | None = None,
     fit: bool = True,
     transpose: bool | None = None,
     rotation_hint_deg: float | None = None,
@@ -250,18 +256,23 @@ def parallax(
     ``correct_aberrations`` also needs the beam energy. Every given calibration is applied
     or checked against the data, else refused; a gross mismatch is an error unless
     ``accept_calibration_mismatch`` (:mod:`quantem.stem4d.virtual.calibration_check`).
+
+    ``c10_guess_angstrom`` (C10 = -defocus, at the entrance surface) with
+    ``rotation_hint_deg`` (and ``transpose``) predicts every BF image's shift, and the
+    alignment searches only the residual within ``max_shift`` of it, coarse to fine in beam
+    angle (:mod:`quantem.stem4d.parallax.guided`), so a wrong guess is still corrected. Shifts at the bound, and
+    a rotation the fit cannot determine, are a :class:`ParallaxWarning` and are listed in
+    ``warnings`` of the result.
     """
     frames = open_frames(source, scan_region=scan_region)
     stack = build_stack(frames, disk_fraction=disk_fraction, bin_factor=bin_factor)
-    alignment = align(
-        stack.images,
-        upsample=align_upsample,
-        iterations=iterations,
-        edge=edge,
-        lowpass=lowpass,
-        max_shift=max_shift,
-    )
-    result_fit, check = None, []
+    if c10_guess_angstrom is not None and not fit:
+        raise ComputeError(
+            "c10_guess_angstrom seeds the aberration fit's alignment: needs fit=True"
+        )
+    if c10_guess_angstrom is not None and not math.isfinite(c10_guess_angstrom):
+        raise ComputeError(f"c10_guess_angstrom must be finite, got {c10_guess_angstrom!r}")
+    result_fit, check, angles = None, [], None
     if fit:
         calibration, check = parallax_calibration(
             calibration,
@@ -270,6 +281,22 @@ def parallax(
             accept_mismatch=accept_calibration_mismatch,
         )
         angles = stack.positions * (calibration.detector_mrad_per_pixel * 1e-3)
+
+    options = dict(upsample=align_upsample, iterations=iterations, edge=edge, lowpass=lowpass)
+    if c10_guess_angstrom is None:
+        alignment = align(stack.images, max_shift=max_shift, **options)
+    else:
+        alignment = guided_align(
+            stack.images,
+            angles,
+            calibration.scan_step,
+            c10_guess_angstrom,
+            rotation_deg=rotation_hint_deg,
+            transpose=transpose,
+            max_shift=max_shift,
+            **options,
+        )
+    if fit:
         result_fit = fit_aberrations(
             to_numpy(alignment.shifts),
             angles,
@@ -277,6 +304,27 @@ def parallax(
             transpose=transpose,
             rotation_hint_deg=rotation_hint_deg,
         )
+    notes = []
+    if alignment.at_bound:
+        notes.append(
+            f"{alignment.at_bound} of {len(stack.positions)} bright-field shifts reached the "
+            f"edge of the search range (max_shift {max_shift} scan px"
+            + (" around the guess)" if c10_guess_angstrom is not None else ")")
+            + ": the true shifts may lie beyond it and the fit may be wrong"
+            + (
+                "; give c10_guess_angstrom (and rotation_hint_deg)"
+                if c10_guess_angstrom is None
+                else ""
+            )
+        )
+    if result_fit is not None and not result_fit.rotation_determined:
+        notes.append(
+            f"the rotation is undetermined: its standard error is "
+            f"{result_fit.rotation_uncertainty_deg:.3g} deg (the shifts are too small, as "
+            "near focus)"
+        )
+    for note in notes:
+        warnings.warn(f"parallax: {note}", ParallaxWarning, stacklevel=2)
     xp = array_module(stack.images)
     shifts = alignment.shifts
     if result_fit is not None and use_fitted_shifts:
@@ -306,6 +354,8 @@ def parallax(
         "edge": edge,
         "lowpass": lowpass,
         "max_shift": max_shift,
+        "c10_guess_angstrom": c10_guess_angstrom,
+        "rotation_hint_deg": rotation_hint_deg,
         "upsample": int(upsample),
         "kernel_sigma": kernel_sigma,
         "use_fitted_shifts": bool(use_fitted_shifts and result_fit is not None),
@@ -325,6 +375,7 @@ def parallax(
         parameters,
         None if calibration is None else calibration.to_dict(),
         check,
+        notes,
     )
 
 
