@@ -94,3 +94,48 @@ class TestPostgresHistory(HistoryBackendTests):
             history, ("INSERT INTO evidence_calibrations VALUES (:s, :d)", {"s": sha256, "d": data})
         )
         return sha256
+
+
+def test_commands_never_ask_which_backend_they_have() -> None:
+    """Issue 33: the commands work on the contract; none branches on a URL."""
+    root = Path(__file__).resolve().parents[1] / "harness" / "commands"
+    branching = [
+        f"{path.name}:{number}"
+        for path in sorted(root.glob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "url is not None" in line
+    ]
+    assert branching == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "list"],
+        ["history", "head"],
+        ["history", "verify"],
+        ["history", "changes"],
+        ["compare", "--baseline", "PREFIX"],
+        ["render", "index"],
+    ],
+)
+def test_the_cli_opens_a_commands_history_once(argv, tmp_path: Path, monkeypatch) -> None:
+    from harness.cli import main
+    from harness.history import opening
+    from harness.history.store import prepare_report
+    from harness.history.testing import example_report
+
+    history = FolderHistory(tmp_path / "h")
+    (stored,) = history.register_reports([prepare_report(example_report(1), name="1.json")])
+    argv = [stored.sha256[:12] if a == "PREFIX" else a for a in argv]
+    opened = []
+    real = opening.open_history
+
+    def counting(location, **options):
+        opened.append(str(location))
+        return real(location, **options)
+
+    monkeypatch.setattr(opening, "open_history", counting)
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--history-dir", str(tmp_path / "h")]) in (0, 1)
+    assert opened == [str(tmp_path / "h")]

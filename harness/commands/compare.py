@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--baseline", required=True, metavar="SHA_PREFIX_OR_PATH", help="baseline report (required)"
     )
-    add_history_location_arguments(parser)
+    add_history_location_arguments(parser, access="read")
     parser.add_argument(
         "--regression-percent",
         type=float,
@@ -98,14 +98,13 @@ def load_compared(history, args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
 
     from harness.commands._output import show_comparison
-    from harness.commands.history import history_location, opened_history
     from harness.compare import compare_loaded
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
         raise UsageError(f"--regression-percent must be a positive number, not {percent:g}")
-    with opened_history(history_location(args), read_only=True) as history:
-        baseline, candidate, calibration = load_compared(history, args)
+    history = args.history
+    baseline, candidate, calibration = load_compared(history, args)
     comparison = compare_loaded(
         baseline,
         candidate,

@@ -38,8 +38,11 @@ DEFAULT_HISTORY_DIR = "harness-history"
 HISTORY_URL_ENV = "HARNESS_HISTORY_URL"
 
 
-def add_history_location_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--history-dir`` or ``--history-url`` (one of them; default from the environment)."""
+def add_history_location_arguments(parser: argparse.ArgumentParser, *, access: str) -> None:
+    """``--history-dir`` or ``--history-url`` (one of them; default from the environment);
+    the CLI opens that history for the command (:func:`opened_for_command`), to be read
+    or written (``access``: "read" or "write")."""
+    parser.set_defaults(history_access=access)
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--history-dir",
@@ -72,6 +75,20 @@ def history_location(args: argparse.Namespace) -> str:
 
 
 @contextmanager
+def opened_for_command(args: argparse.Namespace) -> Iterator:
+    """What the CLI wraps a command in: the history the command's parser asks for
+    (``history_access``, set by :func:`add_history_location_arguments`), opened once and
+    given to the command as ``args.history``; nothing for a command without one."""
+    access = getattr(args, "history_access", None)
+    if access is None:
+        yield None
+        return
+    with opened_history(history_location(args), read_only=access == "read") as history:
+        args.history = history
+        yield history
+
+
+@contextmanager
 def opened_history(location: str | Path, *, read_only: bool = False) -> Iterator:
     """The :class:`~harness.history.backend.HistoryBackend` at ``location`` for one
     command (:func:`history_location`); its connections closed afterwards."""
@@ -96,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "register", help="store reports (validated first; identical bytes: no-op)"
     )
     register.add_argument("reports", nargs="+", metavar="REPORT", help="loading.json files")
-    add_history_location_arguments(register)
+    add_history_location_arguments(register, access="write")
     add_plot_policy_arguments(register)
     register.set_defaults(func=run_register)
 
@@ -122,6 +139,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="URL",
         help=f"history on a PostgreSQL server to import into (default ${HISTORY_URL_ENV})",
     )
+    importer.set_defaults(history_access="write")
     importer.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -131,7 +149,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     importer.set_defaults(func=run_import)
 
     lister = commands.add_parser("list", help="list records, newest last")
-    add_history_location_arguments(lister)
+    add_history_location_arguments(lister, access="read")
     lister.add_argument(
         "--key", "--group", dest="group", metavar="KEY", help="only this comparison key"
     )
@@ -140,21 +158,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     show = commands.add_parser("show", help="show one record")
     show.add_argument("sha", metavar="SHA_PREFIX", help="unique SHA-256 prefix (4+ hex digits)")
-    add_history_location_arguments(show)
+    add_history_location_arguments(show, access="read")
     show.add_argument("--raw", action="store_true", help="print the record's exact bytes")
     show.set_defaults(func=run_show)
 
     head = commands.add_parser(
         "head", help="print the journal's head hash (keep it; verify --expect-head checks it)"
     )
-    add_history_location_arguments(head)
+    add_history_location_arguments(head, access="read")
     head.set_defaults(func=run_head)
 
     verify = commands.add_parser(
         "verify",
         help="re-hash every record; check index, journal and rendered files (exit 1 on problems)",
     )
-    add_history_location_arguments(verify)
+    add_history_location_arguments(verify, access="read")
     verify.add_argument(
         "--expect-head",
         metavar="HASH",
@@ -179,14 +197,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="regenerate index and rendered files from records/ alone "
         "(on a server: its index, in one transaction, as the database's owner)",
     )
-    add_history_location_arguments(rebuild)
+    add_history_location_arguments(rebuild, access="write")
     rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots (a folder's)")
     rebuild.set_defaults(func=run_rebuild)
 
     changes = commands.add_parser(  # arguments and work in harness/commands/history_changes.py
         "changes", help=CHANGES_HELP, description=CHANGES_DESCRIPTION
     )
-    add_history_location_arguments(changes)
+    add_history_location_arguments(changes, access="read")
     add_changes_arguments(changes)
     changes.set_defaults(func=_run_changes)
 
@@ -289,20 +307,18 @@ def _print_registered(results: list) -> None:
 
 
 def _run_changes(args: argparse.Namespace) -> int:
-    with opened_history(history_location(args), read_only=True) as history:
-        return run_changes(args, history)
+    history = args.history
+    return run_changes(args, history)
 
 
 def run_register(args: argparse.Namespace) -> int:
     from harness.history.store import prepare_report
     from harness.render import registration_renderer
 
-    with opened_history(history_location(args)) as history:
-        _check_plot_policy(history, args.plots)
-        prepared = [prepare_report(report) for report in args.reports]  # all valid, or none
-        _print_registered(
-            history.register_reports(prepared, render=registration_renderer(args.plots))
-        )
+    history = args.history
+    _check_plot_policy(history, args.plots)
+    prepared = [prepare_report(report) for report in args.reports]  # all valid, or none
+    _print_registered(history.register_reports(prepared, render=registration_renderer(args.plots)))
     return EXIT_OK
 
 
@@ -312,21 +328,21 @@ def run_import(args: argparse.Namespace) -> int:
     from harness.history.importer import prepare_import
     from harness.render import registration_renderer
 
-    with opened_history(history_location(args)) as history:
-        _check_plot_policy(history, args.plots)
-        accepted, refused = prepare_import(args.paths, skip_invalid=args.skip_invalid)
-        if accepted:
-            _print_registered(
-                history.register_reports(accepted, render=registration_renderer(args.plots))
-            )
+    history = args.history
+    _check_plot_policy(history, args.plots)
+    accepted, refused = prepare_import(args.paths, skip_invalid=args.skip_invalid)
+    if accepted:
+        _print_registered(
+            history.register_reports(accepted, render=registration_renderer(args.plots))
+        )
     for error in refused:
         print(f"refused: {error}", file=sys.stderr)
     return EXIT_FAILURE if refused else EXIT_OK
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with opened_history(history_location(args), read_only=True) as history:
-        rows = history.list_records(key=args.group, limit=args.limit)
+    history = args.history
+    rows = history.list_records(key=args.group, limit=args.limit)
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
     header += ("correctness", "performance", "key", "purpose")
     table = [header] + [
@@ -420,19 +436,19 @@ def run_show(args: argparse.Namespace) -> int:
     from harness.history.lookup import parse_sha_prefix
 
     parse_sha_prefix(args.sha)
-    with opened_history(history_location(args), read_only=True) as history:
-        if args.raw:
-            sys.stdout.buffer.write(history.read_checked(history.match_prefix(args.sha)))
-            return EXIT_OK
-        loaded = load_reference(history, args.sha)
+    history = args.history
+    if args.raw:
+        sys.stdout.buffer.write(history.read_checked(history.match_prefix(args.sha)))
+        return EXIT_OK
+    loaded = load_reference(history, args.sha)
     return _print_record(loaded.doc, loaded.sha256, loaded.path)
 
 
 def run_head(args: argparse.Namespace) -> int:
-    with opened_history(history_location(args), read_only=True) as history:
-        if not history.exists():
-            raise HistoryError(f"{history.where}: no such history folder")
-        print(history.head())
+    history = args.history
+    if not history.exists():
+        raise HistoryError(f"{history.where}: no such history folder")
+    print(history.head())
     return EXIT_OK
 
 
@@ -451,10 +467,8 @@ def run_verify(args: argparse.Namespace) -> int:
     from harness.verdict.calibration_report import parse_calibration
 
     expect_head = parse_head(args.expect_head) if args.expect_head is not None else None
-    with (
-        opened_history(history_location(args), read_only=True) as history,
-        _record_progress(history, "re-hashing records") as progress,
-    ):
+    history = args.history
+    with _record_progress(history, "re-hashing records") as progress:
         result = history.verify(
             expect_head=expect_head,
             records_only=args.records_only,
@@ -481,16 +495,16 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_rebuild(args: argparse.Namespace) -> int:
     from harness.render import rebuild_renderer
 
-    with opened_history(history_location(args)) as history:
-        if args.no_plots and not history.holds_rendered_files:
-            raise UsageError(
-                f"--no-plots applies to a history folder: {history.where} holds no rendered "
-                "files (`harness render index --out DIR --history-url URL` draws them)"
-            )
-        with _record_progress(history, "reading records") as progress:
-            result = history.rebuild(
-                render=rebuild_renderer(plots=not args.no_plots), progress=progress
-            )
+    history = args.history
+    if args.no_plots and not history.holds_rendered_files:
+        raise UsageError(
+            f"--no-plots applies to a history folder: {history.where} holds no rendered "
+            "files (`harness render index --out DIR --history-url URL` draws them)"
+        )
+    with _record_progress(history, "reading records") as progress:
+        result = history.rebuild(
+            render=rebuild_renderer(plots=not args.no_plots), progress=progress
+        )
     for line in result.errors:
         print(line, file=sys.stderr)
     for line in result.warnings:

@@ -97,7 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "history whose comparison key matches the candidate's; with --history-url a "
         "calibration file)",
     )
-    add_history_location_arguments(parser)
+    add_history_location_arguments(parser, access="write")
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -215,7 +215,6 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import history_location, opened_history
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -231,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
 
     paired = parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     check_code_origin()
-    with opened_history(history_location(args)) as history:
-        return _check_and_recheck(args, history, paired, percent)
+    history = args.history
+    return _check_and_recheck(args, history, paired, percent)
 
 
 def _check_and_recheck(args, history, paired: bool | None, percent: float) -> int:

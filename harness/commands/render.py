@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "not yet written, and index.json/timings.csv where they lag (all of them with --full)."
         ),
     )
-    add_history_location_arguments(index)
+    add_history_location_arguments(index, access="read")
     index.add_argument(
         "--out",
         metavar="DIR",
@@ -214,7 +214,7 @@ def _render_snapshot(history, out: Path, args: argparse.Namespace, plots: str) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import history_location, opened_history
+    from harness.commands.history import history_location
     from harness.history.index_db import open_index, open_index_for_reading
     from harness.history.lock import locked_history
     from harness.history.store import index_journalled
@@ -225,24 +225,22 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
     location = history_location(args)
-    with opened_history(location, read_only=True) as history:
-        if not history.holds_rendered_files:
-            # a history without rendered files (a server) is drawn from a snapshot of it
-            # that the output folder keeps
-            if out is None:
-                raise UsageError(
-                    f"render index of {history.where} needs --out DIR (where to render)"
-                )
-            if (out / "history.json").exists():
-                raise UsageError(
-                    f"--out {out} is a history folder; render {history.where} into a new folder"
-                )
-            done = _render_snapshot(history, out, args, plots)
-            _warn_left_out(history)
-            print(f"rendered {out} ({done}); open {out / 'index.html'}")
-            if args.serve:
-                serve(out, args.port)
-            return EXIT_OK
+    history = args.history
+    if not history.holds_rendered_files:
+        # a history without rendered files (a server) is drawn from a snapshot of it
+        # that the output folder keeps
+        if out is None:
+            raise UsageError(f"render index of {history.where} needs --out DIR (where to render)")
+        if (out / "history.json").exists():
+            raise UsageError(
+                f"--out {out} is a history folder; render {history.where} into a new folder"
+            )
+        done = _render_snapshot(history, out, args, plots)
+        _warn_left_out(history)
+        print(f"rendered {out} ({done}); open {out / 'index.html'}")
+        if args.serve:
+            serve(out, args.port)
+        return EXIT_OK
     # rendered elsewhere, the history is only read: it may be read-only
     with locked_history(location, shared=out is not None) as layout:
         if out is None:
