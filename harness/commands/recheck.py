@@ -215,6 +215,8 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.run.pairing import parse_pairing_flags
+    from harness.run.provenance import check_code_origin
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -225,13 +227,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--recheck-looks must be at least 1, not {args.recheck_looks}")
     if args.lock_timeout < 0:
         raise UsageError("--lock-timeout must not be negative")
-    from harness.run.pairing import parse_pairing_flags
-    from harness.run.provenance import check_code_origin
-
     paired = parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     check_code_origin()
-    history = args.history
-    return _check_and_recheck(args, history, paired, percent)
+    return _check_and_recheck(args, args.history, paired, percent)
 
 
 def _check_and_recheck(args, history, paired: bool | None, percent: float) -> int:
