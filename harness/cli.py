@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from harness.commands.history import opened_for_command
 from harness.errors import EXIT_FAILURE, EXIT_USAGE, HarnessError
 
 
@@ -74,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        status = int(args.func(args) or 0)
+        # the one place a command's history is opened (harness.history.opening)
+        with opened_for_command(args):
+            status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return status
     except BrokenPipeError:

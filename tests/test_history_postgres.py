@@ -17,7 +17,7 @@ import pytest
 from _postgres import postgres_socket, postgres_url  # noqa: F401 (fixtures)
 
 from harness.cli import main
-from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
+from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from harness.history.records import sha256_bytes
 from harness.report import dump_report
 from harness.testing import make_example_report
@@ -55,15 +55,6 @@ def test_both_environment_variables_are_a_usage_error(monkeypatch, tmp_path, cap
     monkeypatch.setenv("HARNESS_HISTORY_URL", "postgresql+psycopg://x@/y")
     assert main(["history", "head"]) == EXIT_USAGE
     assert "both $HARNESS_HISTORY_DIR and $HARNESS_HISTORY_URL" in capsys.readouterr().err
-
-
-def test_a_folder_only_path_refuses_an_environment_url(monkeypatch, capsys) -> None:
-    from harness.commands.history import default_history_dir
-
-    monkeypatch.delenv("HARNESS_HISTORY_DIR", raising=False)
-    monkeypatch.setenv("HARNESS_HISTORY_URL", "postgresql+psycopg://x@/y")
-    with pytest.raises(UsageError, match="works on a history folder only"):
-        default_history_dir()
 
 
 @pytest.mark.parametrize(

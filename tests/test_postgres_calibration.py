@@ -15,10 +15,9 @@ import pytest
 from _postgres import postgres_socket, postgres_url  # noqa: F401 (fixtures)
 
 from harness.cli import main
-from harness.commands.history import url_store
+from harness.commands.history import opened_history
 from harness.errors import EXIT_OK, EXIT_USAGE, HistoryError
 from harness.history.records import sha256_bytes
-from harness.history.remote import store_calibration
 from harness.history.store import register_reports
 from harness.report import dump_report, summarise_trials
 from harness.testing import make_example_report
@@ -54,8 +53,8 @@ def _twin_with_calibration(tmp_path: Path, url: str):
     register_calibration(folder, data)
     assert main(["history", "init-db", url]) == EXIT_OK
     assert main(["history", "push", str(folder), "--history-url", url]) == EXIT_OK
-    with url_store(url) as store:  # push copied the calibration too
-        assert store_calibration(store, data) == (sha256_bytes(data), False)  # no-op
+    with opened_history(url) as history:  # push copied the calibration too
+        assert history.store_calibration(data) == (sha256_bytes(data), False)  # no-op
     return folder, paths, data
 
 
@@ -136,13 +135,13 @@ def test_compare_on_a_server_chooses_the_calibration_a_folder_chooses(
     with engine.begin() as connection:
         connection.execute(text("DROP TABLE evidence_calibrations"))
     engine.dispose()
-    with url_store(url) as store, pytest.raises(HistoryError, match="init-db"):
-        store_calibration(store, data)
+    with opened_history(url) as history, pytest.raises(HistoryError, match="init-db"):
+        history.store_calibration(data)
     capsys.readouterr()
     assert main(["history", "init-db", url]) == EXIT_OK  # the table, created again, empty
     assert "restored: table evidence_calibrations is missing" in capsys.readouterr().out
-    with url_store(url) as store:
-        assert store_calibration(store, data) == (sha, True)
+    with opened_history(url) as history:
+        assert history.store_calibration(data) == (sha, True)
 
 
 @pytest.mark.slow  # five demo runs in subprocesses, then two comparisons: about a minute
@@ -229,8 +228,8 @@ def test_push_and_pull_copy_calibrations_both_ways_idempotently(
 
     # a second calibration stored only on the server; pull brings both, exact bytes
     other = _calibration(tmp_path / "x", tmp_path / "x" / "h", range(10, 16), key_seed=2)
-    with url_store(url) as store:
-        assert store_calibration(store, other) == (sha256_bytes(other), True)
+    with opened_history(url) as history:
+        assert history.store_calibration(other) == (sha256_bytes(other), True)
     assert main(["history", "pull", url, "--history-dir", str(back)]) == EXIT_OK
     assert "and 2 calibrations (0 already there)" in capsys.readouterr().out
     assert main(["history", "pull", url, "--history-dir", str(back)]) == EXIT_OK

@@ -229,8 +229,7 @@ def test_a_database_of_the_old_init_db_is_stamped_not_recreated(
     capsys,
     calibrations: bool,
 ) -> None:
-    from harness.commands.history import url_store
-    from harness.history.remote import store_calibration
+    from harness.commands.history import opened_history
     from harness.verdict.calibration_report import build_calibration, dump_calibration
 
     url = postgres_url
@@ -276,10 +275,10 @@ def test_a_database_of_the_old_init_db_is_stamped_not_recreated(
     finally:
         _execute_admin(postgres_socket, f'DROP DATABASE "{_dbname(fresh)}" WITH (FORCE)')
     # calibrations stored, insert-only, on both
-    with url_store(url) as store:
+    with opened_history(url) as history:
         runs = [(make_example_report(seed, reps=3), f"{seed:064x}") for seed in range(6)]
         doc = build_calibration(runs, regression_percent=20, alpha=0.05, command=["test"])
-        assert store_calibration(store, dump_calibration(doc))[1] is True
+        assert history.store_calibration(dump_calibration(doc))[1] is True
     with pytest.raises(Exception, match="insert-only"):
         _execute(url, "DELETE FROM evidence_calibrations")
     assert _init_db(url, capsys)[1].count("\n") == 2  # no-op: the schema line and the role's

@@ -105,7 +105,7 @@ def run_arguments(args: argparse.Namespace) -> list[str]:
 def _check_usage(args: argparse.Namespace) -> None:
     from harness.verdict.calibration import MIN_RUNS
 
-    if args.history_url is not None and args.history_dir is not None:
+    if args.history_url and args.history_dir:
         raise UsageError("give --history-dir or --history-url, not both")
     if args.runs < MIN_RUNS:
         raise UsageError(
@@ -129,27 +129,31 @@ def _check_usage(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from harness.commands.history import opened_history
     from harness.commands.run import DEFAULT_DEMO_HISTORY
     from harness.history.records import sha256_bytes
     from harness.report import parse_report
     from harness.verdict.calibration_report import (
         build_calibration,
         dump_calibration,
-        register_calibration,
+        store_calibration,
         write_new_file,
     )
     from harness.views.scripted import output_mode, print_json, quiet_line
 
     _check_usage(args)
     console = Console(stderr=True, soft_wrap=True)
-    url = args.history_url
-    if url is not None:
-        _check_server(url)  # before the runs: a server that cannot hold it is said first
-        history = None
-    else:
-        history = args.history_dir or (Path(DEFAULT_DEMO_HISTORY) if args.demo else None)
+    # the runs register where the calibration is stored: --history-url is passed on as
+    # given, a folder (given, or the demo's) is named to each run
+    folder = args.history_dir or (
+        str(DEFAULT_DEMO_HISTORY) if args.demo and not args.history_url else None
+    )
+    location = args.history_url or folder
     passed = run_arguments(args)
     with contextlib.ExitStack() as stack:
+        history = stack.enter_context(opened_history(location)) if location else None
+        if history is not None:
+            history.require_calibrations()  # before the runs: one that cannot hold it, said first
         if args.output_dir:
             out = Path(args.output_dir)
             out.mkdir(parents=True, exist_ok=True)
@@ -162,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
             run_dir = out / f"run-{index:02d}"
             command = [sys.executable, "-m", "harness", "run", "io-scale", *passed]
             command += ["--output-dir", str(run_dir), "--calibration-run", f"{index}/{args.runs}"]
-            if history is not None:
-                command += ["--history-dir", str(history)]
+            if folder is not None:
+                command += ["--history-dir", folder]
             log = out / f"run-{index:02d}.log"
             with open(log, "wb") as handle:
                 completed = subprocess.run(
@@ -194,9 +198,7 @@ def run(args: argparse.Namespace) -> int:
         data = dump_calibration(document)
         if args.output_dir:
             write_new_file(out / CALIBRATION_NAME, data)
-        stored = register_calibration(history, data) if history is not None else None
-        if url is not None:
-            where = _store_on_server(url, data)
+        stored = store_calibration(history, data) if history is not None else None
     sha256 = stored.sha256 if stored else sha256_bytes(data)
     mode = output_mode(args)
     if mode == "json":
@@ -204,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     elif mode == "quiet":
         print(quiet_line(sha256, "calibrated"), flush=True)
     else:
-        print_calibration(document, sha256, where if url is not None else history)
+        print_calibration(document, sha256, history.where if history is not None else None)
     return 0
 
 
@@ -231,24 +233,6 @@ def check_quiet_host(runs: list, allow_contended: bool, console) -> None:
     console.print(
         f"warning: {what}; stored anyway (--allow-contended)", markup=False, highlight=False
     )
-
-
-def _check_server(url: str) -> None:
-    from harness.commands.history import url_store
-    from harness.history.remote import check_calibrations_table
-
-    with url_store(url) as store:
-        check_calibrations_table(store)
-
-
-def _store_on_server(url: str, data: bytes) -> str:
-    """Store the calibration on the server; where it is, as printed."""
-    from harness.commands.history import url_store
-    from harness.history.remote import server_name, store_calibration
-
-    with url_store(url) as store:
-        store_calibration(store, data)
-        return server_name(store.engine.url)
 
 
 def print_calibration(document: dict, sha256: str, history: Path | str | None) -> None:

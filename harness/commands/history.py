@@ -27,7 +27,7 @@ from harness.commands.history_publish import (
     add_publish_arguments,
     run_publish,
 )
-from harness.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from harness.errors import EXIT_FAILURE, EXIT_OK, HistoryError, UsageError
 from harness.safe_text import terminal_text
 from harness.views.listing import print_listing
 
@@ -38,23 +38,11 @@ DEFAULT_HISTORY_DIR = "harness-history"
 HISTORY_URL_ENV = "HARNESS_HISTORY_URL"
 
 
-def default_history_dir() -> str:
-    """The history folder of a command given no ``--history-dir``.
-
-    A command that reaches this works on a folder only (every command that takes
-    ``--history-url`` asks :func:`history_url` first); when only ``HARNESS_HISTORY_URL``
-    names a history, quietly using ./harness-history instead would read the wrong one.
-    """
-    if os.environ.get(HISTORY_URL_ENV) and not os.environ.get(HISTORY_DIR_ENV):
-        raise UsageError(
-            f"${HISTORY_URL_ENV} is set, but this command works on a history folder only "
-            "; give --history-dir"
-        )
-    return os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
-
-
-def add_history_location_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--history-dir`` or ``--history-url`` (one of them; default from the environment)."""
+def add_history_location_arguments(parser: argparse.ArgumentParser, *, access: str) -> None:
+    """``--history-dir`` or ``--history-url`` (one of them; default from the environment);
+    the CLI opens that history for the command (:func:`opened_for_command`), to be read
+    or written (``access``: "read" or "write")."""
+    parser.set_defaults(history_access=access)
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--history-dir",
@@ -70,19 +58,47 @@ def add_history_location_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def history_url(args: argparse.Namespace) -> str | None:
-    """The URL the command works on, or None for a folder (``_history_dir``)."""
-    if args.history_url is not None:
-        return args.history_url
-    if args.history_dir is not None:
-        return None
+def history_location(args: argparse.Namespace) -> str:
+    """Where the command's history is: ``--history-url`` or ``--history-dir`` (one of
+    them), else ``$HARNESS_HISTORY_URL`` or ``$HARNESS_HISTORY_DIR`` (not both), else
+    ./harness-history."""
+    given = getattr(args, "history_url", None) or args.history_dir
+    if given:
+        return given
     url = os.environ.get(HISTORY_URL_ENV)
     if url and os.environ.get(HISTORY_DIR_ENV):
         raise UsageError(
             f"both ${HISTORY_DIR_ENV} and ${HISTORY_URL_ENV} are set; give --history-dir "
             "or --history-url"
         )
-    return url or None
+    return url or os.environ.get(HISTORY_DIR_ENV) or DEFAULT_HISTORY_DIR
+
+
+@contextmanager
+def opened_for_command(args: argparse.Namespace) -> Iterator:
+    """What the CLI wraps a command in: the history the command's parser asks for
+    (``history_access``, set by :func:`add_history_location_arguments`), opened once and
+    given to the command as ``args.history``; nothing for a command without one."""
+    access = getattr(args, "history_access", None)
+    if access is None:
+        yield None
+        return
+    with opened_history(history_location(args), read_only=access == "read") as history:
+        args.history = history
+        yield history
+
+
+@contextmanager
+def opened_history(location: str | Path, *, read_only: bool = False) -> Iterator:
+    """The :class:`~harness.history.backend.HistoryBackend` at ``location`` for one
+    command (:func:`history_location`); its connections closed afterwards."""
+    from harness.history.opening import open_history
+
+    history = open_history(location, read_only=read_only)
+    try:
+        yield history
+    finally:
+        history.close()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -97,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "register", help="store reports (validated first; identical bytes: no-op)"
     )
     register.add_argument("reports", nargs="+", metavar="REPORT", help="loading.json files")
-    add_history_location_arguments(register)
+    add_history_location_arguments(register, access="write")
     add_plot_policy_arguments(register)
     register.set_defaults(func=run_register)
 
@@ -123,6 +139,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="URL",
         help=f"history on a PostgreSQL server to import into (default ${HISTORY_URL_ENV})",
     )
+    importer.set_defaults(history_access="write")
     importer.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -132,7 +149,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     importer.set_defaults(func=run_import)
 
     lister = commands.add_parser("list", help="list records, newest last")
-    add_history_location_arguments(lister)
+    add_history_location_arguments(lister, access="read")
     lister.add_argument(
         "--key", "--group", dest="group", metavar="KEY", help="only this comparison key"
     )
@@ -141,21 +158,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     show = commands.add_parser("show", help="show one record")
     show.add_argument("sha", metavar="SHA_PREFIX", help="unique SHA-256 prefix (4+ hex digits)")
-    add_history_location_arguments(show)
+    add_history_location_arguments(show, access="read")
     show.add_argument("--raw", action="store_true", help="print the record's exact bytes")
     show.set_defaults(func=run_show)
 
     head = commands.add_parser(
         "head", help="print the journal's head hash (keep it; verify --expect-head checks it)"
     )
-    add_history_location_arguments(head)
+    add_history_location_arguments(head, access="read")
     head.set_defaults(func=run_head)
 
     verify = commands.add_parser(
         "verify",
         help="re-hash every record; check index, journal and rendered files (exit 1 on problems)",
     )
-    add_history_location_arguments(verify)
+    add_history_location_arguments(verify, access="read")
     verify.add_argument(
         "--expect-head",
         metavar="HASH",
@@ -180,14 +197,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="regenerate index and rendered files from records/ alone "
         "(on a server: its index, in one transaction, as the database's owner)",
     )
-    add_history_location_arguments(rebuild)
+    add_history_location_arguments(rebuild, access="write")
     rebuild.add_argument("--no-plots", action="store_true", help="do not redraw plots (a folder's)")
     rebuild.set_defaults(func=run_rebuild)
 
     changes = commands.add_parser(  # arguments and work in harness/commands/history_changes.py
         "changes", help=CHANGES_HELP, description=CHANGES_DESCRIPTION
     )
-    add_history_location_arguments(changes)
+    add_history_location_arguments(changes, access="read")
     add_changes_arguments(changes)
     changes.set_defaults(func=_run_changes)
 
@@ -228,7 +245,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 @contextmanager
-def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[int], None] | None]:
+def _record_progress(history, description: str) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar over the history's records on a TTY; nothing otherwise."""
     if not sys.stderr.isatty():
         yield None
@@ -236,9 +253,7 @@ def _record_progress(history_dir: str, description: str) -> Iterator[Callable[[i
     from rich.console import Console
     from rich.progress import Progress
 
-    from harness.history.layout import HistoryLayout
-
-    total = sum(1 for _ in HistoryLayout.at(history_dir).iter_record_files())
+    total = history.count_records() if history.exists() else 0
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=total)
         yield lambda advance: progress.update(task, advance=advance)
@@ -275,162 +290,59 @@ def add_plot_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _history_dir(args: argparse.Namespace) -> str:
-    return args.history_dir or default_history_dir()
+def _check_plot_policy(history, plots: str) -> None:
+    """``--plots``/``--defer-plots`` act on rendered files: refused where none are kept."""
+    if plots != "auto" and not history.holds_rendered_files:
+        raise UsageError(
+            f"--plots/--defer-plots apply to a history folder; {history.where} holds no "
+            "rendered files"
+        )
 
 
-def _print_head(results: list) -> None:
+def _print_registered(results: list) -> None:
+    for result in results:
+        print(result.message)
     if results:
         print(f"journal head {results[-1].journal_head}")
 
 
-def _open_url(url: str):
-    from harness.history.remote import open_url_store
-
-    return open_url_store(url)
-
-
-@contextmanager
-def url_store(url: str):
-    """The server's store for one command; its connections closed afterwards."""
-    store = _open_url(url)
-    try:
-        yield store
-    finally:
-        store.engine.dispose()
-
-
 def _run_changes(args: argparse.Namespace) -> int:
-    url = history_url(args)
-    if url is None:
-        return run_changes(args, _history_dir(args))
-    from harness.history.remote import iter_server_reports, server_name
-
-    with url_store(url) as store:
-        return run_changes(
-            args,
-            server_name(store.engine.url),
-            records=iter_server_reports(store),
-        )
-
-
-def _register_on_server(url: str, reports: list, prepared: list | None = None) -> int:
-    from harness.history.journal import utc_now
-    from harness.history.store import prepare_report
-
-    if prepared is None:  # all valid, or nothing stored
-        prepared = [prepare_report(report) for report in reports]
-    store = _open_url(url)
-    try:
-        for report in prepared:
-            stored = store.register(
-                report.data, source=report.source, registered_utc=utc_now(), prepared=report
-            )
-            if stored.created:
-                print(f"stored {stored.sha256} from {report.source}")
-            else:
-                print(
-                    f"already stored {stored.sha256} (identical bytes from {report.source}; nothing written)"
-                )
-        print(f"journal head {store.head()}")
-    finally:
-        store.engine.dispose()
-    return EXIT_OK
+    history = args.history
+    return run_changes(args, history)
 
 
 def run_register(args: argparse.Namespace) -> int:
-    from harness.history.store import register_reports
+    from harness.history.store import prepare_report
     from harness.render import registration_renderer
 
-    url = history_url(args)
-    if url is not None:
-        if args.plots != "auto":
-            raise UsageError("--plots/--defer-plots apply to a history folder, not --history-url")
-        return _register_on_server(url, args.reports)
-
-    results = register_reports(
-        _history_dir(args), args.reports, render=registration_renderer(args.plots)
-    )
-    for result in results:
-        print(result.message)
-    _print_head(results)
+    history = args.history
+    _check_plot_policy(history, args.plots)
+    prepared = [prepare_report(report) for report in args.reports]  # all valid, or none
+    _print_registered(history.register_reports(prepared, render=registration_renderer(args.plots)))
     return EXIT_OK
 
 
-def _import_to_server(url: str, args: argparse.Namespace) -> int:
-    """``history import --history-url``: the folder import's selection and validation
-    (``--skip-invalid`` included), each accepted report registered as ``register`` does."""
-    from harness.history.importer import prepare_import
-
-    if args.plots != "auto":
-        raise UsageError("--plots/--defer-plots apply to a history folder, not --history-url")
-    accepted, refused = prepare_import(args.paths, skip_invalid=args.skip_invalid)
-    if accepted:
-        _register_on_server(url, [], prepared=accepted)
-    for error in refused:
-        print(f"refused: {error}", file=sys.stderr)
-    return EXIT_FAILURE if refused else EXIT_OK
-
-
 def run_import(args: argparse.Namespace) -> int:
-    from harness.history.importer import import_reports
+    """The reports found under ``args.paths``, validated (``--skip-invalid``: the
+    invalid ones listed), registered as ``register`` registers them."""
+    from harness.history.importer import prepare_import
     from harness.render import registration_renderer
 
-    url = history_url(args)
-    if url is not None:
-        return _import_to_server(url, args)
-    results, refused = import_reports(
-        _history_dir(args),
-        args.paths,
-        skip_invalid=args.skip_invalid,
-        render=registration_renderer(args.plots),
-    )
-    for result in results:
-        print(result.message)
-    _print_head(results)
+    history = args.history
+    _check_plot_policy(history, args.plots)
+    accepted, refused = prepare_import(args.paths, skip_invalid=args.skip_invalid)
+    if accepted:
+        _print_registered(
+            history.register_reports(accepted, render=registration_renderer(args.plots))
+        )
     for error in refused:
         print(f"refused: {error}", file=sys.stderr)
     return EXIT_FAILURE if refused else EXIT_OK
-
-
-def _open_for_reading(history_dir: str):
-    from harness.history.index_db import open_index_for_reading
-    from harness.history.layout import HistoryLayout
-    from harness.history.lock import check_history_marker, require_history
-
-    layout = HistoryLayout.at(history_dir)
-    require_history(layout)
-    check_history_marker(layout, create=False)
-    return layout, open_index_for_reading(layout.index_db)
 
 
 def run_list(args: argparse.Namespace) -> int:
-    url = history_url(args)
-    if url is not None:
-        from harness.history.postgres import server_step
-
-        with url_store(url) as store, server_step(store.engine, "listing the records"):
-            return _list_records(args, store.engine)
-    _layout, engine = _open_for_reading(_history_dir(args))
-    try:
-        return _list_records(args, engine)
-    finally:
-        engine.dispose()
-
-
-def _list_records(args: argparse.Namespace, engine) -> int:
-    """The listing from an index, a folder's or a server's (the same models)."""
-    from sqlalchemy import select
-
-    from harness.history.index_db import RecordRow
-
-    statement = select(RecordRow).order_by(RecordRow.seq.desc())
-    if args.group:
-        statement = statement.where(RecordRow.comparison_key == args.group)
-    if args.limit is not None:
-        statement = statement.limit(args.limit)
-    with engine.connect() as connection:
-        rows = list(reversed(connection.execute(statement).all()))
+    history = args.history
+    rows = history.list_records(key=args.group, limit=args.limit)
     header = ("record", "created_utc", "revision", "device", "storage", "backend")
     header += ("correctness", "performance", "key", "purpose")
     table = [header] + [
@@ -466,38 +378,6 @@ def _purpose(index_entry: str) -> str:
 def _one_line(text: str) -> str:
     """Report text on one line (a newline in a device name would break the columns)."""
     return " ".join(str(text).split())
-
-
-def run_show(args: argparse.Namespace) -> int:
-    from harness.history.layout import HistoryLayout
-    from harness.history.lock import check_history_marker, require_history
-    from harness.history.lookup import load_report, parse_sha_prefix, resolve_record
-
-    parse_sha_prefix(args.sha)
-    url = history_url(args)
-    if url is not None:
-        from harness.history.remote import (
-            load_server_report,
-            read_checked,
-            resolve_server_record,
-        )
-
-        with url_store(url) as store:
-            if args.raw:
-                sys.stdout.buffer.write(read_checked(store, resolve_server_record(store, args.sha)))
-                return EXIT_OK
-            loaded = load_server_report(store, args.sha)
-        return _print_record(loaded.doc, loaded.sha256, loaded.path)
-    layout = HistoryLayout.at(_history_dir(args))
-    require_history(layout)
-    check_history_marker(layout, create=False)
-
-    path = resolve_record(layout, args.sha)
-    if args.raw:
-        sys.stdout.buffer.write(path.read_bytes())
-        return EXIT_OK
-    loaded = load_report(args.sha, history_dir=layout.root)
-    return _print_record(loaded.doc, loaded.sha256, path)
 
 
 def _print_record(doc: dict, sha256: str, path) -> int:
@@ -551,17 +431,24 @@ def _print_terminal_safe(line: str = "") -> None:
     builtins.print(terminal_text(line))
 
 
-def run_head(args: argparse.Namespace) -> int:
-    from harness.history.journal import journal_head
-    from harness.history.lock import locked_history
+def run_show(args: argparse.Namespace) -> int:
+    from harness.history.backend import load_reference
+    from harness.history.lookup import parse_sha_prefix
 
-    url = history_url(args)
-    if url is not None:
-        with url_store(url) as store:
-            print(store.head())
+    parse_sha_prefix(args.sha)
+    history = args.history
+    if args.raw:
+        sys.stdout.buffer.write(history.read_checked(history.match_prefix(args.sha)))
         return EXIT_OK
-    with locked_history(_history_dir(args), shared=True) as layout:
-        print(journal_head(layout))
+    loaded = load_reference(history, args.sha)
+    return _print_record(loaded.doc, loaded.sha256, loaded.path)
+
+
+def run_head(args: argparse.Namespace) -> int:
+    history = args.history
+    if not history.exists():
+        raise HistoryError(f"{history.where}: no such history folder")
+    print(history.head())
     return EXIT_OK
 
 
@@ -576,102 +463,54 @@ def parse_head(text: str) -> str:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from harness.history.verify import verify_history
     from harness.render import check_rendered
+    from harness.verdict.calibration_report import parse_calibration
 
     expect_head = parse_head(args.expect_head) if args.expect_head is not None else None
-    url = history_url(args)
-    if url is not None:
-        return _verify_on_server(url, expect_head)
-    with _record_progress(_history_dir(args), "re-hashing records") as progress:
-        result = verify_history(
-            _history_dir(args),
+    history = args.history
+    with _record_progress(history, "re-hashing records") as progress:
+        result = history.verify(
             expect_head=expect_head,
-            check_rendered=None if args.records_only else check_rendered,
-            progress=progress,
             records_only=args.records_only,
+            check_rendered=check_rendered,
+            parse_calibration=lambda data, name: parse_calibration(data, name=name),
+            progress=progress,
         )
-    for problem in result.problems:
-        print(problem, file=sys.stderr if problem.is_error else sys.stdout)
-    summary = f"{result.records} records checked: {len(result.errors)} errors, {len(result.warnings)} warnings"
-    if result.journal_head is not None:
-        summary += f"; journal head {result.journal_head}"
+    for line in result.errors:
+        print(line, file=sys.stderr)
+    for line in result.warnings:
+        print(line)
+    summary = (
+        f"{result.records} records checked: {len(result.errors)} errors, "
+        f"{len(result.warnings)} warnings"
+    )
+    if result.head is not None:
+        summary += f"; journal head {result.head}"
     if expect_head is not None and result.ok:
         summary += f"; nothing registered up to {expect_head[:16]}... was removed or altered"
     print(summary)
     return EXIT_OK if result.ok else EXIT_FAILURE
 
 
-def _rebuild_on_server(url: str) -> int:
-    from harness.history.remote import rebuild_server_index
-
-    with url_store(url) as store:
-        result = rebuild_server_index(store)
-    for problem in result.errors:
-        print(f"error: {problem}", file=sys.stderr)
-    for problem in [*result.unregistered, *result.invalid]:
-        print(f"warning: {problem}")
-    print(
-        f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
-        f"and {len(result.invalid)} invalid records listed, not indexed"
-    )
-    return EXIT_FAILURE if result.errors else EXIT_OK
-
-
 def run_rebuild(args: argparse.Namespace) -> int:
-    from harness.history.rebuild import rebuild_history
     from harness.render import rebuild_renderer
 
-    url = history_url(args)
-    if url is not None:
-        if args.no_plots:
-            raise UsageError(
-                "--no-plots applies to a history folder: a server holds no rendered files "
-                "(`harness render index --out DIR --history-url URL` draws them)"
-            )
-        return _rebuild_on_server(url)
-
-    with _record_progress(_history_dir(args), "reading records") as progress:
-        result = rebuild_history(
-            _history_dir(args),
-            render=rebuild_renderer(plots=not args.no_plots),
-            progress=progress,
+    history = args.history
+    if args.no_plots and not history.holds_rendered_files:
+        raise UsageError(
+            f"--no-plots applies to a history folder: {history.where} holds no rendered "
+            "files (`harness render index --out DIR --history-url URL` draws them)"
         )
-    for problem in result.problems:
-        print(problem, file=sys.stderr if problem.is_error else sys.stdout)
-    print(
-        f"indexed {result.indexed} records; {len(result.unregistered)} unregistered records "
-        f"listed, not indexed; {result.temps_removed} temporary files removed"
-    )
-    return EXIT_FAILURE if any(p.is_error for p in result.problems) else EXIT_OK
-
-
-def _verify_on_server(url: str, expect_head: str | None) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from harness.history.remote import check_server_calibrations, check_server_index
-    from harness.verdict.calibration_report import parse_calibration
-
-    with url_store(url) as store, ThreadPoolExecutor(max_workers=1) as pool:
-        # the re-hash and chain walk (hashing and the server's reads, mostly outside the
-        # GIL) beside the index check (deriving rows, in Python): two cores, one wait
-        stored = pool.submit(store.check, expect_head=expect_head)
-        index_problems = check_server_index(store)
-        check = stored.result()
-        calibrations = check_server_calibrations(
-            store, lambda data, name: parse_calibration(data, name=name)
+    with _record_progress(history, "reading records") as progress:
+        result = history.rebuild(
+            render=rebuild_renderer(plots=not args.no_plots), progress=progress
         )
-        problems = check.problems + index_problems + calibrations
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    summary = (
-        f"{check.records} records checked: {len(problems)} errors, 0 warnings; "
-        f"journal head {check.head}"
-    )
-    if expect_head is not None and not problems:
-        summary += f"; nothing registered up to {expect_head[:16]}... was removed or altered"
-    print(summary)
-    return EXIT_FAILURE if problems else EXIT_OK
+    for line in result.errors:
+        print(line, file=sys.stderr)
+    for line in result.warnings:
+        print(line)
+    print(result.summary)
+    return EXIT_FAILURE if result.errors else EXIT_OK
 
 
 def run_init_db(args: argparse.Namespace) -> int:
@@ -682,9 +521,15 @@ def run_init_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _open_url(url: str):
+    from harness.history.remote import open_url_store
+
+    return open_url_store(url)
+
+
 def run_push(args: argparse.Namespace) -> int:
+    from harness.history.layout import CALIBRATIONS_DIR
     from harness.history.remote import push
-    from harness.verdict.calibration_report import CALIBRATIONS_DIR
 
     store = _open_url(args.history_url)
     try:
@@ -701,18 +546,9 @@ def run_push(args: argparse.Namespace) -> int:
 
 def _folder_calibration_writer(history_dir: str | Path):
     """Store a calibration's bytes in the folder (validated, write-once); whether new."""
-    from harness.history.layout import HistoryLayout
-    from harness.history.records import sha256_bytes
-    from harness.verdict.calibration_report import CALIBRATIONS_DIR, register_calibration
+    from harness.verdict.calibration_report import register_calibration
 
-    layout = HistoryLayout.at(Path(history_dir) / CALIBRATIONS_DIR)
-
-    def write(data: bytes) -> bool:
-        existed = layout.record_path(sha256_bytes(data)).is_file()
-        register_calibration(history_dir, data)
-        return not existed
-
-    return write
+    return lambda data: register_calibration(history_dir, data).created
 
 
 def run_pull(args: argparse.Namespace) -> int:

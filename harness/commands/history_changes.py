@@ -44,27 +44,21 @@ def add_changes_arguments(changes: argparse.ArgumentParser) -> None:
     )
 
 
-def run_changes(args: argparse.Namespace, history_dir: str, *, records=None) -> int:
-    """Change points of the history at ``history_dir``; ``records`` ((sha256, report)
-    pairs) replaces its record files (a history on a server: ``history_dir`` names it)."""
-    from harness.history.layout import HistoryLayout
-    from harness.history.lock import check_history_marker, require_history
+def run_changes(args: argparse.Namespace, history) -> int:
+    """Change points of ``history`` (a :class:`~harness.history.backend.HistoryBackend`)."""
     from harness.verdict.changes import history_changes
     from harness.views.cells import print_cells
     from harness.views.console import make_console
 
     if not 0 < args.p_threshold < 1:
         raise UsageError(f"--p-threshold must lie in (0, 1), not {args.p_threshold:g}")
-    if records is None:
-        layout = HistoryLayout.at(history_dir)
-        require_history(layout)
-        check_history_marker(layout, create=False)
+    history_dir = history.where
     results = history_changes(
         history_dir,
         key=args.key,
         repository=args.repo,
         p_threshold=args.p_threshold,
-        records=records,
+        records=history.iter_reports(),
     )
     if args.key and not results:
         raise UsageError(f"no comparison key in {history_dir} starts with {args.key}")

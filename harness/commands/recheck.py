@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.commands._output import show_comparison
-from harness.errors import UsageError
+from harness.errors import HistoryError, UsageError
 from harness.verdict import DEFAULT_RECHECK_LOOKS
 from harness.views.scripted import add_output_arguments, say
 
@@ -97,7 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "history whose comparison key matches the candidate's; with --history-url a "
         "calibration file)",
     )
-    add_history_location_arguments(parser)
+    add_history_location_arguments(parser, access="write")
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -215,14 +215,8 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.compare import load_from_server
-    from harness.commands.history import default_history_dir, history_url
-    from harness.compare import Verdict, compare_loaded
-    from harness.history.lookup import load_report
-    from harness.report import BENCHMARK
     from harness.run.pairing import parse_pairing_flags
     from harness.run.provenance import check_code_origin
-    from harness.verdict.calibration_report import resolve_calibration
 
     percent = args.regression_percent
     if not math.isfinite(percent) or percent <= 0:
@@ -235,14 +229,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--lock-timeout must not be negative")
     paired = parse_pairing_flags(args.paired, args.no_paired, args.baseline_tree)
     check_code_origin()
-    url = history_url(args)
-    if url is not None:
-        history: Path | str = url
-        baseline, candidate, calibration = load_from_server(url, args)
-    else:
-        history = Path(args.history_dir or default_history_dir())
-        candidate = load_report(args.candidate, history_dir=history)
-        baseline = load_report(args.baseline, history_dir=history)
+    return _check_and_recheck(args, args.history, paired, percent)
+
+
+def _check_and_recheck(args, history, paired: bool | None, percent: float) -> int:
+    """Compare the candidate with the baseline, both looked up in ``history``; measure
+    the flagged cells again when there are any."""
+    from harness.commands.compare import load_compared
+    from harness.compare import Verdict, compare_loaded
+    from harness.report import BENCHMARK
+
+    baseline, candidate, calibration = load_compared(history, args)
     if candidate.doc.get("benchmark") != BENCHMARK:
         raise UsageError(
             f"candidate {candidate.sha256[:12]} is a {candidate.doc.get('benchmark')!r} report; "
@@ -254,8 +251,6 @@ def run(args: argparse.Namespace) -> int:
             f"candidate {candidate.sha256[:12]} already holds a recheck"
             + (f" (of {linked[:12]}); recheck that record instead" if linked else "")
         )
-    if url is None:
-        calibration = resolve_calibration(history, args.calibration, candidate.doc)
     first = compare_loaded(baseline, candidate, percent, calibration=calibration)
     if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
         show_comparison(first, args, candidate.sha256)
@@ -269,10 +264,8 @@ def run(args: argparse.Namespace) -> int:
     return _recheck(args, candidate, baseline, calibration, first, history, paired)
 
 
-def _recheck(
-    args, candidate, baseline, calibration, first, history: Path | str, paired: bool | None
-) -> int:
-    """Measure the flagged cells; ``history``: a folder, or the URL of a server (a str)."""
+def _recheck(args, candidate, baseline, calibration, first, history, paired: bool | None) -> int:
+    """Measure the flagged cells; the new record is registered in ``history``."""
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
     from harness.run.pairing import describe_pairing
@@ -298,7 +291,7 @@ def _recheck(
                 rounds=args.recheck,
                 looks=args.recheck_looks,
                 regression_percent=args.regression_percent,
-                history_dir=history if isinstance(history, Path) else None,
+                history_dir=None,  # registered below, in whichever history it is
                 native_binary=args.native_binary,
                 lock_dir=args.lock_dir,
                 lock_timeout=args.lock_timeout,
@@ -315,26 +308,23 @@ def _recheck(
         args,
     )
     say(f"report: {outcome.report_path}", args)
-    if isinstance(history, Path):
-        for result in outcome.registered:
-            say(f"history {history}: {result.message}", args)
-    else:
-        say(_register_on_server(history, outcome.report_path), args)
+    for line in _register(history, outcome.report_path):
+        say(line, args)
     show_comparison(final, args, record.sha256)
     return final.exit_code
 
 
-def _register_on_server(url: str, report_path: Path) -> str:
-    """Register the new record on the server (one transaction); what was done, as a line."""
-    from harness.commands.history import url_store
-    from harness.history.journal import utc_now
-    from harness.history.remote import server_name
+def _register(history, report_path: Path) -> list[str]:
+    """Register the new record in ``history``; what was done, as lines. When the history
+    cannot be written, the error names the report, which is kept."""
+    from harness.fsio import FileWriteError
     from harness.history.store import prepare_report
 
-    prepared = prepare_report(report_path)
-    with url_store(url) as store:
-        stored = store.register(
-            prepared.data, source=prepared.source, registered_utc=utc_now(), prepared=prepared
-        )
-        done = "stored" if stored.created else "already stored"
-        return f"history {server_name(store.engine.url)}: {done} {stored.sha256} from {prepared.source}"
+    try:
+        results = history.register_reports([prepare_report(report_path)])
+    except (FileWriteError, HistoryError) as exc:
+        raise HistoryError(
+            f"{exc}; the report is kept at {report_path}: once {history.where} can be "
+            "written, register it with `harness history register`"
+        ) from exc
+    return [f"history {history.where}: {result.message}" for result in results]

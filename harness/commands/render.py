@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "not yet written, and index.json/timings.csv where they lag (all of them with --full)."
         ),
     )
-    add_history_location_arguments(index)
+    add_history_location_arguments(index, access="read")
     index.add_argument(
         "--out",
         metavar="DIR",
@@ -79,8 +79,8 @@ def _render_options(plots: str, repository: Path) -> dict:
     return {"plots": plots != "none", "git_order": sha256_bytes(order)}
 
 
-def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: str) -> str:
-    """The dashboard of a history on a server, rendered into ``out`` from a snapshot of
+def _render_snapshot(history, out: Path, args: argparse.Namespace, plots: str) -> str:
+    """The dashboard of a history that holds no rendered files (a server), rendered into ``out`` from a snapshot of
     its records, journal and index that ``out`` keeps (:mod:`harness.history.snapshot`).
 
     A folder rendered from the same server before is brought up to date: only what was
@@ -93,7 +93,6 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
     """
     from filelock import FileLock, Timeout
 
-    from harness.commands.history import url_store
     from harness.errors import HistoryError
     from harness.fsio import ensure_dir
     from harness.history.index_db import forget_index, open_index, read_meta_json, write_meta
@@ -102,8 +101,6 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
         Stale,
         mark_complete,
         snapshot_path,
-        take_snapshot,
-        update_snapshot,
     )
     from harness.render import RenderTargets, render_all
     from harness.render.key_trials import KeyTrialsFromRows
@@ -127,49 +124,47 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
     try:
         options = _render_options(plots, repository)
         rendered_before = index_path.exists()
-        with url_store(url) as store:
-            update = update_snapshot(store, out) if rendered_before else Stale("first render")
-            if not isinstance(update, Stale):
-                engine = open_index(index_path, create=False)
-                try:
-                    with engine.connect() as connection:
-                        held = read_meta_json(connection, _META_RENDER_OPTIONS)
-                finally:
-                    engine.dispose()
-                    forget_index(index_path)
-                if held is None or held["plots"] != options["plots"]:
-                    update = Stale(f"{out} was rendered with other options (plots or not)")
-            if isinstance(update, Stale):
-                if rendered_before:
-                    print(f"note: {out}: rendering everything again: {update.reason}",
-                          file=sys.stderr)  # fmt: skip
+        update = history.update_snapshot(out) if rendered_before else Stale("first render")
+        if not isinstance(update, Stale):
+            engine = open_index(index_path, create=False)
+            try:
+                with engine.connect() as connection:
+                    held = read_meta_json(connection, _META_RENDER_OPTIONS)
+            finally:
+                engine.dispose()
+                forget_index(index_path)
+            if held is None or held["plots"] != options["plots"]:
+                update = Stale(f"{out} was rendered with other options (plots or not)")
+        if isinstance(update, Stale):
+            if rendered_before:
+                print(f"note: {out}: rendering everything again: {update.reason}",
+                      file=sys.stderr)  # fmt: skip
 
-                # timings.csv is written, and the key pages' trials are gathered, from
-                # the index rows as they are copied (not read back out of the snapshot)
-                timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
-                key_trials = KeyTrialsFromRows()
+            # timings.csv is written, and the key pages' trials are gathered, from
+            # the index rows as they are copied (not read back out of the snapshot)
+            timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+            key_trials = KeyTrialsFromRows()
 
-                def rows_copied(table: str, batch: list) -> None:
-                    timings.rows(table, batch)
-                    key_trials.rows(table, batch)
+            def rows_copied(table: str, batch: list) -> None:
+                timings.rows(table, batch)
+                key_trials.rows(table, batch)
 
-                # the record pages are written by worker processes from the moment their
-                # records are in DIR, while the rest is copied and the keys are drawn
-                during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
-                try:
-                    take_snapshot(
-                        store,
-                        out,
-                        prune=rendered_before,
-                        record_files=during_copy,
-                        rows_copied=rows_copied,
-                    )
-                    timings_size = timings.finish()
-                except BaseException:
-                    timings.abort()
-                    raise
-                finally:
-                    pages = during_copy.pages
+            # the record pages are written by worker processes from the moment their
+            # records are in DIR, while the rest is copied and the keys are drawn
+            during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
+            try:
+                history.take_snapshot(
+                    out,
+                    prune=rendered_before,
+                    record_files=during_copy,
+                    rows_copied=rows_copied,
+                )
+                timings_size = timings.finish()
+            except BaseException:
+                timings.abort()
+                raise
+            finally:
+                pages = during_copy.pages
         engine = open_index(index_path, create=False)
         try:
             # DIR plays the history folder (out=None): the dashboard is the one `render
@@ -219,7 +214,7 @@ def _render_from_server(url: str, out: Path, args: argparse.Namespace, plots: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import default_history_dir, history_url
+    from harness.commands.history import history_location
     from harness.history.index_db import open_index, open_index_for_reading
     from harness.history.lock import locked_history
     from harness.history.store import index_journalled
@@ -229,22 +224,25 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--all-plots and --no-plots exclude each other")
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
-    url = history_url(args)
-    if url is not None:
+    location = history_location(args)
+    history = args.history
+    if not history.holds_rendered_files:
+        # a history without rendered files (a server) is drawn from a snapshot of it
+        # that the output folder keeps
         if out is None:
-            raise UsageError("render index --history-url needs --out DIR (where to render)")
+            raise UsageError(f"render index of {history.where} needs --out DIR (where to render)")
         if (out / "history.json").exists():
-            raise UsageError(f"--out {out} is a history folder; render a server into a new folder")
-        done = _render_from_server(url, out, args, plots)
-        _warn_left_out(url)
+            raise UsageError(
+                f"--out {out} is a history folder; render {history.where} into a new folder"
+            )
+        done = _render_snapshot(history, out, args, plots)
+        _warn_left_out(history)
         print(f"rendered {out} ({done}); open {out / 'index.html'}")
         if args.serve:
             serve(out, args.port)
         return EXIT_OK
     # rendered elsewhere, the history is only read: it may be read-only
-    with locked_history(
-        args.history_dir or default_history_dir(), shared=out is not None
-    ) as layout:
+    with locked_history(location, shared=out is not None) as layout:
         if out is None:
             engine = open_index(layout.index_db, create=False)
             # a registration cut short after its journal line (a full disk): indexed now
@@ -273,20 +271,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _warn_left_out(url: str) -> None:
-    """Name the server's records the render left out (no index row: not a valid report,
-    let in by an older server or an owner's edit, or an index that lags)."""
-    from harness.commands.history import url_store
-    from harness.history.remote import unindexed_records
-
-    with url_store(url) as store:
-        for sha256 in unindexed_records(store):
-            print(
-                f"warning: record {sha256} is not indexed and was left out (not a valid "
-                "report, or the index lags): `harness history verify --history-url URL` says "
-                "which",
-                file=sys.stderr,
-            )
+def _warn_left_out(history) -> None:
+    """Name the records the render left out (no index row: not a valid report, let in
+    by an older server or an owner's edit, or an index that lags)."""
+    for sha256 in history.unindexed():
+        print(
+            f"warning: record {sha256} is not indexed and was left out (not a valid "
+            "report, or the index lags): `harness history verify` says which",
+            file=sys.stderr,
+        )
 
 
 def serve(root: Path, port: int) -> None:

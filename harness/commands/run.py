@@ -255,21 +255,14 @@ def check_history_url_usage(args: argparse.Namespace) -> None:
 def register_on_server(url: str, report_path: Path, console) -> str:
     """Register the run's report into the history at ``url``, say what happened; its
     SHA-256."""
-    from harness.commands.history import url_store
-    from harness.history.journal import utc_now
-    from harness.history.remote import server_name
+    from harness.commands.history import opened_history
     from harness.history.store import prepare_report
 
-    prepared = prepare_report(report_path)
-    with url_store(url) as store:
-        stored = store.register(
-            prepared.data, source=prepared.source, registered_utc=utc_now(), prepared=prepared
-        )
-        where = server_name(store.engine.url)
-        done = "stored" if stored.created else "already stored"
-        print_line(console, f"history {where}: {done} {stored.sha256} from {prepared.source}")
-        print_line(console, f"history {where}: journal head {store.head()}")
-        return stored.sha256
+    with opened_history(url) as history:
+        (result,) = history.register_reports([prepare_report(report_path)])
+        print_line(console, f"history {history.where}: {result.message}")
+        print_line(console, f"history {history.where}: journal head {result.journal_head}")
+    return result.sha256
 
 
 def _no_benchmark(args: argparse.Namespace) -> int:

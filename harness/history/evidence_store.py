@@ -6,6 +6,8 @@ PostgreSQL database (:class:`harness.history.postgres.PostgresStore`, issue 15).
 pass the same contract tests (``tests/test_evidence_store.py``), as every zarr store
 passes zarr's shared store tests. The journal lines are byte-identical in both, so a
 head is a head whichever backend holds it (``docs/history-format.md`` "Journal").
+The commands use the wider :class:`harness.history.backend.HistoryBackend`, of which
+this is the evidence part.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ A history is a folder::
     index.sqlite                 derived SQLAlchemy/SQLite index (WAL mode)
     index.sqlite.checked         the index state the last registration left (skips its check)
     .lock                        filelock serialising registration, rebuild and rendering
+    calibrations/records/...     calibration reports, write-once records like records/
     index.json, timings.csv, README.md, index.html, plots/<key>.png   rendered, derived
 """
 
@@ -42,6 +43,8 @@ TIMINGS_CSV_NAME = "timings.csv"
 README_NAME = "README.md"
 HTML_NAME = "index.html"
 PLOTS_DIR = "plots"
+#: Folder of a history holding calibration records (its own write-once record tree).
+CALIBRATIONS_DIR = "calibrations"
 PLOT_SUFFIX = ".png"
 
 #: Record files are made read-only for everyone once written.

@@ -92,7 +92,6 @@ def match_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Path:
     """The one record under ``layout.records`` whose SHA-256 starts with ``prefix`` (a
     record folder inside a history, e.g. its calibrations; the caller checks the history)."""
     prefix = parse_sha_prefix(prefix, what=what)
-    label = f"{what} " if what else ""
     shard = layout.records / prefix[:FANOUT_DIGITS]
     matches = (
         sorted(
@@ -103,24 +102,29 @@ def match_record(layout: HistoryLayout, prefix: str, *, what: str = "") -> Path:
         if shard.is_dir()
         else []
     )
+    return layout.record_path(one_match([p.stem for p in matches], prefix, str(layout.root), what))
+
+
+def one_match(matches: list[str], prefix: str, where: str, what: str = "") -> str:
+    """The one SHA-256 of ``matches`` (those starting with ``prefix``, sorted; a backend
+    may stop after six); UsageError naming ``where`` when none or several match."""
+    label = f"{what} " if what else ""
     if not matches:
-        raise UsageError(f"{label}{prefix}: no record in {layout.root} starts with {prefix}")
+        raise UsageError(f"{label}{prefix}: no record in {where} starts with {prefix}")
     if len(matches) > 1:
-        names = ", ".join(p.stem[:16] for p in matches[:5])
+        names = ", ".join(m[:16] for m in matches[:5])
         more = "..." if len(matches) > 5 else ""
+        count = len(matches) if len(matches) < 6 else "several"
         raise UsageError(
-            f"{label}SHA-256 prefix {prefix} is ambiguous in {layout.root} "
-            f"({len(matches)} records: {names}{more}); give more digits"
+            f"{label}SHA-256 prefix {prefix} is ambiguous in {where} "
+            f"({count} records: {names}{more}); give more digits"
         )
     return matches[0]
 
 
-def load_report(reference: str, *, history_dir: str | Path | None, what: str = "") -> LoadedReport:
-    """Load a report named by a path or by a record's SHA-256 prefix in ``history_dir``.
-
-    ``what`` (``"--baseline"``) starts every error message. A record's bytes are
-    re-hashed: a record that no longer matches its name is refused.
-    """
+def load_report_file(reference: str, *, what: str = "") -> LoadedReport | None:
+    """The report file ``reference`` names; None when it names no file and does not look
+    like a path (then it is a SHA-256 prefix); UsageError for a folder or a missing file."""
     label = f"{what} " if what else ""
     path = Path(reference)
     if path.is_file():
@@ -133,6 +137,29 @@ def load_report(reference: str, *, history_dir: str | Path | None, what: str = "
         raise UsageError(f"{label}{path}: is a folder, not a report file")
     if looks_like_path(reference):
         raise UsageError(f"{label}{path}: no such report file")
+    return None
+
+
+def read_checked_record(record: Path) -> bytes:
+    """A folder record's bytes, re-hashed: a record edited (or linked) there is refused."""
+    data = record.read_bytes()
+    if record.is_symlink() or sha256_bytes(data) != record.stem:
+        raise HistoryError(
+            f"{record}: record bytes no longer match their name (tampered); refusing to use it"
+        )
+    return data
+
+
+def load_report(reference: str, *, history_dir: str | Path | None, what: str = "") -> LoadedReport:
+    """Load a report named by a path or by a record's SHA-256 prefix in ``history_dir``.
+
+    ``what`` (``"--baseline"``) starts every error message. A record's bytes are
+    re-hashed: a record that no longer matches its name is refused.
+    """
+    label = f"{what} " if what else ""
+    loaded = load_report_file(reference, what=what)
+    if loaded is not None:
+        return loaded
     if history_dir is None:
         parse_sha_prefix(reference, what=what)
         raise UsageError(
@@ -141,10 +168,5 @@ def load_report(reference: str, *, history_dir: str | Path | None, what: str = "
         )
     layout = HistoryLayout.at(history_dir)
     record = resolve_record(layout, reference, what=what)
-    data = record.read_bytes()
-    digest = sha256_bytes(data)
-    if record.is_symlink() or digest != record.stem:
-        raise HistoryError(
-            f"{record}: record bytes no longer match their name (tampered); refusing to use it"
-        )
-    return LoadedReport(parse_report(data, name=str(record)), digest, record)
+    data = read_checked_record(record)
+    return LoadedReport(parse_report(data, name=str(record)), record.stem, record)

@@ -1,18 +1,16 @@
 """A history on a database server: open it by URL, set it up, copy records to and from a folder.
 
-The seam the commands use (issue 15): :func:`open_url_store` turns a
-``postgresql+psycopg://USER@HOST/DB`` URL into an
-:class:`~harness.history.evidence_store.EvidenceStore`, so a command works on the
-contract, not on the backend. Every server failure becomes a
-:class:`~harness.errors.HistoryError` naming the server (password hidden) and the step.
+What only a server needs: :func:`open_url_store` turns a
+``postgresql+psycopg://USER@HOST/DB`` URL into a
+:class:`~harness.history.postgres.PostgresStore` (refusing one that is not set up, or at
+another schema), :func:`init_database` sets one up, :func:`push` and :func:`pull` copy
+records between a folder and a server, and the index's server-side check and rebuild
+(streamed SQL). Every server failure becomes a :class:`~harness.errors.HistoryError`
+naming the server (password hidden) and the step.
 
-A URL store holds the exact record bytes, the chained journal (with the server-side
-rules of :mod:`harness.history.postgres`) and the index (the folder's SQLAlchemy models),
-so ``list``, ``show``, ``changes``, ``compare`` and ``render index --out`` read it as
-they read a folder: :func:`load_server_report` is the server's twin of
-:func:`harness.history.lookup.load_report`, :func:`iter_server_reports` of the folder's
-record scan; :mod:`harness.history.snapshot` copies what the renderer reads into the
-output folder.
+The commands never call this module for what a folder does too: they use the
+:class:`~harness.history.backend.HistoryBackend` contract, which
+:class:`~harness.history.server_history.ServerHistory` implements on top of it.
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HistoryError, ReportValidationError, UsageError
-from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry, newest_candidate
+from harness.history.index_db import RecordRow, SummaryRow, TrialRow, insert_entry
 from harness.history.layout import HistoryLayout, record_relpath, sha256_of_record_name
-from harness.history.lookup import LoadedReport, looks_like_path, parse_sha_prefix
 from harness.history.migrate import (
     EVIDENCE_HEAD_REVISION,
     EVIDENCE_REVISIONS,
@@ -230,11 +227,11 @@ def _server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
 
     where = server_name(store.engine.url)
     return [
-        (sha, _checked(sha, data, where, "calibration")) for sha, data in _calibration_rows(store)
+        (sha, _checked(sha, data, where, "calibration")) for sha, data in calibration_rows(store)
     ]
 
 
-def _calibration_rows(store: PostgresStore) -> list[tuple[str, bytes]]:
+def calibration_rows(store: PostgresStore) -> list[tuple[str, bytes]]:
     """(key, bytes) of every calibration row as stored, unchecked, in SHA-256 order; none on
     a database without the table (set up before calibrations were kept on servers)."""
     from sqlalchemy import inspect, select
@@ -503,106 +500,9 @@ def store_calibration(store: PostgresStore, data: bytes) -> tuple[str, bool]:
     return sha256, inserted is not None
 
 
-def server_calibration_label(store: PostgresStore, sha256: str) -> str:
-    """Where a server's calibration is, as comparisons print it (a folder's relative path)."""
-    return f"{server_name(store.engine.url)}/calibrations/{record_relpath(sha256)}"
-
-
-def iter_server_calibrations(store: PostgresStore) -> list[tuple[str, bytes]]:
-    """(sha256, bytes) of every calibration on the server whose bytes match its key, in
-    SHA-256 order; none on a database without the table (set up before them)."""
-    # a tampered one is left out, as a folder's lookup leaves out a damaged file
-    return [(sha, data) for sha, data in _calibration_rows(store) if sha256_bytes(data) == sha]
-
-
 def server_record_label(store: PostgresStore, sha256: str) -> str:
     """Where a server's record is, as ``show`` and comparisons print it."""
     return f"{server_name(store.engine.url)}/{record_relpath(sha256)}"
-
-
-def resolve_server_record(store: PostgresStore, prefix: str, *, what: str = "") -> str:
-    """The one stored record whose SHA-256 starts with ``prefix`` (the folder's rule)."""
-    from sqlalchemy import select
-
-    prefix = parse_sha_prefix(prefix, what=what)
-    label = f"{what} " if what else ""
-    where = server_name(store.engine.url)
-    with server_step(store.engine, "looking a record up"), store.engine.connect() as connection:
-        matches = list(
-            connection.execute(
-                select(records_table.c.sha256)
-                .where(records_table.c.sha256.startswith(prefix, autoescape=True))
-                .order_by(records_table.c.sha256)
-                .limit(6)
-            ).scalars()
-        )
-    if not matches:
-        raise UsageError(f"{label}{prefix}: no record in {where} starts with {prefix}")
-    if len(matches) > 1:
-        names = ", ".join(m[:16] for m in matches[:5])
-        more = "..." if len(matches) > 5 else ""
-        raise UsageError(
-            f"{label}SHA-256 prefix {prefix} is ambiguous in {where} "
-            f"({len(matches) if len(matches) < 6 else 'several'} records: {names}{more}); "
-            "give more digits"
-        )
-    return matches[0]
-
-
-def read_checked(store: PostgresStore, sha256: str) -> bytes:
-    """A record's bytes from the server, re-hashed: a record edited there is refused."""
-    data = store.read(sha256)
-    if sha256_bytes(data) != sha256:
-        raise HistoryError(
-            f"{server_record_label(store, sha256)}: record bytes no longer match their key "
-            "(tampered); refusing to use it"
-        )
-    return data
-
-
-def load_server_report(store: PostgresStore, reference: str, *, what: str = "") -> LoadedReport:
-    """:func:`harness.history.lookup.load_report` with the records on a server: a file is
-    read as a report, anything else is a SHA-256 prefix looked up on the server."""
-    from pathlib import Path
-
-    from harness.history.lookup import load_report
-
-    path = Path(reference)
-    if path.exists() or looks_like_path(reference):
-        return load_report(reference, history_dir=None, what=what)
-    sha256 = resolve_server_record(store, reference, what=what)
-    data = read_checked(store, sha256)
-    label = server_record_label(store, sha256)
-    return LoadedReport(parse_report(data, name=label), sha256, Path(label))
-
-
-def newest_server_record(store: PostgresStore) -> str | None:
-    """The SHA-256 of the newest indexed record that is not a calibration run (the
-    default CANDIDATE of compare)."""
-    with server_step(store.engine, "reading the index"), store.engine.connect() as connection:
-        return newest_candidate(connection)
-
-
-def iter_server_reports(store: PostgresStore):
-    """(sha256, report) of every record on the server that reads back intact, in SHA-256
-    order, streamed (the folder's record scan for ``history changes``)."""
-    from sqlalchemy import select
-
-    with (
-        server_step(store.engine, "reading the records"),
-        store.engine.connect() as connection,
-    ):
-        rows = connection.execution_options(yield_per=500).execute(
-            select(records_table.c.sha256, records_table.c.data).order_by(records_table.c.sha256)
-        )
-        for sha256, data in rows:
-            data = bytes(data)
-            if sha256_bytes(data) != sha256:
-                continue  # tampered: `history verify --history-url` reports it
-            try:
-                yield sha256, parse_report(data, name=server_record_label(store, sha256))
-            except ReportValidationError:
-                continue
 
 
 #: Rows fetched per round trip by the streamed index check's server-side cursors:
@@ -830,24 +730,3 @@ def _unindexed_problem(store: PostgresStore, sha256: str) -> str:
                 "older server or an owner's edit; list, compare and render skip it"
             )
     return f"record {sha256}: not in the index (run `harness history init-db URL` as its owner)"
-
-
-def check_server_calibrations(
-    store: PostgresStore, parse: Callable[[bytes, str], object]
-) -> list[str]:
-    """Every calibration row whose bytes no longer match its key, or that ``parse`` (the
-    calibration report's parser, raising ReportValidationError) refuses."""
-    problems = []
-    for sha256, data in _calibration_rows(store):
-        label = server_calibration_label(store, sha256)
-        if sha256_bytes(data) != sha256:
-            problems.append(f"calibration {sha256}: its bytes no longer match its key")
-            continue
-        try:
-            parse(data, label)
-        except ReportValidationError as exc:
-            problems.append(
-                f"calibration {sha256}: stored, but not a valid calibration report ({exc}): "
-                "let in by an older server or an owner's edit; compare skips it"
-            )
-    return problems

@@ -140,7 +140,7 @@ def _require_journal_or_empty(layout: HistoryLayout) -> None:
 
 def register_reports(
     history_dir: str | Path,
-    sources: Iterable[bytes | str | Path],
+    sources: Iterable[bytes | str | Path | PreparedReport],
     *,
     names: Sequence[str] | None = None,
     render: RegistrationRenderer | None = None,
@@ -151,7 +151,7 @@ def register_reports(
     Parameters
     ----------
     sources
-        Paths of report files, or report bytes.
+        Paths of report files, report bytes, or reports already prepared.
     names
         Labels for byte sources in messages and the journal.
     render
@@ -172,7 +172,10 @@ def register_reports(
     labels = list(names) if names is not None else [None] * len(sources)
     if len(labels) != len(sources):
         raise ValueError("names must match sources one to one")
-    prepared = [prepare_report(source, name=label) for source, label in zip(sources, labels)]
+    prepared = [
+        source if isinstance(source, PreparedReport) else prepare_report(source, name=label)
+        for source, label in zip(sources, labels)
+    ]
     with locked_history(history_dir, create=True, timeout=lock_timeout) as layout:
         _require_journal_or_empty(layout)
         engine = open_history_index(layout)

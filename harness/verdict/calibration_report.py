@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,10 @@ import numpy as np
 from harness.comparability import comparison_fields, comparison_key
 from harness.errors import HistoryError, ReportValidationError, UsageError
 from harness.fsio import write_new
-from harness.history.layout import HistoryLayout
-from harness.history.lock import check_history_marker, history_lock, require_history
-from harness.history.lookup import match_record
-from harness.history.records import sha256_bytes, write_record
+from harness.history.backend import HistoryBackend, intact_calibrations
+from harness.history.folder_history import FolderHistory
+from harness.history.lookup import one_match, parse_sha_prefix
+from harness.history.records import sha256_bytes
 from harness.report import parse_report_json
 from harness.resources import data_folder
 from harness.verdict.calibration import DEFAULT_DRAWS_PER_PAIR, MIN_RUNS, CalibratedNull
@@ -39,8 +40,6 @@ from harness.verdict.resampling import DEFAULT_SEED
 SCHEMA_NAME = "quantem-harness/calibration-report"
 SCHEMA_VERSION = 1
 SCHEMA_PATH = data_folder("evidence_schema") / "calibration-report.v1.json"
-#: Folder of a history holding calibration records (its own write-once record tree).
-CALIBRATIONS_DIR = "calibrations"
 RATIO_QUANTILES = (0.025, 0.05, 0.5, 0.95, 0.975)
 
 CellKey = tuple[str, str, str]
@@ -53,6 +52,8 @@ class StoredCalibration:
     doc: dict[str, Any]
     sha256: str
     path: Path
+    #: stored by this call (False: read back, or identical bytes already stored)
+    created: bool = False
 
     def null(self) -> CalibratedNull:
         return null_from_document(self.doc)
@@ -221,47 +222,66 @@ def parse_calibration(data: bytes, *, name: str) -> dict[str, Any]:
     return doc
 
 
-def _calibration_layout(history_dir: str | Path):
-
-    return HistoryLayout.at(Path(history_dir) / CALIBRATIONS_DIR)
-
-
 def register_calibration(history_dir: str | Path, data: bytes) -> StoredCalibration:
-    """Store a calibration's bytes in the history (write-once, content-addressed)."""
+    """Store a calibration's bytes in the history folder (validated, write-once)."""
+    return store_calibration(FolderHistory(history_dir), data)
 
+
+def store_calibration(history: HistoryBackend, data: bytes) -> StoredCalibration:
+    """Validate a calibration's bytes and store them in ``history`` (write-once,
+    content-addressed; identical bytes are a no-op)."""
     doc = parse_calibration(data, name="calibration")
-    main = HistoryLayout.at(history_dir)
-    with history_lock(main):
-        check_history_marker(main, create=True)
-        written = write_record(_calibration_layout(history_dir), data)
-    return StoredCalibration(doc, written.sha256, written.path)
+    history.require_calibrations()
+    sha256, created = history.store_calibration(data)
+    return StoredCalibration(doc, sha256, Path(history.calibration_label(sha256)), created)
 
 
-def _read_stored(path: Path) -> StoredCalibration:
-
-    data = path.read_bytes()
-    digest = sha256_bytes(data)
-    if digest != path.stem:
-        raise HistoryError(f"{path}: calibration bytes no longer match their name (tampered)")
-    return StoredCalibration(parse_calibration(data, name=str(path)), digest, path)
+def _as_history(history: HistoryBackend | str | Path | None) -> HistoryBackend | None:
+    """A history given by a folder's path, as a backend."""
+    return FolderHistory(history) if isinstance(history, (str, Path)) else history
 
 
-def iter_calibrations(history_dir: str | Path) -> list[StoredCalibration]:
-    """Every stored calibration that reads back intact, oldest first (by created_utc)."""
-    layout = _calibration_layout(history_dir)
+def iter_calibrations(history: HistoryBackend | str | Path) -> list[StoredCalibration]:
+    """Every stored calibration that reads back intact, oldest first (by created_utc).
+
+    One whose bytes are no valid calibration (an older server let it in, or an edit by
+    hand) is never trusted and never fatal: skipped with a warning on stderr."""
+    history = _as_history(history)
     found = []
-    for path in layout.iter_record_files():
+    for sha256, data in intact_calibrations(history):
+        label = history.calibration_label(sha256)
         try:
-            found.append(_read_stored(path))
-        except (HistoryError, ReportValidationError):
-            continue  # `harness history verify` is where damage is reported
+            doc = parse_calibration(data, name=label)
+        except ReportValidationError as exc:
+            print(f"warning: skipped {exc} (history verify names it)", file=sys.stderr)
+            continue
+        found.append(StoredCalibration(doc, sha256, Path(label)))
     return sorted(found, key=lambda c: (c.doc["created_utc"], c.sha256))
 
 
+def _named_calibration(history: HistoryBackend, prefix: str) -> StoredCalibration:
+    """The stored calibration whose SHA-256 starts with ``prefix``; its bytes re-hashed."""
+    wanted = parse_sha_prefix(prefix, what="calibration")
+    if not history.exists():
+        raise HistoryError(f"{history.where}: no such history folder")
+    rows = dict(history.calibration_rows())
+    sha256 = one_match(
+        sorted(sha for sha in rows if sha.startswith(wanted)),
+        wanted,
+        f"{history.where} (calibrations)",
+        "calibration",
+    )
+    label = history.calibration_label(sha256)
+    if sha256_bytes(rows[sha256]) != sha256:
+        raise HistoryError(f"{label}: calibration bytes no longer match their name (tampered)")
+    return StoredCalibration(parse_calibration(rows[sha256], name=label), sha256, Path(label))
+
+
 def find_calibration(
-    history_dir: str | Path | None, *, prefix: str | None, key: str
+    history: HistoryBackend | str | Path | None, *, prefix: str | None, key: str
 ) -> tuple[StoredCalibration | None, str]:
-    """The calibration named by ``prefix``, else the newest whose comparison key is ``key``.
+    """The calibration named by ``prefix`` (a calibration file, or a SHA-256 prefix of
+    one in ``history``), else the newest in ``history`` whose comparison key is ``key``.
 
     Returns the calibration (or None) and a note saying which was chosen or why none.
 
@@ -270,36 +290,38 @@ def find_calibration(
     UsageError
         A prefix that matches nothing, or several, or names a calibration of another key.
     """
+    history = _as_history(history)
     if prefix is not None:
-        if history_dir is None:
-            raise UsageError("--calibration needs --history-dir (where calibrations are stored)")
         path = Path(prefix)
         if path.is_file():
             data = path.read_bytes()
             stored = StoredCalibration(
                 parse_calibration(data, name=str(path)), sha256_bytes(data), path
             )
+        elif history is None:
+            raise UsageError("--calibration needs --history-dir (where calibrations are stored)")
         else:
-            require_history(HistoryLayout.at(history_dir))
-            stored = _read_stored(
-                match_record(_calibration_layout(history_dir), prefix, what="calibration")
-            )
+            stored = _named_calibration(history, prefix)
         check_calibration_key(stored, key)
         return stored, "named with --calibration"
-    if history_dir is None or not Path(history_dir).is_dir():
+    if history is None or not history.exists():
         return None, "no history to look calibrations up in"
-    matching = [c for c in iter_calibrations(history_dir) if c.doc["comparison_key"] == key]
+    matching = [c for c in iter_calibrations(history) if c.doc["comparison_key"] == key]
     if not matching:
-        return None, f"no calibration in {history_dir} matches comparison key {key}"
+        return None, f"no calibration in {history.where} matches comparison key {key}"
     return matching[-1], "the most recent matching calibration"
 
 
 def resolve_calibration(
-    history_dir: str | Path | None, prefix: str | None, candidate_doc: Mapping[str, Any]
+    history: HistoryBackend | str | Path | None,
+    prefix: str | None,
+    candidate_doc: Mapping[str, Any],
 ) -> CalibrationUse:
-    """What a comparison of ``candidate_doc`` uses: the named or newest matching calibration."""
+    """What a comparison of ``candidate_doc`` uses: the named or newest matching
+    calibration of ``history`` (a backend, or a history folder's path)."""
+    history = _as_history(history)
     key = comparison_key(candidate_doc)
-    stored, note = find_calibration(history_dir, prefix=prefix, key=key)
+    stored, note = find_calibration(history, prefix=prefix, key=key)
     return calibration_use(stored, note)
 
 

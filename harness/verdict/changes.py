@@ -249,23 +249,10 @@ def collect_series(
 
 
 def iter_history_records(history_dir: str | Path) -> Iterable[tuple[str, dict[str, Any]]]:
-    """(sha256, report) of every record of a history that reads back intact."""
-    from harness.errors import ReportValidationError
-    from harness.history.layout import HistoryLayout, sha256_of_record_name
-    from harness.history.records import sha256_bytes
-    from harness.report import parse_report
+    """(sha256, report) of every record of a history folder that reads back intact."""
+    from harness.history.folder_history import FolderHistory
 
-    for path in HistoryLayout.at(history_dir).iter_record_files():
-        sha = sha256_of_record_name(path)
-        if sha is None:
-            continue
-        data = path.read_bytes()
-        if sha256_bytes(data) != sha:
-            continue  # tampered: `history verify` reports it; it is no evidence here
-        try:
-            yield sha, parse_report(data, name=str(path))
-        except ReportValidationError:
-            continue
+    return FolderHistory(history_dir).iter_reports()
 
 
 def history_changes(
