@@ -15,7 +15,7 @@ a slowdown injected into the candidate's trials, then reports for
   process and moment, as ``harness recheck`` later measures them): the exit-2 rate,
 - the verdict with a *paired* recheck of 5 (``--recheck 5 --paired``): the flagged
   cells' baseline and candidate trials from one paired session (two worker processes of
-  the same code asked in turn, as :mod:`harness.run.paired` measures them; the
+  the same code asked in turn, as :mod:`harness.run.paired.coordinator` measures them; the
   slowdown injected into the candidate side): the exit-2 rate and the confirmed
   ``slower`` rate,
 
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import source_identity
 
 from harness.run.demo import DEMO_STORAGE_ID, demo_folder, write_demo_suite
-from harness.run.paired_code import BaselineCode
-from harness.run.paired_trials import PairedSpec, measure_paired
+from harness.run.paired.baseline_code import BaselineCode
+from harness.run.paired.workers import PairedSpec, measure_paired
 from harness.run.provenance import SourceTracker
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.cells import decide_cells

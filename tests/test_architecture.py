@@ -14,6 +14,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
+
 REPO = Path(__file__).resolve().parents[1]
 LINT = (
     "import sys; from importlinter.cli import lint_imports; "
@@ -42,6 +47,7 @@ def test_import_contracts_hold():
         "no import cycles among quantem.stem4d",
         "no import cycles among harness",
         "harness layers",
+        "harness.run layers",
     ):
         assert contract in done.stdout
 
@@ -53,8 +59,19 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
+def _run_layer_modules() -> list[str]:
+    """Every module the ``run-layers`` contract places, from pyproject.toml."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    (contract,) = [
+        c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "run-layers"
+    ]
+    return [m.strip() for layer in contract["layers"] for m in layer.replace("|", ":").split(":")]
+
+
 def test_the_contracts_catch_violations(tmp_path):
     """The same contract file on packages that break each rule: every contract breaks."""
+    # harness.run with every placed module, then one of the frame's parts importing a kind
+    _write(tmp_path, {f"harness/run/{name}.py": "" for name in _run_layer_modules()})
     _write(
         tmp_path,
         {
@@ -71,6 +88,7 @@ def test_the_contracts_catch_violations(tmp_path):
             "harness/run/__init__.py": "import harness.history\n",
             "harness/run/a.py": "import harness.run.b\n",
             "harness/run/b.py": "import harness.run.a\n",  # a cycle
+            "harness/run/trials.py": "import harness.run.io_scale\n",  # a part over a kind
             "harness/history/__init__.py": "",
             "harness/history/store.py": "import harness.history.rebuild\nimport harness.run\n",
             "harness/history/rebuild.py": "",
@@ -83,7 +101,9 @@ def test_the_contracts_catch_violations(tmp_path):
     assert "quantem never imports harness BROKEN" in done.stdout, done.stdout
     assert "no import cycles among harness packages and modules BROKEN" in done.stdout
     assert "no import cycles among quantem.stem4d packages and modules BROKEN" in done.stdout
-    assert "harness layers" in done.stdout and "Contracts: 0 kept, 4 broken" in done.stdout
+    assert "harness.run layers" in done.stdout
+    assert "harness.run.trials is not allowed to import harness.run.io_scale" in done.stdout
+    assert "harness layers" in done.stdout and "Contracts: 0 kept, 5 broken" in done.stdout
 
 
 def _function_local_harness_imports(path: Path) -> list[str]:
@@ -111,7 +131,7 @@ def test_run_modules_import_the_harness_at_the_top():
     ``provenance`` imports the ``harness`` package itself to find where it was loaded from.
     """
     found = []
-    for path in sorted((REPO / "harness" / "run").glob("*.py")):
+    for path in sorted((REPO / "harness" / "run").rglob("*.py")):
         found += [
             f
             for f in _function_local_harness_imports(path)

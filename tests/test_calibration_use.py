@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from harness.errors import UsageError
-from harness.run import compute_virtual
-from harness.run.compute_ssb import ssb_prepare
-from harness.run.compute_workloads import ComputeParameters
+from harness.run.compute import virtual as compute_virtual
+from harness.run.compute.ssb import ssb_prepare
+from harness.run.compute.workloads import ComputeParameters
 from quantem.stem4d.detector import prepare
 from quantem.stem4d.dpc import dpc
 from quantem.stem4d.errors import CalibrationError

@@ -73,6 +73,6 @@ def test_a_closed_stdout_exits_quietly(tmp_path: Path) -> None:
 
 def test_the_cli_names_every_compute_workload():
     from harness.commands.run import COMPUTE_WORKLOADS
-    from harness.run.compute_workloads import WORKLOADS
+    from harness.run.compute.workloads import WORKLOADS
 
     assert set(COMPUTE_WORKLOADS) == set(WORKLOADS)

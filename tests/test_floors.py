@@ -1,4 +1,4 @@
-"""Floor cells of io-scale (harness.run.floors): host reads, CUDA copies through a
+"""Floor cells of io-scale (harness.run.floors.cells): host reads, CUDA copies through a
 stand-in runtime whose "device" is host memory, the bound and ratio of each cell, a
 planted floor slower than the load reported too_weak, and a CPU run end to end."""
 
@@ -16,10 +16,13 @@ import pytest
 from _run_helpers import real_disk_dir
 
 from harness.errors import UsageError
-from harness.run import floor_cuda, floor_reads, floors, provenance
+from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig, check_config
+from harness.run.floors import cells as floors
+from harness.run.floors import cuda as floor_cuda
+from harness.run.floors import reads as floor_reads
+from harness.run.io_scale.config import IoScaleConfig, check_config
+from harness.run.io_scale.kind import run_io_scale
 from quantem.stem4d.cuda import staging
 
 SUITE = (("floor-u16", (4, 4), (16, 16), "uint16", 5000.0),)
@@ -293,7 +296,7 @@ def test_a_planted_floor_slower_than_the_load_is_reported_too_weak(suite, monkey
 # -- compute: the read_once floor -------------------------------------------------------
 @pytest.mark.parametrize("shape", [(3, 5, 7), (4, 4, 16, 16)])
 def test_read_once_host_folds_every_byte(shape):
-    from harness.run import floor_compute
+    from harness.run.floors import read_once as floor_compute
 
     array = np.random.default_rng(1).integers(0, 65535, shape, dtype=np.uint16)
     out = floor_compute.read_once_host(array, threads=(1, 2), repeats=2)
@@ -303,7 +306,7 @@ def test_read_once_host_folds_every_byte(shape):
 
 
 def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
-    from harness.run import floor_compute
+    from harness.run.floors import read_once as floor_compute
 
     array = np.arange(1, 4097, dtype=np.uint64)
     monkeypatch.setattr(
@@ -314,7 +317,7 @@ def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
 
 
 def test_compute_stages_get_ratios_against_read_once():
-    from harness.run.floor_compute import with_ratios
+    from harness.run.floors.read_once import with_ratios
 
     floor = {"method": "read_once_xor_fold", "seconds": 0.01}
     summaries = [
@@ -334,7 +337,7 @@ def test_compute_run_records_the_read_once_floor(tmp_path):
     from test_run_compute import config
 
     from harness.report import parse_report
-    from harness.run.compute import run_compute
+    from harness.run.compute.kind import run_compute
 
     outcome = run_compute(config(tmp_path, "run", reps=1))
     assert outcome.exit_code == 0, outcome.report["status"]["failures"]
@@ -352,7 +355,7 @@ def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
     import subprocess
     import sys
 
-    from harness.run.fresh_process import processes_mapping
+    from harness.run.io_scale.fresh_process import processes_mapping
 
     path = tmp_path / "held"
     path.write_bytes(bytes(8192))
@@ -374,7 +377,7 @@ def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
 
 @pytest.mark.slow
 def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
-    from harness.run import fresh_process
+    from harness.run.io_scale import fresh_process
 
     folder, written = suite
     outcome = _run(folder, written, reps=1, floors=False, fresh_processes=1)

@@ -22,9 +22,10 @@ from harness.compare import compare_reports
 from harness.errors import EXIT_REVIEW, IncomparableError
 from harness.history.records import sha256_bytes
 from harness.report import dump_report, summarise_trials
-from harness.run import paired_trials, runner
-from harness.run.paired_code import WORKER_FILE, baseline_code, check_pairable
-from harness.run.paired_trials import order_of_round, start_order
+from harness.run import runner
+from harness.run.paired import workers as paired_trials
+from harness.run.paired.baseline_code import WORKER_FILE, baseline_code, check_pairable
+from harness.run.paired.workers import order_of_round, start_order
 from harness.run.provenance import compute_source_fingerprint
 from harness.testing import make_example_report
 from harness.verdict.cells import CellVerdict, decide_cells

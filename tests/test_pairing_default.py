@@ -1,6 +1,6 @@
 """Rechecks are paired by default whenever the baseline's code can be had (issue 11).
 
-The choice (:mod:`harness.run.pairing`): this checkout when its source fingerprint is the
+The choice (:mod:`harness.run.paired.pairing`): this checkout when its source fingerprint is the
 baseline's (no export), else ``--baseline-tree``, else the baseline's clean git revision;
 otherwise the unpaired recheck, with the reason in the report and the output.
 ``--paired`` requires the pairing, ``--no-paired`` refuses it. The runs here are real
@@ -23,12 +23,13 @@ from _run_helpers import real_disk_dir
 from harness.cli import main
 from harness.errors import IncomparableError, UsageError
 from harness.report import dump_report, parse_report, summarise_trials
-from harness.run import paired_trials, provenance, runner
+from harness.run import provenance, runner
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
-from harness.run.paired_code import WORKER_FILE
-from harness.run.pairing import choose_baseline_code, describe_pairing, parse_pairing_flags
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
+from harness.run.paired import workers as paired_trials
+from harness.run.paired.baseline_code import WORKER_FILE
+from harness.run.paired.pairing import choose_baseline_code, describe_pairing, parse_pairing_flags
 from harness.run.provenance import compute_source_fingerprint
 from harness.run.summary import status_lines
 

@@ -15,8 +15,8 @@ from harness.history.lookup import load_report
 from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
 from harness.verdict.changes import collect_series, iter_history_records
 
 #: One small acquisition: a run of 2 reps is well under a second.
@@ -243,7 +243,7 @@ def test_recheck_usage_errors_exit_64(tmp_path, capsys, extra, message):
 
 def test_recheck_refuses_another_host_device_or_storage(measured):
     from harness.errors import IncomparableError
-    from harness.run.recheck_guards import check_same_place
+    from harness.run.recheck.guards import check_same_place
 
     candidate = load_report(str(measured[4]), history_dir=None)
     here = json.loads(json.dumps(candidate.doc["environment"]))

@@ -29,7 +29,7 @@ from harness.render import check_rendered, record_pages, registration_renderer, 
 from harness.render.record_pages import FALLBACK_MARKER, RecordPagesFailed
 from harness.report import dump_report
 from harness.run.checks import FailureLog
-from harness.run.recheck_record import recheck_record
+from harness.run.recheck.record import recheck_record
 from harness.testing import make_example_report
 
 FIXTURES = Path(__file__).parent / "report_fixtures"

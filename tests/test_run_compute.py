@@ -13,10 +13,10 @@ import pytest
 from harness.compare import compare_reports
 from harness.errors import ReportValidationError, UsageError
 from harness.report import parse_report
-from harness.run import compute_workloads
-from harness.run.compute import run_compute
-from harness.run.compute_config import ComputeConfig
-from harness.run.compute_workloads import ComputeParameters
+from harness.run.compute import workloads as compute_workloads
+from harness.run.compute.config import ComputeConfig
+from harness.run.compute.kind import run_compute
+from harness.run.compute.workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
 from quantem.stem4d.arrays import array_digest
 from quantem.stem4d.dpc import dpc

@@ -11,9 +11,9 @@ from _ssb_abtem import ROOT, calibration, load
 
 import quantem.stem4d.io
 from harness.report import parse_report
-from harness.run.compute import run_compute
-from harness.run.compute_config import ComputeConfig
-from harness.run.compute_workloads import ComputeParameters
+from harness.run.compute.config import ComputeConfig
+from harness.run.compute.kind import run_compute
+from harness.run.compute.workloads import ComputeParameters
 from harness.run.manifest import dump_manifest, manifest_entry
 from quantem.stem4d.arrays import array_digest
 from quantem.stem4d.ssb import EXTENDED_PARAMETERS, fit_aberrations, prepare, reconstruct

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.run import conversion
 from harness.run.checks import FailureLog
+from harness.run.io_scale import conversion
 from harness.run.manifest import SelectedAcquisition
 from quantem.stem4d.io.arina import open_arina
 from quantem.stem4d.io.synthetic import write_synthetic_arina

@@ -14,8 +14,10 @@ from harness import comparability
 from harness.commands.run import _parse_devices_flag
 from harness.errors import ReportValidationError, UsageError
 from harness.report import validate_report
-from harness.run import io_scale_config, io_steps, trials
+from harness.run import trials
 from harness.run.backends import PROFILES
+from harness.run.io_scale import config as io_scale_config
+from harness.run.io_scale import steps as io_steps
 from harness.testing import make_example_report
 
 DEVICES = [

@@ -16,10 +16,10 @@ from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from _run_helpers import real_disk_dir, tmpfs_dir
 
 from harness.run import provenance
-from harness.run.conversion import REFERENCE_HEADER_DIR
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.conversion import REFERENCE_HEADER_DIR
+from harness.run.io_scale.kind import run_io_scale
 from harness.run.workspace import TEMP_PREFIX, temporary_area
 
 REPO = Path(__file__).resolve().parents[1]
@@ -535,7 +535,7 @@ def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
 
 
 def test_loader_reported_stages_are_folded_into_trials():
-    from harness.run.io_steps import loader_stages
+    from harness.run.io_scale.steps import loader_stages
 
     class Loaded:
         def __init__(self) -> None:
@@ -613,7 +613,7 @@ def test_verify_source_reaches_the_hdf5_loads_and_the_report(disk_suite, monkeyp
     measuring (cuda accepts it: tests/hardware/test_cuda_verify_source.py)."""
     import quantem.stem4d.io
     from harness.errors import UsageError
-    from harness.run.io_scale_config import check_config
+    from harness.run.io_scale.config import check_config
 
     folder, suite = disk_suite
     seen = []

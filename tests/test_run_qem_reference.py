@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ManifestError
-from harness.run.qem_reference import (
+from harness.run.io_scale.qem_reference import (
     compare_header_documents,
     compare_reference_header,
     header_document,

@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import pytest
 
-from harness.run import paired_trials
-from harness.run.paired_code import BaselineCode
-from harness.run.paired_trials import PairedSpec, measure_paired
+from harness.run.paired import workers as paired_trials
+from harness.run.paired.baseline_code import BaselineCode
+from harness.run.paired.workers import PairedSpec, measure_paired
 from harness.verdict.cells import CellVerdict, decide_cells, recheck_confidence
 
 A = ("scan", "hdf5", "cold")

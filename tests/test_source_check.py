@@ -27,8 +27,8 @@ from _run_helpers import real_disk_dir
 
 from harness.errors import ManifestError
 from harness.run import provenance
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
 from harness.run.manifest import (
     check_source_files,
     dump_manifest,
@@ -245,7 +245,7 @@ def test_the_default_follows_the_backend(suite):
     """Unset, verify_source is on for cpu (and cuda) and off for native, which reads
     .qem (block checksums) and refuses an explicit --verify-source."""
     from harness.errors import UsageError
-    from harness.run.io_scale_config import check_config
+    from harness.run.io_scale.config import check_config
 
     folder, suite = suite
     cfg = config(folder, suite)

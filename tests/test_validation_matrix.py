@@ -1,7 +1,7 @@
 """The validation matrix (issue 34): fixtures intact, scores recomputed against the fixed
 criteria, the record's verdicts and the docs tables derived from the record.
 
-The criteria live in ``harness.run.compute_validate.CRITERIA`` and are not tuned to the
+The criteria live in ``harness.run.compute.validate.CRITERIA`` and are not tuned to the
 scores. Where a cell fails a criterion for a reason of physics or method that this change
 does not fix, it is listed in ``KNOWN_FAILURES`` with the reason and asserted to fail
 (strict): a fix shows up as a test to update, never silently. A criterion the data cannot
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import compute_validate
+from harness.run.compute import validate as compute_validate
 from quantem.stem4d.dpc import dpc
 from quantem.stem4d.errors import CalibrationError, CalibrationWarning
 from quantem.stem4d.io import load

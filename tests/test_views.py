@@ -286,7 +286,7 @@ def test_calibrate_too_few_runs_says_what_is_allowed(capsys):
 
 def test_run_help_lists_every_compute_workload():
     from harness.commands.run import COMPUTE_WORKLOADS
-    from harness.run.compute_workloads import WORKLOADS
+    from harness.run.compute.workloads import WORKLOADS
 
     assert set(COMPUTE_WORKLOADS) == set(WORKLOADS)
     done = subprocess.run(

@@ -15,8 +15,8 @@ import pytest
 
 from harness.run import webgpu
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
 
 SUITE = (("web-u16", (4, 5), (24, 20), "uint16", 3000.0),)
 

@@ -215,7 +215,7 @@ def _candidate_inputs(args: argparse.Namespace, candidate) -> Iterator[tuple[Pat
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run.pairing import parse_pairing_flags
+    from harness.run.paired.pairing import parse_pairing_flags
     from harness.run.provenance import check_code_origin
 
     percent = args.regression_percent
@@ -268,8 +268,8 @@ def _recheck(args, candidate, baseline, calibration, first, history, paired: boo
     """Measure the flagged cells; the new record is registered in ``history``."""
     from harness.compare import compare_loaded
     from harness.history.lookup import load_report
-    from harness.run.pairing import describe_pairing
-    from harness.run.recheck import RecheckConfig, run_recheck
+    from harness.run.paired.pairing import describe_pairing
+    from harness.run.recheck.measure import RecheckConfig, run_recheck
 
     cells = [cell.key for cell in first.flagged_cells]
     output_dir = recheck_output_dir(args.output_dir, candidate)

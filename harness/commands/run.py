@@ -24,9 +24,9 @@ DEFAULT_DEMO_HISTORY = "harness-history"
 #: Where ``--demo`` keeps its reports (one folder per run) unless ``--output-dir`` is given,
 #: so that the printed report path, and the path the journal records, exist afterwards.
 DEFAULT_DEMO_REPORTS = "harness-demo"
-#: The compute workloads' names, as ``harness.run.compute_workloads.WORKLOADS`` registers
+#: The compute workloads' names, as ``harness.run.compute.workloads.WORKLOADS`` registers
 #: them (a test keeps the two equal; that module is not imported for ``--help``).
-# The workloads of harness.run.compute_workloads.WORKLOADS, named here so that `--help`
+# The workloads of harness.run.compute.workloads.WORKLOADS, named here so that `--help`
 # imports no workload (tests/test_cli_basics.py checks the two agree).
 COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb", "validate")
 
@@ -273,8 +273,8 @@ def _no_benchmark(args: argparse.Namespace) -> int:
 
 def _config_from_args(args: argparse.Namespace, **overrides):
     from harness.render import registration_renderer
-    from harness.run.io_scale_config import IoScaleConfig
-    from harness.run.pairing import parse_pairing_flags
+    from harness.run.io_scale.config import IoScaleConfig
+    from harness.run.paired.pairing import parse_pairing_flags
 
     values = dict(
         root=Path(args.root) if args.root else None,
@@ -349,7 +349,7 @@ def _parse_devices_flag(value: str | None) -> tuple[int, ...] | str | None:
 
 def _check_usage(args: argparse.Namespace) -> None:
     from harness.errors import UsageError
-    from harness.run.pairing import parse_pairing_flags
+    from harness.run.paired.pairing import parse_pairing_flags
 
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
@@ -418,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_code_origin()  # a foreign checkout is refused before the demo writes anything
 
-    from harness.run.io_scale import run_io_scale
+    from harness.run.io_scale.kind import run_io_scale
     from harness.run.summary import print_summary
     from harness.views.scripted import human_console, output_mode
 
@@ -427,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
         import dataclasses
 
         from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
-        from harness.run.io_scale_config import check_config
+        from harness.run.io_scale.config import check_config
         from quantem.stem4d.backends import best_backend
 
         with demo_folder() as folder:
@@ -649,9 +649,9 @@ def run_compute_command(args: argparse.Namespace) -> int:
 
     from harness.errors import UsageError
     from harness.render import registration_renderer
-    from harness.run.compute import run_compute
-    from harness.run.compute_config import ComputeConfig
-    from harness.run.compute_workloads import ComputeParameters
+    from harness.run.compute.config import ComputeConfig
+    from harness.run.compute.kind import run_compute
+    from harness.run.compute.workloads import ComputeParameters
     from harness.run.provenance import check_code_origin
     from harness.views.console import make_console
 

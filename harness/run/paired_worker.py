@@ -1,6 +1,6 @@
 """One side of a paired recheck: ``python -m harness.run.paired_worker``, run in a code tree.
 
-:mod:`harness.run.paired` starts two of these, one in the baseline's code tree and one
+:mod:`harness.run.paired.coordinator` starts two of these, one in the baseline's code tree and one
 in the candidate's, and asks them in turn for one trial at a time. Each measures with
 its own tree's code (its io-scale preparation, trial and product check), so each side
 is measured as its run measured it; the coordinator only decides the order.
@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from harness.run import io_steps
-from harness.run.io_scale import IoScaleRun
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale import steps as io_steps
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import IoScaleRun
 from harness.run.manifest import check_master_hashes, parse_manifest
 from harness.run.provenance import SourceTracker
 from harness.run.runner import EXECUTION_ERRORS

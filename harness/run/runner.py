@@ -1,6 +1,6 @@
 """The frame every benchmark kind runs in.
 
-A run, whatever it measures (:mod:`harness.run.io_scale` today, ``compute`` next):
+A run, whatever it measures (:mod:`harness.run.io_scale.kind` today, ``compute`` next):
 
 1. the kind checks its configuration (the backend is required here, once);
 2. provenance first: the source fingerprint starts;
@@ -53,8 +53,8 @@ from harness.run.manifest import (
     check_source_files,
     parse_manifest,
 )
-from harness.run.paired import Pairing
-from harness.run.pairing import PairingChoice, choose_baseline_code
+from harness.run.paired.coordinator import Pairing
+from harness.run.paired.pairing import PairingChoice, choose_baseline_code
 from harness.run.provenance import SourceTracker
 from harness.run.registration import register_measured
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, status_section, write_report
@@ -170,7 +170,7 @@ def _pairing(
     kind, baseline, tracker: SourceTracker
 ) -> Iterator[tuple[Pairing | None, PairingChoice | None]]:
     """With ``--recheck``: whether it pairs and the baseline's code, chosen before anything
-    is measured (:mod:`harness.run.pairing`); (None, None) for a kind that cannot pair."""
+    is measured (:mod:`harness.run.paired.pairing`); (None, None) for a kind that cannot pair."""
     cfg = kind.config
     if not hasattr(cfg, "paired") or baseline is None or cfg.recheck <= 0:
         yield None, None

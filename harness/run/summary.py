@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.run.floors import floor_lines
-from harness.run.fresh_process import first_load_lines
-from harness.run.pairing import describe_pairing
+from harness.run.floors.cells import floor_lines
+from harness.run.io_scale.fresh_process import first_load_lines
+from harness.run.paired.pairing import describe_pairing
 from harness.safe_text import terminal_text
 
 _COLUMNS = ("acquisition", "format", "cache", "kept/n", "first", "median", "p95", "min", "max")

@@ -89,8 +89,8 @@ def test_streamed_ssb_run_on_cuda_gives_the_in_memory_hashes(tmp_path):
     from test_run_compute_ssb import PARAMETERS, ROOT, _manifest
 
     from harness.report import parse_report
-    from harness.run.compute import run_compute
-    from harness.run.compute_config import ComputeConfig
+    from harness.run.compute.config import ComputeConfig
+    from harness.run.compute.kind import run_compute
 
     def run(name, parameters):
         return run_compute(

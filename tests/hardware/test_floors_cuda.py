@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from _run_helpers import real_disk_dir  # tests/ is on sys.path through its conftest
 
-from harness.run import floor_compute, floor_cuda, provenance
+from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.floors import cuda as floor_cuda
+from harness.run.floors import read_once as floor_compute
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
 
 SUITE = (("gpu-floor-u16", (8, 8), (48, 48), "uint16", 20000.0),)
 

@@ -10,8 +10,8 @@ from _run_helpers import real_disk_dir  # tests/ is on sys.path through its conf
 
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
-from harness.run.io_scale import run_io_scale
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import run_io_scale
 
 SUITE = (
     ("gpu-u8", (8, 8), (48, 48), "uint8", 2000.0),

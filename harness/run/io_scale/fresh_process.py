@@ -1,7 +1,7 @@
 """First load as the user feels it: a fresh process from spawn to the first exact product.
 
 ``--fresh-process N`` spawns, per acquisition and format, N processes running
-:mod:`harness.run.fresh_child` (by path: it imports only quantem), each loading the
+:mod:`harness.run.io_scale.fresh_child` (by path: it imports only quantem), each loading the
 file with the library's defaults and computing the bright-field image. The cell's time
 runs from the parent's clock before the spawn to the child's mark after the product
 (``time.monotonic_ns``, one clock for both), imports and CUDA initialisation included;
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import quantile
-from harness.run import fresh_child, trials
+from harness.run import trials
 from harness.run.checks import FailureLog
+from harness.run.io_scale import fresh_child
 
 #: The parts of a fresh process's time, in the order they happen (kernel_compile lies
 #: inside load and product; jit_import, numba's import, is the CPU's).

@@ -1,7 +1,7 @@
 """The ``parallax`` compute workload's stages: image stack, alignment, fit, reconstruction.
 
 Each stage is one call into :mod:`quantem.stem4d.parallax` over the workload's shared state
-(ordered by :mod:`harness.run.compute_workloads`); ``parallax_outputs`` and
+(ordered by :mod:`harness.run.compute.workloads`); ``parallax_outputs`` and
 ``parallax_fitted`` are what a round hashes and records.
 """
 

@@ -1,6 +1,6 @@
 """The child of a fresh-process first-load cell: run as a script, it imports only quantem.
 
-``python harness/run/fresh_child.py '{"path": ..., "backend": ...}'`` (a path, not
+``python harness/run/io_scale/fresh_child.py '{"path": ..., "backend": ...}'`` (a path, not
 ``-m``: importing the ``harness`` package would add time no user pays). It loads the
 file as a user's script does (``quantem.stem4d.io.load(path, backend=...)``, defaults),
 computes the bright-field image, and prints one JSON line with ``time.monotonic_ns``

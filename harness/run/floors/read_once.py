@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from harness.report import quantile
-from harness.run.floor_reads import default_threads
+from harness.run.floors.reads import default_threads
 from harness.run.timers import WallTimer
 
 READ_ONCE = "read_once_xor_fold"

@@ -63,7 +63,7 @@ def save_outputs(
 
 
 def judge_output_change(doc: dict, baseline, accept: bool) -> None:
-    """Output hashes against a same-backend, same-device baseline (harness.run.compute)."""
+    """Output hashes against a same-backend, same-device baseline (harness.run.compute.kind)."""
     changed = output_changes(baseline.doc, doc)
     if not changed:
         return

@@ -1,7 +1,7 @@
 """The ``virtual`` compute workload's stages: the mean pattern and BF, ADF and DF images.
 
 Each stage is one call into :mod:`quantem.stem4d.virtual` over the workload's shared state
-(ordered by :mod:`harness.run.compute_workloads`); ``virtual_detector(name, detector)``
+(ordered by :mod:`harness.run.compute.workloads`); ``virtual_detector(name, detector)``
 makes the stage of one virtual detector, ``detector(state)`` giving its geometry.
 """
 

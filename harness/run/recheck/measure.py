@@ -4,17 +4,17 @@
 This is the same recheck after the fact: the candidate is a stored report, its flagged
 cells are those ``harness compare`` flags against the baseline (the same verdict code),
 and only those cells are measured K more rounds, interleaved, in this process, with the
-io-scale kind's own preparation and trial loop (:class:`harness.run.io_scale.IoScaleRun`).
+io-scale kind's own preparation and trial loop (:class:`harness.run.io_scale.kind.IoScaleRun`).
 
 What is measured must be what the candidate measured, or the pooled verdict means
 nothing; so before any measurement (each refusal is an :class:`IncomparableError`,
-exit 2, :mod:`harness.run.recheck_guards`):
+exit 2, :mod:`harness.run.recheck.guards`):
 
 - the source fingerprint of this checkout equals the candidate's;
 - the selection manifest and every master file's SHA-256 are those the candidate names;
 - host, device and storage (``recheck_guards.SAME_PLACE_FIELDS``) equal the candidate's.
 
-The new record (:mod:`harness.run.recheck_record`) is the candidate's content (never
+The new record (:mod:`harness.run.recheck.record`) is the candidate's content (never
 rewritten on disk) plus a ``recheck`` block like the in-process one, with the
 candidate's SHA-256, when and by which command the recheck ran, its own contention
 samples and fingerprints; the comparison is taken again on original plus recheck trials
@@ -38,20 +38,20 @@ from harness.run.checks import check_products_match
 from harness.run.contention import collect_contention_sample, contention_section
 from harness.run.environment import collect_environment
 from harness.run.host_lock import host_locks, resources_for
-from harness.run.io_scale import IoScaleRun
-from harness.run.io_scale_config import IoScaleConfig
+from harness.run.io_scale.config import IoScaleConfig
+from harness.run.io_scale.kind import IoScaleRun
 from harness.run.manifest import parse_manifest
-from harness.run.paired import candidate_products, check_workers, paired_recheck
-from harness.run.paired_code import BaselineCode
-from harness.run.pairing import choose_baseline_code
+from harness.run.paired.baseline_code import BaselineCode
+from harness.run.paired.coordinator import candidate_products, check_workers, paired_recheck
+from harness.run.paired.pairing import choose_baseline_code
 from harness.run.provenance import SourceTracker
-from harness.run.recheck_guards import (
+from harness.run.recheck.guards import (
     check_same_inputs,
     check_same_place,
     check_same_source,
     recorded_products,
 )
-from harness.run.recheck_record import recheck_record
+from harness.run.recheck.record import recheck_record
 from harness.run.registration import register_measured
 from harness.run.reporting import REPORT_NAME, RunOutcome, judge, write_report
 from harness.run.runner import (
@@ -88,9 +88,9 @@ class RecheckConfig:
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
-    #: Measure the baseline's code too, alternately (:mod:`harness.run.paired`): True
+    #: Measure the baseline's code too, alternately (:mod:`harness.run.paired.coordinator`): True
     #: ``--paired`` (required), False ``--no-paired``, None when its code can be had
-    #: (:mod:`harness.run.pairing`)
+    #: (:mod:`harness.run.paired.pairing`)
     paired: bool | None = None
     #: ``--baseline-tree``: the baseline's code (default: this checkout when it fingerprints
     #: as the baseline, else its git revision, exported)

@@ -2,7 +2,7 @@
 
 :class:`ComputeConfig` is built by the CLI (``harness.commands.run``) or by tests;
 :func:`check_config` refuses a bad one (UsageError) and requires the backend, once.
-The kind that runs it is :mod:`harness.run.compute`.
+The kind that runs it is :mod:`harness.run.compute.kind`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from harness.compare import DEFAULT_REGRESSION_PERCENT
 from harness.errors import UsageError
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
-from harness.run.compute_workloads import ComputeParameters
+from harness.run.compute.workloads import ComputeParameters
 from harness.run.instrumentation import refuse_instrumentation
 
 

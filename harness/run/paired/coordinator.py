@@ -23,8 +23,8 @@ fingerprint the callers have already checked against the candidate's.
 
 This module is what a run or a recheck calls (:func:`paired_recheck`) and what it reads
 back (the report's block, the workers' failures and products). The baseline's code is
-:mod:`harness.run.paired_code`; the two workers and their alternation are
-:mod:`harness.run.paired_trials`.
+:mod:`harness.run.paired.baseline_code`; the two workers and their alternation are
+:mod:`harness.run.paired.workers`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run.paired_code import BaselineCode, Scratch
-from harness.run.paired_trials import CellKey, PairedSpec, measure_paired
+from harness.run.paired.baseline_code import BaselineCode, Scratch
+from harness.run.paired.workers import CellKey, PairedSpec, measure_paired
 
 
 @dataclass(frozen=True)

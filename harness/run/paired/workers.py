@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.errors import HarnessError, IncomparableError
-from harness.run.paired_code import BaselineCode
+from harness.run.paired.baseline_code import BaselineCode
 
 CellKey = tuple[str, str, str]
 WORKER_MODULE = "harness.run.paired_worker"

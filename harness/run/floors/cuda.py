@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.report import quantile
-from harness.run.floor_reads import plan_pieces
+from harness.run.floors.reads import plan_pieces
 from harness.run.timers import WallTimer
 from harness.run.trials import make_resident
 from quantem.stem4d.cuda.mapped_staging import HOST_REGISTER_PORTABLE, HOST_REGISTER_READ_ONLY

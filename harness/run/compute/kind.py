@@ -3,7 +3,7 @@
 The compute *kind* (:class:`harness.run.runner.BenchmarkKind`) in the same frame as
 io-scale (provenance, manifest and master hashes, output-dir claim, baseline lookup,
 workspace, writing and registering). Per acquisition it runs the workload's stages
-(:mod:`harness.run.compute_workloads`) ``reps + 1`` times: round 0 is the *first*
+(:mod:`harness.run.compute.workloads`) ``reps + 1`` times: round 0 is the *first*
 (cold: compilation, plan caches, allocations), rounds 1..reps the *warm* trials. Each
 stage is timed between device barriers (GPU-synchronised on cuda). Every round hashes
 every output array (SHA-256 of the raw C-order bytes, with dtype and shape); a round
@@ -16,9 +16,9 @@ Against a baseline of the same workload on the same backend and device, output h
 that differ make the correctness status ``outputs_changed`` (exit 1) unless
 ``--accept-output-change`` was given, which the report records.
 
-The configuration and its checks are :mod:`harness.run.compute_config`; what a round
+The configuration and its checks are :mod:`harness.run.compute.config`; what a round
 produces (hashes, determinism, saved outputs, output changes) is
-:mod:`harness.run.compute_outputs`.
+:mod:`harness.run.compute.outputs`.
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.report import quantile
 from harness.run.backends import BackendProfile
 from harness.run.checks import FailureLog
-from harness.run.compute_config import ComputeConfig, check_config
-from harness.run.compute_outputs import (
+from harness.run.compute.config import ComputeConfig, check_config
+from harness.run.compute.outputs import (
     check_deterministic,
     jsonable,
     judge_output_change,
     output_digest,
     save_outputs,
 )
-from harness.run.compute_workloads import as_host, workload_for
-from harness.run.floor_compute import read_once_floor, with_ratios
-from harness.run.floors import FLOORS_VERSION
+from harness.run.compute.workloads import as_host, workload_for
+from harness.run.floors.cells import FLOORS_VERSION
+from harness.run.floors.read_once import read_once_floor, with_ratios
 from harness.run.instrumentation import instrumentation_state
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition

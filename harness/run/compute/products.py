@@ -3,7 +3,7 @@
 Each stage is one call of :class:`quantem.stem4d.detector.DetectorSession` (what
 ``quantem.stem4d.detector.prepare`` returns), the API the README shows: the exact summed
 pattern (uint64), BF and ADF over the disk it finds, and the centre of mass from exact
-integer moments. The registry (:mod:`harness.run.compute_workloads`) orders them after
+integer moments. The registry (:mod:`harness.run.compute.workloads`) orders them after
 ``load``.
 """
 

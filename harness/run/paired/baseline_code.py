@@ -10,7 +10,7 @@ A given or exported tree's source fingerprint must equal the baseline's recorded
 and the tree must have the worker (:data:`WORKER_FILE`; code from before paired
 rechecks cannot be paired): otherwise :class:`IncomparableError` (exit 2) before
 anything is measured. :class:`Scratch` is the private folder the export and the
-workers' files live in. Whether a recheck pairs at all is :mod:`harness.run.pairing`.
+workers' files live in. Whether a recheck pairs at all is :mod:`harness.run.paired.pairing`.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 A recheck of the candidate alone samples the candidate again but not the baseline, so
 it cannot clear the run-to-run drift of a host (on the idle 2-core development VM, 8.4%
 of simulated A/A comparisons at 5 reps stay at exit 2 after an unpaired ``--recheck 5``,
-even calibrated); a paired recheck (:mod:`harness.run.paired`) measures both codes at
+even calibrated); a paired recheck (:mod:`harness.run.paired.coordinator`) measures both codes at
 one moment and can (0.1% left at exit 2, 97.6% of 30% slowdowns flagged:
 docs/verdicts.md). So
 ``--recheck K`` is paired **by default** whenever the baseline's code can be had
-(:func:`harness.run.paired_code.baseline_checked_out`: ``--baseline-tree``, this
+(:func:`harness.run.paired.baseline_code.baseline_checked_out`: ``--baseline-tree``, this
 checkout when its source fingerprint is the baseline's, or the baseline's clean git
 revision exported). When it cannot, the default is the unpaired recheck, and
 :class:`PairingChoice` says why in one line; that is not an error.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import IncomparableError, UsageError
-from harness.run.paired_code import BaselineCode, baseline_checked_out
+from harness.run.paired.baseline_code import BaselineCode, baseline_checked_out
 
 #: How the pairing was asked for, as recorded (``recheck.pairing.requested``).
 REQUESTED = {None: "default", True: "--paired", False: "--no-paired"}

@@ -4,7 +4,7 @@
 recheck`` and the paired worker (from a report's conditions) or by tests;
 :func:`check_config` refuses a bad one (UsageError), requires the backend once and
 returns its :class:`~harness.run.backends.BackendProfile` (with the ``--devices`` a
-sharded cuda load uses). The kind that runs it is :mod:`harness.run.io_scale`.
+sharded cuda load uses). The kind that runs it is :mod:`harness.run.io_scale.kind`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ class IoScaleConfig:
     #: the most batches of ``recheck`` rounds a sequential recheck measures (it stops when
     #: every rechecked cell is cleared or confirmed; the verdict splits alpha over them)
     recheck_looks: int = DEFAULT_RECHECK_LOOKS
-    #: Whether the recheck measures the baseline's code too, alternately (harness.run.paired):
+    #: Whether the recheck measures the baseline's code too, alternately (harness.run.paired.coordinator):
     #: True ``--paired`` (required), False ``--no-paired``, None (default) when its code can
-    #: be had (harness.run.pairing)
+    #: be had (harness.run.paired.pairing)
     paired: bool | None = None
     #: ``--baseline-tree``: the baseline's code (default: this checkout when its source
     #: fingerprint is the baseline's, else its git revision, exported)
@@ -62,9 +62,9 @@ class IoScaleConfig:
     #: Check every shard file against the manifest's size and SHA-256 before measuring
     #: (False: --no-verify-source).
     check_source_files: bool = True
-    #: ``--floors``: measure each cell's floor in the run (harness.run.floors).
+    #: ``--floors``: measure each cell's floor in the run (harness.run.floors.cells).
     floors: bool = False
-    #: ``--fresh-process N``: N fresh processes per acquisition and format (harness.run.fresh_process).
+    #: ``--fresh-process N``: N fresh processes per acquisition and format (harness.run.io_scale.fresh_process).
     fresh_processes: int = 0
     cold_reloads: int = 0
     verify: bool = True

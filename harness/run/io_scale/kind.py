@@ -9,9 +9,9 @@ timing, by the indexed product; optional cold reloads and one profiled reload.
 
 This module is the io-scale *kind* (:class:`harness.run.runner.BenchmarkKind`): its
 order of steps and its report body. Its configuration and the checks of it are
-:mod:`harness.run.io_scale_config`; the frame around it (provenance, manifest,
+:mod:`harness.run.io_scale.config`; the frame around it (provenance, manifest,
 output-dir claim, baseline, workspace, writing and registering) is
-:mod:`harness.run.runner`; the steps are :mod:`harness.run.io_steps`; what the backend
+:mod:`harness.run.runner`; the steps are :mod:`harness.run.io_scale.steps`; what the backend
 means is :mod:`harness.run.backends`.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from harness.errors import HarnessError, IncomparableError
 from harness.report import summarise_trials
-from harness.run import conversion, io_steps, trials
+from harness.run import trials
 from harness.run.backends import BackendProfile, LoadSettings, describe_devices
 from harness.run.checks import (
     Expected,
@@ -30,16 +30,23 @@ from harness.run.checks import (
     check_products_match,
 )
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
-from harness.run.conversion import ConversionSettings
-from harness.run.floors import IoScaleFloors
-from harness.run.fresh_process import fresh_cells
+from harness.run.floors.cells import IoScaleFloors
 from harness.run.instrumentation import instrumentation_state
-from harness.run.io_scale_config import IoScaleConfig, check_config
-from harness.run.io_steps import AcquisitionState, TrialContext
+from harness.run.io_scale import conversion
+from harness.run.io_scale import steps as io_steps
+from harness.run.io_scale.config import IoScaleConfig, check_config
+from harness.run.io_scale.conversion import ConversionSettings
+from harness.run.io_scale.fresh_process import fresh_cells
+from harness.run.io_scale.steps import AcquisitionState, TrialContext
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
-from harness.run.paired import Pairing, candidate_products, check_workers, paired_recheck
+from harness.run.paired.coordinator import (
+    Pairing,
+    candidate_products,
+    check_workers,
+    paired_recheck,
+)
 from harness.run.reporting import RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.workspace import Workspace
@@ -147,7 +154,7 @@ class IoScaleRun:
 
         The main trials are ``measure_cells(ctx, cells_of(state), reps)``; a recheck is
         the same call with a subset of cells and ``first_index=reps`` (docs/architecture.md).
-        With ``floors``, each cold trial has its cold floor read beside it (harness.run.floors).
+        With ``floors``, each cold trial has its cold floor read beside it (harness.run.floors.cells).
         """
         by_id = {s.selected.id: s for s in self.states}
 
@@ -171,7 +178,7 @@ class IoScaleRun:
         """Measure ``cells`` ``rounds`` more rounds (indices after the main ones); kept apart.
 
         Up to ``looks`` batches: after each but the last, ``undecided(trials so far)`` names
-        the cells still measured (a sequential recheck, harness.run.paired_trials).
+        the cells still measured (a sequential recheck, harness.run.paired.workers).
         """
         ctx = self.context(workspace)
         first = len(self.trials)

@@ -1,7 +1,7 @@
 """The ``dpc`` compute workload's stages: centre of mass, beam shifts, rotation, integration.
 
 Each stage is one call into :mod:`quantem.stem4d.dpc` over the workload's shared state (the
-registry, :mod:`harness.run.compute_workloads`, orders them after ``load`` and
+registry, :mod:`harness.run.compute.workloads`, orders them after ``load`` and
 ``prepare``); ``dpc_outputs`` and ``dpc_fitted`` are what a round hashes and records.
 """
 

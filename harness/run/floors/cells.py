@@ -3,14 +3,14 @@
 ``harness run io-scale --floors`` measures, for every acquisition, format and cache
 state, what the load cannot do faster than (docs/io-scale.md, "Floors"):
 
-* **cold**: the cold read of the same files (:mod:`harness.run.floor_reads`), one per
+* **cold**: the cold read of the same files (:mod:`harness.run.floors.reads`), one per
   round, interleaved with the cold loads and alternating which goes first, each with its
   cache state made and verified as a cold load's;
 * **cached**: the warm read at its best over a stated sweep of threads and piece sizes,
   after the acquisition's trials; on cuda the host-to-device copy from registered
   page-cache pages (the path of a registered warm load) or from pinned memory (a
   pread-staged one), and for a load that decodes on the device the device-to-device
-  copy of the decoded size (:mod:`harness.run.floor_cuda`); on the CPU the host copy of
+  copy of the decoded size (:mod:`harness.run.floors.cuda`); on the CPU the host copy of
   the decoded size.
 
 A cell's floor is the slowest of its path's components (they overlap in a load, so the
@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.report import quantile
-from harness.run import floor_cuda, floor_reads, trials
+from harness.run import trials
+from harness.run.floors import cuda as floor_cuda
+from harness.run.floors import reads as floor_reads
 
 #: The version of the ``floors`` section (its fields and methods).
 FLOORS_VERSION = 1
@@ -72,7 +74,7 @@ def decoded_bytes(shape: Sequence[int] | None, dtype: str | None) -> int:
 class IoScaleFloors:
     """The floor measurements of one io-scale run and the report's ``floors`` section.
 
-    ``runtime``: the CUDA calls (None: :class:`~harness.run.floor_cuda.CupyRuntime` on
+    ``runtime``: the CUDA calls (None: :class:`~harness.run.floors.cuda.CupyRuntime` on
     the cuda backend, none elsewhere).
     """
 

@@ -5,9 +5,9 @@ call into quantem's public API, so the timings are those of the product a user g
 ``load`` reads the source with ``quantem.stem4d.io.load`` on the run's backend (dense) and
 ``prepare`` opens its frames (both here, shared); the later stages are the public stage
 functions of :mod:`quantem.stem4d.dpc`, :mod:`quantem.stem4d.parallax`, :mod:`quantem.stem4d.ssb` and
-:mod:`quantem.stem4d.virtual`, one module of stages per workload (:mod:`harness.run.compute_dpc`,
-:mod:`~harness.run.compute_parallax`, :mod:`~harness.run.compute_ssb`,
-:mod:`~harness.run.compute_virtual`). ``outputs`` are every array the workload produces
+:mod:`quantem.stem4d.virtual`, one module of stages per workload (:mod:`harness.run.compute.dpc`,
+:mod:`~harness.run.compute.parallax`, :mod:`~harness.run.compute.ssb`,
+:mod:`~harness.run.compute.virtual`). ``outputs`` are every array the workload produces
 (hashed, and saved with ``--save-outputs``); ``fitted`` the fitted parameters and
 calibration (JSON).
 """
@@ -21,12 +21,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import UsageError
-from harness.run import compute_dpc as dpc
-from harness.run import compute_parallax as parallax
-from harness.run import compute_products as products
-from harness.run import compute_ssb as ssb
-from harness.run import compute_validate as validate
-from harness.run import compute_virtual as virtual
+from harness.run.compute import dpc, parallax, products, ssb, validate, virtual
 
 Stage = tuple[str, Callable[[dict], None]]
 

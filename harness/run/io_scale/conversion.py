@@ -19,12 +19,12 @@ import numpy as np
 
 import quantem.stem4d.io
 from harness.run.checks import FailureLog
-from harness.run.manifest import SelectedAcquisition
-from harness.run.qem_reference import (
+from harness.run.io_scale.qem_reference import (
     compare_reference_header,
     header_document,
     write_header_document,
 )
+from harness.run.manifest import SelectedAcquisition
 from harness.run.timers import WallTimer
 from quantem.stem4d.io.arina import iter_frame_batches, open_arina
 from quantem.stem4d.io.qem import format as qem_format

@@ -22,9 +22,9 @@ from harness.run.checks import (
     check_source,
     sample_frames_of,
 )
+from harness.run.io_scale.profile import profile_call
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
-from harness.run.profile import profile_call
 from harness.run.timers import WallTimer
 from harness.run.workspace import Workspace
 from quantem.stem4d.io.arina import open_arina
