@@ -9,10 +9,13 @@ compare`` reads the same verdict back from the record.
 from __future__ import annotations
 
 import copy
+import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from harness.errors import EXIT_REVIEW, IncomparableError
 from harness.history.records import sha256_bytes
 from harness.report import dump_report, summarise_trials
 from harness.run import runner
+from harness.run.demo import write_demo_suite
 from harness.run.paired import workers as paired_trials
 from harness.run.paired.baseline_code import WORKER_FILE, baseline_code, check_pairable
 from harness.run.paired.workers import order_of_round, start_order
@@ -389,3 +393,74 @@ def test_a_worker_that_cannot_start_fails_the_recheck_cleanly(tmp_path: Path, mo
     monkeypatch.setattr(paired_trials.sys, "executable", broken)
     with pytest.raises(paired_trials.HarnessError, match="baseline worker exited with status 1"):
         paired_trials.PairedWorker("baseline", tree, spec, tmp_path / "w")
+
+
+#: The last revision of the flat ``harness/run/`` layout (before the kinds, floors,
+#: paired rechecks and ``harness recheck`` became packages): its worker imports
+#: ``harness.run.io_scale`` and ``harness.run.io_steps`` as modules.
+FLAT_LAYOUT_REVISION = "273e79a01515b4cc56e89f6897627dabe344da08"
+
+
+def _revision_available(revision: str) -> bool:
+    done = subprocess.run(
+        ["git", "-C", str(CHECKOUT), "cat-file", "-e", f"{revision}^{{commit}}"],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.slow  # a git archive of the repository and two worker processes
+def test_a_baseline_tree_of_the_flat_layout_pairs_with_this_code(tmp_path: Path, monkeypatch):
+    """This harness exports an older revision of the old layout, starts the worker in it
+    by the module path every revision has, and measures both codes in turn."""
+    if not _revision_available(FLAT_LAYOUT_REVISION):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the repository's history: {FLAT_LAYOUT_REVISION} is missing")
+        pytest.skip(f"this checkout lacks revision {FLAT_LAYOUT_REVISION[:12]} (shallow clone)")
+    monkeypatch.setenv("QUANTEM_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("HARNESS_LOCK_DIR", str(tmp_path / "host-locks"))
+    # the old tree's fingerprint as its run would have recorded it
+    probe = tmp_path / "probe"
+    archive = subprocess.run(
+        ["git", "-C", str(CHECKOUT), "archive", FLAT_LAYOUT_REVISION],
+        check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(probe / "tree", filter="data")
+    assert (probe / "tree" / "harness" / "run" / "io_steps.py").is_file()  # the flat layout
+    assert not (probe / "tree" / "harness" / "run" / "io_scale").is_dir()
+    old_doc = {
+        "provenance": {
+            "git_revision": FLAT_LAYOUT_REVISION,
+            "git_dirty": False,
+            "source_fingerprint_end": compute_source_fingerprint(probe / "tree"),
+        }
+    }
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = baseline_code(old_doc, "b" * 64, tree=None, repository=CHECKOUT, scratch=scratch)
+    assert code.origin == f"git archive {FLAT_LAYOUT_REVISION}"
+    suite = write_demo_suite(tmp_path / "suite", (("small-u8", (8, 8), (32, 32), "uint8", 500.0),),
+                             frames_per_shard=24)  # fmt: skip
+    spec = paired_trials.PairedSpec(
+        root=str(suite.root), manifest=str(suite.manifest), backend="cpu",
+        storage_id="test-disk", representation="dense", fresh_index=False, threads=None,
+        first_index=2, acquisitions=("small-u8",),
+    )  # fmt: skip
+    cells = [("small-u8", "hdf5", "cached"), ("small-u8", "qem", "cached")]
+    measured = paired_trials.measure_paired(
+        spec, cells, 2, baseline=code, candidate_tree=CHECKOUT,
+        expected={"baseline": old_doc["provenance"]["source_fingerprint_end"],
+                  "candidate": compute_source_fingerprint(CHECKOUT)},
+        scratch=tmp_path / "workers",
+    )  # fmt: skip
+    for side in ("baseline", "candidate"):
+        trials = measured[f"{side}_trials"]
+        assert [(t["acquisition"], t["format"], t["cache_state"]) for t in trials] == cells * 2
+        assert [t["trial_index"] for t in trials] == [2, 2, 3, 3]
+        assert all(t["seconds"] > 0 for t in trials)
+        worker = measured["workers"][side]
+        assert worker["stable"] and not worker["failures"], worker
+    # the two codes, old layout and new, made the same product of the same data
+    products = [measured["workers"][side]["products"] for side in ("baseline", "candidate")]
+    assert products[0] == products[1] and products[0]["small-u8"]
