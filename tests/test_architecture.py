@@ -59,19 +59,27 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
-def _run_layer_modules() -> list[str]:
-    """Every module the ``run-layers`` contract places, from pyproject.toml."""
+def _layer_files(contract_id: str) -> dict[str, str]:
+    """An empty file for every module a containers' layers contract places (pyproject.toml)."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    (contract,) = [
-        c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "run-layers"
-    ]
-    return [m.strip() for layer in contract["layers"] for m in layer.replace("|", ":").split(":")]
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == contract_id]
+    (container,) = contract["containers"]
+    folder = Path(*container.split("."))
+    names = [m.strip() for layer in contract["layers"] for m in layer.replace("|", ":").split(":")]
+    return {
+        str(
+            folder / name / "__init__.py"
+            if (REPO / folder / name).is_dir()
+            else folder / f"{name}.py"
+        ): ""
+        for name in names
+    }
 
 
 def test_the_contracts_catch_violations(tmp_path):
     """The same contract file on packages that break each rule: every contract breaks."""
-    # harness.run with every placed module, then one of the frame's parts importing a kind
-    _write(tmp_path, {f"harness/run/{name}.py": "" for name in _run_layer_modules()})
+    # every module the layers contracts place (empty), then the rule breakers over them
+    _write(tmp_path, {**_layer_files("harness-layers"), **_layer_files("run-layers")})
     _write(
         tmp_path,
         {
@@ -103,6 +111,10 @@ def test_the_contracts_catch_violations(tmp_path):
     assert "no import cycles among quantem.stem4d packages and modules BROKEN" in done.stdout
     assert "harness.run layers" in done.stdout
     assert "harness.run.trials is not allowed to import harness.run.io_scale" in done.stdout
+    assert "harness.history is not allowed to import harness.run" in done.stdout
+    # exhaustive: a module of harness/run that no layer places breaks the contract
+    listed = done.stdout.split("not listed as layers:")[1]
+    assert "harness.run.a" in listed and "harness.run.b" in listed
     assert "harness layers" in done.stdout and "Contracts: 0 kept, 5 broken" in done.stdout
 
 
