@@ -34,6 +34,15 @@ def validate_compute_report(doc: Mapping[str, Any], *, name: str = "report") -> 
     """Schema check, then the cross-section rules: trials and summaries name known
     acquisitions and stages, and unique (acquisition, stage, trial_index)."""
     check_stage_report(doc, _validator(), name=name)
+    # the schema allows any workload name (a new workload is one registry entry): the
+    # benchmark must still be the workload's
+    workload = doc["conditions"]["workload"]
+    if doc["benchmark"] != f"compute-{workload}":
+        raise _report_error(
+            f"{name}: $.benchmark: {doc['benchmark']!r} is not the benchmark of workload "
+            f"{workload!r} (compute-{workload})",
+            source=name,
+        )
 
 
 def check_stage_report(doc: Mapping[str, Any], validator: Any, *, name: str) -> None:

@@ -71,8 +71,17 @@ def test_a_closed_stdout_exits_quietly(tmp_path: Path) -> None:
     assert done.returncode == 141
 
 
-def test_the_cli_names_every_compute_workload():
-    from harness.commands.run import COMPUTE_WORKLOADS
-    from harness.run.compute.workloads import WORKLOADS
-
-    assert set(COMPUTE_WORKLOADS) == set(WORKLOADS)
+def test_help_imports_no_compute_workload() -> None:
+    """The CLI's workload choices are the registry's, read only when a compute command
+    needs them: ``harness --help`` stays free of the workloads' imports."""
+    code = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'harness.run.compute.workloads' not in sys.modules, 'imported for --help'\n"
+        "from harness.commands.run import COMPUTE_WORKLOADS\n"
+        "from harness.run.compute.workloads import WORKLOADS\n"
+        "assert list(COMPUTE_WORKLOADS) == list(WORKLOADS)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.cli import main
 from harness.compare import compare_reports
 from harness.errors import ReportValidationError, UsageError
 from harness.report import parse_report
@@ -201,3 +202,37 @@ def test_products_workload_records_the_detector_sessions_exact_products(tmp_path
     inside = (rows - cr) ** 2 + (cols - cc) ** 2 <= radius**2
     np.testing.assert_array_equal(saved["bf"], (frames * inside).sum(axis=(2, 3)))
     np.testing.assert_array_equal(saved["bf"] + saved["adf"], frames.sum(axis=(2, 3)))
+
+
+def test_a_new_workload_is_one_registry_entry(tmp_path, monkeypatch, capsys):
+    """A workload registered in ``WORKLOADS`` alone runs from the CLI and writes a valid
+    record: the CLI's choices and the report schema take the registry's names."""
+
+    def total(state: dict) -> None:
+        state["total"] = np.asarray(state["acq"].data).sum(axis=(2, 3), dtype=np.uint64)
+
+    load_stage = compute_workloads.WORKLOADS["virtual"].stages[0]
+    assert load_stage[0] == "load"
+    entry = compute_workloads.Workload(
+        "total", (load_stage, ("total", total)), lambda s: {"total": s["total"]}, lambda s: {}
+    )
+    monkeypatch.setitem(compute_workloads.WORKLOADS, "total", entry)
+    common = ["--source", str(MASTER), "--backend", "cpu", "--storage-id", "test", "--reps", "1"]
+    code = main(["run", "compute", "total", *common, "--output-dir", str(tmp_path / "o"),
+                 "--save-outputs", str(tmp_path / "saved")])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    doc = parse_report(tmp_path / "o" / "compute.json")  # validates against the schema
+    assert doc["benchmark"] == "compute-total" and doc["conditions"]["workload"] == "total"
+    assert doc["conditions"]["stages"] == ["load", "total"]
+    with load(MASTER) as acq:  # independent of the stage: numpy's sums of the frames
+        expected = np.asarray(acq.data).astype(np.uint64).sum(axis=(2, 3))
+    np.testing.assert_array_equal(np.load(tmp_path / "saved" / "total.total.npy"), expected)
+    # a name the registry lacks is a usage error that names the registered ones
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "compute", "totals", *common, "--output-dir", str(tmp_path / "p")])
+    assert refused.value.code == 64
+    assert "'total'" in capsys.readouterr().err
+    # the benchmark must be the workload's, now that the schema takes any name
+    doc["benchmark"] = "compute-dpc"
+    with pytest.raises(ReportValidationError, match="benchmark"):
+        parse_report(json.dumps(doc).encode())

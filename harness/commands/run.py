@@ -24,11 +24,29 @@ DEFAULT_DEMO_HISTORY = "harness-history"
 #: Where ``--demo`` keeps its reports (one folder per run) unless ``--output-dir`` is given,
 #: so that the printed report path, and the path the journal records, exist afterwards.
 DEFAULT_DEMO_REPORTS = "harness-demo"
-#: The compute workloads' names, as ``harness.run.compute.workloads.WORKLOADS`` registers
-#: them (a test keeps the two equal; that module is not imported for ``--help``).
-# The workloads of harness.run.compute.workloads.WORKLOADS, named here so that `--help`
-# imports no workload (tests/test_cli_basics.py checks the two agree).
-COMPUTE_WORKLOADS = ("dpc", "parallax", "products", "virtual", "ssb", "validate")
+
+
+class _RegisteredWorkloads:
+    """The names in ``harness.run.compute.workloads.WORKLOADS``, read when first asked
+    (parsing ``run compute NAME`` or its ``--help``), so that ``harness --help`` imports no
+    workload and a new workload is named in one place only."""
+
+    def _names(self) -> list[str]:
+        from harness.run.compute.workloads import WORKLOADS
+
+        return list(WORKLOADS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+COMPUTE_WORKLOADS = _RegisteredWorkloads()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -501,8 +519,7 @@ def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> No
 def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute = benchmarks.add_parser(
         "compute",
-        help="stage timings and output hashes of a compute workload "
-        f"({', '.join(COMPUTE_WORKLOADS)})",
+        help="stage timings and output hashes of a compute workload (dpc, ssb, virtual...)",
         description=(
             "Run a compute workload on every acquisition of SOURCE (an ARINA master file or a "
             "selection manifest): each stage timed first and warm (--reps), device-synchronised; "
@@ -511,7 +528,12 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
             "2 review/incomparable, 64 usage error. See docs/compute.md."
         ),
     )
-    compute.add_argument("workload", choices=COMPUTE_WORKLOADS)
+    compute.add_argument(
+        "workload",
+        choices=COMPUTE_WORKLOADS,
+        metavar="WORKLOAD",
+        help="one of %(choices)s (harness/run/compute/workloads.py)",
+    )
     compute.add_argument(
         "--source", required=True, metavar="PATH_OR_MANIFEST", help="master .h5 or manifest .json"
     )
