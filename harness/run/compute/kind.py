@@ -66,7 +66,7 @@ class ComputeRun:
         self.memory: MemoryTracker | None = None
         self.trials: list[dict] = []
         self.acquisitions: list[dict] = []
-        #: The ``read_once`` floor of each acquisition's resident data (floor_compute).
+        #: The ``read_once`` floor of each acquisition's resident data (floors.read_once).
         self.floors: dict[str, dict] = {}
 
     # -- the report's identity (read by the runner) ------------------------------------

@@ -12,7 +12,7 @@ exit 2, :mod:`harness.run.recheck.guards`):
 
 - the source fingerprint of this checkout equals the candidate's;
 - the selection manifest and every master file's SHA-256 are those the candidate names;
-- host, device and storage (``recheck_guards.SAME_PLACE_FIELDS``) equal the candidate's.
+- host, device and storage (``guards.SAME_PLACE_FIELDS``) equal the candidate's.
 
 The new record (:mod:`harness.run.recheck.record`) is the candidate's content (never
 rewritten on disk) plus a ``recheck`` block like the in-process one, with the
