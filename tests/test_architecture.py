@@ -150,3 +150,19 @@ def test_run_modules_import_the_harness_at_the_top():
             if not (path.name == "provenance.py" and f.endswith(" import harness"))
         ]
     assert not found, found
+
+
+def _named_in(doc: str, path: str) -> bool:
+    """Whether ``doc`` names the module at ``path`` (as `name.py`) or its package (`name/`)."""
+    file = Path(path)
+    return (f"`{file.parent.name}/" if file.name == "__init__.py" else f"`{file.name}`") in doc
+
+
+def test_the_architecture_doc_names_every_placed_module():
+    """docs/architecture.md names every module and package the layers contracts place
+    (and, the contracts being exhaustive, every one of the folder tree)."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    placed = [*_layer_files("harness-layers"), *_layer_files("run-layers")]
+    assert _named_in(doc, "harness/run/webgpu.py") and not _named_in(doc, "harness/run/x.py")
+    missing = [path for path in placed if not _named_in(doc, path)]
+    assert not missing, f"docs/architecture.md does not name {missing}"
