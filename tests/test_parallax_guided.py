@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.run import compute_validate
+from harness.run.compute import validate as compute_validate
 from quantem.stem4d.errors import ComputeError, ParallaxWarning
 from quantem.stem4d.io import load
 from quantem.stem4d.parallax import align, fit_aberrations, parallax
