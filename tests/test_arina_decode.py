@@ -19,7 +19,7 @@ from quantem.stem4d.io.cpu_decode import (
 )
 from quantem.stem4d.io.synthetic import SyntheticModel
 
-ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
+ENGINES = ["numba", "library", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba", "library"]
 
 
 def _library_chunk(frame: np.ndarray, block_elements: int = 0) -> bytes:
@@ -135,17 +135,20 @@ def _check_corrupt_chunk(data, dtype):
             got = decode_chunk_bytes(chunk, frame.shape, dtype, path="f.h5", frame=3, engine=engine)
         except ChunkDecodeError as exc:
             assert exc.path == "f.h5" and exc.fields["frame"] == 3
-            outcomes[engine] = None
+            outcomes[engine] = str(exc)
         else:
             assert got.shape == frame.shape and got.dtype == frame.dtype
             outcomes[engine] = got
-    # LZ4 carries no checksum, so a flipped literal decodes to other values; both
-    # engines must still agree on whether the chunk is valid and on what it holds.
-    results = list(outcomes.values())
-    if len(results) == 2:
-        assert (results[0] is None) == (results[1] is None)
-        if results[0] is not None:
-            np.testing.assert_array_equal(results[0], results[1])
+    # LZ4 carries no checksum, so a flipped literal decodes to other values; every
+    # engine must still agree on whether the chunk is valid, on what it holds, and on
+    # the check a bad chunk fails (the same message).
+    reference = outcomes["numba"]
+    for engine, result in outcomes.items():
+        if isinstance(reference, str):
+            assert result == reference, engine
+        else:
+            assert not isinstance(result, str), (engine, result)
+            np.testing.assert_array_equal(result, reference)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
