@@ -1,14 +1,16 @@
-"""The child of a fresh-process first-load cell: run as a script, it imports only quantem.
+"""The child of a fresh-process cell: run as a script, it imports only quantem.
 
-``python harness/run/fresh_child.py '{"path": ..., "backend": ...}'`` (a path, not
-``-m``: importing the ``harness`` package would add time no user pays). It loads the
-file as a user's script does (``quantem.stem4d.io.load(path, backend=...)``, defaults),
-computes the bright-field image, and prints one JSON line with ``time.monotonic_ns``
-marks (the same clock as the parent's spawn mark) after each part: interpreter start,
-imports, CUDA context (cuda) or numba's import (cpu: the load imports it anyway), load,
-product; the kernel compilations' own seconds (cuda: NVRTC or fatbin; cpu: inside
-numba's dispatcher, its CPU target start, cache loads and any compile); the product's
-SHA-256, hashed after the last mark.
+``python harness/run/fresh_child.py '{"path": ..., "backend": ..., "products": [...]}'`` (a
+path, not ``-m``: importing the ``harness`` package would add time no user pays). It
+loads the file as a user's script does (``quantem.stem4d.io.load(path, backend=...)``,
+defaults), computes the products asked for (``"bf"``, the default, and ``"com"``: the
+session's centre of mass) in that order, and prints one JSON line with
+``time.monotonic_ns`` marks (the same clock as the parent's spawn mark) after each part:
+interpreter start, imports, CUDA context (cuda), load, each product, and ``product``
+after the last; the kernel compilations' own seconds (cuda: NVRTC or fatbin; cpu: inside
+numba's dispatcher, its CPU target start, cache loads and any compile, where numba is
+imported at all: the first calls run without it); whether numba was imported; each
+product's SHA-256, hashed after the last mark.
 """
 
 import time
@@ -36,12 +38,10 @@ def _timed_compilations(seconds: list) -> None:
     module_loader._compile = timed
 
 
-def _timed_jit(intervals: list) -> None:
+def _timed_jit(dispatcher, intervals: list) -> None:
     """Record the spans spent in numba's dispatcher finding a kernel (its CPU target
     start, cache loads, compiles); decode threads may wait there together, so the parent
     takes the union of the spans."""
-    from numba.core import dispatcher
-
     compile_ = dispatcher.Dispatcher._compile_for_args
 
     def timed(self, *args, **kws):
@@ -52,6 +52,30 @@ def _timed_jit(intervals: list) -> None:
             intervals.append((begin, time.perf_counter()))
 
     dispatcher.Dispatcher._compile_for_args = timed
+
+
+class _TimeJitWhenImported:
+    """A ``sys.meta_path`` finder that times numba's dispatcher if and when a product
+    imports numba: importing it here would add the time the first calls avoid."""
+
+    def __init__(self, intervals: list) -> None:
+        self.intervals = intervals
+
+    def find_spec(self, name, path, target=None):
+        if name != "numba.core.dispatcher":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_and_time(module):
+            exec_module(module)
+            _timed_jit(module, self.intervals)
+
+        spec.loader.exec_module = exec_and_time
+        return spec
 
 
 def _union_seconds(intervals: list) -> float:
@@ -83,20 +107,29 @@ def main() -> None:
         marks["context"] = time.monotonic_ns()
         _timed_compilations(compiled)
     elif args["backend"] == "cpu":
-        import numba  # noqa: F401
-
-        marks["jit_import"] = time.monotonic_ns()
-        _timed_jit(jit_spans)
+        sys.meta_path.insert(0, _TimeJitWhenImported(jit_spans))
     acq = quantem.stem4d.io.load(args["path"], backend=args["backend"])
     if sync:
         sync()
     marks["load"] = time.monotonic_ns()
-    bf = prepare(acq).bf()
-    if sync:
-        sync()
+    session = prepare(acq)
+    outputs = {}
+    for name in args.get("products", ["bf"]):
+        if name == "bf":
+            outputs["bf"] = session.bf()
+        elif name == "com":
+            com = session.center_of_mass()
+            outputs.update(com_row=com.row, com_col=com.col)
+        else:
+            raise SystemExit(f"fresh_child: unknown product {name!r}")
+        if sync:
+            sync()
+        marks[name] = time.monotonic_ns()
     marks["product"] = time.monotonic_ns()
-    host = bf.get() if hasattr(bf, "get") and not isinstance(bf, np.ndarray) else bf
-    digest = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
+    digests = {}
+    for name, array in outputs.items():
+        host = array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array
+        digests[name] = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
     provenance = []
     if sync:
         from quantem.stem4d.cuda import kernel_provenance
@@ -109,7 +142,9 @@ def main() -> None:
                 "marks": marks,
                 "kernel_compile_seconds": sum(compiled) + _union_seconds(jit_spans),
                 "kernel_paths": provenance,
-                "product_sha256": digest,
+                "numba_imported": "numba" in sys.modules,
+                "product_sha256": digests.get("bf"),
+                "products_sha256": digests,
             }
         )
     )

@@ -33,9 +33,9 @@ BLOCK_PIXELS = 1 << 20
 #: Below this many pixels (all frames) a call runs in the calling thread.
 PARALLEL_MIN_PIXELS = 1 << 24
 
-#: Calls of each kernel per process that take this module: a script's BF and ADF (two
+#: Calls of each kernel per process that take this module: a script's BF and ADF (three
 #: masked sums), its CoM. Later calls are a warm process's: numba's start-up pays off.
-FIRST_CALLS = 2
+FIRST_CALLS = 3
 
 #: Above this many pixels (all frames) numba's start-up (about 0.8 s of CPU) costs less
 #: than numpy's slower passes, even for one call.
