@@ -8,7 +8,9 @@ ARINA reader; LiberTEM's inline context on the master's one data link, so one-sh
 files only). Each cell's time runs from the parent's clock before the spawn to the
 child's mark after its last product (``time.monotonic_ns``, one clock), imports
 included; ``cpu_seconds`` is the reaped child's user and system CPU to its exit. The
-page cache is warm (each file made resident before each spawn, residency recorded).
+processes run round-robin (ours, then each peer, N times), so on a shared host every
+library sees the same contention. The page cache is warm (each file made resident
+before each spawn, residency recorded).
 
 Checked outside the timings: our products against this process's BF and CoM of the
 same file (a difference is a correctness failure); a peer's BF against the exact integer
@@ -203,7 +205,7 @@ def measure_first_calls(
     peer_python: str | None,
     versions: dict[str, str | None],
 ) -> list[dict[str, Any]]:
-    """The fresh-process cells of one acquisition: ours, then each installed peer's."""
+    """The fresh-process cells of one acquisition: ours and each installed peer's."""
     import quantem.stem4d as stem4d
     from quantem.stem4d.io.arina import read_shard_links
 
@@ -211,43 +213,48 @@ def measure_first_calls(
     files = [master, *(Path(link.path) for link in links)]
     expected = reference(master, backend)
     env = dict(os.environ)
-    runs = []
+    peers = [name for name in PEER_SCRIPTS if peer_python is not None and versions.get(name)]
+    skipped: dict[str, str] = {}
+    if "LiberTEM" in peers and len(links) != 1:
+        skipped["LiberTEM"] = f"LiberTEM reads one data link; this master has {len(links)}"
+    runs: dict[str, list[dict]] = {name: [] for name in [OURS, *peers]}
+    # round-robin, ours then each peer: on a shared host they see the same contention
     for i in range(count):
-        residency = _warm(files)
-        run = spawn_one(master, backend, env, PRODUCTS)
-        run.update(run_index=i, residency_before=residency)
-        for name, digest in expected["products_sha256"].items():
-            if run["products_sha256"].get(name) != digest:
-                log.correctness(
-                    f"fresh process {i} of {acquisition}: {name} "
-                    f"{str(run['products_sha256'].get(name))[:12]} differs from this "
-                    f"process's {digest[:12]}"
-                )
-        runs.append(run)
-    ours = _cell(acquisition, OURS, stem4d.__version__, METHOD, runs)
+        for name in runs:
+            if name in skipped:
+                continue
+            residency = _warm(files)
+            if name == OURS:
+                run = spawn_one(master, backend, env, PRODUCTS)
+                _check_ours(log, acquisition, i, run, expected["products_sha256"])
+            else:
+                try:
+                    run = spawn_peer(peer_python, name, master, expected["disk"])
+                except RuntimeError as exc:
+                    skipped[name], runs[name] = f"failed: {str(exc)[-400:]}", []
+                    continue
+                same = run["bf_float64_sha256"] == expected["disk_sum_float64_sha256"]
+                run["bf_equals_disk_sum"] = same
+            run.update(run_index=i, residency_before=residency)
+            runs[name].append(run)
+    ours = _cell(acquisition, OURS, stem4d.__version__, METHOD, runs[OURS])
     ours["expected_products_sha256"] = expected["products_sha256"]
     cells = [ours]
-    for name in PEER_SCRIPTS:
-        if peer_python is None or versions.get(name) is None:
-            continue
-        skipped = None
-        peer_runs: list[dict] = []
-        if name == "LiberTEM" and len(links) != 1:
-            skipped = f"LiberTEM reads one data link; this master has {len(links)}"
-        else:
-            try:
-                for i in range(count):
-                    residency = _warm(files)
-                    run = spawn_peer(peer_python, name, master, expected["disk"])
-                    same = run["bf_float64_sha256"] == expected["disk_sum_float64_sha256"]
-                    run.update(run_index=i, residency_before=residency, bf_equals_disk_sum=same)
-                    peer_runs.append(run)
-            except RuntimeError as exc:
-                skipped, peer_runs = f"failed: {str(exc)[-400:]}", []
-        cell = _cell(acquisition, name, versions[name], PEER_METHOD, peer_runs)
-        cell.update(disk=expected["disk"], skipped=skipped)
+    for name in peers:
+        cell = _cell(acquisition, name, versions[name], PEER_METHOD, runs[name])
+        cell.update(disk=expected["disk"], skipped=skipped.get(name))
         cells.append(cell)
     return cells
+
+
+def _check_ours(log: FailureLog, acquisition: str, i: int, run: dict, expected: dict) -> None:
+    for name, digest in expected.items():
+        got = run["products_sha256"].get(name)
+        if got != digest:
+            log.correctness(
+                f"fresh process {i} of {acquisition}: {name} {str(got)[:12]} differs from "
+                f"this process's {digest[:12]}"
+            )
 
 
 def first_call_section(cells: list[dict], peer_python: str | None, versions: dict) -> dict:
