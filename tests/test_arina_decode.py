@@ -19,7 +19,7 @@ from quantem.stem4d.io.cpu_decode import (
 )
 from quantem.stem4d.io.synthetic import SyntheticModel
 
-ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
+ENGINES = ["numba", "library", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba", "library"]
 
 
 def _library_chunk(frame: np.ndarray, block_elements: int = 0) -> bytes:
@@ -126,6 +126,50 @@ _FRAMES = {
 }
 
 
+def _has_zero_match_offset(chunk: bytes, elem_size: int) -> bool:
+    """Whether a chunk's blocks (lengths inside the chunk) hold an LZ4 match of offset 0."""
+    block_bytes = struct.unpack(">I", chunk[8:12])[0]
+    pos = 12
+    while pos + 4 <= len(chunk) and block_bytes:
+        length = struct.unpack(">I", chunk[pos : pos + 4])[0]
+        ip, end = pos + 4, min(pos + 4 + length, len(chunk))
+        while ip < end:
+            token = chunk[ip]
+            ip += 1
+            literals = token >> 4
+            if literals == 15:
+                while ip < end and chunk[ip] == 255:
+                    literals += 255
+                    ip += 1
+                literals += chunk[ip] if ip < end else 0
+                ip += 1
+            ip += literals
+            if ip + 2 > end:
+                break
+            if chunk[ip] == 0 and chunk[ip + 1] == 0:
+                return True
+            ip += 2
+            if token & 15 == 15:
+                while ip < end and chunk[ip] == 255:
+                    ip += 1
+                ip += 1
+        pos += 4 + length
+    return False
+
+
+def test_a_zero_match_offset_is_refused_by_the_walk_and_zeroed_by_the_library():
+    # 16 literals, a 4-byte match at offset 0, 20 literals: one malformed 40-byte block
+    literals, tail = bytes(range(65, 81)), bytes(range(97, 117))
+    block = bytes([0xF0, 1]) + literals + b"\0\0" + bytes([0xF0, 5]) + tail
+    chunk = struct.pack(">QII", 40, 40, len(block)) + block
+    assert _has_zero_match_offset(chunk, 1)
+    with pytest.raises(ChunkDecodeError, match="malformed LZ4"):
+        decode_chunk_bytes(chunk, (1, 40), "uint8", engine="numba")
+    # LZ4 1.10 accepts it and writes zeros where the match is: deterministic, not an error
+    got = decode_chunk_bytes(chunk, (1, 40), "uint8", engine="library")
+    assert got.shape == (1, 40)
+
+
 def _check_corrupt_chunk(data, dtype):
     frame = _FRAMES[dtype]
     chunk = _corrupt(_library_chunk(frame), data)
@@ -135,17 +179,24 @@ def _check_corrupt_chunk(data, dtype):
             got = decode_chunk_bytes(chunk, frame.shape, dtype, path="f.h5", frame=3, engine=engine)
         except ChunkDecodeError as exc:
             assert exc.path == "f.h5" and exc.fields["frame"] == 3
-            outcomes[engine] = None
+            outcomes[engine] = str(exc)
         else:
             assert got.shape == frame.shape and got.dtype == frame.dtype
             outcomes[engine] = got
-    # LZ4 carries no checksum, so a flipped literal decodes to other values; both
-    # engines must still agree on whether the chunk is valid and on what it holds.
-    results = list(outcomes.values())
-    if len(results) == 2:
-        assert (results[0] is None) == (results[1] is None)
-        if results[0] is not None:
-            np.testing.assert_array_equal(results[0], results[1])
+    # LZ4 carries no checksum, so a flipped literal decodes to other values; every
+    # engine must still agree on whether the chunk is valid, on what it holds, and on
+    # the check a bad chunk fails (the same message).
+    reference = outcomes["numba"]
+    for engine, result in outcomes.items():
+        if engine == "library" and isinstance(reference, str) and not isinstance(result, str):
+            # the one form the library engine accepts and the walk refuses (docs/arina.md)
+            assert _has_zero_match_offset(chunk, frame.itemsize), reference
+            continue
+        if isinstance(reference, str):
+            assert result == reference, engine
+        else:
+            assert not isinstance(result, str), (engine, result)
+            np.testing.assert_array_equal(result, reference)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,12 +15,12 @@ import pytest
 from _arina_helpers import h5py_frames
 
 from quantem.stem4d.errors import ArinaFormatError, ChunkDecodeError
-from quantem.stem4d.io import cpu_decode
+from quantem.stem4d.io import cpu_decode, library_decode
 from quantem.stem4d.io.arina import load_arina
 from quantem.stem4d.io.cpu_decode import BITSHUFFLE_C_AVAILABLE, decode_chunks
 from quantem.stem4d.io.synthetic import SyntheticModel, encode_chunk, write_synthetic_arina
 
-ENGINES = ["numba", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba"]
+ENGINES = ["numba", "library", "bitshuffle"] if BITSHUFFLE_C_AVAILABLE else ["numba", "library"]
 
 
 def _shard(master, i):
@@ -39,6 +39,7 @@ def test_pieces_across_shards_match_h5py(tmp_path, monkeypatch, engine, threads,
         processes=1,
     )
     monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", per_task)
+    monkeypatch.setattr(library_decode, "FRAMES_PER_TASK", per_task)
     with load_arina(master, threads=threads, engine=engine, apply_mask=False) as acq:
         np.testing.assert_array_equal(acq.data.reshape(15, 20, 13), h5py_frames(master))
 
@@ -60,6 +61,7 @@ def test_first_corrupt_frame_is_named_when_several_pieces_fail(tmp_path, monkeyp
             f.seek(offset)
             f.write((12345).to_bytes(8, "big"))
     monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", 2)
+    monkeypatch.setattr(library_decode, "FRAMES_PER_TASK", 2)
     with pytest.raises(ChunkDecodeError, match="uncompressed size") as info:
         load_arina(master, threads=2, engine=engine)
     assert info.value.path == str(_shard(master, 2))
@@ -82,6 +84,7 @@ def test_shard_truncated_after_indexing_fails_in_a_worker(tmp_path, monkeypatch)
     with open(shard, "r+b") as f:
         f.truncate(offset + 5)
     monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", 2)
+    monkeypatch.setattr(library_decode, "FRAMES_PER_TASK", 2)
     with pytest.raises(ArinaFormatError, match="truncated") as info:
         load_arina(master, threads=2)
     assert info.value.path == str(shard)

@@ -355,7 +355,7 @@ def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
     import subprocess
     import sys
 
-    from harness.run.io_scale.fresh_process import processes_mapping
+    from harness.run.fresh.process import processes_mapping
 
     path = tmp_path / "held"
     path.write_bytes(bytes(8192))

@@ -558,6 +558,21 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
         action="store_true",
         help="accept output hashes that differ from the baseline (recorded in the report)",
     )
+    compute.add_argument(
+        "--fresh-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="products: before the rounds, N fresh processes per acquisition, each loading "
+        "the file and computing BF then CoM, timed from spawn (imports included); recorded "
+        "in the report's first_call cells",
+    )
+    compute.add_argument(
+        "--peer-python",
+        metavar="PY",
+        help="with --fresh-process: an interpreter with py4DSTEM and/or LiberTEM; each "
+        "installed peer's one-shot BF of the same disk is measured the same way, same run",
+    )
     group = compute.add_argument_group("calibration and parameters")
     group.add_argument("--energy-ev", type=float)
     group.add_argument("--voltage-kv", type=float, help="the beam energy in kV (or --energy-ev)")
@@ -732,6 +747,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
             baseline=args.baseline,
             regression_percent=args.regression_percent,
             check_source_files=not args.no_verify_source,
+            fresh_processes=args.fresh_process,
+            peer_python=args.peer_python,
             command=["harness", *sys.argv[1:]],
         )
         outcome = run_compute(config)
@@ -747,6 +764,8 @@ def run_compute_command(args: argparse.Namespace) -> int:
 def print_compute_summary(doc: dict, console) -> None:
     """Stage medians and output hashes (plain text; user text is never markup, and its
     control characters are escaped)."""
+    from harness.run.fresh.first_call import first_call_lines
+
     status = doc["status"]
     lines = [
         f"{doc['benchmark']} on {doc['conditions']['backend']}: execution {status['execution']}, "
@@ -784,6 +803,7 @@ def print_compute_summary(doc: dict, console) -> None:
                 f"  {acquisition['id']} {name}: {digest['dtype']} {digest['shape']} "
                 f"sha256 {digest['sha256'][:16]}"
             )
+    lines += first_call_lines(doc)
     for failure in status["failures"]:
         lines.append(f"  failure: {failure}")
     console.print("\n".join(map(terminal_text, lines)), markup=False, highlight=False)

@@ -1,8 +1,8 @@
 """The project's published claims (``docs/performance/claims.toml``), resolved against records.
 
 A claim names a question, its goal, one record of an evidence history (by full SHA-256)
-and the cell of that record that answers it (the summary row matching ``cell``, and the
-statistic to read). Its figure, floor, date, device, storage and provenance are read from
+and the cell of that record that answers it (the summary row matching ``cell``, or a
+fresh-process cell of its ``first_call`` section, and the statistic to read). Its figure, floor, date, device, storage and provenance are read from
 the record, never typed: ``harness history publish`` renders them into
 ``docs/performance/results.md``. A figure not measured again since an older revision is
 declared apart (``[[not_remeasured]]``) with its old value, and is shown as such.
@@ -243,8 +243,14 @@ def _matching(summaries: list[dict], cell: dict[str, str]) -> list[dict]:
     return [s for s in summaries if all(s.get(k) == v for k, v in cell.items())]
 
 
+def _rows(report: dict) -> list[dict]:
+    """The rows a claim may name: the summaries, and a compute record's fresh-process
+    cells (``first_call.cells``: one per acquisition and library)."""
+    return [*report.get("summaries", []), *((report.get("first_call") or {}).get("cells") or [])]
+
+
 def _one_summary(report: dict, cell: dict[str, str], where: str) -> dict:
-    found = _matching(report.get("summaries", []), cell)
+    found = _matching(_rows(report), cell)
     if len(found) != 1:
         raise ClaimsError(
             f"{where}: the cell {json.dumps(cell, sort_keys=True)} matches {len(found)} "

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.run.floors.cells import floor_lines
-from harness.run.io_scale.fresh_process import first_load_lines
+from harness.run.fresh.process import first_load_lines
 from harness.run.paired.pairing import describe_pairing
 from harness.safe_text import terminal_text
 

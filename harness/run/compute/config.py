@@ -7,6 +7,7 @@ The kind that runs it is :mod:`harness.run.compute.kind`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,10 @@ class ComputeConfig:
     #: Check every shard file against the manifest's size and SHA-256 before measuring
     #: (False: --no-verify-source).
     check_source_files: bool = True
+    #: ``--fresh-process N`` (products only): N fresh processes per acquisition, BF and
+    #: CoM timed from spawn (harness.run.fresh.first_call); ``--peer-python`` the peers' interpreter.
+    fresh_processes: int = 0
+    peer_python: str | None = None
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
@@ -76,6 +81,15 @@ def check_config(cfg: ComputeConfig) -> BackendProfile:
         and any(cfg.save_outputs.iterdir())
     ):
         raise UsageError(f"--save-outputs {cfg.save_outputs} is not empty")
+    if cfg.fresh_processes < 0:
+        raise UsageError("--fresh-process must not be negative")
+    if cfg.fresh_processes and cfg.workload != "products":
+        raise UsageError("--fresh-process times the products workload's BF and CoM")
+    if cfg.peer_python is not None:
+        if not cfg.fresh_processes:
+            raise UsageError("--peer-python needs --fresh-process N")
+        if not os.access(cfg.peer_python, os.X_OK) or Path(cfg.peer_python).is_dir():
+            raise UsageError(f"--peer-python {cfg.peer_python}: not an executable file")
     refuse_instrumentation()  # timed stages run without profiling hooks
     profile = profile_for(cfg.backend)
     profile.require()

@@ -40,6 +40,7 @@ from harness.run.compute.outputs import (
 from harness.run.compute.workloads import as_host, workload_for
 from harness.run.floors.cells import FLOORS_VERSION
 from harness.run.floors.read_once import read_once_floor, with_ratios
+from harness.run.fresh.first_call import first_call_section, measure_first_calls, peer_versions
 from harness.run.instrumentation import instrumentation_state
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
@@ -68,6 +69,9 @@ class ComputeRun:
         self.acquisitions: list[dict] = []
         #: The ``read_once`` floor of each acquisition's resident data (floors.read_once).
         self.floors: dict[str, dict] = {}
+        #: ``--fresh-process``: the fresh-process cells, ours and the peers' (first_call).
+        self.first_calls: list[dict] = []
+        self.peer_versions: dict[str, str | None] = {}
 
     # -- the report's identity (read by the runner) ------------------------------------
     @property
@@ -82,6 +86,8 @@ class ComputeRun:
     def check_config(self) -> None:
         self.profile = check_config(self.config)
         self.memory = MemoryTracker(self.profile)
+        if self.config.fresh_processes:
+            self.peer_versions = peer_versions(self.config.peer_python)
 
     def total_trials(self, n_acquisitions: int) -> int:
         self._n_acquisitions = n_acquisitions
@@ -100,6 +106,11 @@ class ComputeRun:
             "deterministic": True,
         }
         self.acquisitions.append(entry)
+        if cfg.fresh_processes:  # before this process loads the file or starts numba
+            self.first_calls += measure_first_calls(
+                self.log, selected.id, selected.master_path, cfg.backend,
+                cfg.fresh_processes, cfg.peer_python, self.peer_versions,
+            )  # fmt: skip
         cells = [Cell(selected.id, "hdf5", name) for name, _ in stages]
         state_holder: dict = {}
 
@@ -232,6 +243,15 @@ class ComputeRun:
                 "changed": [],
             },
             "memory": self.memory.section(),
+            **(
+                {
+                    "first_call": first_call_section(
+                        self.first_calls, cfg.peer_python, self.peer_versions
+                    )
+                }
+                if cfg.fresh_processes
+                else {}
+            ),
         }
 
     def execute(self) -> RunOutcome:

@@ -64,7 +64,7 @@ class IoScaleConfig:
     check_source_files: bool = True
     #: ``--floors``: measure each cell's floor in the run (harness.run.floors.cells).
     floors: bool = False
-    #: ``--fresh-process N``: N fresh processes per acquisition and format (harness.run.io_scale.fresh_process).
+    #: ``--fresh-process N``: N fresh processes per acquisition and format (harness.run.fresh.process).
     fresh_processes: int = 0
     cold_reloads: int = 0
     verify: bool = True

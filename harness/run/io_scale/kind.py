@@ -31,12 +31,12 @@ from harness.run.checks import (
 )
 from harness.run.checks import python_sample_hashes as reference_sample_hashes
 from harness.run.floors.cells import IoScaleFloors
+from harness.run.fresh.process import fresh_cells
 from harness.run.instrumentation import instrumentation_state
 from harness.run.io_scale import conversion
 from harness.run.io_scale import steps as io_steps
 from harness.run.io_scale.config import IoScaleConfig, check_config
 from harness.run.io_scale.conversion import ConversionSettings
-from harness.run.io_scale.fresh_process import fresh_cells
 from harness.run.io_scale.steps import AcquisitionState, TrialContext
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition

@@ -49,12 +49,7 @@ import numba as nb
 import numpy as np
 
 from quantem.stem4d.detector.cpu_prefetch import frames_ahead, prefetch_pixels, prefetch_steps
-from quantem.stem4d.errors import UnsupportedDtypeError
-
-#: Element types the CPU kernels accept.
-SUPPORTED_DTYPES = tuple(
-    np.dtype(name) for name in ("uint8", "uint16", "uint32", "float32", "float64")
-)
+from quantem.stem4d.detector.dtypes import SUPPORTED_DTYPES, accumulator_dtype
 
 #: The frame sum splits the frames into at most this many chunks, one partial sum each.
 #: The number is fixed (not the thread count) so float results never depend on threads.
@@ -68,27 +63,6 @@ PARALLEL_MIN_WORK = 1 << 20
 
 #: Frame ranges per worker thread, for load balance across uneven cores.
 CHUNKS_PER_THREAD = 4
-
-
-def accumulator_dtype(dtype: np.dtype | str) -> np.dtype:
-    """The dtype products of ``dtype`` data are accumulated in: uint64 or float64.
-
-    Raises
-    ------
-    UnsupportedDtypeError
-        For signed integers, booleans, float16, complex, non-native byte order, or any
-        other type the kernels do not support.
-    """
-    dtype = np.dtype(dtype)
-    if not dtype.isnative:
-        raise UnsupportedDtypeError(
-            f"detector products need native byte order data, got {dtype.str}; "
-            "convert with data.astype(data.dtype.newbyteorder('='))"
-        )
-    if dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-        raise UnsupportedDtypeError(f"detector products support {names} data, got {dtype}")
-    return np.dtype(np.uint64) if dtype.kind == "u" else np.dtype(np.float64)
 
 
 def mask_runs(mask: np.ndarray) -> np.ndarray:

@@ -17,7 +17,8 @@ import numpy as np
 
 from quantem.stem4d.acquisition import Acquisition
 from quantem.stem4d.arrays import array_module
-from quantem.stem4d.detector import cpu_kernels
+from quantem.stem4d.detector import numpy_kernels
+from quantem.stem4d.detector.dtypes import accumulator_dtype
 from quantem.stem4d.detector.masks import (
     DiskEstimate,
     annulus_mask,
@@ -117,7 +118,7 @@ class _Prepared:
         self.n_frames = scan[0] * scan[1]
         self.dtype = np.dtype(acq.dtype)
         try:
-            self.accumulator = cpu_kernels.accumulator_dtype(self.dtype)
+            self.accumulator = accumulator_dtype(self.dtype)
         except UnsupportedDtypeError as exc:
             raise UnsupportedDtypeError(f"acquisition {position}: {exc}") from None
         try:
@@ -138,6 +139,9 @@ class _Prepared:
             return getattr(acq.encoded, name)(*args)
         if acq.representation == "sharded":
             return getattr(acq.data, name)(*args)
+        if acq.backend == "cpu" and numpy_kernels.suited(name, acq.array):
+            # The same integers without numba's start-up: a first call or small data.
+            return getattr(numpy_kernels, name)(acq.array, *args)
         module_name = KERNEL_MODULES[acq.backend]
         try:
             module = importlib.import_module(module_name)

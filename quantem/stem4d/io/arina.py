@@ -38,6 +38,7 @@ from quantem.stem4d.errors import (
     UnsupportedDtypeError,
 )
 from quantem.stem4d.io import arina_layout as layout
+from quantem.stem4d.io import library_decode
 from quantem.stem4d.io.frame_index import (
     FrameIndex,
     cached_shard_layout,
@@ -747,6 +748,11 @@ def _decode_range(
     )
 
 
+def _library_chunks(buffer, offsets, out, frame_bytes, elem_size, errors, engine, scratch):
+    """:func:`~quantem.stem4d.io.cpu_decode.decode_chunks`'s signature for the library engine."""
+    library_decode.decode_chunks(buffer, offsets, out, frame_bytes, elem_size, errors)
+
+
 def _read_and_decode_into(
     source: ArinaSource,
     out: np.ndarray,
@@ -757,28 +763,27 @@ def _read_and_decode_into(
     """Read and decode every frame into ``out`` (flat uint8), each thread its own pieces.
 
     No separate reader: each of ``threads`` threads takes the next piece of
-    :data:`~quantem.stem4d.io.cpu_decode.FRAMES_PER_TASK` frames, ``preadv``s its chunks into a
+    :data:`~quantem.stem4d.io.library_decode.FRAMES_PER_TASK` frames (the numba engines:
+    :data:`~quantem.stem4d.io.cpu_decode.FRAMES_PER_TASK`), ``preadv``s its chunks into a
     staging buffer it keeps (cache-warm, no page faults after the first piece), then
     decodes them straight into ``out`` (so the decoding thread touches those pages
     first). A reader thread beside the decoders would take CPU from them on a small
     machine; here reading and decoding overlap across threads instead.
     """
-    from quantem.stem4d.io.cpu_decode import (
-        FRAMES_PER_TASK,
-        decode_chunks,
-        default_threads,
-        first_decode_error,
-        resolve_engine,
-    )
+    engine = library_decode.resolve_engine(engine)
+    if engine == "library":  # numba stays unimported: a one-shot script's largest cost
+        per_task, decode_chunks = library_decode.FRAMES_PER_TASK, _library_chunks
+    else:
+        from quantem.stem4d.io import cpu_decode
 
-    engine = resolve_engine(engine)
+        per_task, decode_chunks = cpu_decode.FRAMES_PER_TASK, cpu_decode.decode_chunks
     if verify_source:
         expected_chunk_hashes(source)  # refuses an index without checksums before reading
     n = source.n_frames
     frame_bytes = source.frame_bytes
     elem_size = source.dtype.itemsize
     errors = np.zeros(n, dtype=np.int32)
-    pieces = iter(range(0, n, FRAMES_PER_TASK))
+    pieces = iter(range(0, n, per_task))
     take = threading.Lock()
     failed = threading.Event()
 
@@ -790,7 +795,7 @@ def _read_and_decode_into(
                 first = next(pieces, None)
             if first is None:
                 return
-            last = min(first + FRAMES_PER_TASK, n)
+            last = min(first + per_task, n)
             offsets = np.zeros(last - first + 1, dtype=np.int64)
             np.cumsum(source.index.frame_nbytes[first:last], out=offsets[1:])
             if staging.size < offsets[-1]:
@@ -815,7 +820,7 @@ def _read_and_decode_into(
                 failed.set()
                 raise
 
-    workers = max(1, min(threads or default_threads(), -(-n // FRAMES_PER_TASK)))
+    workers = max(1, min(threads or library_decode.default_threads(), -(-n // per_task)))
     with _open_shards(source, range(len(source.shard_paths))) as fds:
         if workers == 1:
             work(fds)
@@ -827,6 +832,10 @@ def _read_and_decode_into(
                 except BaseException:
                     failed.set()  # e.g. KeyboardInterrupt: the others stop after a piece
                     raise
+    if not errors.any():
+        return
+    from quantem.stem4d.io.cpu_decode import first_decode_error
+
     failure = first_decode_error(
         errors,
         lambda i: read_compressed(source, i, i + 1, threads=1)[0],
@@ -920,7 +929,8 @@ def load_arina(
         Rebuild the frame index instead of reusing its sidecar; where sidecars live
         (default ``$QUANTEM_INDEX_DIR`` or ``~/.cache/quantem/index``).
     threads
-        Cores for reading and decoding (default: all numba threads). When the options
+        Cores for reading and decoding (default: ``NUMBA_NUM_THREADS`` or every CPU
+        this process may use). When the options
         keep the stored dtype and shape, each thread reads and decodes its own pieces
         of frames straight into the result (no separate reader thread) and the mask is
         applied in place.

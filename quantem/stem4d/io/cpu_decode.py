@@ -7,11 +7,13 @@ memory is touched. A corrupt chunk yields an error code for its frame, never a r
 write outside the buffers; :func:`decode_frames` turns the first one into a
 :class:`~quantem.stem4d.errors.ChunkDecodeError` naming file and frame.
 
-Two engines share the checks:
+Three engines accept the same chunks with the same error codes (``"library"``, the
+default, is :mod:`quantem.stem4d.io.library_decode`: numpy checks and the bitshuffle
+library's own chunk decoder, no numba on the load path); two of them share the checks:
 
 * ``"numba"``: LZ4 and bit-unshuffle written here (:func:`decode_chunk`). It is written
   to be read: it is also the CPU reference for the CUDA decoder.
-* ``"bitshuffle"`` (default when available): :func:`scan_chunk` first walks the chunk's
+* ``"bitshuffle"``: :func:`scan_chunk` first walks the chunk's
   header, block lengths and LZ4 sequences with the same checks (no copying), then the
   bitshuffle library's C block functions decode it (``LZ4_decompress_safe`` into a
   scratch block, ``bshuf_untrans_bit_elem`` with SIMD bit transposes into the frame),
@@ -44,65 +46,28 @@ from numba import types
 from numba.extending import intrinsic
 
 from quantem.stem4d.errors import ChunkDecodeError
-
-# Error codes, one per check; 0 means the frame decoded.
-DECODE_OK = 0
-ERR_CHUNK_TOO_SHORT = 1
-ERR_UNCOMPRESSED_SIZE = 2
-ERR_BLOCK_SIZE = 3
-ERR_BLOCK_HEADER_TRUNCATED = 4
-ERR_BLOCK_LENGTH = 5
-ERR_LZ4_MALFORMED = 6
-ERR_LZ4_OUTPUT_SIZE = 7
-ERR_TAIL_TRUNCATED = 8
-ERR_TRAILING_BYTES = 9
-
-ERROR_MESSAGES = {
-    ERR_CHUNK_TOO_SHORT: "chunk shorter than its 12-byte header",
-    ERR_UNCOMPRESSED_SIZE: "chunk header's uncompressed size differs from the frame size",
-    ERR_BLOCK_SIZE: "chunk header's block size is not a positive multiple of 8 elements",
-    ERR_BLOCK_HEADER_TRUNCATED: "chunk ends inside a block length field",
-    ERR_BLOCK_LENGTH: "a block's compressed length runs past the end of the chunk",
-    ERR_LZ4_MALFORMED: "malformed LZ4 block (length or match offset out of range)",
-    ERR_LZ4_OUTPUT_SIZE: "an LZ4 block decodes to the wrong number of bytes",
-    ERR_TAIL_TRUNCATED: "chunk ends before the frame's raw tail bytes",
-    ERR_TRAILING_BYTES: "unexpected bytes after the frame's last block",
-}
-
-#: What a chunk error means, the same for this decoder and the GPU kernel
-#: (``quantem/stem4d/cuda/lz4_bitshuffle.cu``), whose numbering differs and which splits or
-#: merges some checks: both map every code to one of these classes, and a corrupt chunk
-#: gets the same class from both (``tests/test_cuda_routing.py`` runs the kernel source
-#: on the host against this decoder).
-CHUNK_ERROR_CLASSES = ("header", "block table", "lz4 block", "chunk length", "staging bounds")
-#: This decoder's codes -> class.
-CPU_ERROR_CLASS = {
-    ERR_CHUNK_TOO_SHORT: "header",
-    ERR_UNCOMPRESSED_SIZE: "header",
-    ERR_BLOCK_SIZE: "header",
-    ERR_BLOCK_HEADER_TRUNCATED: "block table",
-    ERR_BLOCK_LENGTH: "block table",
-    ERR_LZ4_MALFORMED: "lz4 block",
-    ERR_LZ4_OUTPUT_SIZE: "lz4 block",
-    ERR_TAIL_TRUNCATED: "chunk length",
-    ERR_TRAILING_BYTES: "chunk length",
-}
-#: The GPU kernel's ``ERR_*`` codes (``lz4_bitshuffle.cu``, mirrored in
-#: ``quantem.stem4d.cuda.lz4_bitshuffle.CHUNK_ERRORS``) -> class. Its 11 (a chunk outside the
-#: bytes staged for it) is a staging fault with no CPU counterpart.
-KERNEL_ERROR_CLASS = {
-    1: "header",  # ERR_CHUNK_TOO_SHORT
-    2: "header",  # ERR_HEADER_SIZE
-    3: "header",  # ERR_HEADER_BLOCK_SIZE
-    4: "block table",  # ERR_BLOCK_LENGTH (also a truncated length field)
-    5: "chunk length",  # ERR_CHUNK_LENGTH (raw tail missing or trailing bytes)
-    6: "lz4 block",  # ERR_LZ4_LITERAL
-    7: "lz4 block",  # ERR_LZ4_OFFSET
-    8: "lz4 block",  # ERR_LZ4_MATCH
-    9: "lz4 block",  # ERR_LZ4_OUTPUT_SIZE
-    10: "lz4 block",  # ERR_LZ4_TRUNCATED
-    11: "staging bounds",  # ERR_CHUNK_BOUNDS
-}
+from quantem.stem4d.io import library_decode
+from quantem.stem4d.io.chunk_errors import (  # noqa: F401  (re-exported)
+    CHUNK_ERROR_CLASSES,
+    CPU_ERROR_CLASS,
+    DECODE_OK,
+    ERR_BLOCK_HEADER_TRUNCATED,
+    ERR_BLOCK_LENGTH,
+    ERR_BLOCK_SIZE,
+    ERR_CHUNK_TOO_SHORT,
+    ERR_LZ4_MALFORMED,
+    ERR_LZ4_OUTPUT_SIZE,
+    ERR_TAIL_TRUNCATED,
+    ERR_TRAILING_BYTES,
+    ERR_UNCOMPRESSED_SIZE,
+    ERROR_MESSAGES,
+    KERNEL_ERROR_CLASS,
+)
+from quantem.stem4d.io.library_decode import (  # noqa: F401  (re-exported)
+    bitshuffle_library_candidates,
+    load_bitshuffle_function,
+    resolve_engine,
+)
 
 _M1 = np.uint64(0x00AA00AA00AA00AA)
 _M2 = np.uint64(0x0000CCCC0000CCCC)
@@ -308,64 +273,6 @@ def default_threads() -> int:
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
-def bitshuffle_library_candidates() -> list[str]:
-    """Shared libraries with bitshuffle's C decoder, in order of preference."""
-    candidates = []
-    try:
-        import hdf5plugin
-
-        suffix = hdf5plugin.get_config().build_config.filter_file_extension
-        name = ("h5bshuf" if suffix == ".dll" else "libh5bshuf") + suffix
-        candidates.append(os.path.join(hdf5plugin.PLUGIN_PATH, name))
-    except (ImportError, AttributeError):
-        pass
-    try:
-        import bitshuffle.ext
-
-        candidates.append(bitshuffle.ext.__file__)
-    except ImportError:
-        pass
-    return candidates
-
-
-def load_bitshuffle_function(path: str):
-    """``bshuf_decompress_lz4`` from the library at ``path`` as a ctypes function, or None."""
-    import ctypes
-
-    try:
-        function = ctypes.CDLL(path).bshuf_decompress_lz4
-    except (OSError, AttributeError):
-        return None
-    # (const void* in, void* out, size_t size, size_t elem_size, size_t block_size)
-    # -> int64 bytes consumed; addresses travel as size_t.
-    function.argtypes = [ctypes.c_size_t] * 5
-    function.restype = ctypes.c_int64
-    return function
-
-
-def _load_bitshuffle_block_functions() -> tuple[object, int, int] | None:
-    """``(library, LZ4_decompress_safe address, bshuf_untrans_bit_elem address)`` or None.
-
-    First choice: hdf5plugin's build of the bitshuffle filter (the code h5py runs, SIMD,
-    no OpenMP; on the development machine it also beat the ``bitshuffle`` package's AVX2
-    build, whose ``bshuf_decompress_lz4`` opens an OpenMP region per call). We call the
-    two block-level functions ourselves, from numba without the GIL, after
-    :func:`scan_chunk` has checked the chunk: no Python or ctypes work per frame.
-    """
-    import ctypes
-
-    for path in bitshuffle_library_candidates():
-        try:
-            library = ctypes.CDLL(path)
-            lz4 = ctypes.cast(library.LZ4_decompress_safe, ctypes.c_void_p).value
-            untrans = ctypes.cast(library.bshuf_untrans_bit_elem, ctypes.c_void_p).value
-        except (OSError, AttributeError):
-            continue
-        if lz4 and untrans:
-            return library, int(lz4), int(untrans)
-    return None
-
-
 _I8_POINTER = ir.IntType(8).as_pointer()
 
 
@@ -406,7 +313,7 @@ _call_lz4_decompress_safe = _c_pointer_call(32, 32)
 _call_bshuf_untrans_bit_elem = _c_pointer_call(64, 64)
 
 
-_BLOCK_FUNCTIONS = _load_bitshuffle_block_functions()
+_BLOCK_FUNCTIONS = library_decode.bitshuffle_block_functions()
 #: Frames per task handed to a decode thread (about 2 ms of work for 192x192 uint16).
 FRAMES_PER_TASK = 64
 BITSHUFFLE_C_AVAILABLE = _BLOCK_FUNCTIONS is not None
@@ -489,7 +396,9 @@ def decode_chunks(
     ``"numba"`` (already resolved, see :func:`decode_frames`). ``scratch``: a uint8
     array of at least ``frame_bytes`` to reuse across calls (allocated when None).
     """
-    if engine == "bitshuffle":
+    if engine == "library":
+        library_decode.decode_chunks(buffer, offsets, out, frame_bytes, elem_size, errors)
+    elif engine == "bitshuffle":
         assert _BLOCK_FUNCTIONS is not None
         _, lz4, untrans = _BLOCK_FUNCTIONS
         if scratch is None or scratch.size < frame_bytes:
@@ -504,13 +413,14 @@ def decode_chunks(
 def _decode_frames_pieces(buffer, offsets, out, frame_bytes, elem_size, errors, threads, engine):
     """Decode on ``threads`` threads, each taking pieces of ``FRAMES_PER_TASK`` frames."""
     n = offsets.shape[0] - 1
+    per_task = library_decode.FRAMES_PER_TASK if engine == "library" else FRAMES_PER_TASK
     workers = max(1, min(threads or default_threads(), n))
     if workers == 1:
         decode_chunks(buffer, offsets, out, frame_bytes, elem_size, errors, engine)
         return
 
     def run(first: int) -> None:
-        last = min(first + FRAMES_PER_TASK, n)
+        last = min(first + per_task, n)
         decode_chunks(
             buffer,
             offsets[first : last + 1],
@@ -524,7 +434,7 @@ def _decode_frames_pieces(buffer, offsets, out, frame_bytes, elem_size, errors, 
     # Small pieces handed out on demand: a thread that loses its core to another process
     # does not hold up the batch, and uneven frame sizes balance out.
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(run, range(0, n, FRAMES_PER_TASK)))
+        list(pool.map(run, range(0, n, per_task)))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -560,19 +470,6 @@ def _decode_frames_serial(buffer, offsets, out, frame_bytes, elem_size, errors) 
         )
 
 
-def resolve_engine(engine: str) -> str:
-    """``"bitshuffle"`` or ``"numba"`` for an engine name (``"auto"``: bitshuffle if present)."""
-    if engine == "auto":
-        engine = "bitshuffle" if BITSHUFFLE_C_AVAILABLE else "numba"
-    if engine not in ("bitshuffle", "numba"):
-        raise ValueError(f"engine must be 'auto', 'bitshuffle' or 'numba', got {engine!r}")
-    if engine == "bitshuffle" and not BITSHUFFLE_C_AVAILABLE:
-        raise RuntimeError(
-            "the bitshuffle library does not export LZ4_decompress_safe and bshuf_untrans_bit_elem"
-        )
-    return engine
-
-
 def decode_frames(
     buffer: np.ndarray,
     offsets: np.ndarray,
@@ -600,8 +497,10 @@ def decode_frames(
     frame_numbers, frame_files
         Acquisition frame number and file of each chunk, used in error messages.
     engine
-        ``"bitshuffle"`` (the library's C decoder after our checks), ``"numba"`` (the
-        reference decoder of this module) or ``"auto"`` (bitshuffle when available).
+        ``"library"`` (numpy checks, then the bitshuffle library's whole-chunk decoder:
+        :mod:`quantem.stem4d.io.library_decode`), ``"bitshuffle"`` (the library's block
+        functions after this module's checks), ``"numba"`` (the reference decoder of this
+        module) or ``"auto"`` (library when available).
 
     Raises
     ------
@@ -623,7 +522,7 @@ def decode_frames(
     engine = resolve_engine(engine)
     errors = np.zeros(n, dtype=np.int32)
     if n:
-        if engine == "bitshuffle":
+        if engine in ("bitshuffle", "library"):
             _decode_frames_pieces(
                 buffer, offsets, flat, frame_bytes, dtype.itemsize, errors, threads, engine
             )
@@ -667,7 +566,7 @@ def first_decode_error(
         return None
     i = int(bad[0])
     code = int(errors[i])
-    if engine == "bitshuffle" and code == ERR_LZ4_MALFORMED:
+    if engine == "library" or (engine == "bitshuffle" and code == ERR_LZ4_MALFORMED):
         chunk = np.ascontiguousarray(read_chunk(i), dtype=np.uint8).reshape(-1)
         scratch = np.empty(frame_bytes, dtype=np.uint8)
         probe = np.empty(frame_bytes, dtype=np.uint8)

@@ -1,7 +1,7 @@
 """First load as the user feels it: a fresh process from spawn to the first exact product.
 
 ``--fresh-process N`` spawns, per acquisition and format, N processes running
-:mod:`harness.run.io_scale.fresh_child` (by path: it imports only quantem), each loading the
+:mod:`harness.run.fresh.child` (by path: it imports only quantem), each loading the
 file with the library's defaults and computing the bright-field image. The cell's time
 runs from the parent's clock before the spawn to the child's mark after the product
 (``time.monotonic_ns``, one clock for both), imports and CUDA initialisation included;
@@ -29,10 +29,11 @@ from typing import Any
 from harness.report import quantile
 from harness.run import trials
 from harness.run.checks import FailureLog
-from harness.run.io_scale import fresh_child
+from harness.run.fresh import child as fresh_child
 
 #: The parts of a fresh process's time, in the order they happen (kernel_compile lies
-#: inside load and product; jit_import, numba's import, is the CPU's).
+#: inside load and product; jit_import, numba's import, only in records made before the
+#: first calls ran without numba).
 PARTS = (
     "interpreter", "imports", "cuda_context", "jit_import", "load", "kernel_compile", "product"
 )  # fmt: skip
@@ -65,12 +66,15 @@ def expected_bf(path: Path, backend: str) -> str:
         return trials.sha256_array(prepare(acq).bf())
 
 
-def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
-    """One child; its parts in seconds and its product's SHA-256."""
+def spawn_one(
+    path: Path, backend: str, env: dict[str, str], products: Sequence[str] = ("bf",)
+) -> dict[str, Any]:
+    """One child computing ``products`` (``bf``, ``com``) in order; its parts in seconds
+    (one per product, or ``product`` for the BF alone) and its products' SHA-256."""
     argv = [
         sys.executable,
         fresh_child.__file__,
-        json.dumps({"path": str(path), "backend": backend}),
+        json.dumps({"path": str(path), "backend": backend, "products": list(products)}),
     ]
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     spawn = time.monotonic_ns()
@@ -83,7 +87,8 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     marks = report["marks"]
     order = [("interpreter", "start"), ("imports", "imports"), ("cuda_context", "context"),
-             ("jit_import", "jit_import"), ("load", "load"), ("product", "product")]  # fmt: skip
+             ("jit_import", "jit_import"), ("load", "load")]  # fmt: skip
+    order += [("product", "product")] if list(products) == ["bf"] else [(p, p) for p in products]
     parts, last = {}, spawn
     for name, mark in order:
         if mark in marks:
@@ -98,7 +103,9 @@ def spawn_one(path: Path, backend: str, env: dict[str, str]) -> dict[str, Any]:
         "cpu_seconds": (reaped.ru_utime - used.ru_utime) + (reaped.ru_stime - used.ru_stime),
         "parts": parts,
         "kernel_paths": report["kernel_paths"],
+        "numba_imported": bool(report.get("numba_imported")),
         "product_sha256": report["product_sha256"],
+        "products_sha256": report.get("products_sha256", {}),
     }
 
 
