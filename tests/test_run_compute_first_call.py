@@ -16,7 +16,7 @@ import pytest
 from harness.errors import UsageError
 from harness.render import claims
 from harness.report import parse_report
-from harness.run.compute import run_compute
+from harness.run.compute.kind import run_compute
 from harness.run.compute.config import ComputeConfig
 from harness.run.manifest import dump_manifest, manifest_entry
 
