@@ -16,8 +16,8 @@ import pytest
 from harness.errors import UsageError
 from harness.render import claims
 from harness.report import parse_report
-from harness.run.compute.kind import run_compute
 from harness.run.compute.config import ComputeConfig
+from harness.run.compute.kind import run_compute
 from harness.run.manifest import dump_manifest, manifest_entry
 
 DATA = Path(__file__).parent / "data" / "srtio3"
