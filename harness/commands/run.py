@@ -49,6 +49,14 @@ class _RegisteredWorkloads:
 COMPUTE_WORKLOADS = _RegisteredWorkloads()
 
 
+class _WorkloadsHelp(str):
+    """A help line naming every workload, filled in only when argparse formats it (its
+    ``%`` expansion), so ``harness --help`` still imports no workload."""
+
+    def __mod__(self, params):
+        return str.__mod__(self.replace("{workloads}", ", ".join(COMPUTE_WORKLOADS)), params)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run a benchmark (io-scale, compute, self)")
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
@@ -519,7 +527,7 @@ def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> No
 def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     compute = benchmarks.add_parser(
         "compute",
-        help="stage timings and output hashes of a compute workload (dpc, ssb, virtual...)",
+        help=_WorkloadsHelp("stage timings and output hashes of a compute workload ({workloads})"),
         description=(
             "Run a compute workload on every acquisition of SOURCE (an ARINA master file or a "
             "selection manifest): each stage timed first and warm (--reps), device-synchronised; "
