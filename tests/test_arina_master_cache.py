@@ -70,3 +70,13 @@ def test_a_master_rewritten_while_parsed_is_not_cached(master, monkeypatch):
     monkeypatch.setattr(arina, "_read_master", rewritten)
     arina._parsed_master(master, arina._sha256_file(os.fspath(master)))
     assert not arina._MASTER_CACHE
+
+
+def test_shard_links_come_from_the_cache_of_the_same_bytes(master, monkeypatch):
+    opened = arina.open_arina(master)
+    reads = []
+    real = arina._read_master
+    monkeypatch.setattr(arina, "_read_master", lambda m: reads.append(m) or real(m))
+    links = arina.read_shard_links(master)
+    assert reads == []  # the open's parse is reused, not read again with h5py
+    assert [link.path for link in links] == opened.shard_paths

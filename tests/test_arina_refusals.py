@@ -464,6 +464,8 @@ def test_shard_cut_short_during_preadv(master):
         f.truncate(first + 3)
     error = refusal(ArinaFormatError, read_compressed, source, 5, 7)
     assert str(error) == f"{path}: file is truncated: a chunk at byte {first + 3} is missing"
+    error = refusal(ArinaFormatError, read_compressed, source, threads=2)  # one run a shard
+    assert str(error) == f"{path}: file is truncated: a chunk at byte {first + 3} is missing"
     error = refusal(ArinaFormatError, load_arina, master)  # reopened: named, not wrong data
     assert error.path == str(path)
 
@@ -496,6 +498,20 @@ def test_read_range_and_buffer(master):
     exact = np.empty(total, np.uint8)
     buffer, offsets = read_compressed(source, 0, 2, exact)
     assert buffer is exact and offsets[-1] == total
+
+
+def test_read_compressed_returns_the_stored_chunks(master):
+    """All frames by default, an empty range as an empty buffer, integer offsets that
+    slice out each chunk exactly as h5py stores it."""
+    source = open_arina(master)
+    buffer, offsets = read_compressed(source)
+    assert offsets.dtype == np.int64 and offsets.shape == (13,)
+    assert offsets[-1] == buffer.size == int(source.index.frame_nbytes.sum())
+    with h5py.File(shard(master, 2), "r") as f:
+        _, chunk = f["/entry/data/data"].id.read_direct_chunk((2, 0, 0))
+    assert buffer[offsets[7] : offsets[8]].tobytes() == chunk  # frame 7, shard 2's third
+    buffer, offsets = read_compressed(source, 3, 3)
+    assert buffer.size == 0 and offsets.tolist() == [0]
 
 
 def test_batch_frames_must_be_positive(master):

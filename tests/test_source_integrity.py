@@ -7,6 +7,7 @@ swapped returned frames in the wrong order, silently.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -18,7 +19,12 @@ import xxhash
 
 from quantem.stem4d.errors import FrameIndexWarning, SourceIntegrityError
 from quantem.stem4d.io import load
-from quantem.stem4d.io.arina import expected_chunk_hashes, load_arina, open_arina
+from quantem.stem4d.io.arina import (
+    expected_chunk_hashes,
+    iter_frame_batches,
+    load_arina,
+    open_arina,
+)
 from quantem.stem4d.io.frame_index import INDEX_VERSION
 from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina
 
@@ -202,3 +208,14 @@ def test_truncated_shard_during_hashing_is_named(master, tmp_path):
     assert os.path.getsize(shard) < size
     with pytest.raises(ValueError, match="data_000003"):
         open_arina(master, index_dir=tmp_path / "second")
+
+
+def test_frame_batches_verify_only_when_asked(master):
+    """``iter_frame_batches`` (whose callers choose) reads an index without checksums by
+    default; ``verify_source=True`` refuses it before reading."""
+    source = open_arina(master)
+    source.index = dataclasses.replace(source.index, chunk_xxh3=None)
+    frames = np.concatenate([f for _, f in iter_frame_batches(source, 5)])
+    np.testing.assert_array_equal(frames, _frames())
+    with pytest.raises(SourceIntegrityError, match="has no chunk checksums"):
+        next(iter_frame_batches(source, 5, verify_source=True))
