@@ -437,7 +437,7 @@ def test_the_paired_interval_takes_the_quantiles_of_its_confidence() -> None:
     assert paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.1) == (1.5, 1.5)
     with pytest.raises(ValueError, match="confidence must lie in"):
         paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.0)
-    with pytest.raises(ValueError, match="^cannot resample no pairs$"):
+    with pytest.raises(ValueError, match=r"^cannot resample no pairs$"):
         paired_median_ratio_interval([])
-    with pytest.raises(ValueError, match="^the baseline's median must be positive for a ratio$"):
+    with pytest.raises(ValueError, match=r"^the baseline's median must be positive for a ratio$"):
         paired_median_ratio_interval([(0.0, 1.0), (0.0, 2.0)])
