@@ -153,6 +153,10 @@ def test_compare_takes_the_paired_block_only_against_its_own_baseline(tmp_path: 
     cell = next(c for c in other.cells if c.key == ("scan-a", "hdf5", "cold"))
     assert not (cell.recheck or {}).get("paired")
     assert any("paired recheck was measured against baseline" in w for w in other.warnings)
+    assert (
+        f"the paired recheck was measured against baseline {base_sha[:12]}, not this one: its "
+        "trials are pooled as an unpaired recheck"
+    ) in other.warnings
 
 
 def test_the_order_alternates_between_rounds() -> None:

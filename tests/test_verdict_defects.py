@@ -379,3 +379,65 @@ def test_a_rechecked_cell_records_the_original_and_the_recheck(paired) -> None:
         f"medians 1000 ms -> 1500 ms (+50.0%); the smallest p it can give is "
         f"{1 / 70 if paired else 1 / 126:.3g}"
     )
+
+
+# -- the second stage's words (mutants of _second_stage; tests/mutation-survivors.md) ------
+
+
+def test_a_paired_recheck_names_itself_in_its_notes() -> None:
+    base, flagged = {CELL: [1.0] * 5}, {CELL: [1.5] * 5}
+    (cell,) = decide_cells(base, flagged, threshold_percent=25, paired={CELL: [(1.0, 1.1)] * 5})
+    assert cell.notes[1] == (
+        "flag cleared by the paired recheck: its 95% interval [+10.0%, +10.0%] lies at or "
+        "below the 25% threshold"
+    )
+    (cell,) = decide_cells(base, flagged, threshold_percent=25, recheck={CELL: [1.1] * 5})
+    assert cell.notes[1].startswith("flag cleared by the recheck: ")
+
+
+def test_the_confirmation_names_its_looks_only_when_there_are_several() -> None:
+    base = {CELL: [1.0, 1.6, 1.0]}  # 3 vs 3: flagged, cannot be significant alone
+    cand = {CELL: [1.5, 1.5, 1.5]}
+    pairs = [(1 + 0.01 * i, (1 + 0.01 * i) * 1.5) for i in range(6)]
+    (one,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: pairs}, looks=1)
+    assert one.verdict is CellVerdict.SLOWER
+    assert one.notes[1].endswith("over the 1 rechecked cells")
+    (two,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: pairs}, looks=2)
+    assert two.verdict is CellVerdict.SLOWER
+    assert two.notes[1].endswith("over the 1 rechecked cells (2 looks, alpha split between them)")
+
+
+def test_a_flag_not_cleared_says_why_in_full() -> None:
+    base, flagged = {CELL: _steady(1.0)}, {CELL: [1.0, 1.6, 0.9, 1.5, 1.65]}
+    pairs = [(1.0, 1.1), (1.0, 1.5), (1.0, 1.3), (1.0, 1.2), (1.0, 1.4)]
+    (cell,) = decide_cells(base, flagged, threshold_percent=20, paired={CELL: pairs})
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    low, high = cell.ci_percent
+    assert cell.notes[1] == (
+        f"not cleared: the paired recheck's 95% interval [{low:+.1f}%, {high:+.1f}%] reaches "
+        "past the 20% threshold"
+    )
+
+
+def test_an_unconfirmable_paired_recheck_names_the_paired_rounds() -> None:
+    # two paired rounds, one cell: paired K = 3 (1 / C(6, 3) <= 0.05), whereas against two
+    # baseline trials it would be K = 5 (1 / C(7, 5) <= 0.05 < 1 / C(6, 4))
+    base, flagged = {CELL: [1.0, 1.6, 1.0]}, {CELL: [1.5, 1.5, 1.5]}
+    (cell,) = decide_cells(base, flagged, threshold_percent=20,
+                           paired={CELL: [(1.0, 1.5), (1.01, 1.52)]})  # fmt: skip
+    said = [n for n in cell.notes if n.startswith("not enough trials")]
+    assert len(said) == 1 and said[0].endswith("--recheck 3`"), cell.notes
+
+
+def test_the_paired_interval_takes_the_quantiles_of_its_confidence() -> None:
+    from harness.verdict.resampling import paired_median_ratio_interval
+
+    # rounds (1, 1) and (1, 2): a resample holds round 0 twice (ratio 1, p 1/4), round 1
+    # twice (2, p 1/4) or one of each (1.5, p 1/2); the central 10% is 1.5 on both ends
+    assert paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.1) == (1.5, 1.5)
+    with pytest.raises(ValueError, match="confidence must lie in"):
+        paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.0)
+    with pytest.raises(ValueError, match=r"^cannot resample no pairs$"):
+        paired_median_ratio_interval([])
+    with pytest.raises(ValueError, match=r"^the baseline's median must be positive for a ratio$"):
+        paired_median_ratio_interval([(0.0, 1.0), (0.0, 2.0)])

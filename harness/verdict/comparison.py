@@ -372,16 +372,6 @@ def _paired_trials(
             "not this one: its trials are pooled as an unpaired recheck"
         )
         return None
-
-    def by_round(trials: list[dict]) -> dict[tuple[CellKey, int], float]:
-        return {
-            ((t["acquisition"], t["format"], t["cache_state"]), int(t["trial_index"])): float(
-                t["seconds"]
-            )
-            for t in trials
-            if t.get("kept")
-        }
-
     return pairs_by_round(paired["baseline_trials"], block["trials"])
 
 
