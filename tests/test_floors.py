@@ -377,7 +377,7 @@ def test_processes_mapping_finds_another_process_holding_the_file(tmp_path):
 
 @pytest.mark.slow
 def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
-    from harness.run.io_scale import fresh_process
+    from harness.run.fresh import process as fresh_process
 
     folder, written = suite
     outcome = _run(folder, written, reps=1, floors=False, fresh_processes=1)
@@ -388,12 +388,11 @@ def test_fresh_process_cells_time_spawn_to_bf_and_check_it(suite, monkeypatch):
         run = c["runs"][0]
         assert run["product_sha256"] == c["expected_product_sha256"]
         parts = dict(run["parts"])
-        assert set(parts) == {
-            "interpreter", "imports", "jit_import", "load", "kernel_compile", "product"
-        }  # fmt: skip
-        # numba's dispatcher time (target start, cache loads) lies inside load and product
+        assert set(parts) == {"interpreter", "imports", "load", "kernel_compile", "product"}
+        # the first load and BF run without numba (the library decode engine and the first
+        # calls' numpy kernels): no dispatcher time inside load and product
         jit = parts.pop("kernel_compile")
-        assert 0 < jit <= parts["load"] + parts["product"]
+        assert 0 <= jit <= parts["load"] + parts["product"]
         assert run["seconds"] == pytest.approx(sum(parts.values()))
         # the child's own CPU: at least its imports' worth, and no more than all cores' wall time
         assert 0.05 < run["cpu_seconds"] < run["seconds"] * (os.cpu_count() or 1) + 0.5
