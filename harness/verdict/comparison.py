@@ -409,18 +409,33 @@ def flagged_for_recheck(
 
     Only cells both runs measured are judged (an incomparable pair is never rechecked).
     """
+    cells = _decide_run(baseline_doc, trials, regression_percent, calibration, alpha)
+    return [cell.key for cell in cells if cell.flagged]
+
+
+def _decide_run(
+    baseline_doc: Mapping[str, Any],
+    trials: list[Mapping[str, Any]],
+    regression_percent: float,
+    calibration: CalibrationUse | None,
+    alpha: float,
+    **recheck: Any,
+) -> list[CellComparison]:
+    """The cells of a run's trials so far against the baseline (none when they measured
+    different cells: an incomparable pair is never rechecked); ``recheck`` goes to
+    :func:`decide_cells` (its ``recheck``, ``paired`` and ``looks``)."""
     base = collect_cells(baseline_doc)
     cand = collect_cells({"trials": trials})
     if set(base) != set(cand):
         return []
-    cells = decide_cells(
+    return decide_cells(
         base,
         cand,
         threshold_percent=regression_percent,
         alpha=alpha,
         calibration=calibration.null if calibration else None,
+        **recheck,
     )
-    return [cell.key for cell in cells if cell.flagged]
 
 
 def undecided_after_recheck(
@@ -440,25 +455,12 @@ def undecided_after_recheck(
     (the baseline code's, same trial indices) the recheck is paired. The verdict is the
     one the finished report will get, with its alpha split over ``looks``.
     """
-    base = collect_cells(baseline_doc)
-    cand = collect_cells({"trials": trials})
-    if set(base) != set(cand):
-        return []
-    paired = None
-    again = None
     if paired_baseline_trials is not None:
-        paired = pairs_by_round(paired_baseline_trials, recheck_trials)
+        measured = {"paired": pairs_by_round(paired_baseline_trials, recheck_trials)}
     else:
-        again = collect_cells({"trials": list(recheck_trials)})
-    cells = decide_cells(
-        base,
-        cand,
-        threshold_percent=regression_percent,
-        alpha=alpha,
-        calibration=calibration.null if calibration else None,
-        recheck=again,
-        paired=paired,
-        looks=looks,
+        measured = {"recheck": collect_cells({"trials": list(recheck_trials)})}
+    cells = _decide_run(
+        baseline_doc, trials, regression_percent, calibration, alpha, looks=looks, **measured
     )
     return [
         c.key for c in cells if c.recheck is not None and c.verdict is CellVerdict.POSSIBLY_SLOWER
