@@ -157,6 +157,14 @@ def test_h2d_pinned_and_d2d_copy(tmp_path):
         floor_cuda.d2d_copy(10_000, HostRuntime(drop_last_byte=True), repeats=1)
 
 
+def test_h2d_pinned_checks_each_piece_size_against_its_own_slots():
+    # A piece smaller than the pinned buffer copies the buffer's head into every slot.
+    out = floor_cuda.h2d_pinned(10_000, HostRuntime(), pieces=(1024, 4096), repeats=1)
+    assert [s["piece_bytes"] for s in out["sweep"]] == [1024, 4096]
+    with pytest.raises(RuntimeError, match="pinned source"):
+        floor_cuda.h2d_pinned(10_000, HostRuntime(drop_last_byte=True), pieces=(1024,), repeats=1)
+
+
 # -- cells ------------------------------------------------------------------------------
 def _component(method, seconds):
     return {"method": method, "seconds": seconds, "bytes": 1}

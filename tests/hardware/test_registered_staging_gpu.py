@@ -148,8 +148,9 @@ def test_a_file_rewritten_between_loads_is_registered_again(tmp_path, _fresh_cac
         old = before.data.get()
     kept = {r.path: r for r in _fresh_cache._entries.values()}
     assert kept
-    # The other acquisition's shards written over these, in place (same inodes).
-    for mine, theirs in zip(shards_of(master), shards_of(other)):
+    # The other acquisition written over this one, in place (same inodes). Its master too:
+    # shards changed under an unchanged master are refused as corrupt (verify_source).
+    for mine, theirs in zip([master, *shards_of(master)], [other, *shards_of(other)]):
         shutil.copyfile(theirs, mine)
     cpu = io.load(master)
     with io.load(master, backend="cuda", staging="registered") as after:

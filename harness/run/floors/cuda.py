@@ -118,12 +118,13 @@ def _sweep(
     plan: Callable[[int], list[tuple[int, int, int]]],
     kind: int,
     runtime: Any,
-    check: Callable[[], None],
+    check: Callable[[list[tuple[int, int, int]]], None],
 ) -> dict:
     sweep = []
     for piece in pieces:
-        runs = sorted(_time_copies(runtime, plan(piece), kind, repeats))
-        check()  # after the timer: the copied bytes must be the source's
+        copies = plan(piece)
+        runs = sorted(_time_copies(runtime, copies, kind, repeats))
+        check(copies)  # after the timer: the copied bytes must be the source's
         sweep.append(
             {
                 "piece_bytes": int(piece),
@@ -156,10 +157,14 @@ def h2d_pinned(
         piece = min(piece, largest)
         return [(dst + off, src, n) for _, off, n in plan_pieces([nbytes], piece)]
 
-    def check() -> None:
-        tail = min(largest, nbytes)
-        if runtime.device_bytes(device, 0, tail) != host[:tail].tobytes():
-            raise RuntimeError(f"{H2D_PINNED}: the device bytes differ from the pinned source")
+    def check(copies: list[tuple[int, int, int]]) -> None:
+        # Every piece copies the buffer's head into its own slot: the first and last show it.
+        for at, _, n in {copies[0], copies[-1]}:
+            lo = at - dst
+            if runtime.device_bytes(device, lo, lo + n) != host[:n].tobytes():
+                raise RuntimeError(
+                    f"{H2D_PINNED}: the device bytes {lo}-{lo + n} differ from the pinned source"
+                )
 
     return _sweep(H2D_PINNED, nbytes, pieces, repeats, plan, _HOST_TO_DEVICE, runtime, check)
 
@@ -215,7 +220,7 @@ def h2d_registered(
                 for i, off, n in plan_pieces(sizes_, piece)
             ]
 
-        def check() -> None:
+        def check(copies: list[tuple[int, int, int]]) -> None:
             for path, start, (_, size) in zip(files, starts, mapped):
                 with open(path, "rb") as f:
                     for lo in range(0, size, _CHECK_WINDOW):
@@ -242,7 +247,7 @@ def d2d_copy(
     def plan(piece: int) -> list[tuple[int, int, int]]:
         return [(d + off, s + off, n) for _, off, n in plan_pieces([nbytes], piece)]
 
-    def check() -> None:
+    def check(copies: list[tuple[int, int, int]]) -> None:
         if not runtime.equal(dst, src):
             raise RuntimeError(f"{D2D_COPY}: the copy differs from its source")
 

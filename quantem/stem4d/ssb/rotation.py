@@ -134,10 +134,15 @@ def rotation_from_com(
 def center_of_mass(data: Any, validity: Any = None) -> Any:
     """The exact per-frame CoM of an in-memory 4D array (numpy or CuPy), in detector px.
 
+    Float data on the GPU is copied to the host for it (the GPU products are integer-only).
+
     Through :mod:`quantem.stem4d.dpc` and :mod:`quantem.stem4d.detector` (integer moments, exact ratio),
     so it is the CoM ``harness run compute dpc`` measures.
     """
     backend = "cuda" if type(data).__module__.split(".")[0] == "cupy" else "cpu"
+    if backend == "cuda" and np.dtype(data.dtype).kind == "f":
+        # The GPU detector kernels are integer-only; float frames take the CPU's fixed order.
+        data, backend = data.get(), "cpu"
     if validity is None:
         validity = np.ones(tuple(int(v) for v in data.shape[2:]), dtype=bool)
     scan_r, scan_c, det_r, det_c = (int(v) for v in data.shape)
