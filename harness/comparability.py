@@ -49,6 +49,8 @@ OPTIONAL_COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], An
         lambda d: bool(d.get("conditions", {}).get("verify_source", False)),
         False,
     ),
+    # The run's disposable .qem written in another format than 1.0 (``--qem-version``).
+    ("conditions.qem_version", lambda d: d.get("conditions", {}).get("qem_version", 1), 1),
     # Sharded runs (``--devices``) only: the GPUs (id, name, UUID, in order).
     ("conditions.devices", lambda d: d.get("conditions", {}).get("devices"), None),
 )

@@ -640,3 +640,38 @@ def test_the_demo_suite_has_several_shards_per_acquisition(tmp_path):
         shards = sorted(folder.glob("*_data_*.h5"))
         frames = 24 * 24
         assert len(shards) == -(-frames // DEMO_FRAMES_PER_SHARD) > 1, folder
+
+
+def test_qem_version_2_is_written_recorded_and_kept_apart(disk_suite):
+    folder, suite = disk_suite
+    v1 = run_io_scale(_config(folder, suite, output_dir=folder / "v1", reps=1))
+    v2 = run_io_scale(
+        _config(folder, suite, output_dir=folder / "v2", reps=1, qem_version=2, baseline=None)
+    )
+    assert v1.exit_code == 0 and v2.exit_code == 0, v2.report["status"]
+    assert v1.report["conditions"]["qem_version"] == 1
+    assert v2.report["conditions"]["qem_version"] == 2
+    for name, major in (("v1", 1), ("v2", 2)):
+        header = json.loads(
+            (folder / name / REFERENCE_HEADER_DIR / "small-u16.qem-header.json").read_text()
+        )
+        assert header["version"][0] == major
+    # a run of the other format is not its baseline
+    against = run_io_scale(
+        _config(folder, suite, output_dir=folder / "v2b", reps=1, qem_version=2,
+                baseline=str(v1.report_path))
+    )  # fmt: skip
+    assert against.report["status"]["performance"] == "incomparable"
+    assert any("qem_version" in str(d) for d in against.report["comparison"]["differences"])
+
+
+def test_cli_refuses_an_unknown_qem_version(disk_suite):
+    folder, suite = disk_suite
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "io-scale", str(suite.root),
+         "--selection-manifest", str(suite.manifest), "--output-dir", str(folder / "x"),
+         "--qem-version", "3"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 64 and "--qem-version" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -67,12 +67,14 @@ data)
 claims-io)
   check_imports || exit 1
   while [ ! -e "$data/.done" ]; do sleep 2; done
-  for rep in dense encoded; do
-    extra=""; [ $rep = dense ] && extra="--fresh-process 3"
-    timeout 280 python3 -m harness run io-scale "$data" --backend cuda --floors --load-only \
-      --reps 5 --representation $rep $extra --selection-manifest "$data/manifest.json" \
-      --storage-id h200-vm-local-disk --output-dir "$work/io-$rep" --history-dir "$work/history" \
-      2>&1 | tee "$OUT/io-$rep.log"
+  # dense .qem 1.0 with first loads; the resident encoded payload of 1.0 and of 2.0.
+  for run in "dense:1:--fresh-process 3" "encoded:1:" "encoded:2:"; do
+    IFS=: read -r rep version extra <<<"$run"
+    timeout ${IO_TIMEOUT:-200} python3 -m harness run io-scale "$data" --backend cuda --floors \
+      --load-only --reps 5 --representation $rep --qem-version $version $extra \
+      --selection-manifest "$data/manifest.json" --storage-id h200-vm-local-disk \
+      --output-dir "$work/io-$rep-$version" --history-dir "$work/history" \
+      2>&1 | tee "$OUT/io-$rep-$version.log"
   done
   tar -C "$work" -czf "$OUT/io-reports.tgz" $(cd "$work" && ls io-*/loading.json 2>/dev/null)
   ;;

@@ -198,6 +198,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="cuda QEM loads: dense array or resident encoded payload (default dense)",
     )
     io.add_argument(
+        "--qem-version",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="format major version of the run's disposable .qem (default 1, the writer's)",
+    )
+    io.add_argument(
         "--threads", type=int, default=None, help="reader threads (default: the reader's choice)"
     )
     io.add_argument(
@@ -311,6 +318,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         reps=args.reps if args.reps is not None else 5,
         load_only=args.load_only,
         representation=args.representation,
+        qem_version=args.qem_version,
         history_dir=args.history_dir,
         render=registration_renderer(),
         baseline=args.baseline,

@@ -52,6 +52,7 @@ def _config(spec: dict[str, Any]) -> IoScaleConfig:
         reps=int(spec["first_index"]),
         load_only=True,  # the QEM is prepared untimed: the conversion is not what is measured
         representation=spec.get("representation", "dense"),
+        qem_version=int(spec.get("qem_version", 1)),
         fresh_index=bool(spec.get("fresh_index", False)),
         verify_source=bool(spec.get("verify_source", False)),
         threads=spec.get("threads"),

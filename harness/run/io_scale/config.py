@@ -21,6 +21,10 @@ from harness.run.backends import BackendProfile, profile_for
 from harness.run.instrumentation import refuse_instrumentation
 from harness.verdict import DEFAULT_RECHECK_LOOKS
 from quantem.stem4d.cuda.sharded import device_count, parse_devices
+from quantem.stem4d.io.qem import format as qem_format
+
+#: The ``.qem`` format major versions a run can write (quantem.stem4d.io.qem.format).
+QEM_VERSIONS = (qem_format.VERSION_MAJOR, qem_format.VERSION_2)
 
 
 @dataclass
@@ -35,6 +39,9 @@ class IoScaleConfig:
     reps: int = 5
     load_only: bool = False
     representation: str = "dense"
+    #: ``--qem-version``: the format major version of the run's disposable ``.qem``
+    #: (quantem.stem4d.io.qem.writer; 1 is the writer's default).
+    qem_version: int = 1
     history_dir: Path | None = None
     baseline: str | None = None
     regression_percent: float = 20.0
@@ -91,6 +98,8 @@ def check_config(cfg: IoScaleConfig) -> BackendProfile:
     profile = profile_for(cfg.backend)
     if cfg.reps < 1:
         raise UsageError("--reps must be at least 1")
+    if cfg.qem_version not in QEM_VERSIONS:
+        raise UsageError(f"--qem-version must be one of {QEM_VERSIONS}, got {cfg.qem_version}")
     if cfg.cold_reloads < 0 or cfg.reloads < 0:
         raise UsageError("--cold-reloads and --reloads must not be negative")
     if cfg.regression_percent <= 0:

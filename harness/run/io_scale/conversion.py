@@ -11,6 +11,8 @@ the acquisition (docs/io-scale.md, "Memory").
 
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,16 +45,22 @@ class ConversionSettings:
     verify: bool = True
     source_hashes: bool = True
     reloads: int = 1
+    version: int = qem_format.VERSION_MAJOR
 
     @property
     def verified(self) -> bool:
         return self.verify and self.source_hashes and self.reloads > 0
 
 
-def prepare_untimed(selected: SelectedAcquisition, qem_path: Path, index_dir: Path) -> None:
+def prepare_untimed(
+    selected: SelectedAcquisition,
+    qem_path: Path,
+    index_dir: Path,
+    version: int = qem_format.VERSION_MAJOR,
+) -> None:
     """Write the QEM without timing or verification (``--load-only``)."""
     source = open_arina(selected.master_path, index_dir=str(index_dir))
-    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False)
+    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False, version=version)
 
 
 def timed_conversion(
@@ -69,7 +77,11 @@ def timed_conversion(
         source = open_arina(selected.master_path, index_dir=str(index_dir))
     with timer.stage("encode_write"):
         quantem.stem4d.io.save(
-            source, qem_path, verify=settings.verify, source_hashes=settings.source_hashes
+            source,
+            qem_path,
+            verify=settings.verify,
+            source_hashes=settings.source_hashes,
+            version=settings.version,
         )
     for _ in range(settings.reloads):
         with timer.stage("reopen_verify"):
@@ -123,6 +135,16 @@ def qem_stored_dtype(path: Path) -> str:
 def check_reference_header(log: FailureLog, selected: SelectedAcquisition, qem_path: Path) -> bool:
     """False (and a correctness failure) when the QEM differs from the manifest's header."""
     if selected.qem_reference_header is None:
+        return True
+    written = header_document(qem_path)["version"][0]
+    archived = json.loads(Path(selected.qem_reference_header).read_bytes())["version"][0]
+    if written != archived:
+        # A reference archived for another format checks nothing about this file.
+        warnings.warn(
+            f"{selected.id}: the reference header {selected.qem_reference_header} is of .qem "
+            f"format {archived}, this run writes format {written}: not compared",
+            stacklevel=2,
+        )
         return True
     differences = compare_reference_header(qem_path, selected.qem_reference_header)
     if differences:

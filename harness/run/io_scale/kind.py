@@ -252,9 +252,11 @@ class IoScaleRun:
         cfg, selected = self.config, state.selected
         qem_path = ctx.workspace.folder / f"{selected.id}.qem"
         if cfg.load_only:
-            conversion.prepare_untimed(selected, qem_path, ctx.settings.index_dir)
+            conversion.prepare_untimed(selected, qem_path, ctx.settings.index_dir, cfg.qem_version)
         else:
-            settings = ConversionSettings(cfg.verify, cfg.source_hashes, cfg.reloads)
+            settings = ConversionSettings(
+                cfg.verify, cfg.source_hashes, cfg.reloads, cfg.qem_version
+            )
             record = conversion.timed_conversion(
                 selected, qem_path, ctx.settings.index_dir, settings, self.log, self.profile.barrier
             )
@@ -293,6 +295,7 @@ class IoScaleRun:
                 **conditions_devices,
                 "backend": cfg.backend,
                 "representation": cfg.representation,
+                "qem_version": cfg.qem_version,
                 "timing_boundary": profile.timing_boundary,
                 "allocator_policy": profile.allocator_policy,
                 "compiler_cache_dir": profile.compiler_cache_dir(),

@@ -81,6 +81,7 @@ def paired_recheck(
         first_index=int(config.reps),
         acquisitions=tuple(acquisitions),
         verify_source=bool(config.verify_source),
+        qem_version=int(config.qem_version),
     )
     expected = {
         "baseline": baseline_doc["provenance"]["source_fingerprint_end"],

@@ -44,6 +44,8 @@ class PairedSpec:
     acquisitions: tuple[str, ...]
     #: every HDF5 load checks its chunks (a worker of older code ignores it)
     verify_source: bool = False
+    #: the disposable .qem's format major version (``--qem-version``)
+    qem_version: int = 1
 
 
 class PairedWorker:

@@ -113,6 +113,7 @@ def kind_config(cfg: RecheckConfig) -> IoScaleConfig:
         # the QEM is prepared untimed: the conversion is not what is rechecked
         load_only=True,
         representation=conditions.get("representation", "dense"),
+        qem_version=int(conditions.get("qem_version", 1)),
         fresh_index=bool(conditions.get("fresh_index", False)),
         # as the candidate measured (part of the comparison key); before 2026-12-05 a
         # record without the field did not verify
