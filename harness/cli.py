@@ -88,6 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuantemError as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except ModuleNotFoundError as exc:  # an install without one of the declared dependencies
+        print(
+            f"harness: the package {exc.name!r} cannot be imported ({exc}); install "
+            "quantem-harness with its dependencies (README, Install)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     except OSError as exc:  # unreadable or missing files the commands did not wrap
         print(f"harness: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -85,3 +85,20 @@ def test_help_imports_no_compute_workload() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_dependency_is_named_without_a_traceback(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # A device image without plotly gave a traceback when a run registered and rendered.
+    from harness.testing import write_example_reports
+
+    reports = write_example_reports(tmp_path / "r", [1])
+    history = str(tmp_path / "h")
+    assert main(["history", "register", "--history-dir", history, "--plots", "defer",
+                 *map(str, reports)]) == 0  # fmt: skip
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    status = main(["render", "index", "--history-dir", history])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "'plotly'" in err and "Traceback" not in err
