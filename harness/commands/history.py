@@ -101,6 +101,17 @@ def opened_history(location: str | Path, *, read_only: bool = False) -> Iterator
         history.close()
 
 
+@contextmanager
+def opened_optional_history(location: str | Path | None) -> Iterator:
+    """:func:`opened_history` for a command whose history is optional (a run): None
+    without a location."""
+    if location is None:
+        yield None
+        return
+    with opened_history(location) as history:
+        yield history
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "history",

@@ -24,7 +24,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import HistoryError, ReportValidationError
 from harness.history.evidence_store import EvidenceStore
-from harness.history.lookup import LoadedReport, load_report_file, parse_sha_prefix
+from harness.history.lookup import (
+    LoadedReport,
+    load_report_file,
+    no_history_for,
+    parse_sha_prefix,
+)
 from harness.history.records import sha256_bytes
 from harness.report import parse_report
 
@@ -88,6 +93,10 @@ class HistoryBackend(EvidenceStore, Protocol):
 
     def exists(self) -> bool:
         """Whether there is a history here (a folder may not have been created yet)."""
+
+    def location_arguments(self) -> list[str]:
+        """The command-line arguments that name this history (``--history-dir H`` or
+        ``--history-url URL``, password hidden), for the commands a message suggests."""
 
     # records
     def register_reports(
@@ -180,12 +189,17 @@ def list_index_rows(connection, *, key: str | None = None, limit: int | None = N
     return list(reversed(connection.execute(statement).all()))
 
 
-def load_reference(history: HistoryBackend, reference: str, *, what: str = "") -> LoadedReport:
+def load_reference(
+    history: HistoryBackend | None, reference: str, *, what: str = ""
+) -> LoadedReport:
     """The report named by ``reference``: an existing file is read as a report, anything
-    else is a SHA-256 prefix looked up in ``history`` (``harness.history.lookup``'s rule)."""
+    else is a SHA-256 prefix looked up in ``history`` (``harness.history.lookup``'s rule);
+    UsageError for a prefix when there is no history to look it up in."""
     loaded = load_report_file(reference, what=what)
     if loaded is not None:
         return loaded
+    if history is None:
+        raise no_history_for(reference, what=what)
     sha256 = history.match_prefix(reference, what=what)
     label = history.record_label(sha256)
     data = history.read_checked(sha256)

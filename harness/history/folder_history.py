@@ -60,6 +60,9 @@ class FolderHistory:
     def exists(self) -> bool:
         return self._layout.marker.exists()
 
+    def location_arguments(self) -> list[str]:
+        return ["--history-dir", str(self.root.absolute())]
+
     # the evidence store
     def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
         self._writable()

@@ -60,6 +60,9 @@ class ServerHistory:
     def exists(self) -> bool:
         return True  # open_url_store refused a database that is not set up
 
+    def location_arguments(self) -> list[str]:
+        return ["--history-url", self.where]
+
     # the evidence store
     def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
         return self.store.register(data, source=source, registered_utc=registered_utc)
