@@ -274,7 +274,7 @@ def check_history_usage(args: argparse.Namespace) -> None:
     """``--history-url`` excludes ``--history-dir``."""
     from harness.errors import UsageError
 
-    if args.history_url is not None and args.history_dir is not None:
+    if args.history_url and args.history_dir:
         raise UsageError("give --history-dir or --history-url, not both")
 
 

@@ -18,6 +18,7 @@ read back as reports (:func:`iter_intact_reports`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -172,6 +173,37 @@ class HistoryBackend(EvidenceStore, Protocol):
         self, *, render: Callable | None = None, progress: Callable[[int], None] | None = None
     ) -> IndexRebuild:
         """Rebuild the index from the journalled records (and a folder's rendered files)."""
+
+
+class IndexedHistory:
+    """The contract's index queries and report reading, written once over the two things
+    a backend gives: a connection to its index (:meth:`_index_connection`) and its
+    records as (sha256, bytes) rows (:meth:`_record_rows`). A folder and a server
+    inherit them; the same SQL runs on SQLite and on PostgreSQL (the same models)."""
+
+    def _index_connection(self, step: str) -> AbstractContextManager:
+        """A connection to the index for one read; failures named as ``step``."""
+        raise NotImplementedError
+
+    def _record_rows(self) -> Iterator[tuple[str, bytes]]:
+        """(sha256, bytes) of every stored record, by key."""
+        raise NotImplementedError
+
+    def record_label(self, sha256: str) -> str:
+        raise NotImplementedError
+
+    def list_records(self, *, key: str | None = None, limit: int | None = None) -> list:
+        with self._index_connection("listing the records") as connection:
+            return list_index_rows(connection, key=key, limit=limit)
+
+    def newest_candidate(self) -> str | None:
+        from harness.history.index_db import newest_candidate
+
+        with self._index_connection("reading the index") as connection:
+            return newest_candidate(connection)
+
+    def iter_reports(self) -> Iterator[tuple[str, dict]]:
+        return iter_intact_reports(self._record_rows(), self.record_label)
 
 
 def list_index_rows(connection, *, key: str | None = None, limit: int | None = None) -> list:

@@ -8,22 +8,22 @@ touches nothing: a folder that is not there yet is created by the first registra
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from harness.errors import HistoryError, UsageError
 from harness.history.backend import (
     CalibrationParser,
     HistoryCheck,
+    IndexedHistory,
     IndexRebuild,
     RegisteredReport,
     calibration_problems,
-    iter_intact_reports,
-    list_index_rows,
 )
 from harness.history.evidence_store import FolderStore, StoreCheck, StoredRecord
-from harness.history.index_db import RecordRow, newest_candidate, open_index_for_reading
+from harness.history.index_db import RecordRow, open_index_for_reading
 from harness.history.layout import CALIBRATIONS_DIR, HistoryLayout, sha256_of_record_name
 from harness.history.lock import (
     check_history_marker,
@@ -37,7 +37,7 @@ from harness.history.store import register_reports
 from harness.history.verify import verify_history
 
 
-class FolderHistory:
+class FolderHistory(IndexedHistory):
     """A history folder (records/, journal.jsonl, index.sqlite, calibrations/)."""
 
     holds_rendered_files = True
@@ -103,9 +103,9 @@ class FolderHistory:
     def count_records(self) -> int:
         return sum(1 for _ in self._layout.iter_record_files())
 
-    def iter_reports(self) -> Iterator[tuple[str, dict]]:
-        self._require()
-        return iter_intact_reports(_record_rows(self._layout), self.record_label)
+    def _record_rows(self) -> Iterator[tuple[str, bytes]]:
+        self._require()  # now, not when the rows are first read
+        return _record_rows(self._layout)
 
     # index
     def _require(self) -> None:
@@ -113,33 +113,19 @@ class FolderHistory:
         require_history(self._layout)
         check_history_marker(self._layout, create=False)
 
-    def _read_index(self):
+    @contextmanager
+    def _index_connection(self, step: str) -> Iterator[Connection]:
         self._require()
-        return open_index_for_reading(self._layout.index_db)
-
-    def list_records(self, *, key: str | None = None, limit: int | None = None) -> list:
-        engine = self._read_index()
+        engine = open_index_for_reading(self._layout.index_db)
         try:
             with engine.connect() as connection:
-                return list_index_rows(connection, key=key, limit=limit)
-        finally:
-            engine.dispose()
-
-    def newest_candidate(self) -> str | None:
-        engine = self._read_index()
-        try:
-            with engine.connect() as connection:
-                return newest_candidate(connection)
+                yield connection
         finally:
             engine.dispose()
 
     def unindexed(self) -> list[str]:
-        engine = self._read_index()
-        try:
-            with engine.connect() as connection:
-                indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
-        finally:
-            engine.dispose()
+        with self._index_connection("reading the index") as connection:
+            indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
         stored = {sha for sha, _ in _record_rows(self._layout, read=False)}
         return sorted(stored - indexed)
 

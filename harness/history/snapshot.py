@@ -57,9 +57,14 @@ from harness.history.layout import (
     HistoryLayout,
     sha256_of_record_name,
 )
-from harness.history.postgres import PostgresStore, journal_table, records_table, server_step
+from harness.history.postgres import (
+    PostgresStore,
+    journal_table,
+    records_table,
+    server_name,
+    server_step,
+)
 from harness.history.records import sha256_bytes
-from harness.history.remote import server_name
 
 #: The folder, inside a rendered folder, that holds its copy of the server's index.
 SNAPSHOT_DIR = ".harness-render"
