@@ -77,6 +77,27 @@ class IndexRebuild:
 CalibrationParser = Callable[[bytes, str], object]
 
 
+@dataclass
+class RenderSource:
+    """What a render reads and where it draws (:meth:`HistoryBackend.rendering`)."""
+
+    #: the history folder the render reads: the history's own, or the copy in ``--out``
+    layout: Any
+    #: its index (a SQLAlchemy engine)
+    engine: Any
+    #: where the files are drawn; None: into ``layout``'s folder, which keeps the bookkeeping
+    out: Path | None
+    #: what the folder's bookkeeping does not say: None (a history folder keeps it), a
+    #: ``snapshot.Stale`` (a copy taken whole: draw everything) or a
+    #: ``snapshot.SnapshotUpdate`` (what a kept copy gained since its last render)
+    changes: Any = None
+    #: the options the copy was last rendered with (None: not a copy, or none held)
+    held_options: dict | None = None
+    #: lines for the user: notes (stdout) and warnings (stderr)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
 @runtime_checkable
 class HistoryBackend(EvidenceStore, Protocol):
     """One history: its records and journal (:class:`EvidenceStore`), its index, its
@@ -147,14 +168,20 @@ class HistoryBackend(EvidenceStore, Protocol):
         """Store a calibration's bytes (validated by the caller), write-once:
         (its SHA-256, whether it was new)."""
 
-    # snapshots (a backend whose ``holds_rendered_files`` is False)
-    def take_snapshot(self, folder: Path, **options: Any) -> Any:
-        """Copy records, journal and index into ``folder`` for a render there
-        (:func:`harness.history.snapshot.take_snapshot`'s options and result)."""
-
-    def update_snapshot(self, folder: Path) -> Any:
-        """Bring ``folder``'s copy up to date, or say why it cannot be
-        (:func:`harness.history.snapshot.update_snapshot`)."""
+    # rendering
+    def rendering(
+        self,
+        out: Path | None,
+        *,
+        options: Callable[[], dict],
+        on_copy: Callable[[Any], Any] | None = None,
+    ) -> AbstractContextManager[RenderSource]:
+        """What a render of this history reads, held for the render (:class:`RenderSource`):
+        a folder its own files and index (locked; ``out``: draw there instead, read only);
+        a server a copy of itself that ``out`` keeps, taken or brought up to date
+        (:mod:`harness.history.snapshot`; ``options()``: the render's options, kept with
+        the copy; ``on_copy(layout)``: what the render does while the copy is taken
+        whole, a :class:`harness.history.snapshot.CopyObserver`)."""
 
     # checks
     def verify(

@@ -13,27 +13,29 @@ from pathlib import Path
 
 from sqlalchemy import Connection, select
 
-from harness.errors import HistoryError, UsageError
+from harness.errors import HistoryError
 from harness.history.backend import (
     CalibrationParser,
     HistoryCheck,
     IndexedHistory,
     IndexRebuild,
     RegisteredReport,
+    RenderSource,
     calibration_problems,
 )
 from harness.history.evidence_store import FolderStore, StoreCheck, StoredRecord
-from harness.history.index_db import RecordRow, open_index_for_reading
+from harness.history.index_db import RecordRow, open_index, open_index_for_reading
 from harness.history.layout import CALIBRATIONS_DIR, HistoryLayout, sha256_of_record_name
 from harness.history.lock import (
     check_history_marker,
     history_lock,
+    locked_history,
     require_history,
 )
 from harness.history.lookup import read_checked_record, resolve_record
 from harness.history.rebuild import rebuild_history
 from harness.history.records import write_record
-from harness.history.store import register_reports
+from harness.history.store import index_journalled, register_reports
 from harness.history.verify import verify_history
 
 
@@ -146,12 +148,30 @@ class FolderHistory(IndexedHistory):
             written = write_record(self._calibrations, data)
         return written.sha256, written.created
 
-    # snapshots: a folder holds its rendered files, and is rendered where it is
-    def take_snapshot(self, folder, **options):
-        raise UsageError(f"{self.where} is a history folder: render it, not a copy of it")
-
-    def update_snapshot(self, folder):
-        raise UsageError(f"{self.where} is a history folder: render it, not a copy of it")
+    # rendering: a folder is read where it is (its bookkeeping says what is stale)
+    @contextmanager
+    def rendering(self, out, *, options=None, on_copy=None) -> Iterator[RenderSource]:
+        """Drawn in place, the history is locked and a registration cut short after its
+        journal line (a full disk) is indexed first; drawn into ``out``, it is only read
+        (it may be read-only)."""
+        with locked_history(self.root, shared=out is not None) as layout:
+            source = RenderSource(layout, None, out)
+            if out is None:
+                source.engine = open_index(layout.index_db, create=False)
+                repaired, skipped = index_journalled(layout, source.engine)
+                if repaired:
+                    source.notes.append(
+                        f"indexed {len(repaired)} journalled records the index lacked"
+                    )
+                source.warnings += [
+                    f"warning: {line} (run `harness history verify`)" for line in skipped
+                ]
+            else:
+                source.engine = open_index_for_reading(layout.index_db)
+            try:
+                yield source
+            finally:
+                source.engine.dispose()
 
     # checks
     def verify(

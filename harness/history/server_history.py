@@ -205,18 +205,12 @@ class ServerHistory(IndexedHistory):
             ).first()
         return sha256, inserted is not None
 
-    # snapshots: what a render of this history copies into its output folder
-    def take_snapshot(self, folder, **options):
-        """:func:`harness.history.snapshot.take_snapshot` of this server into ``folder``."""
-        from harness.history.snapshot import take_snapshot
+    # rendering: from a copy of the server that the output folder keeps
+    def rendering(self, out, *, options, on_copy=None):
+        """:func:`harness.history.snapshot.render_copy` of this server into ``out``."""
+        from harness.history.snapshot import render_copy
 
-        return take_snapshot(self.store, folder, **options)
-
-    def update_snapshot(self, folder):
-        """:func:`harness.history.snapshot.update_snapshot` of ``folder`` from this server."""
-        from harness.history.snapshot import update_snapshot
-
-        return update_snapshot(self.store, folder)
+        return render_copy(self.store, out, options=options, on_copy=on_copy)
 
     # checks
     def verify(
