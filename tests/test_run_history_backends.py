@@ -15,6 +15,7 @@ from harness.cli import main
 from harness.errors import EXIT_OK, EXIT_USAGE
 from harness.history.records import sha256_bytes
 
+ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ["folder", pytest.param("server", marks=pytest.mark.slow)]
 
 
@@ -87,3 +88,22 @@ def test_an_unreachable_server_is_refused_before_anything_is_measured(
     assert code not in (0, 2, EXIT_USAGE)
     assert "connecting" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow  # two compute runs: seconds
+def test_compute_registers_and_finds_its_baseline(
+    history_arguments: list[str], tmp_path: Path, capsys
+) -> None:
+    master = ROOT / "tests" / "data" / "srtio3" / "srtio3_focus_high_master.h5"
+    common = ["run", "compute", "virtual", "--source", str(master), "--backend", "cpu",
+              "--storage-id", "test", "--reps", "1", *history_arguments]  # fmt: skip
+    assert main([*common, "--output-dir", str(tmp_path / "a")]) in (0, 2)
+    out = capsys.readouterr().out
+    first = sha256_bytes((tmp_path / "a" / "compute.json").read_bytes())
+    assert f"stored {first}" in out and "journal head " in out
+    assert main([*common, "--output-dir", str(tmp_path / "b"), "--baseline", first[:12],
+                 "--regression-percent", "100000"]) in (0, 2)  # fmt: skip
+    second = json.loads((tmp_path / "b" / "compute.json").read_bytes())
+    assert second["baseline"]["sha256"] == first
+    newer = sha256_bytes((tmp_path / "b" / "compute.json").read_bytes())
+    assert _listed(history_arguments, capsys) == [first[:12], newer[:12]]
