@@ -97,15 +97,21 @@ class TestPostgresHistory(HistoryBackendTests):
 
 
 def test_commands_never_ask_which_backend_they_have() -> None:
-    """Issue 33: the commands work on the contract; none branches on a URL."""
-    root = Path(__file__).resolve().parents[1] / "harness" / "commands"
-    branching = [
-        f"{path.name}:{number}"
-        for path in sorted(root.glob("*.py"))
+    """Issue 33: the commands and the runs work on the contract; none branches on a URL,
+    none reads a history folder by its path, and only ``init-db`` (setting a server up)
+    calls the server module."""
+    harness = Path(__file__).resolve().parents[1] / "harness"
+    asking = [
+        f"{path.relative_to(harness)}:{number}"
+        for folder in ("commands", "run", "selfbench")
+        for path in sorted((harness / folder).rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), start=1)
         if "url is not None" in line
+        or (folder != "commands" and "history_url" in line)
+        or ("history.remote import" in line and "init_database" not in line)
+        or (folder == "run" and "history_dir" in line)
     ]
-    assert branching == []
+    assert asking == []
 
 
 @pytest.mark.parametrize(

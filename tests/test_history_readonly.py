@@ -23,6 +23,7 @@ import pytest
 
 from harness.cli import main
 from harness.errors import HistoryError
+from harness.history.folder_history import FolderHistory
 from harness.history.index_db import forget_index
 from harness.history.store import register_reports
 from harness.render import registration_renderer
@@ -130,7 +131,7 @@ def test_a_run_whose_history_cannot_be_written_names_its_report(tmp_path: Path) 
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     with pytest.raises(HistoryError) as caught:
-        register_measured(blocked / "h", report)
+        register_measured(FolderHistory(blocked / "h"), report)
     message = str(caught.value)
     assert f"the report is kept at {report}" in message
     assert f"harness history register {report} --history-dir {blocked / 'h'}" in message

@@ -22,6 +22,7 @@ from _run_helpers import real_disk_dir
 
 from harness.cli import main
 from harness.errors import IncomparableError, UsageError
+from harness.history.folder_history import FolderHistory
 from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance, runner
 from harness.run.demo import write_demo_suite
@@ -89,7 +90,7 @@ def _config(folder, suite, name, *, history=None, **extra) -> IoScaleConfig:
         output_dir=folder / name,
         reps=2,
         load_only=True,
-        history_dir=history,
+        history=None if history is None else FolderHistory(history),
         progress=False,
         command=command,
         **extra,

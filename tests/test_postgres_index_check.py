@@ -1,5 +1,5 @@
 """The server index check of ``history verify --history-url``
-(:func:`harness.history.remote.check_server_index`), which streams the records,
+(:func:`harness.history.server_index.check_server_index`), which streams the records,
 trials and summaries tables merged by record seq: every kind of problem it reports,
 found at once on one tampered database, with batches small enough that the merge
 crosses batch boundaries inside a record's rows."""
@@ -13,7 +13,7 @@ from _postgres import postgres_socket, postgres_url  # noqa: F401 (fixtures)
 
 from harness.cli import main
 from harness.errors import EXIT_FAILURE, EXIT_OK
-from harness.history import remote
+from harness.history import remote, server_index
 from harness.history.records import sha256_bytes
 from harness.report import dump_report
 from harness.testing import make_example_report
@@ -49,14 +49,14 @@ def test_the_streamed_check_reports_every_kind_of_problem(
 ) -> None:
     from sqlalchemy import create_engine, text
 
-    monkeypatch.setattr(remote, "_CHECK_BATCH", batch)
-    monkeypatch.setattr(remote, "_CHECK_RECORD_BATCH", max(1, batch // 2))
+    monkeypatch.setattr(server_index, "_CHECK_BATCH", batch)
+    monkeypatch.setattr(server_index, "_CHECK_RECORD_BATCH", max(1, batch // 2))
     assert main(["history", "init-db", postgres_url]) == EXIT_OK
     shas = _registered(postgres_url, tmp_path, 6)
     capsys.readouterr()
     store = remote.open_url_store(postgres_url)
     try:
-        assert remote.check_server_index(store) == []  # untouched: clean
+        assert server_index.check_server_index(store) == []  # untouched: clean
         not_json = b"not a report"
         fake = "f" * 64
         engine = create_engine(postgres_url)
@@ -116,7 +116,7 @@ def test_the_streamed_check_reports_every_kind_of_problem(
                 {"q": seq[shas[0]]},
             )
         engine.dispose()
-        problems = remote.check_server_index(store)
+        problems = server_index.check_server_index(store)
     finally:
         store.engine.dispose()
     rebuild = "(run `harness history rebuild --history-url URL` as its owner)"
@@ -155,17 +155,17 @@ def test_the_prefetching_thread_keeps_order_raises_its_error_and_stops_early() -
     import itertools
     import threading
 
-    assert list(remote._prefetched(iter(range(1000)), batch=7, depth=2)) == list(range(1000))
-    assert list(remote._prefetched(iter([]))) == []
+    assert list(server_index._prefetched(iter(range(1000)), batch=7, depth=2)) == list(range(1000))
+    assert list(server_index._prefetched(iter([]))) == []
 
     def failing():
         yield 1
         raise ValueError("the server went away")
 
     with pytest.raises(ValueError, match="the server went away"):
-        list(remote._prefetched(failing(), batch=1))
+        list(server_index._prefetched(failing(), batch=1))
 
-    endless = remote._prefetched(itertools.count(), batch=3, depth=1)
+    endless = server_index._prefetched(itertools.count(), batch=3, depth=1)
     assert [next(endless) for _ in range(5)] == [0, 1, 2, 3, 4]
     endless.close()  # the caller stops: the producer thread ends too
     assert not any(t.name == "harness-prefetch" for t in threading.enumerate())

@@ -208,16 +208,6 @@ def test_an_index_lacking_records_is_filled_by_init_db(postgres_url: str, tmp_pa
     assert main(["history", "verify", "--history-url", postgres_url]) == EXIT_OK
 
 
-def test_run_refuses_both_locations_and_a_prefix_baseline_on_a_url(tmp_path, capsys) -> None:
-    url = "postgresql+psycopg://x@/y"
-    common = ["run", "io-scale", "--demo", "--output-dir", str(tmp_path / "out")]
-    assert main([*common, "--history-dir", str(tmp_path / "h"), "--history-url", url]) == EXIT_USAGE
-    assert "not both" in capsys.readouterr().err
-    assert main([*common, "--history-url", url, "--baseline", "abcdef12"]) == EXIT_USAGE
-    assert "name a report file" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-
-
 @pytest.mark.slow
 def test_a_run_registers_on_the_server(postgres_url: str, tmp_path: Path, capsys) -> None:  # noqa: F811
     assert main(["history", "init-db", postgres_url]) == EXIT_OK

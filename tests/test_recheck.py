@@ -11,6 +11,7 @@ import pytest
 from _run_helpers import real_disk_dir
 
 from harness.cli import main
+from harness.history.folder_history import FolderHistory
 from harness.history.lookup import load_report
 from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance
@@ -62,7 +63,7 @@ def measured(tmp_path_factory):
             output_dir=folder / "base",
             reps=2,
             load_only=True,
-            history_dir=history,
+            history=FolderHistory(history),
             progress=False,
             command=command,
         )

@@ -15,6 +15,7 @@ import pytest
 from _native_support import native_binary_fixture  # noqa: F401  (fixture)
 from _run_helpers import real_disk_dir, tmpfs_dir
 
+from harness.history.folder_history import FolderHistory
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
 from harness.run.io_scale.config import IoScaleConfig
@@ -490,7 +491,9 @@ def test_baseline_pass_and_incomparable(disk_suite):
 
     folder, suite = disk_suite
     history = folder / "history"
-    first = run_io_scale(_config(folder, suite, output_dir=folder / "a", history_dir=history))
+    first = run_io_scale(
+        _config(folder, suite, output_dir=folder / "a", history=FolderHistory(history))
+    )
     assert first.exit_code == 0 and first.registered
     sha = hashlib.sha256(first.report_path.read_bytes()).hexdigest()
     # by record prefix in the history; a generous threshold: timings of tiny files are noisy
@@ -499,7 +502,7 @@ def test_baseline_pass_and_incomparable(disk_suite):
             folder,
             suite,
             output_dir=folder / "b",
-            history_dir=history,
+            history=FolderHistory(history),
             baseline=sha[:12],
             regression_percent=10000.0,
         )
@@ -527,11 +530,11 @@ def test_unknown_baseline_prefix_is_a_usage_error(disk_suite):
 
     folder, suite = disk_suite
     with pytest.raises(UsageError, match="no such history folder"):
-        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
+        run_io_scale(_config(folder, suite, history=FolderHistory(folder / "h"), baseline="abcdef"))
     (folder / "h").mkdir()
     (folder / "h" / "history.json").write_text('{"format":"quantem-harness/history","version":1}')
     with pytest.raises(UsageError, match="no record"):
-        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline="abcdef"))
+        run_io_scale(_config(folder, suite, history=FolderHistory(folder / "h"), baseline="abcdef"))
 
 
 def test_loader_reported_stages_are_folded_into_trials():
@@ -585,7 +588,9 @@ def test_run_baseline_follows_the_compare_rule(disk_suite, reference):
     with pytest.raises(UsageError, match="not a SHA-256 prefix") as compare_error:
         load_report(reference, history_dir=folder / "h")
     with pytest.raises(UsageError, match="not a SHA-256 prefix") as run_error:
-        run_io_scale(_config(folder, suite, history_dir=folder / "h", baseline=reference))
+        run_io_scale(
+            _config(folder, suite, history=FolderHistory(folder / "h"), baseline=reference)
+        )
     assert str(run_error.value) == str(compare_error.value)
     assert not (folder / "out" / "loading.json").exists()
 

@@ -385,6 +385,7 @@ def test_a_run_ends_with_what_to_open_and_what_to_run_next(tmp_path):
     from types import SimpleNamespace
 
     from harness.commands.run import print_run_end
+    from harness.history.folder_history import FolderHistory
 
     report = tmp_path / "loading.json"
     report.write_bytes(dump_report(make_example_report(1)))
@@ -394,7 +395,7 @@ def test_a_run_ends_with_what_to_open_and_what_to_run_next(tmp_path):
     )
     args = argparse.Namespace(json=False, quiet=False, demo=True)
     console, out = _console(80, terminal=False)
-    print_run_end(args, outcome, sha, Path("harness-history"), console)
+    print_run_end(args, outcome, sha, FolderHistory("harness-history"), console)
     lines = out.getvalue().splitlines()
     assert lines[0] == "open: harness-history/index.html (the dashboard)"
     assert f"--baseline {sha[:12]}" in lines[1] and lines[1].startswith("next: ")

@@ -27,6 +27,7 @@ CALIBRATION_NAME = "calibration.json"
 _OWN_OPTIONS = (
     "output_dir",
     "history_dir",
+    "history_url",
     "regression_percent",
     "json",
     "quiet",
@@ -103,10 +104,10 @@ def run_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def _check_usage(args: argparse.Namespace) -> None:
+    from harness.commands.run import check_history_usage
     from harness.verdict.calibration import MIN_RUNS
 
-    if args.history_url and args.history_dir:
-        raise UsageError("give --history-dir or --history-url, not both")
+    check_history_usage(args)
     if args.runs < MIN_RUNS:
         raise UsageError(
             f"--runs {args.runs}: give at least {MIN_RUNS} (default 8): the noise floor is "
@@ -129,8 +130,9 @@ def _check_usage(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from harness.commands.history import opened_history
-    from harness.commands.run import DEFAULT_DEMO_HISTORY
+    from harness.commands.history import opened_optional_history
+    from harness.commands.run import run_history_location
+    from harness.history.opening import arguments_for
     from harness.history.records import sha256_bytes
     from harness.report import parse_report
     from harness.verdict.calibration_report import (
@@ -143,15 +145,12 @@ def run(args: argparse.Namespace) -> int:
 
     _check_usage(args)
     console = Console(stderr=True, soft_wrap=True)
-    # the runs register where the calibration is stored: --history-url is passed on as
-    # given, a folder (given, or the demo's) is named to each run
-    folder = args.history_dir or (
-        str(DEFAULT_DEMO_HISTORY) if args.demo and not args.history_url else None
-    )
-    location = args.history_url or folder
+    # the runs register where the calibration is stored: the history (given, or the
+    # demo's folder) is named to each run as given
+    location = run_history_location(args)
     passed = run_arguments(args)
     with contextlib.ExitStack() as stack:
-        history = stack.enter_context(opened_history(location)) if location else None
+        history = stack.enter_context(opened_optional_history(location))
         if history is not None:
             history.require_calibrations()  # before the runs: one that cannot hold it, said first
         if args.output_dir:
@@ -166,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
             run_dir = out / f"run-{index:02d}"
             command = [sys.executable, "-m", "harness", "run", "io-scale", *passed]
             command += ["--output-dir", str(run_dir), "--calibration-run", f"{index}/{args.runs}"]
-            if folder is not None:
-                command += ["--history-dir", folder]
+            if location is not None:
+                command += arguments_for(location)
             log = out / f"run-{index:02d}.log"
             with open(log, "wb") as handle:
                 completed = subprocess.run(

@@ -101,6 +101,17 @@ def opened_history(location: str | Path, *, read_only: bool = False) -> Iterator
         history.close()
 
 
+@contextmanager
+def opened_optional_history(location: str | Path | None) -> Iterator:
+    """:func:`opened_history` for a command whose history is optional (a run): None
+    without a location."""
+    if location is None:
+        yield None
+        return
+    with opened_history(location) as history:
+        yield history
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "history",
@@ -521,21 +532,14 @@ def run_init_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_url(url: str):
-    from harness.history.remote import open_url_store
-
-    return open_url_store(url)
-
-
 def run_push(args: argparse.Namespace) -> int:
-    from harness.history.layout import CALIBRATIONS_DIR
-    from harness.history.remote import push
+    from harness.history.copying import copy_evidence
 
-    store = _open_url(args.history_url)
-    try:
-        result = push(args.folder, store, calibrations_dir=Path(args.folder) / CALIBRATIONS_DIR)
-    finally:
-        store.engine.dispose()
+    with (
+        opened_history(args.folder, read_only=True) as source,
+        opened_history(args.history_url) as target,
+    ):
+        result = copy_evidence(source, target)
     print(
         f"pushed {result.copied} records ({result.present} already there) and "
         f"{result.calibrations_copied} calibrations ({result.calibrations_present} already "
@@ -544,27 +548,18 @@ def run_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _folder_calibration_writer(history_dir: str | Path):
-    """Store a calibration's bytes in the folder (validated, write-once); whether new."""
-    from harness.verdict.calibration_report import register_calibration
-
-    return lambda data: register_calibration(history_dir, data).created
-
-
 def run_pull(args: argparse.Namespace) -> int:
-    from harness.history.remote import pull
+    from harness.history.copying import register_copies
     from harness.render import registration_renderer
+    from harness.verdict.calibration_report import store_calibration
 
-    store = _open_url(args.url)
-    try:
-        result = pull(
-            store,
-            args.history_dir,
+    with opened_history(args.url) as source, opened_history(args.history_dir) as target:
+        result = register_copies(
+            source,
+            target,
             render=registration_renderer(args.plots),
-            store_calibration=_folder_calibration_writer(args.history_dir),
+            store_calibration=lambda data: store_calibration(target, data).created,
         )
-    finally:
-        store.engine.dispose()
     print(
         f"pulled {result.copied} records ({result.present} already there) and "
         f"{result.calibrations_copied} calibrations ({result.calibrations_present} already "

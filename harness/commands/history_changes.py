@@ -52,24 +52,23 @@ def run_changes(args: argparse.Namespace, history) -> int:
 
     if not 0 < args.p_threshold < 1:
         raise UsageError(f"--p-threshold must lie in (0, 1), not {args.p_threshold:g}")
-    history_dir = history.where
     results = history_changes(
-        history_dir,
+        history.where,
         key=args.key,
         repository=args.repo,
         p_threshold=args.p_threshold,
         records=history.iter_reports(),
     )
     if args.key and not results:
-        raise UsageError(f"no comparison key in {history_dir} starts with {args.key}")
+        raise UsageError(f"no comparison key in {history.where} starts with {args.key}")
     if args.format == "json":
         print(json.dumps([r.to_dict() for r in results], sort_keys=True, indent=1))
         return EXIT_OK
-    print_cells(make_console(), change_view(results, history_dir))
+    print_cells(make_console(), change_view(results, history.where))
     return EXIT_OK
 
 
-def change_view(results, history_dir: str):
+def change_view(results, where: str):
     """Change points as cells: one row per change (or "none") of each key's cell."""
     from harness.views.cells import CellView
 
@@ -85,7 +84,7 @@ def change_view(results, history_dir: str):
             "change",
             "p",
         ),
-        title=f"change points in {history_dir}",
+        title=f"change points in {where}",
         line_order=(
             "change point",
             "change",

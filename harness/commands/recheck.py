@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.commands._output import show_comparison
-from harness.errors import HistoryError, UsageError
+from harness.errors import UsageError
 from harness.verdict import DEFAULT_RECHECK_LOOKS
 from harness.views.scripted import add_output_arguments, say
 
@@ -267,7 +267,7 @@ def _check_and_recheck(args, history, paired: bool | None, percent: float) -> in
 def _recheck(args, candidate, baseline, calibration, first, history, paired: bool | None) -> int:
     """Measure the flagged cells; the new record is registered in ``history``."""
     from harness.compare import compare_loaded
-    from harness.history.lookup import load_report
+    from harness.history.backend import load_reference
     from harness.run.paired.pairing import describe_pairing
     from harness.run.recheck.measure import RecheckConfig, run_recheck
 
@@ -291,7 +291,7 @@ def _recheck(args, candidate, baseline, calibration, first, history, paired: boo
                 rounds=args.recheck,
                 looks=args.recheck_looks,
                 regression_percent=args.regression_percent,
-                history_dir=None,  # registered below, in whichever history it is
+                history=history,
                 native_binary=args.native_binary,
                 lock_dir=args.lock_dir,
                 lock_timeout=args.lock_timeout,
@@ -301,30 +301,14 @@ def _recheck(args, candidate, baseline, calibration, first, history, paired: boo
                 check_source_files=not args.no_verify_source,
             )
         )
-    record = load_report(str(outcome.report_path), history_dir=None)
+    record = load_reference(None, str(outcome.report_path))
     final = compare_loaded(baseline, record, args.regression_percent, calibration=calibration)
     say(
         describe_pairing(record.doc["recheck"]) or "recheck: how it ran is not recorded",
         args,
     )
     say(f"report: {outcome.report_path}", args)
-    for line in _register(history, outcome.report_path):
-        say(line, args)
+    for result in outcome.registered:
+        say(f"history {history.where}: {result.message}", args)
     show_comparison(final, args, record.sha256)
     return final.exit_code
-
-
-def _register(history, report_path: Path) -> list[str]:
-    """Register the new record in ``history``; what was done, as lines. When the history
-    cannot be written, the error names the report, which is kept."""
-    from harness.fsio import FileWriteError
-    from harness.history.store import prepare_report
-
-    try:
-        results = history.register_reports([prepare_report(report_path)])
-    except (FileWriteError, HistoryError) as exc:
-        raise HistoryError(
-            f"{exc}; the report is kept at {report_path}: once {history.where} can be "
-            "written, register it with `harness history register`"
-        ) from exc
-    return [f"history {history.where}: {result.message}" for result in results]

@@ -7,6 +7,7 @@ work straight from ``file://``; serving is only a convenience).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -64,14 +65,9 @@ def _missing_subcommand(args: argparse.Namespace) -> int:
     raise UsageError("render needs a subcommand: index")
 
 
-#: The ``index_meta`` key, in a server render's snapshot, of the options it was rendered
-#: with: whether plots were drawn, and a digest of the git order of records.
-_META_RENDER_OPTIONS = "render.options"
-#: Seconds to wait for another render into the same folder.
-_RENDER_LOCK_TIMEOUT = 600.0
-
-
 def _render_options(plots: str, repository: Path) -> dict:
+    """What a render of a copy keeps with it (a later render redraws all when they
+    differ): whether plots are drawn, and a digest of the git order of records."""
     from harness.history.records import sha256_bytes
     from harness.render.keys import git_positions
 
@@ -79,207 +75,103 @@ def _render_options(plots: str, repository: Path) -> dict:
     return {"plots": plots != "none", "git_order": sha256_bytes(order)}
 
 
-def _render_snapshot(history, out: Path, args: argparse.Namespace, plots: str) -> str:
-    """The dashboard of a history that holds no rendered files (a server), rendered into ``out`` from a snapshot of
-    its records, journal and index that ``out`` keeps (:mod:`harness.history.snapshot`).
+class _DrawnWhileCopied:
+    """What the render draws while a history is copied whole into its folder
+    (:class:`harness.history.snapshot.CopyObserver`): the record pages, in worker
+    processes from the moment their records are in the folder, and timings.csv and the
+    key pages' trials from the index rows as they pass (not read back afterwards)."""
 
-    A folder rendered from the same server before is brought up to date: only what was
-    registered since is fetched, and only what it changed is drawn again
-    (:func:`harness.render.update.render_increment`); the result is the folder a whole
-    render gives. When the folder's copy no longer matches the server (its journal does
-    not extend the held one, its index was rebuilt, a file was edited, the options
-    differ), everything is fetched and drawn again, and a note says why. What was done,
-    as a line for the user.
-    """
-    from filelock import FileLock, Timeout
+    def __init__(self, layout) -> None:
+        from harness.render import RenderTargets
+        from harness.render.key_trials import KeyTrialsFromRows
+        from harness.render.record_pages import PagesDuringCopy
+        from harness.render.timings import TimingsFromRows
 
-    from harness.errors import HistoryError
-    from harness.fsio import ensure_dir
-    from harness.history.index_db import forget_index, open_index, read_meta_json, write_meta
-    from harness.history.layout import HistoryLayout
-    from harness.history.snapshot import (
-        Stale,
-        mark_complete,
-        snapshot_path,
-    )
-    from harness.render import RenderTargets, render_all
-    from harness.render.key_trials import KeyTrialsFromRows
-    from harness.render.record_pages import PagesDuringCopy
-    from harness.render.timings import TimingsFromRows
-    from harness.render.update import render_increment
+        self._pages = PagesDuringCopy(layout, RenderTargets(layout.root))
+        self.record_files = self._pages
+        self.timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
+        self.key_trials = KeyTrialsFromRows()
+        self.pages = None
+        self.timings_size: int | None = None
 
-    repository = Path(args.git_repo)
-    index_path = snapshot_path(out)
-    ensure_dir(index_path.parent, step="creating the render snapshot folder")
-    lock = FileLock(str(index_path.parent / "lock"), timeout=_RENDER_LOCK_TIMEOUT)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise HistoryError(
-            f"{out}: another render into this folder has held it for "
-            f"{_RENDER_LOCK_TIMEOUT:.0f} s; try again when it is done"
-        ) from None
-    layout = HistoryLayout.at(out)
-    pages = None  # a first render's record pages, started once the records are in DIR
-    try:
-        options = _render_options(plots, repository)
-        rendered_before = index_path.exists()
-        update = history.update_snapshot(out) if rendered_before else Stale("first render")
-        if not isinstance(update, Stale):
-            engine = open_index(index_path, create=False)
-            try:
-                with engine.connect() as connection:
-                    held = read_meta_json(connection, _META_RENDER_OPTIONS)
-            finally:
-                engine.dispose()
-                forget_index(index_path)
-            if held is None or held["plots"] != options["plots"]:
-                update = Stale(f"{out} was rendered with other options (plots or not)")
-        if isinstance(update, Stale):
-            if rendered_before:
-                print(f"note: {out}: rendering everything again: {update.reason}",
-                      file=sys.stderr)  # fmt: skip
+    def rows_copied(self, table: str, batch: list) -> None:
+        self.timings.rows(table, batch)
+        self.key_trials.rows(table, batch)
 
-            # timings.csv is written, and the key pages' trials are gathered, from
-            # the index rows as they are copied (not read back out of the snapshot)
-            timings = TimingsFromRows(RenderTargets(layout.root).timings_csv)
-            key_trials = KeyTrialsFromRows()
+    def finish(self) -> None:
+        self.timings_size = self.timings.finish()
+        self.pages = self._pages.pages
 
-            def rows_copied(table: str, batch: list) -> None:
-                timings.rows(table, batch)
-                key_trials.rows(table, batch)
+    def abort(self) -> None:
+        self.timings.abort()
+        self.pages = self._pages.pages
 
-            # the record pages are written by worker processes from the moment their
-            # records are in DIR, while the rest is copied and the keys are drawn
-            during_copy = PagesDuringCopy(layout, RenderTargets(layout.root))
-            try:
-                history.take_snapshot(
-                    out,
-                    prune=rendered_before,
-                    record_files=during_copy,
-                    rows_copied=rows_copied,
-                )
-                timings_size = timings.finish()
-            except BaseException:
-                timings.abort()
-                raise
-            finally:
-                pages = during_copy.pages
-        engine = open_index(index_path, create=False)
-        try:
-            # DIR plays the history folder (out=None): the dashboard is the one `render
-            # index --full --all-plots` draws in a folder with the same records, change
-            # points detected, with its bookkeeping in the snapshot
-            if isinstance(update, Stale):
-                render_all(
-                    layout,
-                    engine,
-                    out=None,
-                    plots="none" if plots == "none" else "all",
-                    full=True,
-                    repository=repository,
-                    record_pages=pages,
-                    timings_csv_size=timings_size,
-                    key_trials=key_trials.frame,
-                )
-                done = "rendered every record"
-            else:
-                render_increment(
-                    layout,
-                    engine,
-                    new_seqs=update.new_seqs,
-                    new_shas=update.new_shas,
-                    draw_keys=options["plots"],
-                    redraw_all_keys=held["git_order"] != options["git_order"],
-                    repository=repository,
-                )
-                for path in update.repaired:
-                    print(f"note: {path}: not the server's bytes; written again",
-                          file=sys.stderr)  # fmt: skip
-                done = (
-                    f"{len(update.new_seqs)} records new since the last render; rendered "
-                    "what they changed"
-                )
-            with engine.begin() as connection:
-                write_meta(connection, _META_RENDER_OPTIONS, json.dumps(options))
-        finally:
-            engine.dispose()
-            forget_index(index_path)
-        mark_complete(index_path)
-    finally:
-        if pages is not None:
-            pages.close()  # stops its workers when the render failed before finishing them
-        lock.release()
-    return done
+    def close(self) -> None:
+        if self.pages is not None:
+            self.pages.close()  # stops its workers when the render failed before finishing them
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.commands.history import history_location
-    from harness.history.index_db import open_index, open_index_for_reading
-    from harness.history.lock import locked_history
-    from harness.history.store import index_journalled
+    """Render the history, whichever backend holds it, through one path: the backend
+    gives what to read (a folder's own files, or a copy of a server that ``--out``
+    keeps: :meth:`~harness.history.backend.HistoryBackend.rendering`), the views draw
+    what its bookkeeping says is stale, or what the copy gained."""
+    from harness.history.snapshot import SnapshotUpdate
     from harness.render import render_all
+    from harness.render.update import render_increment
 
     if args.all_plots and args.no_plots:
         raise UsageError("--all-plots and --no-plots exclude each other")
     out = Path(args.out).absolute() if args.out else None
     plots = "none" if args.no_plots else ("all" if args.all_plots or out is not None else "stale")
-    location = history_location(args)
+    repository = Path(args.git_repo)
     history = args.history
-    if not history.holds_rendered_files:
-        # a history without rendered files (a server) is drawn from a snapshot of it
-        # that the output folder keeps
-        if out is None:
-            raise UsageError(f"render index of {history.where} needs --out DIR (where to render)")
-        if (out / "history.json").exists():
-            raise UsageError(
-                f"--out {out} is a history folder; render {history.where} into a new folder"
+    copied: list[_DrawnWhileCopied] = []
+
+    def on_copy(layout) -> _DrawnWhileCopied:
+        copied.append(_DrawnWhileCopied(layout))
+        return copied[0]
+
+    # computed once, and only for a copy that keeps them (git order: a subprocess)
+    options = functools.cache(lambda: _render_options(plots, repository))
+    with history.rendering(out, options=options, on_copy=on_copy) as source:
+        for line in source.notes:
+            print(line)
+        for line in source.warnings:
+            print(line, file=sys.stderr)
+        if isinstance(source.changes, SnapshotUpdate):  # a kept copy: draw what it gained
+            render_increment(
+                source.layout,
+                source.engine,
+                new_seqs=source.changes.new_seqs,
+                new_shas=source.changes.new_shas,
+                draw_keys=plots != "none",
+                redraw_all_keys=source.held_options["git_order"] != options()["git_order"],
+                repository=repository,
             )
-        done = _render_snapshot(history, out, args, plots)
-        _warn_left_out(history)
-        print(f"rendered {out} ({done}); open {out / 'index.html'}")
-        if args.serve:
-            serve(out, args.port)
-        return EXIT_OK
-    # rendered elsewhere, the history is only read: it may be read-only
-    with locked_history(location, shared=out is not None) as layout:
-        if out is None:
-            engine = open_index(layout.index_db, create=False)
-            # a registration cut short after its journal line (a full disk): indexed now
-            repaired, skipped = index_journalled(layout, engine)
-            if repaired:
-                print(f"indexed {len(repaired)} journalled records the index lacked")
-            for line in skipped:
-                print(f"warning: {line} (run `harness history verify`)", file=sys.stderr)
+            done = (
+                f" ({len(source.changes.new_seqs)} records new since the last render; "
+                "rendered what they changed)"
+            )
         else:
-            engine = open_index_for_reading(layout.index_db)
-        try:
+            drawn = copied[0] if copied else None
             render_all(
-                layout,
-                engine,
-                out=out,
+                source.layout,
+                source.engine,
+                out=source.out,
                 plots=plots,
                 full=args.full or out is not None,
-                repository=Path(args.git_repo),
+                repository=repository,
+                record_pages=drawn.pages if drawn else None,
+                timings_csv_size=drawn.timings_size if drawn else None,
+                key_trials=drawn.key_trials.frame if drawn else None,
             )
-        finally:
-            engine.dispose()
-    root = out or layout.root
-    print(f"rendered {root}; open {root / 'index.html'}")
+            done = " (rendered every record)" if source.changes is not None else ""
+    root = source.out or source.layout.root
+    print(f"rendered {root}{done}; open {root / 'index.html'}")
     if args.serve:
         serve(root, args.port)
     return EXIT_OK
-
-
-def _warn_left_out(history) -> None:
-    """Name the records the render left out (no index row: not a valid report, let in
-    by an older server or an owner's edit, or an index that lags)."""
-    for sha256 in history.unindexed():
-        print(
-            f"warning: record {sha256} is not indexed and was left out (not a valid "
-            "report, or the index lags): `harness history verify` says which",
-            file=sys.stderr,
-        )
 
 
 def serve(root: Path, port: int) -> None:

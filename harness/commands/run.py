@@ -11,6 +11,7 @@ incomparable baseline, 64 usage error. See docs/io-scale.md.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -269,33 +270,31 @@ def add_history_url_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_history_url_usage(args: argparse.Namespace) -> None:
-    """``--history-url`` excludes ``--history-dir``; a baseline is then a report file
-    (the run's baseline lookup reads a history folder)."""
+def check_history_usage(args: argparse.Namespace) -> None:
+    """``--history-url`` excludes ``--history-dir``."""
     from harness.errors import UsageError
 
-    if args.history_url is None:
-        return
-    if args.history_dir is not None:
+    if args.history_url and args.history_dir:
         raise UsageError("give --history-dir or --history-url, not both")
-    if args.baseline is not None and not Path(args.baseline).is_file():
-        raise UsageError(
-            f"--baseline {args.baseline}: with --history-url, name a report file "
-            "(`harness history show --raw PREFIX --history-url URL > baseline.json`)"
-        )
 
 
-def register_on_server(url: str, report_path: Path, console) -> str:
-    """Register the run's report into the history at ``url``, say what happened; its
-    SHA-256."""
-    from harness.commands.history import opened_history
-    from harness.history.store import prepare_report
+def run_history_location(args: argparse.Namespace) -> str | Path | None:
+    """Where a run's history is: ``--history-url`` or ``--history-dir`` (one of them),
+    else the demo's folder for ``--demo``, else none (the report is only written)."""
+    given = args.history_url or args.history_dir
+    if given is None and getattr(args, "demo", False):
+        return Path(DEFAULT_DEMO_HISTORY)
+    return given
 
-    with opened_history(url) as history:
-        (result,) = history.register_reports([prepare_report(report_path)])
+
+def print_registered(console, history, registered: list) -> str | None:
+    """Say what registering the run's report did; its SHA-256 (None when not registered)."""
+    for result in registered:
         print_line(console, f"history {history.where}: {result.message}")
-        print_line(console, f"history {history.where}: journal head {result.journal_head}")
-    return result.sha256
+    if not registered:
+        return None
+    print_line(console, f"history {history.where}: journal head {registered[-1].journal_head}")
+    return registered[-1].sha256
 
 
 def _no_benchmark(args: argparse.Namespace) -> int:
@@ -304,7 +303,7 @@ def _no_benchmark(args: argparse.Namespace) -> int:
     raise UsageError("run: choose a benchmark: io-scale, compute or self")
 
 
-def _config_from_args(args: argparse.Namespace, **overrides):
+def _config_from_args(args: argparse.Namespace, history, **overrides):
     from harness.render import registration_renderer
     from harness.run.io_scale.config import IoScaleConfig
     from harness.run.paired.pairing import parse_pairing_flags
@@ -319,7 +318,7 @@ def _config_from_args(args: argparse.Namespace, **overrides):
         load_only=args.load_only,
         representation=args.representation,
         qem_version=args.qem_version,
-        history_dir=args.history_dir,
+        history=history,
         render=registration_renderer(),
         baseline=args.baseline,
         regression_percent=args.regression_percent,
@@ -447,60 +446,52 @@ def _demo_report_dir() -> Path:
 
 def run(args: argparse.Namespace) -> int:
     _check_usage(args)
-    check_history_url_usage(args)
+    check_history_usage(args)
     from harness.run.provenance import check_code_origin
 
     check_code_origin()  # a foreign checkout is refused before the demo writes anything
 
+    from harness.commands.history import opened_optional_history
     from harness.run.io_scale.kind import run_io_scale
     from harness.run.summary import print_summary
     from harness.views.scripted import human_console, output_mode
 
     console = human_console(args)
-    if args.demo:
-        import dataclasses
+    # opened once, before anything is measured: a server that cannot be reached is refused first
+    with opened_optional_history(run_history_location(args)) as history:
+        if args.demo:
+            import dataclasses
 
-        from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
-        from harness.run.io_scale.config import check_config
-        from quantem.stem4d.backends import best_backend
+            from harness.run.demo import DEMO_REPS, DEMO_STORAGE_ID, demo_folder, write_demo_suite
+            from harness.run.io_scale.config import check_config
+            from quantem.stem4d.backends import best_backend
 
-        with demo_folder() as folder:
-            config = _config_from_args(
-                args,
-                root=folder,
-                manifest=folder,
-                backend=args.backend or best_backend(),
-                storage_id=DEMO_STORAGE_ID,
-                output_dir=Path(args.output_dir) if args.output_dir else _demo_report_dir(),
-                history_dir=None
-                if args.history_url
-                else (args.history_dir or Path(DEFAULT_DEMO_HISTORY)),
-                reps=args.reps if args.reps is not None else DEMO_REPS,
-            )
-            check_config(config)  # every option refused before the demo data is written
-            suite = write_demo_suite(folder)
-            config = dataclasses.replace(config, root=suite.root, manifest=suite.manifest)
-            outcome = run_io_scale(config)
-    else:
-        outcome = run_io_scale(_config_from_args(args))
-    if output_mode(args) is None:
-        print_summary(outcome.report, console)
-    print_line(console, f"report: {outcome.report_path}")
-    sha256 = None
-    if args.history_url:
-        sha256 = register_on_server(args.history_url, outcome.report_path, console)
-    history_dir = config.history_dir if args.demo else args.history_dir
-    for result in outcome.registered:
-        print_line(console, f"history {history_dir}: {result.message}")
-        sha256 = result.sha256
-    if outcome.registered:
-        head = outcome.registered[-1].journal_head
-        print_line(console, f"history {history_dir}: journal head {head}")
-    print_run_end(args, outcome, sha256, history_dir, console)
+            with demo_folder() as folder:
+                config = _config_from_args(
+                    args,
+                    history,
+                    root=folder,
+                    manifest=folder,
+                    backend=args.backend or best_backend(),
+                    storage_id=DEMO_STORAGE_ID,
+                    output_dir=Path(args.output_dir) if args.output_dir else _demo_report_dir(),
+                    reps=args.reps if args.reps is not None else DEMO_REPS,
+                )
+                check_config(config)  # every option refused before the demo data is written
+                suite = write_demo_suite(folder)
+                config = dataclasses.replace(config, root=suite.root, manifest=suite.manifest)
+                outcome = run_io_scale(config)
+        else:
+            outcome = run_io_scale(_config_from_args(args, history))
+        if output_mode(args) is None:
+            print_summary(outcome.report, console)
+        print_line(console, f"report: {outcome.report_path}")
+        sha256 = print_registered(console, history, outcome.registered)
+        print_run_end(args, outcome, sha256, history, console)
     return outcome.exit_code
 
 
-def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> None:
+def print_run_end(args, outcome, sha256: str | None, history, console) -> None:
     """The script outputs, or for people: what to open and what to run next."""
     from harness.history.records import sha256_bytes
     from harness.views.scripted import output_mode, print_json, quiet_line, report_verdict
@@ -514,17 +505,14 @@ def print_run_end(args, outcome, sha256: str | None, history_dir, console) -> No
     if mode == "quiet":
         print(quiet_line(sha256, report_verdict(outcome.report)), flush=True)
         return
-    if history_dir is not None and outcome.registered:
-        print_line(console, f"open: {Path(history_dir) / 'index.html'} (the dashboard)")
+    if outcome.registered and history.holds_rendered_files:
+        print_line(console, f"open: {Path(history.where) / 'index.html'} (the dashboard)")
     run = "harness run io-scale " + ("--demo" if args.demo else "...")
-    url = getattr(args, "history_url", None)
-    if outcome.registered:  # a folder history: the SHA-256 prefix finds it
-        where = "" if args.demo else f" --history-dir {history_dir}"
+    if outcome.registered:  # the SHA-256 prefix finds it in the history
+        # the demo's own folder goes unnamed: the demo finds it again by itself
+        named = getattr(args, "history_url", None) or getattr(args, "history_dir", None)
+        where = "" if args.demo and not named else " " + shlex.join(history.location_arguments())
         baseline, compare = sha256[:12], f"--baseline {sha256[:12]}{where} (the newest record)"
-    elif url:  # a run on a server takes its baseline as a file
-        where = f" --history-url {url}"
-        baseline = str(outcome.report_path)
-        compare = f"--baseline {sha256[:12]}{where} (the newest record)"
     else:
         where, baseline = "", str(outcome.report_path)
         compare = f"--baseline {baseline} NEW_DIR/loading.json"
@@ -700,6 +688,7 @@ def _single_source_manifest(master: Path, folder: Path) -> tuple[Path, Path]:
 def run_compute_command(args: argparse.Namespace) -> int:
     import tempfile
 
+    from harness.commands.history import opened_optional_history
     from harness.errors import UsageError
     from harness.render import registration_renderer
     from harness.run.compute.config import ComputeConfig
@@ -708,7 +697,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
     from harness.run.provenance import check_code_origin
     from harness.views.console import make_console
 
-    check_history_url_usage(args)
+    check_history_usage(args)
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
     check_code_origin()
@@ -742,7 +731,10 @@ def run_compute_command(args: argparse.Namespace) -> int:
     )
     console = make_console()
     source = Path(args.source)
-    with tempfile.TemporaryDirectory(prefix="harness-compute-") as tmp:
+    with (
+        opened_optional_history(run_history_location(args)) as history,
+        tempfile.TemporaryDirectory(prefix="harness-compute-") as tmp,
+    ):
         if source.suffix == ".json":
             manifest, root = source, Path(args.root) if args.root else source.parent
         else:
@@ -758,7 +750,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
             parameters=parameters,
             save_outputs=args.save_outputs,
             accept_output_change=args.accept_output_change,
-            history_dir=args.history_dir,
+            history=history,
             render=registration_renderer(),
             baseline=args.baseline,
             regression_percent=args.regression_percent,
@@ -768,12 +760,9 @@ def run_compute_command(args: argparse.Namespace) -> int:
             command=["harness", *sys.argv[1:]],
         )
         outcome = run_compute(config)
-    print_compute_summary(outcome.report, console)
-    print_line(console, f"report: {outcome.report_path}")
-    for result in outcome.registered:
-        print_line(console, f"history {args.history_dir}: {result.message}")
-    if args.history_url:
-        register_on_server(args.history_url, outcome.report_path, console)
+        print_compute_summary(outcome.report, console)
+        print_line(console, f"report: {outcome.report_path}")
+        print_registered(console, history, outcome.registered)
     return outcome.exit_code
 
 

@@ -86,10 +86,6 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
 
 
 def run_self_command(args: argparse.Namespace) -> int:
-    from harness.render import registration_renderer
-    from harness.selfbench.kind import SelfConfig, run_self
-    from harness.views.console import make_console, print_line
-
     if args.repeat < 1 or min(args.records) < 1 or args.verdict_draws < 0:
         raise UsageError("--repeat and --records must be at least 1, --verdict-draws at least 0")
     try:
@@ -106,6 +102,17 @@ def run_self_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--e2e-passes {args.e2e_passes!r}: each scenario once")
     if args.work_dir is not None and not args.work_dir.is_dir():
         raise UsageError(f"--work-dir {args.work_dir}: no such folder")
+    from harness.commands.history import opened_optional_history
+
+    with opened_optional_history(args.history_dir) as history:
+        return _run_self(args, history, passes)
+
+
+def _run_self(args: argparse.Namespace, history, passes: tuple[int, ...]) -> int:
+    from harness.render import registration_renderer
+    from harness.selfbench.kind import SelfConfig, run_self
+    from harness.views.console import make_console, print_line
+
     config = SelfConfig(
         output_dir=args.output_dir,
         records=tuple(args.records),
@@ -115,7 +122,7 @@ def run_self_command(args: argparse.Namespace) -> int:
         plots=args.plots,
         work_dir=args.work_dir,
         storage_id=args.storage_id,
-        history_dir=args.history_dir,
+        history=history,
         baseline=args.baseline,
         regression_percent=args.regression_percent,
         calibration=args.calibration,
@@ -130,7 +137,7 @@ def run_self_command(args: argparse.Namespace) -> int:
     print_self_summary(outcome.report, console)
     print_line(console, f"report: {outcome.report_path}")
     for result in outcome.registered:
-        print_line(console, f"history {args.history_dir}: {result.message}")
+        print_line(console, f"history {history.where}: {result.message}")
     return outcome.exit_code
 
 

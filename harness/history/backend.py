@@ -18,13 +18,19 @@ read back as reports (:func:`iter_intact_reports`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import HistoryError, ReportValidationError
 from harness.history.evidence_store import EvidenceStore
-from harness.history.lookup import LoadedReport, load_report_file, parse_sha_prefix
+from harness.history.lookup import (
+    LoadedReport,
+    load_report_file,
+    no_history_for,
+    parse_sha_prefix,
+)
 from harness.history.records import sha256_bytes
 from harness.report import parse_report
 
@@ -71,6 +77,27 @@ class IndexRebuild:
 CalibrationParser = Callable[[bytes, str], object]
 
 
+@dataclass
+class RenderSource:
+    """What a render reads and where it draws (:meth:`HistoryBackend.rendering`)."""
+
+    #: the history folder the render reads: the history's own, or the copy in ``--out``
+    layout: Any
+    #: its index (a SQLAlchemy engine)
+    engine: Any
+    #: where the files are drawn; None: into ``layout``'s folder, which keeps the bookkeeping
+    out: Path | None
+    #: what the folder's bookkeeping does not say: None (a history folder keeps it), a
+    #: ``snapshot.Stale`` (a copy taken whole: draw everything) or a
+    #: ``snapshot.SnapshotUpdate`` (what a kept copy gained since its last render)
+    changes: Any = None
+    #: the options the copy was last rendered with (None: not a copy, or none held)
+    held_options: dict | None = None
+    #: lines for the user: notes (stdout) and warnings (stderr)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
 @runtime_checkable
 class HistoryBackend(EvidenceStore, Protocol):
     """One history: its records and journal (:class:`EvidenceStore`), its index, its
@@ -88,6 +115,10 @@ class HistoryBackend(EvidenceStore, Protocol):
 
     def exists(self) -> bool:
         """Whether there is a history here (a folder may not have been created yet)."""
+
+    def location_arguments(self) -> list[str]:
+        """The command-line arguments that name this history (``--history-dir H`` or
+        ``--history-url URL``, password hidden), for the commands a message suggests."""
 
     # records
     def register_reports(
@@ -137,14 +168,20 @@ class HistoryBackend(EvidenceStore, Protocol):
         """Store a calibration's bytes (validated by the caller), write-once:
         (its SHA-256, whether it was new)."""
 
-    # snapshots (a backend whose ``holds_rendered_files`` is False)
-    def take_snapshot(self, folder: Path, **options: Any) -> Any:
-        """Copy records, journal and index into ``folder`` for a render there
-        (:func:`harness.history.snapshot.take_snapshot`'s options and result)."""
-
-    def update_snapshot(self, folder: Path) -> Any:
-        """Bring ``folder``'s copy up to date, or say why it cannot be
-        (:func:`harness.history.snapshot.update_snapshot`)."""
+    # rendering
+    def rendering(
+        self,
+        out: Path | None,
+        *,
+        options: Callable[[], dict],
+        on_copy: Callable[[Any], Any] | None = None,
+    ) -> AbstractContextManager[RenderSource]:
+        """What a render of this history reads, held for the render (:class:`RenderSource`):
+        a folder its own files and index (locked; ``out``: draw there instead, read only);
+        a server a copy of itself that ``out`` keeps, taken or brought up to date
+        (:mod:`harness.history.snapshot`; ``options()``: the render's options, kept with
+        the copy; ``on_copy(layout)``: what the render does while the copy is taken
+        whole, a :class:`harness.history.snapshot.CopyObserver`)."""
 
     # checks
     def verify(
@@ -165,6 +202,37 @@ class HistoryBackend(EvidenceStore, Protocol):
         """Rebuild the index from the journalled records (and a folder's rendered files)."""
 
 
+class IndexedHistory:
+    """The contract's index queries and report reading, written once over the two things
+    a backend gives: a connection to its index (:meth:`_index_connection`) and its
+    records as (sha256, bytes) rows (:meth:`_record_rows`). A folder and a server
+    inherit them; the same SQL runs on SQLite and on PostgreSQL (the same models)."""
+
+    def _index_connection(self, step: str) -> AbstractContextManager:
+        """A connection to the index for one read; failures named as ``step``."""
+        raise NotImplementedError
+
+    def _record_rows(self) -> Iterator[tuple[str, bytes]]:
+        """(sha256, bytes) of every stored record, by key."""
+        raise NotImplementedError
+
+    def record_label(self, sha256: str) -> str:
+        raise NotImplementedError
+
+    def list_records(self, *, key: str | None = None, limit: int | None = None) -> list:
+        with self._index_connection("listing the records") as connection:
+            return list_index_rows(connection, key=key, limit=limit)
+
+    def newest_candidate(self) -> str | None:
+        from harness.history.index_db import newest_candidate
+
+        with self._index_connection("reading the index") as connection:
+            return newest_candidate(connection)
+
+    def iter_reports(self) -> Iterator[tuple[str, dict]]:
+        return iter_intact_reports(self._record_rows(), self.record_label)
+
+
 def list_index_rows(connection, *, key: str | None = None, limit: int | None = None) -> list:
     """The listing's index rows, oldest first: the same SQL on a folder's index and a
     server's (the same models)."""
@@ -180,12 +248,17 @@ def list_index_rows(connection, *, key: str | None = None, limit: int | None = N
     return list(reversed(connection.execute(statement).all()))
 
 
-def load_reference(history: HistoryBackend, reference: str, *, what: str = "") -> LoadedReport:
+def load_reference(
+    history: HistoryBackend | None, reference: str, *, what: str = ""
+) -> LoadedReport:
     """The report named by ``reference``: an existing file is read as a report, anything
-    else is a SHA-256 prefix looked up in ``history`` (``harness.history.lookup``'s rule)."""
+    else is a SHA-256 prefix looked up in ``history`` (``harness.history.lookup``'s rule);
+    UsageError for a prefix when there is no history to look it up in."""
     loaded = load_report_file(reference, what=what)
     if loaded is not None:
         return loaded
+    if history is None:
+        raise no_history_for(reference, what=what)
     sha256 = history.match_prefix(reference, what=what)
     label = history.record_label(sha256)
     data = history.read_checked(sha256)

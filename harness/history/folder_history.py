@@ -8,36 +8,38 @@ touches nothing: a folder that is not there yet is created by the first registra
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
-from harness.errors import HistoryError, UsageError
+from harness.errors import HistoryError
 from harness.history.backend import (
     CalibrationParser,
     HistoryCheck,
+    IndexedHistory,
     IndexRebuild,
     RegisteredReport,
+    RenderSource,
     calibration_problems,
-    iter_intact_reports,
-    list_index_rows,
 )
 from harness.history.evidence_store import FolderStore, StoreCheck, StoredRecord
-from harness.history.index_db import RecordRow, newest_candidate, open_index_for_reading
+from harness.history.index_db import RecordRow, open_index, open_index_for_reading
 from harness.history.layout import CALIBRATIONS_DIR, HistoryLayout, sha256_of_record_name
 from harness.history.lock import (
     check_history_marker,
     history_lock,
+    locked_history,
     require_history,
 )
 from harness.history.lookup import read_checked_record, resolve_record
 from harness.history.rebuild import rebuild_history
 from harness.history.records import write_record
-from harness.history.store import register_reports
+from harness.history.store import index_journalled, register_reports
 from harness.history.verify import verify_history
 
 
-class FolderHistory:
+class FolderHistory(IndexedHistory):
     """A history folder (records/, journal.jsonl, index.sqlite, calibrations/)."""
 
     holds_rendered_files = True
@@ -59,6 +61,9 @@ class FolderHistory:
 
     def exists(self) -> bool:
         return self._layout.marker.exists()
+
+    def location_arguments(self) -> list[str]:
+        return ["--history-dir", str(self.root.absolute())]
 
     # the evidence store
     def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
@@ -100,9 +105,9 @@ class FolderHistory:
     def count_records(self) -> int:
         return sum(1 for _ in self._layout.iter_record_files())
 
-    def iter_reports(self) -> Iterator[tuple[str, dict]]:
-        self._require()
-        return iter_intact_reports(_record_rows(self._layout), self.record_label)
+    def _record_rows(self) -> Iterator[tuple[str, bytes]]:
+        self._require()  # now, not when the rows are first read
+        return _record_rows(self._layout)
 
     # index
     def _require(self) -> None:
@@ -110,33 +115,19 @@ class FolderHistory:
         require_history(self._layout)
         check_history_marker(self._layout, create=False)
 
-    def _read_index(self):
+    @contextmanager
+    def _index_connection(self, step: str) -> Iterator[Connection]:
         self._require()
-        return open_index_for_reading(self._layout.index_db)
-
-    def list_records(self, *, key: str | None = None, limit: int | None = None) -> list:
-        engine = self._read_index()
+        engine = open_index_for_reading(self._layout.index_db)
         try:
             with engine.connect() as connection:
-                return list_index_rows(connection, key=key, limit=limit)
-        finally:
-            engine.dispose()
-
-    def newest_candidate(self) -> str | None:
-        engine = self._read_index()
-        try:
-            with engine.connect() as connection:
-                return newest_candidate(connection)
+                yield connection
         finally:
             engine.dispose()
 
     def unindexed(self) -> list[str]:
-        engine = self._read_index()
-        try:
-            with engine.connect() as connection:
-                indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
-        finally:
-            engine.dispose()
+        with self._index_connection("reading the index") as connection:
+            indexed = set(connection.execute(select(RecordRow.sha256)).scalars())
         stored = {sha for sha, _ in _record_rows(self._layout, read=False)}
         return sorted(stored - indexed)
 
@@ -157,12 +148,30 @@ class FolderHistory:
             written = write_record(self._calibrations, data)
         return written.sha256, written.created
 
-    # snapshots: a folder holds its rendered files, and is rendered where it is
-    def take_snapshot(self, folder, **options):
-        raise UsageError(f"{self.where} is a history folder: render it, not a copy of it")
-
-    def update_snapshot(self, folder):
-        raise UsageError(f"{self.where} is a history folder: render it, not a copy of it")
+    # rendering: a folder is read where it is (its bookkeeping says what is stale)
+    @contextmanager
+    def rendering(self, out, *, options=None, on_copy=None) -> Iterator[RenderSource]:
+        """Drawn in place, the history is locked and a registration cut short after its
+        journal line (a full disk) is indexed first; drawn into ``out``, it is only read
+        (it may be read-only)."""
+        with locked_history(self.root, shared=out is not None) as layout:
+            source = RenderSource(layout, None, out)
+            if out is None:
+                source.engine = open_index(layout.index_db, create=False)
+                repaired, skipped = index_journalled(layout, source.engine)
+                if repaired:
+                    source.notes.append(
+                        f"indexed {len(repaired)} journalled records the index lacked"
+                    )
+                source.warnings += [
+                    f"warning: {line} (run `harness history verify`)" for line in skipped
+                ]
+            else:
+                source.engine = open_index_for_reading(layout.index_db)
+            try:
+                yield source
+            finally:
+                source.engine.dispose()
 
     # checks
     def verify(

@@ -140,6 +140,17 @@ def load_report_file(reference: str, *, what: str = "") -> LoadedReport | None:
     return None
 
 
+def no_history_for(reference: str, *, what: str = "") -> UsageError:
+    """The error for a SHA-256 prefix given where there is no history to look it up in
+    (UsageError at once when ``reference`` is not even a prefix)."""
+    parse_sha_prefix(reference, what=what)
+    label = f"{what} " if what else ""
+    return UsageError(
+        f"{label}{reference}: no such file, and no history (--history-dir) to look up "
+        "a SHA-256 prefix in"
+    )
+
+
 def read_checked_record(record: Path) -> bytes:
     """A folder record's bytes, re-hashed: a record edited (or linked) there is refused."""
     data = record.read_bytes()
@@ -156,16 +167,11 @@ def load_report(reference: str, *, history_dir: str | Path | None, what: str = "
     ``what`` (``"--baseline"``) starts every error message. A record's bytes are
     re-hashed: a record that no longer matches its name is refused.
     """
-    label = f"{what} " if what else ""
     loaded = load_report_file(reference, what=what)
     if loaded is not None:
         return loaded
     if history_dir is None:
-        parse_sha_prefix(reference, what=what)
-        raise UsageError(
-            f"{label}{reference}: no such file, and no history (--history-dir) to look up "
-            "a SHA-256 prefix in"
-        )
+        raise no_history_for(reference, what=what)
     layout = HistoryLayout.at(history_dir)
     record = resolve_record(layout, reference, what=what)
     data = read_checked_record(record)

@@ -18,6 +18,12 @@ def is_url(location: str | Path) -> bool:
     return isinstance(location, str) and "://" in location
 
 
+def arguments_for(location: str | Path) -> list[str]:
+    """The command-line arguments that name the history at ``location`` as given (a
+    URL's password kept), for a command this one runs."""
+    return ["--history-url" if is_url(location) else "--history-dir", str(location)]
+
+
 def open_history(location: str | Path, *, read_only: bool = False) -> HistoryBackend:
     """The history at ``location``: a folder (created by its first registration unless
     ``read_only``), or a PostgreSQL database by URL (connected now: HistoryError when it

@@ -346,6 +346,11 @@ def index_entry_of(prepared: PreparedReport):
     )
 
 
+def server_name(url) -> str:
+    """A server's URL as shown to users: password hidden."""
+    return url.render_as_string(hide_password=True)
+
+
 @contextmanager
 def server_step(engine: Engine, step: str) -> Iterator[None]:
     """Turn a database failure during ``step`` into a HistoryError naming the server
@@ -353,7 +358,7 @@ def server_step(engine: Engine, step: str) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
-        where = engine.url.render_as_string(hide_password=True)
+        where = server_name(engine.url)
         detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
         raise HistoryError(f"{where}: {detail} (while {step})") from exc
 

@@ -2,7 +2,8 @@
 
 The evidence (records, journal, calibrations) and the index live in one database
 (:mod:`harness.history.postgres` defines the tables and the server-side rules,
-:mod:`harness.history.remote` connects, sets up, copies, checks and rebuilds the index).
+:mod:`harness.history.remote` connects and sets up, :mod:`harness.history.server_index`
+checks and rebuilds the index).
 This module answers the contract's questions with SQL; the rules shared with a folder
 (prefix lookup, hash checks, which calibrations are sound) come from
 :mod:`harness.history.backend` and :mod:`harness.history.lookup`, written once.
@@ -13,34 +14,36 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from harness.errors import HistoryError
 from harness.history.backend import (
     CalibrationParser,
     HistoryCheck,
+    IndexedHistory,
     IndexRebuild,
     RegisteredReport,
     calibration_problems,
     checked_bytes,
-    iter_intact_reports,
-    list_index_rows,
 )
 from harness.history.evidence_store import StoreCheck, StoredRecord
-from harness.history.index_db import newest_candidate
 from harness.history.layout import record_relpath
 from harness.history.lookup import one_match, parse_sha_prefix
-from harness.history.postgres import PostgresStore, records_table, server_step
-from harness.history.remote import (
-    calibration_rows,
-    check_calibrations_table,
-    check_server_index,
-    open_url_store,
-    rebuild_server_index,
+from harness.history.postgres import (
+    PostgresStore,
+    calibrations_table,
+    records_table,
     server_name,
-    store_calibration,
+    server_step,
+)
+from harness.history.records import sha256_bytes
+from harness.history.remote import open_url_store
+from harness.history.server_index import (
+    check_server_index,
+    rebuild_server_index,
     unindexed_records,
 )
 
 
-class ServerHistory:
+class ServerHistory(IndexedHistory):
     """The history in the PostgreSQL database at a URL (``--history-url``)."""
 
     holds_rendered_files = False
@@ -59,6 +62,9 @@ class ServerHistory:
 
     def exists(self) -> bool:
         return True  # open_url_store refused a database that is not set up
+
+    def location_arguments(self) -> list[str]:
+        return ["--history-url", self.where]
 
     # the evidence store
     def register(self, data: bytes, *, source: str, registered_utc: str) -> StoredRecord:
@@ -127,9 +133,6 @@ class ServerHistory:
         with _reading(self.store, "counting the records") as connection:
             return connection.execute(select(func.count()).select_from(records_table)).scalar_one()
 
-    def iter_reports(self) -> Iterator[tuple[str, dict]]:
-        return iter_intact_reports(self._record_rows(), self.record_label)
-
     def _record_rows(self) -> Iterator[tuple[str, bytes]]:
         from sqlalchemy import select
 
@@ -143,42 +146,71 @@ class ServerHistory:
                 yield sha256, bytes(data)
 
     # index
-    def list_records(self, *, key: str | None = None, limit: int | None = None) -> list:
-        with _reading(self.store, "listing the records") as connection:
-            return list_index_rows(connection, key=key, limit=limit)
-
-    def newest_candidate(self) -> str | None:
-        with _reading(self.store, "reading the index") as connection:
-            return newest_candidate(connection)
+    def _index_connection(self, step: str):
+        return _reading(self.store, step)
 
     def unindexed(self) -> list[str]:
         return unindexed_records(self.store)
 
-    # calibrations
+    # calibrations: a table of their own (none on a database set up before calibrations
+    # were kept on servers: init-db adds it)
+    def _has_calibrations(self, connection) -> bool:
+        from sqlalchemy import inspect
+
+        return inspect(connection).has_table(calibrations_table.name)
+
+    def _calibrations_missing(self) -> HistoryError:
+        return HistoryError(
+            f"{self.where}: no table {calibrations_table.name} (set up before calibrations "
+            "were kept on servers); run `harness history init-db URL` as its owner"
+        )
+
     def calibration_rows(self) -> list[tuple[str, bytes]]:
-        return calibration_rows(self.store)
+        from sqlalchemy import select
+
+        with _reading(self.store, "reading the calibrations") as connection:
+            if not self._has_calibrations(connection):
+                return []
+            rows = connection.execute(
+                select(calibrations_table.c.sha256, calibrations_table.c.data).order_by(
+                    calibrations_table.c.sha256
+                )
+            ).all()
+        return [(sha, bytes(data)) for sha, data in rows]
 
     def calibration_label(self, sha256: str) -> str:
         return f"{self.where}/calibrations/{record_relpath(sha256)}"
 
     def require_calibrations(self) -> None:
-        check_calibrations_table(self.store)
+        with _reading(self.store, "looking for the calibrations") as connection:
+            if not self._has_calibrations(connection):
+                raise self._calibrations_missing()
 
     def store_calibration(self, data: bytes) -> tuple[str, bool]:
-        return store_calibration(self.store, data)
+        """Identical bytes are a no-op (the caller has validated them)."""
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-    # snapshots: what a render of this history copies into its output folder
-    def take_snapshot(self, folder, **options):
-        """:func:`harness.history.snapshot.take_snapshot` of this server into ``folder``."""
-        from harness.history.snapshot import take_snapshot
+        sha256 = sha256_bytes(data)
+        with (
+            server_step(self.store.engine, f"storing calibration {sha256}"),
+            self.store.engine.begin() as connection,
+        ):
+            if not self._has_calibrations(connection):
+                raise self._calibrations_missing()
+            inserted = connection.execute(
+                pg_insert(calibrations_table)
+                .values(sha256=sha256, data=data)
+                .on_conflict_do_nothing(index_elements=["sha256"])
+                .returning(calibrations_table.c.sha256)
+            ).first()
+        return sha256, inserted is not None
 
-        return take_snapshot(self.store, folder, **options)
+    # rendering: from a copy of the server that the output folder keeps
+    def rendering(self, out, *, options, on_copy=None):
+        """:func:`harness.history.snapshot.render_copy` of this server into ``out``."""
+        from harness.history.snapshot import render_copy
 
-    def update_snapshot(self, folder):
-        """:func:`harness.history.snapshot.update_snapshot` of ``folder`` from this server."""
-        from harness.history.snapshot import update_snapshot
-
-        return update_snapshot(self.store, folder)
+        return render_copy(self.store, out, options=options, on_copy=on_copy)
 
     # checks
     def verify(

@@ -40,8 +40,9 @@ from typing import Protocol
 
 from sqlalchemy import Connection, func, select, text
 
-from harness.errors import HistoryError
+from harness.errors import HistoryError, UsageError
 from harness.fsio import FileWriteError, ensure_dir, replace_file
+from harness.history.backend import RenderSource
 from harness.history.index_db import (
     IndexMetaRow,
     RecordRow,
@@ -49,6 +50,8 @@ from harness.history.index_db import (
     TrialRow,
     forget_index,
     open_index,
+    read_meta_json,
+    write_meta,
 )
 from harness.history.journal import GENESIS_HEAD
 from harness.history.layout import (
@@ -57,9 +60,15 @@ from harness.history.layout import (
     HistoryLayout,
     sha256_of_record_name,
 )
-from harness.history.postgres import PostgresStore, journal_table, records_table, server_step
+from harness.history.postgres import (
+    PostgresStore,
+    journal_table,
+    records_table,
+    server_name,
+    server_step,
+)
 from harness.history.records import sha256_bytes
-from harness.history.remote import server_name
+from harness.history.server_index import unindexed_records
 
 #: The folder, inside a rendered folder, that holds its copy of the server's index.
 SNAPSHOT_DIR = ".harness-render"
@@ -649,3 +658,129 @@ def update_snapshot(store: PostgresStore, folder: Path) -> SnapshotUpdate | Stal
                 step="writing the journal to render",
             )
     return SnapshotUpdate(new_seqs, new_shas, repaired, head or GENESIS_HEAD)
+
+
+# --- a render of the server, from the copy its output folder keeps -----------------------
+
+#: The ``index_meta`` key, in a render's snapshot, of the options it was rendered with
+#: (the render's: whether plots were drawn, and a digest of the git order of records).
+META_RENDER_OPTIONS = "render.options"
+#: Seconds to wait for another render into the same folder.
+RENDER_LOCK_TIMEOUT = 600.0
+
+
+class CopyObserver(Protocol):
+    """What a render does while the server is copied whole into its folder (record
+    pages, timings.csv and key trials drawn from the rows as they pass)."""
+
+    record_files: RecordFiles | None
+
+    def rows_copied(self, table: str, batch: list) -> None:
+        """A batch of index rows of ``table`` copied."""
+
+    def finish(self) -> None:
+        """The copy is complete."""
+
+    def abort(self) -> None:
+        """The copy failed."""
+
+    def close(self) -> None:
+        """The render is over (its workers stop, if the render failed before them)."""
+
+
+def _held_options(index_path: Path) -> dict | None:
+    engine = open_index(index_path, create=False)
+    try:
+        with engine.connect() as connection:
+            return read_meta_json(connection, META_RENDER_OPTIONS)
+    finally:
+        engine.dispose()
+        forget_index(index_path)
+
+
+@contextmanager
+def render_copy(
+    store: PostgresStore,
+    out: Path | None,
+    *,
+    options: Callable[[], dict],
+    on_copy: Callable[[HistoryLayout], CopyObserver] | None = None,
+) -> Iterator[RenderSource]:
+    """The copy of the server that ``out`` keeps, for a render there, held (a lock in
+    the copy) until the render is done; then it records the render's options and that
+    the render of everything it holds is complete.
+
+    A folder rendered from the same server before is brought up to date
+    (:func:`update_snapshot`: ``changes`` says what it gained); when it no longer
+    matches the server (:class:`Stale`, or other render options) it is taken again
+    whole (:func:`take_snapshot`), and a note says why.
+    """
+    from filelock import FileLock, Timeout
+
+    where = server_name(store.engine.url)
+    if out is None:
+        raise UsageError(f"render index of {where} needs --out DIR (where to render)")
+    if (out / "history.json").exists():
+        raise UsageError(f"--out {out} is a history folder; render {where} into a new folder")
+    index_path = snapshot_path(out)
+    ensure_dir(index_path.parent, step="creating the render snapshot folder")
+    lock = FileLock(str(index_path.parent / "lock"), timeout=RENDER_LOCK_TIMEOUT)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise HistoryError(
+            f"{out}: another render into this folder has held it for "
+            f"{RENDER_LOCK_TIMEOUT:.0f} s; try again when it is done"
+        ) from None
+    layout = HistoryLayout.at(out)
+    observer = None
+    try:
+        wanted = options()
+        rendered_before = index_path.exists()
+        update = update_snapshot(store, out) if rendered_before else Stale("first render")
+        held = None
+        if not isinstance(update, Stale):
+            held = _held_options(index_path)
+            if held is None or held["plots"] != wanted["plots"]:
+                update = Stale(f"{out} was rendered with other options (plots or not)")
+        source = RenderSource(layout, None, None, changes=update, held_options=held)
+        if isinstance(update, Stale):
+            if rendered_before:
+                source.warnings.append(f"note: {out}: rendering everything again: {update.reason}")
+            observer = on_copy(layout) if on_copy is not None else None
+            try:
+                take_snapshot(
+                    store,
+                    out,
+                    prune=rendered_before,
+                    record_files=observer.record_files if observer is not None else None,
+                    rows_copied=observer.rows_copied if observer is not None else None,
+                )
+            except BaseException:
+                if observer is not None:
+                    observer.abort()
+                raise
+            if observer is not None:
+                observer.finish()
+        else:
+            source.warnings += [
+                f"note: {path}: not the server's bytes; written again" for path in update.repaired
+            ]
+        source.warnings += [
+            f"warning: record {sha256} is not indexed and was left out (not a valid report, "
+            "or the index lags): `harness history verify` says which"
+            for sha256 in unindexed_records(store)
+        ]
+        source.engine = open_index(index_path, create=False)
+        try:
+            yield source
+            with source.engine.begin() as connection:
+                write_meta(connection, META_RENDER_OPTIONS, json.dumps(wanted))
+        finally:
+            source.engine.dispose()
+            forget_index(index_path)
+        mark_complete(index_path)
+    finally:
+        if observer is not None:
+            observer.close()
+        lock.release()

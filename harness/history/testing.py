@@ -206,3 +206,43 @@ class HistoryBackendTests:
         assert any(poison in line for line in rebuilt.errors + rebuilt.warnings)
         assert [row.sha256 for row in history.list_records()] == shas
         assert history.newest_candidate() == shas[-1]
+
+    def test_it_names_itself_for_a_command(self, history) -> None:
+        flag, where = history.location_arguments()
+        assert flag in ("--history-dir", "--history-url") and where
+
+    def test_a_render_reads_every_indexed_record(self, history, tmp_path: Path) -> None:
+        """:meth:`HistoryBackend.rendering` gives a history folder whose index holds the
+        records, whatever holds the history; the render draws into ``out``."""
+        from sqlalchemy import select
+
+        from harness.history.index_db import RecordRow
+
+        shas = self.register(history, 1, 2)
+        out = tmp_path / "rendered"
+        options = lambda: {"plots": False, "git_order": ""}  # noqa: E731
+        with history.rendering(out, options=options) as source:
+            with source.engine.connect() as connection:
+                rows = connection.execute(select(RecordRow.sha256).order_by(RecordRow.seq))
+                indexed = list(rows.scalars())
+            assert indexed == shas
+            for sha in shas:
+                assert source.layout.record_path(sha).read_bytes() == history.read_checked(sha)
+            assert (source.out or source.layout.root) == out
+
+    def test_a_copy_keeps_the_journal_and_is_idempotent(self, history, tmp_path: Path) -> None:
+        """``history push``: records copied with their journal entries (same head), the
+        calibrations too; a second copy copies nothing."""
+        from harness.history.copying import copy_evidence
+        from harness.history.folder_history import FolderHistory
+
+        source = FolderHistory(tmp_path / "source")
+        self.register(source, 1, 2)
+        source.store_calibration(example_calibration(1))
+        first = copy_evidence(source, history)
+        assert (first.copied, first.present, first.calibrations_copied) == (2, 0, 1)
+        assert history.journal_lines() == source.journal_lines()
+        assert first.head_to == history.head() == source.head()
+        again = copy_evidence(source, history)
+        assert (again.copied, again.present, again.calibrations_present) == (0, 2, 1)
+        assert history.calibration_rows() == source.calibration_rows()

@@ -7,26 +7,27 @@ from pathlib import Path
 
 from harness.errors import HistoryError
 from harness.fsio import FileWriteError
-from harness.history.store import RegistrationRenderer, register_reports
+from harness.history.backend import HistoryBackend, RegisteredReport
+from harness.history.store import RegistrationRenderer, prepare_report
 
 
 def register_measured(
-    history_dir: Path, report_path: Path, *, render: RegistrationRenderer | None = None
-) -> list:
-    """Register a run's report; when the history cannot be written (read-only, no
-    permission, full), the error names the report, which is kept, and the command that
-    registers it later."""
+    history: HistoryBackend, report_path: Path, *, render: RegistrationRenderer | None = None
+) -> list[RegisteredReport]:
+    """Register a run's report in ``history`` (whichever backend holds it); when the
+    history cannot be written (read-only, no permission, full, a server that refuses),
+    the error names the report, which is kept, and the command that registers it later."""
+    prepared = prepare_report(report_path)
     try:
-        return register_reports(history_dir, [report_path], render=render)
-    except FileWriteError as exc:
+        return history.register_reports([prepared], render=render)
+    except (FileWriteError, HistoryError) as exc:
         command = shlex.join(
             [
                 "harness",
                 "history",
                 "register",
                 str(Path(report_path).absolute()),
-                "--history-dir",
-                str(Path(history_dir).absolute()),
+                *history.location_arguments(),
             ]
         )
         raise HistoryError(

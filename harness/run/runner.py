@@ -8,8 +8,9 @@ A run, whatever it measures (:mod:`harness.run.io_scale.kind` today, ``compute``
    and every shard file against the size and SHA-256 the manifest records (unless
    ``--no-verify-source``), once each, outside any timing;
 4. the output directory is claimed (a second run into it refuses now, not after
-   measuring), and the baseline is looked up by :func:`harness.history.lookup.load_report`,
-   the same rule as ``harness compare``, with the calibration to judge it against;
+   measuring), and the baseline is looked up in the run's history (whichever backend
+   holds it) by :func:`harness.history.backend.load_reference`, the same rule as
+   ``harness compare``, with the calibration to judge it against;
 5. the host locks of the GPU and the storage are taken (:mod:`harness.run.host_lock`;
    held until the report is written); inside the workspace (temporary area, interrupt
    latch, progress) competing activity is sampled, the kind measures each selected
@@ -40,7 +41,7 @@ from harness.compare import (
     undecided_after_recheck,
 )
 from harness.errors import EXIT_FAILURE, HarnessError
-from harness.history.lookup import load_report
+from harness.history.backend import HistoryBackend, load_reference
 from harness.history.store import RegistrationRenderer
 from harness.report import BENCHMARK, PROTOCOL_VERSION, SCHEMA_NAME, SCHEMA_VERSION
 from harness.run.checks import FailureLog
@@ -74,7 +75,8 @@ class RunSettings(Protocol):
     backend: str
     storage_id: str
     output_dir: Path
-    history_dir: Path | None
+    #: the history the run reads its baseline from and registers into (None: none)
+    history: HistoryBackend | None
     baseline: str | None
     regression_percent: float
     calibration: str | None
@@ -129,9 +131,9 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
     check_master_hashes(manifest)
     source_check = collect_source_check(cfg, manifest)
     with claim_output_dir(cfg.output_dir, getattr(kind, "report_name", REPORT_NAME)):
-        baseline = load_report(cfg.baseline, history_dir=cfg.history_dir) if cfg.baseline else None
+        baseline = load_reference(cfg.history, cfg.baseline) if cfg.baseline else None
         calibration = (
-            resolve_calibration(cfg.history_dir, cfg.calibration, baseline.doc)
+            resolve_calibration(cfg.history, cfg.calibration, baseline.doc)
             if baseline is not None
             else None
         )
@@ -157,8 +159,8 @@ def run_benchmark(kind: BenchmarkKind) -> RunOutcome:
                 source_check,
             )
     registered = (
-        register_measured(cfg.history_dir, outcome.report_path, render=cfg.render)
-        if cfg.history_dir
+        register_measured(cfg.history, outcome.report_path, render=cfg.render)
+        if cfg.history is not None
         else []
     )
     outcome.registered = registered

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.comparability import canonical_json
 from harness.compare import resolve_calibration
-from harness.history.lookup import load_report
+from harness.history.backend import HistoryBackend, load_reference
 from harness.history.store import RegistrationRenderer
 from harness.report import PROTOCOL_VERSION, quantile
 from harness.run.checks import FailureLog
@@ -62,7 +62,9 @@ class SelfConfig:
     plots: bool = False
     work_dir: Path | None = None
     storage_id: str = "local"
-    history_dir: Path | None = None
+    #: the history (a :class:`~harness.history.backend.HistoryBackend`, opened by the
+    #: command) the baseline is looked up in and the report registered into; None: none
+    history: HistoryBackend | None = None
     baseline: str | None = None
     regression_percent: float = 20.0
     calibration: str | None = None
@@ -325,12 +327,12 @@ class SelfRun:
         tracker = SourceTracker().start()
         with claim_output_dir(cfg.output_dir, SELF_REPORT_NAME):
             baseline = (
-                load_report(cfg.baseline, history_dir=cfg.history_dir, what="--baseline")
+                load_reference(cfg.history, cfg.baseline, what="--baseline")
                 if cfg.baseline
                 else None
             )
             calibration = (
-                resolve_calibration(cfg.history_dir, cfg.calibration, baseline.doc)
+                resolve_calibration(cfg.history, cfg.calibration, baseline.doc)
                 if baseline is not None
                 else None
             )
@@ -349,8 +351,8 @@ class SelfRun:
             exit_code = judge(doc, baseline, cfg.regression_percent, calibration=calibration)
             report_path = write_report(doc, cfg.output_dir, SELF_REPORT_NAME)
         outcome = RunOutcome(doc, report_path, exit_code)
-        if cfg.history_dir:
-            outcome.registered = register_measured(cfg.history_dir, report_path, render=cfg.render)
+        if cfg.history is not None:
+            outcome.registered = register_measured(cfg.history, report_path, render=cfg.render)
         return outcome
 
     def build_report(self, tracker, created, environment, before, after) -> dict:

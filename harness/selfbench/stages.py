@@ -112,16 +112,16 @@ class ScaleStages:
         return lambda: verify_history(self.history)
 
     def postgres_register(self) -> Callable[[], object]:
-        from harness.history.remote import open_url_store
+        from harness.history.opening import open_history
 
         data = synthetic_report(self.next_index)
         self.next_index += 1
-        store = open_url_store(self.postgres_url)
+        history = open_history(self.postgres_url)
 
         def register():
             try:
-                return store.register(data, source="self-benchmark", registered_utc=utc_now())
+                return history.register(data, source="self-benchmark", registered_utc=utc_now())
             finally:
-                store.engine.dispose()
+                history.close()
 
         return register

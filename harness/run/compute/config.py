@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.compare import DEFAULT_REGRESSION_PERCENT
 from harness.errors import UsageError
+from harness.history.backend import HistoryBackend
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
 from harness.run.compute.workloads import ComputeParameters
@@ -34,7 +35,9 @@ class ComputeConfig:
     parameters: ComputeParameters = field(default_factory=ComputeParameters)
     save_outputs: Path | None = None
     accept_output_change: bool = False
-    history_dir: Path | None = None
+    #: the history (a :class:`~harness.history.backend.HistoryBackend`, opened by the
+    #: command) the baseline is looked up in and the report registered into; None: none
+    history: HistoryBackend | None = None
     #: Brings the history's rendered files up to date after registration (see IoScaleConfig).
     render: RegistrationRenderer | None = None
     baseline: str | None = None

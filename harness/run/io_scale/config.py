@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.history.backend import HistoryBackend
 from harness.history.store import RegistrationRenderer
 from harness.run.backends import BackendProfile, profile_for
 from harness.run.instrumentation import refuse_instrumentation
@@ -42,7 +43,9 @@ class IoScaleConfig:
     #: ``--qem-version``: the format major version of the run's disposable ``.qem``
     #: (quantem.stem4d.io.qem.writer; 1 is the writer's default).
     qem_version: int = 1
-    history_dir: Path | None = None
+    #: the history (a :class:`~harness.history.backend.HistoryBackend`, opened by the
+    #: command) the baseline is looked up in and the report registered into; None: none
+    history: HistoryBackend | None = None
     baseline: str | None = None
     regression_percent: float = 20.0
     #: calibration SHA-256 prefix (None: the newest matching one in the history)

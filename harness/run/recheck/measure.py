@@ -32,6 +32,7 @@ from pathlib import Path
 
 from harness.compare import CalibrationUse, collect_cells, undecided_after_recheck
 from harness.errors import EXIT_FAILURE, HarnessError, IncomparableError, ManifestError, UsageError
+from harness.history.backend import HistoryBackend
 from harness.history.lookup import LoadedReport
 from harness.run.backends import profile_for
 from harness.run.checks import check_products_match
@@ -81,7 +82,9 @@ class RecheckConfig:
     #: the most batches of ``rounds`` rounds (a sequential recheck, harness.run.runner)
     looks: int = DEFAULT_RECHECK_LOOKS
     regression_percent: float = 20.0
-    history_dir: Path | None = None
+    #: the history (a :class:`~harness.history.backend.HistoryBackend`, opened by the
+    #: command) the baseline is looked up in and the report registered into; None: none
+    history: HistoryBackend | None = None
     native_binary: Path | None = None
     lock_dir: Path | None = None
     lock_timeout: float = 600.0
@@ -215,8 +218,8 @@ def run_recheck(cfg: RecheckConfig) -> RunOutcome:
             )
             report_path = write_report(doc, cfg.output_dir)
     outcome = RunOutcome(doc, report_path, exit_code)
-    if cfg.history_dir is not None:
-        outcome.registered = register_measured(cfg.history_dir, report_path)
+    if cfg.history is not None:
+        outcome.registered = register_measured(cfg.history, report_path)
     return outcome
 
 
