@@ -136,6 +136,48 @@ def test_rotation_is_undetermined_when_the_shifts_vanish():
     assert defocused.rotation_uncertainty_deg < 1
 
 
+def _two_defocus_shifts(c10_inner, c10_outer, noise=0.05, seed=7):
+    """Shifts of one defocus for the inner half of the disk and another for the outer."""
+    angles = disk_angles()
+    radius = np.hypot(angles[:, 0], angles[:, 1])
+    inner = radius <= np.median(radius)
+    shifts = np.where(
+        inner[:, None],
+        predicted_shifts(angles, (STEP, STEP), c10_inner, 10.0),
+        predicted_shifts(angles, (STEP, STEP), c10_outer, 10.0),
+    )
+    rng = np.random.default_rng(seed)
+    return angles, shifts + rng.normal(scale=noise, size=shifts.shape)
+
+
+@pytest.mark.parametrize(
+    ("c10_inner", "c10_outer", "determined"),
+    [
+        (-30.0, -30.0, True),  # one defocus
+        (0.5, 0.5, True),  # in focus and consistent: a small C10 is still a measurement
+        (212.0, 201.0, True),  # a thick slab's few per cent: the halves disagree, not the size
+        (17.0, -11.0, False),  # in focus, the one-sided edge images: not even the size
+    ],
+)
+def test_c10_is_undetermined_when_the_inner_and_outer_images_disagree_beyond_it(
+    c10_inner, c10_outer, determined
+):
+    angles, shifts = _two_defocus_shifts(c10_inner, c10_outer)
+    fit = fit_aberrations(shifts, angles, (STEP, STEP), rotation_hint_deg=10.0)
+    assert fit.c10_inner_angstrom == pytest.approx(c10_inner, abs=1.0)
+    assert fit.c10_outer_angstrom == pytest.approx(c10_outer, abs=1.0)
+    assert fit.c10_determined is determined
+    assert fit.to_dict()["C10_determined"] is determined
+
+
+def test_c10_halves_need_four_images_each():
+    angles = disk_angles(1)[:6]
+    shifts = predicted_shifts(angles, (STEP, STEP), -30.0, 0.0)
+    fit = fit_aberrations(shifts, angles, (STEP, STEP))
+    assert math.isnan(fit.c10_inner_angstrom) and math.isnan(fit.c10_outer_angstrom)
+    assert fit.c10_determined
+
+
 def _fixture(name):
     for cell in TRUTH["cells"].values():
         if name in cell["acquisitions"]:
@@ -172,11 +214,12 @@ def test_matrix_large_defocus_needs_the_guess_and_warns_without_it():
     assert abs(plain.fit.c10_angstrom - cell["c10_entrance_a"]) > 0.5 * abs(cell["c10_entrance_a"])
 
 
-def test_matrix_in_focus_rotation_is_reported_undetermined():
+def test_matrix_in_focus_rotation_and_c10_are_reported_undetermined():
     _, entry, calibration = _fixture("t1nm_df0_rot0_high")
     with (
         load(ROOT / entry["master"]) as acq,
         pytest.warns(ParallaxWarning, match="rotation is undetermined"),
+        pytest.warns(ParallaxWarning, match="C10 is undetermined"),
     ):
         result = parallax(
             open_frames(acq),
@@ -187,6 +230,9 @@ def test_matrix_in_focus_rotation_is_reported_undetermined():
         )
     assert not result.fit.rotation_determined
     assert result.fitted()["rotation_determined"] is False
+    # nor is C10: the inner and outer images disagree by more than the whole disk's value
+    assert not result.fit.c10_determined
+    assert any("C10 is undetermined" in note for note in result.warnings)
     assert math.isfinite(result.fit.rotation_uncertainty_deg)
 
 
@@ -210,3 +256,13 @@ def test_validate_verdict_says_undetermined_only_in_focus():
     )
     defocused = {**score, "c10_entrance_a": -200.0, "parallax_c10_a": -200.0}
     assert compute_validate.verdict(defocused)["parallax_rotation"] == "fail"
+    # C10 likewise: undetermined only in focus and only when the fit says so
+    assert compute_validate.verdict(score)["parallax_c10"] == "pass"
+    unsure = {**score, "parallax_c10_a": -4.0, "parallax_c10_determined": False}
+    assert compute_validate.verdict(unsure)["parallax_c10"] == "undetermined"
+    assert (
+        compute_validate.verdict({**unsure, "parallax_c10_determined": True})["parallax_c10"]
+        == "fail"
+    )
+    far = {**defocused, "parallax_c10_a": -150.0, "parallax_c10_determined": False}
+    assert compute_validate.verdict(far)["parallax_c10"] == "fail"

@@ -24,11 +24,18 @@ START, END = "<!-- validation-table:start -->", "<!-- validation-table:end -->"
 
 
 def parallax_values(s: dict) -> str:
-    """C10 and rotation with their standard errors; an undetermined rotation says so."""
+    """C10 and rotation with their standard errors; an undetermined one says so (C10 with
+    the inner and outer halves' values that disagree)."""
     rotation = f"{s['parallax_rotation_deg']:.2f} +- {s['parallax_rotation_uncertainty_deg']:.2g}"
     if not s["parallax_rotation_determined"]:
         rotation = f"undetermined ({rotation})"
-    return f"{s['parallax_c10_a']:.1f} +- {s['parallax_c10_uncertainty_a']:.2g}, {rotation}"
+    c10 = f"{s['parallax_c10_a']:.1f} +- {s['parallax_c10_uncertainty_a']:.2g}"
+    if not s.get("parallax_c10_determined", True):
+        c10 = (
+            f"undetermined ({c10}; inner {s['parallax_c10_inner_a']:.1f}, "
+            f"outer {s['parallax_c10_outer_a']:.1f})"
+        )
+    return f"{c10}, {rotation}"
 
 
 def render(report: dict) -> str:
@@ -40,8 +47,9 @@ def render(report: dict) -> str:
         "with the projected potential, both low-passed to 2 alpha, at zero shift. C10 truth: "
         "entrance surface / slab middle. Parallax is aligned around the simulation's defocus "
         "and rotation (the user's guess) and gives C10 and the rotation with their standard "
-        "errors; a criterion the data cannot decide (the rotation in focus, where the shifts "
-        "vanish) is listed as undetermined, neither passed nor failed.",
+        "errors; a criterion the data cannot decide (in focus: the rotation, where the shifts "
+        "vanish, and C10, where the inner and outer BF images disagree) is listed as "
+        "undetermined, neither passed nor failed.",
         "",
         "| acquisition | t (nm) | C10 truth (A) | rot | iDPC r | parallax r plain / corr. "
         "| parallax C10 (A), rot (deg) | SSB r uncorr. / fitted | SSB C10 (A), model "

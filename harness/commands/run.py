@@ -596,13 +596,26 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
     group.add_argument("--scan-step", "--scan-step-a", type=float, metavar="ANGSTROM")
     group.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     group.add_argument(
-        "--rotation", "--rotation-deg", type=float, metavar="DEG", help="dpc, ssb: fixed rotation"
+        "--rotation",
+        "--rotation-deg",
+        type=float,
+        metavar="DEG",
+        help="dpc, ssb: fixed rotation; parallax: the rotation hint (the alignment's guess "
+        "with --c10-guess, and which of the fit's two half-turn solutions is kept)",
     )
     group.add_argument("--transpose", choices=("auto", "yes", "no"), default="auto")
     group.add_argument(
         "--bin-factor", type=int, default=1, help="parallax: BF pixel groups; ssb: detector bin"
     )
     group.add_argument("--max-shift", type=float, help="parallax: peak search radius (px)")
+    group.add_argument(
+        "--c10-guess",
+        type=float,
+        metavar="ANGSTROM",
+        help="parallax: C10 guess in A (= -defocus, at the entrance surface; e.g. the "
+        "microscope's reading): each BF image is searched within --max-shift of the shift it "
+        "predicts, coarse to fine in beam angle, so a guess some 30%% off is still corrected",
+    )
     group.add_argument("--upsample", type=int, default=2, help="parallax: reconstruction")
     group.add_argument("--correct-aberrations", action="store_true")
     group.add_argument("--inner", type=float, help="virtual: DF annulus inner radius")
@@ -717,6 +730,7 @@ def run_compute_command(args: argparse.Namespace) -> int:
         transpose={"auto": None, "yes": True, "no": False}[args.transpose],
         bin_factor=args.bin_factor,
         max_shift=args.max_shift,
+        c10_guess_angstrom=args.c10_guess,
         upsample=args.upsample,
         correct_aberrations=args.correct_aberrations,
         inner=args.inner,

@@ -7,6 +7,7 @@ The kind that runs it is :mod:`harness.run.compute.kind`.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,21 @@ class ComputeConfig:
     on_event: Callable[[str, dict], None] | None = None
 
 
+def check_parallax_guess(workload: str, parameters: ComputeParameters) -> None:
+    """Refuse a defocus or rotation guess the run would not use or could not (UsageError)."""
+    guess = parameters.c10_guess_angstrom
+    if guess is not None:
+        if workload != "parallax":
+            raise UsageError(
+                f"--c10-guess seeds the parallax alignment; the {workload} workload does not use it"
+            )
+        if not math.isfinite(guess):
+            raise UsageError(f"--c10-guess must be a finite number of angstrom, got {guess!r}")
+    rotation = parameters.rotation_deg
+    if rotation is not None and not math.isfinite(rotation):
+        raise UsageError(f"--rotation must be a finite number of degrees, got {rotation!r}")
+
+
 def check_config(cfg: ComputeConfig) -> BackendProfile:
     """Refuse a bad configuration (UsageError); return the backend's profile, required once."""
     if cfg.reps < 1:
@@ -84,6 +100,7 @@ def check_config(cfg: ComputeConfig) -> BackendProfile:
         and any(cfg.save_outputs.iterdir())
     ):
         raise UsageError(f"--save-outputs {cfg.save_outputs} is not empty")
+    check_parallax_guess(cfg.workload, cfg.parameters)
     if cfg.fresh_processes < 0:
         raise UsageError("--fresh-process must not be negative")
     if cfg.fresh_processes and cfg.workload != "products":

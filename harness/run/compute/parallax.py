@@ -2,7 +2,10 @@
 
 Each stage is one call into :mod:`quantem.stem4d.parallax` over the workload's shared state
 (ordered by :mod:`harness.run.compute.workloads`); ``parallax_outputs`` and
-``parallax_fitted`` are what a round hashes and records.
+``parallax_fitted`` are what a round hashes and records. With ``--c10-guess`` the ``align``
+stage is :func:`quantem.stem4d.parallax.guided.guided_align` around the guess (and
+``--rotation``, the rotation hint), as ``parallax(c10_guess_angstrom=...)`` does; it needs
+the calibration, which is then settled in ``align`` rather than in ``fit``.
 """
 
 from __future__ import annotations
@@ -16,17 +19,13 @@ def parallax_stack(state: dict) -> None:
     state["stack"] = build_stack(state["frames"], bin_factor=state["parameters"].bin_factor)
 
 
-def parallax_align(state: dict) -> None:
-    from quantem.stem4d.parallax import align
-
-    state["alignment"] = align(state["stack"].images, max_shift=state["parameters"].max_shift)
-
-
-def parallax_fit(state: dict) -> None:
-    from quantem.stem4d.arrays import to_numpy
-    from quantem.stem4d.parallax import fit_aberrations
+def _settle_calibration(state: dict) -> None:
+    """The fit's calibration and its checks against the data, once a round (the beam angles
+    of the BF images follow from it)."""
     from quantem.stem4d.parallax.reconstruct import parallax_calibration
 
+    if "calibration" in state:
+        return
     p = state["parameters"]
     calibration, state["calibration_check"] = parallax_calibration(
         p.calibration(),
@@ -35,9 +34,41 @@ def parallax_fit(state: dict) -> None:
         accept_mismatch=p.accept_calibration_mismatch,
     )
     state["calibration"] = calibration
-    angles = state["stack"].positions * (calibration.detector_mrad_per_pixel * 1e-3)
+    state["angles"] = state["stack"].positions * (calibration.detector_mrad_per_pixel * 1e-3)
+
+
+def parallax_align(state: dict) -> None:
+    from quantem.stem4d.parallax import align
+    from quantem.stem4d.parallax.guided import guided_align
+
+    p = state["parameters"]
+    if p.c10_guess_angstrom is None:
+        state["alignment"] = align(state["stack"].images, max_shift=p.max_shift)
+        return
+    _settle_calibration(state)
+    state["alignment"] = guided_align(
+        state["stack"].images,
+        state["angles"],
+        state["calibration"].scan_step,
+        p.c10_guess_angstrom,
+        rotation_deg=p.rotation_deg,
+        transpose=p.transpose,
+        max_shift=p.max_shift,
+    )
+
+
+def parallax_fit(state: dict) -> None:
+    from quantem.stem4d.arrays import to_numpy
+    from quantem.stem4d.parallax import fit_aberrations
+
+    p = state["parameters"]
+    _settle_calibration(state)
     state["fit"] = fit_aberrations(
-        to_numpy(state["alignment"].shifts), angles, calibration.scan_step, transpose=p.transpose
+        to_numpy(state["alignment"].shifts),
+        state["angles"],
+        state["calibration"].scan_step,
+        transpose=p.transpose,
+        rotation_hint_deg=p.rotation_deg,
     )
 
 
@@ -87,4 +118,7 @@ def parallax_fitted(state: dict) -> dict:
         "units": dict(UNITS),
         "calibration": state["calibration"].to_dict(),
         "calibration_check": state["calibration_check"],
+        "c10_guess_angstrom": state["parameters"].c10_guess_angstrom,
+        "rotation_hint_deg": state["parameters"].rotation_deg,
+        "alignment_at_bound": state["alignment"].at_bound,
     }

@@ -236,6 +236,9 @@ def scores(state: dict) -> dict:
         "parallax_c10_uncertainty_a": fit.c10_uncertainty_angstrom,
         "parallax_rotation_uncertainty_deg": fit.rotation_uncertainty_deg,
         "parallax_rotation_determined": fit.rotation_determined,
+        "parallax_c10_inner_a": fit.c10_inner_angstrom,
+        "parallax_c10_outer_a": fit.c10_outer_angstrom,
+        "parallax_c10_determined": fit.c10_determined,
         "parallax_warnings": list(v["parallax"].warnings),
         "ssb_uncorrected": score(v["ssb_uncorrected"].phase),
         "ssb_fitted": score(v["ssb_fitted"].phase),
@@ -251,8 +254,9 @@ def scores(state: dict) -> dict:
 
 def verdict(score: dict) -> dict:
     """Each criterion of :data:`CRITERIA` on one acquisition's scores: pass or fail, absent
-    where it does not apply, and "undetermined" for the parallax rotation of an in-focus
-    acquisition whose fit reports the rotation undetermined (no rotation to measure)."""
+    where it does not apply, and "undetermined" for the parallax rotation (C10) of an
+    in-focus acquisition whose fit reports the rotation (C10) undetermined: no rotation to
+    measure, or shifts that are not those of one defocus."""
     out = {}
     if score["dose"] == "high":
         out["idpc_r"] = abs(score["idpc"]["r"]) >= CRITERIA["idpc_min_r_high_dose"]
@@ -266,6 +270,8 @@ def verdict(score: dict) -> dict:
     in_focus = abs(truth_c10) <= CRITERIA["parallax_c10_abs_a"]
     if in_focus and not score.get("parallax_rotation_determined", True):
         out["parallax_rotation"] = None
+    if in_focus and not score.get("parallax_c10_determined", True):
+        out["parallax_c10"] = None
     fitted, uncorrected = score["ssb_fitted"]["r"], score["ssb_uncorrected"]["r"]
     out["ssb_fitted_not_worse"] = (
         fitted >= uncorrected - CRITERIA["ssb_fitted_not_below_uncorrected_by"]

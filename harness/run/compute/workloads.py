@@ -41,6 +41,8 @@ class ComputeParameters:
     transpose: bool | None = None
     bin_factor: int = 1
     max_shift: float | None = None
+    #: parallax: C10 guess (A, = -defocus) the alignment searches around (guided_align).
+    c10_guess_angstrom: float | None = None
     upsample: int = 2
     correct_aberrations: bool = False
     inner: float | None = None

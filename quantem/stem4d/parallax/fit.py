@@ -18,6 +18,17 @@ the shifts), then the polar decomposition ``-M = R S`` (SVD) gives the rotation 
 symmetric ``S = A``. A transposed detector shows as ``det M < 0`` and is undone before the
 decomposition. ``R`` and ``S`` are fixed up to a common sign (``R(theta + 180)``, ``-S``): the
 rotation nearest ``rotation_hint_deg`` is kept, by default the one in (-90, 90].
+
+The model holds when every BF image is a shifted copy of one image, the shift linear in the
+beam angle. In focus it does not: the images barely shift, and the images near the disk
+edge, which alone keep contrast there, see one side of each frequency band, whose contrast is
+not a shifted copy of the rest. So the same fit is also made on the inner and on the outer
+half of the images (by beam angle): if their C10 differ by more than
+:data:`C10_CONSISTENCY_SIGMAS` standard errors of the difference, the shifts are not those of
+one defocus, and if they differ by more than the whole disk's C10 as well, not even its size
+is known: C10 is then reported as undetermined (``c10_determined``), its value kept. (Through
+a thick slab the halves may disagree by a few per cent of a large C10, the inner images
+seeing deeper into the slab; that C10 is still reported as determined.)
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ from quantem.stem4d.errors import ComputeError
 #: The rotation's standard error (deg) beyond which it is reported as undetermined: the
 #: fitted shift field is then under about three standard errors from zero (1/3 rad).
 ROTATION_DETERMINED_DEG = math.degrees(1.0 / 3.0)
+#: Standard errors of their difference beyond which the C10 of the inner and of the outer
+#: half of the BF images disagree (C10 undetermined if also by more than C10 itself).
+C10_CONSISTENCY_SIGMAS = 3.0
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,9 @@ class AberrationFit:
     the rotation follow from the least-squares covariance (the misfit taken as independent
     noise); ``rotation_determined`` is False when the rotation's standard error exceeds
     :data:`ROTATION_DETERMINED_DEG`: near focus the shifts vanish and so does the rotation
-    they carry, and its number is then no measurement.
+    they carry, and its number is then no measurement. ``c10_inner_angstrom`` and
+    ``c10_outer_angstrom`` are the C10 of the inner and outer half of the images (NaN with
+    fewer than 8), ``c10_determined`` False when they disagree (module docstring).
     """
 
     c10_angstrom: float
@@ -57,6 +73,9 @@ class AberrationFit:
     c10_uncertainty_angstrom: float = math.nan
     rotation_uncertainty_deg: float = math.nan
     rotation_determined: bool = True
+    c10_inner_angstrom: float = math.nan
+    c10_outer_angstrom: float = math.nan
+    c10_determined: bool = True
 
     def to_dict(self) -> dict:
         return {
@@ -70,6 +89,9 @@ class AberrationFit:
             "C10_uncertainty_angstrom": self.c10_uncertainty_angstrom,
             "rotation_uncertainty_deg": self.rotation_uncertainty_deg,
             "rotation_determined": self.rotation_determined,
+            "C10_inner_angstrom": self.c10_inner_angstrom,
+            "C10_outer_angstrom": self.c10_outer_angstrom,
+            "C10_determined": self.c10_determined,
         }
 
 
@@ -163,23 +185,31 @@ def fit_aberrations(
         raise ComputeError("the aberration fit needs at least 4 bright-field images")
     step = np.asarray(scan_step_angstrom, dtype=np.float64)
     shifts = shifts_px * step[None, :]
-    design = np.column_stack([angles, np.ones(len(angles))])
-    coefficients, *_ = np.linalg.lstsq(design, shifts, rcond=None)
-    matrix = coefficients[:2].T  # s = M alpha + t
-    swap = bool(np.linalg.det(matrix) < 0) if transpose is None else bool(transpose)
     hint = 0.0 if rotation_hint_deg is None else float(rotation_hint_deg)
-    c10, c12, phi12, theta = _decompose(matrix, swap, hint)
-    fitted = design @ coefficients
-    # Each shift component has its own misfit variance (scan steps may differ); the rows
-    # of M are the two components' coefficients, independent of each other.
-    dof = max(len(angles) - design.shape[1], 1)
-    variance = ((shifts - fitted) ** 2).sum(axis=0) / dof
-    normal = np.linalg.inv(design.T @ design)[:2, :2]
-    covariance = np.zeros((4, 4))
-    covariance[:2, :2] = variance[0] * normal
-    covariance[2:, 2:] = variance[1] * normal
-    c10_error, rotation_error = _uncertainties(matrix, covariance, swap, theta)
-    fitted = fitted / step[None, :]
+    design, coefficients, swap, (c10, c12, phi12, theta), c10_error, rotation_error = (
+        _least_squares(shifts, angles, transpose, hint)
+    )
+    inner = outer = math.nan
+    consistent = True
+    radius = np.hypot(angles[:, 0], angles[:, 1])
+    half = radius <= np.median(radius)
+    if min(int(half.sum()), int((~half).sum())) >= 4:
+        parts = []
+        for subset in (half, ~half):
+            try:
+                _, _, _, decomposed, error, _ = _least_squares(
+                    shifts[subset], angles[subset], swap, theta
+                )
+            except (ComputeError, np.linalg.LinAlgError):  # a half alone may be degenerate
+                parts = []
+                break
+            parts.append((decomposed[0], error))
+        if parts:
+            (inner, inner_error), (outer, outer_error) = parts
+            spread = math.hypot(inner_error, outer_error)
+            gap = abs(inner - outer)
+            consistent = bool(gap <= max(C10_CONSISTENCY_SIGMAS * spread, abs(c10)))
+    fitted = design @ coefficients / step[None, :]
     residual = float(np.sqrt(np.mean(np.sum((fitted - shifts_px) ** 2, axis=1))))
     return AberrationFit(
         c10,
@@ -192,7 +222,37 @@ def fit_aberrations(
         c10_error,
         rotation_error,
         rotation_error <= ROTATION_DETERMINED_DEG,
+        float(inner),
+        float(outer),
+        consistent,
     )
 
 
-__all__ = ["ROTATION_DETERMINED_DEG", "AberrationFit", "fit_aberrations", "predicted_shifts"]
+def _least_squares(shifts: np.ndarray, angles: np.ndarray, transpose: bool | None, hint: float):
+    """The linear fit ``s = M alpha + t`` of ``shifts`` (angstrom): the design, the
+    coefficients, the swap, the decomposition and the standard errors of C10 and rotation."""
+    design = np.column_stack([angles, np.ones(len(angles))])
+    coefficients, *_ = np.linalg.lstsq(design, shifts, rcond=None)
+    matrix = coefficients[:2].T  # s = M alpha + t
+    swap = bool(np.linalg.det(matrix) < 0) if transpose is None else bool(transpose)
+    decomposed = _decompose(matrix, swap, hint)
+    fitted = design @ coefficients
+    # Each shift component has its own misfit variance (scan steps may differ); the rows
+    # of M are the two components' coefficients, independent of each other.
+    dof = max(len(angles) - design.shape[1], 1)
+    variance = ((shifts - fitted) ** 2).sum(axis=0) / dof
+    normal = np.linalg.inv(design.T @ design)[:2, :2]
+    covariance = np.zeros((4, 4))
+    covariance[:2, :2] = variance[0] * normal
+    covariance[2:, 2:] = variance[1] * normal
+    c10_error, rotation_error = _uncertainties(matrix, covariance, swap, decomposed[3])
+    return design, coefficients, swap, decomposed, c10_error, rotation_error
+
+
+__all__ = [
+    "C10_CONSISTENCY_SIGMAS",
+    "ROTATION_DETERMINED_DEG",
+    "AberrationFit",
+    "fit_aberrations",
+    "predicted_shifts",
+]

@@ -85,6 +85,14 @@ def guided_align(
     )
     radius = np.hypot(angles[:, 0], angles[:, 1])
     largest = float(np.hypot(prediction[:, 0], prediction[:, 1]).max())
+    field = max(images.shape[1:])
+    if largest > field:
+        # Shifted by more than the scan field, the images share no specimen to align on.
+        raise ComputeError(
+            f"c10_guess_angstrom {c10_guess_angstrom!r} predicts bright-field shifts up to "
+            f"{largest:.0f} scan px, more than the {images.shape[1]} x {images.shape[2]} scan: "
+            "the images would not overlap (the guess is in angstrom, C10 = -defocus)"
+        )
     # A guess whose shifts stay within the search range needs no stages: even half wrong,
     # its residuals do too.
     stages = STAGES if max_shift is not None and largest > max_shift else STAGES[-1:]

@@ -323,6 +323,14 @@ def parallax(
             f"{result_fit.rotation_uncertainty_deg:.3g} deg (the shifts are too small, as "
             "near focus)"
         )
+    if result_fit is not None and not result_fit.c10_determined:
+        notes.append(
+            f"C10 is undetermined: the inner and outer bright-field images give "
+            f"{result_fit.c10_inner_angstrom:.3g} and {result_fit.c10_outer_angstrom:.3g} A, "
+            "beyond their standard errors and by more than the whole disk's "
+            f"{result_fit.c10_angstrom:.3g} A (the images are not shifted copies of one image, "
+            "as in focus): that value is no measurement of the defocus"
+        )
     for note in notes:
         warnings.warn(f"parallax: {note}", ParallaxWarning, stacklevel=2)
     xp = array_module(stack.images)
