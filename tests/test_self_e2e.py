@@ -59,7 +59,11 @@ def test_the_large_goals_count_only_the_cells_measured_fifty_percent_or_more() -
     # the +30% cell was called unchanged every time: no concern of the +50% goal
     summary["cell_verdicts"]["c1"] = {"unchanged": 100}
     assert e2e.large_cell_rates(summary) == {
-        "slower": 1.0, "possibly_slower": 0.0, "undecided": 0.0, "unchanged": 0.0, "faster": 0.0
+        "slower": 1.0,
+        "possibly_slower": 0.0,
+        "undecided": 0.0,
+        "unchanged": 0.0,
+        "faster": 0.0,
     }
     assert all(g["met"] for g in e2e.goals(summary))
     summary["cell_verdicts"]["c0"] = {"slower": 9, "unchanged": 1}
@@ -181,7 +185,9 @@ def test_a_share_scenario_slows_each_loader_by_its_share_of_the_load(tmp_path) -
         (base / relative).write_text(_LOADER.replace("{name}", name), encoding="utf-8")
     e2e.slowed_tree(base, tmp_path / "slow", "50%")
     for relative, name in e2e.SLOWED.items():
-        spec = importlib.util.spec_from_file_location(f"slowed_{name}", tmp_path / "slow" / relative)
+        spec = importlib.util.spec_from_file_location(
+            f"slowed_{name}", tmp_path / "slow" / relative
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         started = time.perf_counter()

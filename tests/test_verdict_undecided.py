@@ -96,7 +96,7 @@ def test_a_paired_recheck_smaller_than_the_original_slowdown_does_not_clear_it()
     (cell,) = decide_cells({CELL: ORIGINAL_BASE}, {CELL: ORIGINAL_CAND}, threshold_percent=20,
                            paired={CELL: PAIRS}, looks=4)  # fmt: skip
     low, high = cell.ci_percent
-    assert 0 < low and high <= 20  # the recheck alone would clear it
+    assert low > 0 and high <= 20  # the recheck alone would clear it
     assert cell.recheck["original_change_percent"] > 50
     assert cell.verdict is not CellVerdict.UNCHANGED, cell.notes
     assert cell.verdict is CellVerdict.UNDECIDED, cell.notes

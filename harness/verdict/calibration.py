@@ -134,7 +134,12 @@ class CalibratedNull:
         return float((np.quantile(null, NOISE_FLOOR_QUANTILE) - 1) * 100)
 
     def flag_mdc(
-        self, key: CellKey, n_base: int, n_cand: int, *, threshold_percent: float,
+        self,
+        key: CellKey,
+        n_base: int,
+        n_cand: int,
+        *,
+        threshold_percent: float,
         power: float = DETECTION_POWER,
     ) -> float:
         """Smallest slowdown (percent) flagged (exit 2) with probability ``power``."""
