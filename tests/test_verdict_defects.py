@@ -393,7 +393,7 @@ def test_a_rechecked_cell_records_the_original_and_the_recheck(paired) -> None:
 
 
 def test_a_paired_recheck_names_itself_in_its_notes() -> None:
-    base, flagged = {CELL: [1.0] * 5}, {CELL: [1.0, 1.5, 1.5, 1.5, 1.5]}
+    base, flagged = {CELL: [1.0] * 5}, {CELL: [1.5] * 5}
     (cell,) = decide_cells(base, flagged, threshold_percent=25, paired={CELL: [(1.0, 1.1)] * 5})
     assert cell.notes[1] == (
         "flag cleared by the paired recheck: its 95% interval [+10.0%, +10.0%] lies at or "

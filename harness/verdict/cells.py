@@ -348,10 +348,11 @@ def _second_stage(
     level = f"{recheck_confidence(looks) * 100:.4g}%"
     if high <= limit:  # a NaN interval (no resampling possible) is never evidence
         original_low, original_high = original.interval_percent
-        # Both stages see a slowdown (the recheck's interval excludes none) but disagree on
-        # its size across the threshold: neither settles it. A recheck that finds no
-        # slowdown at all still clears a flag that drift between runs raised.
-        if low > 0 and original_low > high and original_high > limit:
+        # Both stages see a slowdown (the recheck's interval excludes none, its size at
+        # least half the threshold) but disagree on its size across the threshold: neither
+        # settles it. A recheck that finds no slowdown, or a small one, still clears a
+        # flag that drift between runs raised.
+        if low > 0 and ev.change >= limit / 2 and original_low > high and original_high > limit:
             return (
                 CellVerdict.UNDECIDED,
                 [
