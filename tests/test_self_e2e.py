@@ -210,3 +210,15 @@ def test_run_self_refuses_a_bad_scenario_naming_it(tmp_path, capsys) -> None:
     assert code == 64
     assert "'fast'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_share_scenario_is_a_stage_of_a_valid_record(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(e2e, "run_scenarios", _fake_scenarios)
+    config = SelfConfig(
+        output_dir=tmp_path / "out", records=(3,), repeat=1, verdict_draws=0,
+        verdict_e2e_runs=1, e2e_passes=(0, "25%"), e2e_repo=REPO, progress=False,
+    )  # fmt: skip
+    doc = parse_report(SelfRun(config).execute().report_path)  # the schema
+    rows = {s["stage"] for s in doc["summaries"] if s["acquisition"] == "verdict-e2e"}
+    assert rows == {"passes-0", "share-25"}
+    assert doc["conditions"]["parameters"]["verdict_e2e"]["passes"] == [0, "25%"]
