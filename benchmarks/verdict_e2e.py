@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs per scenario (default 20)")
     parser.add_argument(
         "--passes",
-        default="0,2,1",
+        default="0,2,25%",
         help="the scenarios, comma-separated: P extra passes over the loaded array (0 is "
         "A/A), or S%% for passes during S%% of the load's own time (about +S%% in every "
-        "cell; default 0,2,1)",
+        "cell; default 0,2,25%%)",
     )
     parser.add_argument("--recheck", type=int, default=5, help="recheck rounds (default 5)")
     parser.add_argument(

@@ -68,11 +68,11 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--e2e-passes",
-        default="0,2,1",
+        default="0,2,25%",
         metavar="P,P,...",
         help="with --verdict-e2e: the scenarios: P extra passes over the loaded array (0 for "
         "A/A), or S%% for passes during S%% of the load's own time, a slowdown of about S%% "
-        "in every cell (default 0,2,1; e.g. 0,2,25%%)",
+        "in every cell (default 0,2,25%%)",
     )
     parser.add_argument(
         "--e2e-recheck", type=int, default=5, metavar="K",

@@ -72,7 +72,7 @@ class SelfConfig:
     verdict_e2e_runs: int = 0
     #: the scenarios (:func:`e2e.parse_scenario`): extra passes over the loaded array
     #: (0: A/A), or "S%": passes for S% of the load's own time
-    e2e_passes: tuple[int | str, ...] = (0, 2, 1)
+    e2e_passes: tuple[int | str, ...] = (0, 2, "25%")
     e2e_recheck: int = 5
     #: the git repository whose HEAD the scenarios export (None: this checkout)
     e2e_repo: Path | None = None
