@@ -144,3 +144,18 @@ def test_a_disagreement_needs_a_recheck_slowdown_of_half_the_threshold() -> None
     pairs = [(1.0, 1.12), (1.0, 0.98), (1.0, 1.1), (1.0, 1.11), (1.0, 1.12)]
     (cell,) = decide_cells(base, flagged, threshold_percent=20, paired={CELL: pairs})
     assert cell.ci_percent[0] <= 0 and cell.verdict is CellVerdict.UNCHANGED
+
+
+def test_the_recheck_of_an_undecided_cell_flags_it_only_when_it_confirms() -> None:
+    """An undecided cell is rechecked; its recheck past the threshold but not significant
+    leaves it undecided (no unconfirmed flag added to a run of unchanged code), and a
+    significant one makes it slower."""
+    base, cand = {CELL: [1.0, 1.2, 0.9]}, {CELL: [1.0, 1.3, 0.95]}
+    noisy = [(1.0, 1.3), (1.0, 0.9), (1.0, 1.4), (1.0, 1.0), (1.0, 1.35)]
+    (cell,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: noisy})
+    assert cell.change_percent > 20 and cell.p_adjusted > 0.05
+    assert cell.verdict is CellVerdict.UNDECIDED and not cell.flagged
+    assert "past, not significantly, the 20% threshold" in cell.notes[1]
+    clear = [(1.0 + 0.01 * i, (1.0 + 0.01 * i) * 1.6) for i in range(5)]
+    (cell,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: clear})
+    assert cell.verdict is CellVerdict.SLOWER

@@ -397,12 +397,16 @@ def _second_stage(
             original.p_slower,
             first_adj.slower,
         )
-    if not first.flagged and ev.change <= limit:
+    if not first.flagged:
+        # a cell the trials did not flag is flagged by its recheck only when confirmed
+        # (above): rechecking undecided cells adds no unconfirmed flag to an A/A run
+        where = "within" if ev.change <= limit else "past, not significantly,"
         return (
             CellVerdict.UNDECIDED,
             [
-                f"undecided: the {what}'s {ev.change:+.1f}% is within the {limit:g}% threshold, "
-                f"but its {level} interval {interval} reaches past it; more rounds can settle it"
+                f"undecided: the {what}'s {ev.change:+.1f}% is {where} the {limit:g}% "
+                f"threshold, and its {level} interval {interval} reaches past it; more "
+                "rounds can settle it"
             ],
             ev.p_slower,
             adj.slower,
