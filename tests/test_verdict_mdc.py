@@ -104,3 +104,26 @@ def test_the_flag_mdc_is_the_null_quantile_formula() -> None:
     assert null.flag_mdc(CELL, 3, 3, threshold_percent=20, power=0.5) < null.flag_mdc(
         CELL, 3, 3, threshold_percent=20
     )
+
+
+def test_a_calibration_report_states_both_figures(tmp_path) -> None:
+    """The calibration record names, per cell, the slowdown it flags 9 times in 10 (what
+    a pass rules out) beside the larger one it confirms."""
+    from harness.testing import make_example_report
+    from harness.verdict.calibration_report import (
+        build_calibration,
+        dump_calibration,
+        null_from_document,
+        parse_calibration,
+    )
+
+    runs = [(make_example_report(i, reps=3, noise=0.05), f"{i:064x}") for i in range(6)]
+    doc = build_calibration(runs, regression_percent=20, alpha=0.05, command=["test"])
+    doc = parse_calibration(dump_calibration(doc), name="x")  # the schema takes it
+    null = null_from_document(doc)
+    for cell in doc["cells"]:
+        key = (cell["acquisition"], cell["format"], cell["cache_state"])
+        assert cell["flag_mdc_percent"] == pytest.approx(
+            null.flag_mdc(key, 3, 3, threshold_percent=20)
+        )
+        assert cell["flag_mdc_percent"] < cell["mdc_percent"]
