@@ -274,7 +274,7 @@ def _recheck(args, candidate, baseline, calibration, first, history, paired: boo
     cells = [cell.key for cell in first.recheck_cells]
     output_dir = recheck_output_dir(args.output_dir, candidate)
     say(
-        f"recheck: {len(cells)} flagged cell(s) of {candidate.sha256[:12]}, "
+        f"recheck: {len(cells)} flagged or undecided cell(s) of {candidate.sha256[:12]}, "
         f"{args.recheck} more round(s): " + ", ".join("/".join(key) for key in cells),
         args,
     )
