@@ -6,7 +6,7 @@ WORK/runs.jsonl and the summaries in WORK/summary.json. The recorded form of the
 measurement is ``harness run self --verdict-e2e RUNS`` (docs/self-benchmark.md), whose
 record the published results cite. The goals' measurement needs a quiet host, e.g.:
 
-    python benchmarks/verdict_e2e.py --work /var/tmp/e2e --passes 0,2,1 --runs 20
+    python benchmarks/verdict_e2e.py --work /var/tmp/e2e --passes 0,2,25% --runs 20
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from harness.selfbench.e2e import VERDICTS, run_scenarios  # noqa: E402
+from harness.selfbench.e2e import VERDICTS, parse_scenario, run_scenarios  # noqa: E402
 
 
 def render(summaries: list[dict]) -> str:
@@ -28,7 +28,7 @@ def render(summaries: list[dict]) -> str:
         truth = s["measured_slowdown_percent"].values()
         span = f"{min(truth):+.1f}% to {max(truth):+.1f}%" if truth else "-"
         rates = ", ".join(f"{v} {s['verdict_rates'][v]:.1%}" for v in VERDICTS)
-        name = "A/A" if s["passes"] == 0 else f"{s['passes']} extra passes"
+        name = "A/A" if s["passes"] == 0 else s["scenario"]
         lines.append(
             f"{name}: measured slowdown per cell {span}; runs {s['runs']} (completed "
             f"{s['completed']}, contended {s['contended_runs']}); exits {s['exit_counts']}, "
@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs per scenario (default 20)")
     parser.add_argument(
         "--passes",
-        default="0,2,1",
-        help="extra passes over the loaded array per scenario, comma-separated; 0 is A/A "
-        "(default 0,2,1: about +50%% and +25%% on the demo)",
+        default="0,2,25%",
+        help="the scenarios, comma-separated: P extra passes over the loaded array (0 is "
+        "A/A), or S%% for passes during S%% of the load's own time (about +S%% in every "
+        "cell; default 0,2,25%%)",
     )
     parser.add_argument("--recheck", type=int, default=5, help="recheck rounds (default 5)")
     parser.add_argument(
@@ -71,16 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        passes = [int(p) for p in args.passes.split(",")]
-    except ValueError:
-        parser.error(f"--passes {args.passes!r}: give whole numbers, e.g. 0,2,1")
-    if args.runs < 1 or any(p < 0 for p in passes):
-        parser.error("--runs must be at least 1 and --passes at least 0")
+        passes = [p for p in args.passes.split(",") if parse_scenario(p)]
+    except ValueError as exc:
+        parser.error(f"--passes {args.passes!r}: {exc}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     if args.work.exists():
         parser.error(f"--work {args.work} exists; give a new folder")
 
-    def progress(p: int, i: int, result: dict) -> None:
-        print(f"passes {p} run {i}: exit {result.get('exit')}, {result['seconds']} s",
+    def progress(stage: str, i: int, result: dict) -> None:
+        print(f"{stage} run {i}: exit {result.get('exit')}, {result['seconds']} s",
               file=sys.stderr)  # fmt: skip
 
     summaries = run_scenarios(

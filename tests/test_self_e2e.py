@@ -19,10 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _summary(passes: int, truth: list[float], exit2: float, **rates: float) -> dict:
     """A scenario whose every cell had the verdicts in ``rates`` (of 100 runs)."""
-    verdict_rates = {"slower": 0.0, "possibly_slower": 0.0, "unchanged": 0.0, "faster": 0.0}
+    verdict_rates = dict.fromkeys(e2e.VERDICTS, 0.0)
     verdict_rates.update(rates)
     cells = {f"c{i}": t for i, t in enumerate(truth)}
     return {
+        "scenario": e2e.stage_name(passes),
         "passes": passes,
         "measured_slowdown_percent": cells,
         "exit_2_rate": exit2,
@@ -58,7 +59,11 @@ def test_the_large_goals_count_only_the_cells_measured_fifty_percent_or_more() -
     # the +30% cell was called unchanged every time: no concern of the +50% goal
     summary["cell_verdicts"]["c1"] = {"unchanged": 100}
     assert e2e.large_cell_rates(summary) == {
-        "slower": 1.0, "possibly_slower": 0.0, "unchanged": 0.0, "faster": 0.0
+        "slower": 1.0,
+        "possibly_slower": 0.0,
+        "undecided": 0.0,
+        "unchanged": 0.0,
+        "faster": 0.0,
     }
     assert all(g["met"] for g in e2e.goals(summary))
     summary["cell_verdicts"]["c0"] = {"slower": 9, "unchanged": 1}
@@ -69,7 +74,7 @@ def _fake_scenarios(work, repo, revision, passes, runs, recheck, extra=(), on_ru
     summaries = []
     for p in passes:
         for i in range(runs):
-            on_run(p, i, {"cells": {}, "seconds": 10.0 + i, "exit": 2 if p else 0})
+            on_run(e2e.stage_name(p), i, {"cells": {}, "seconds": 10.0 + i, "exit": 2 if p else 0})
         summary = _summary(p, [60.0] if p else [1.0], 1.0 if p else 0.0,
                            slower=1.0 if p else 0.0, unchanged=0.0 if p else 1.0)  # fmt: skip
         summary.update(runs=runs, completed=runs)
@@ -117,3 +122,103 @@ def test_one_real_aa_run_is_recorded(tmp_path) -> None:
         "scenarios"
     ]
     assert scenario["completed"] == 1 and len(scenario["measured_slowdown_percent"]) == 8
+
+
+def test_an_undecided_large_cell_is_not_unchanged_and_its_run_is_kept() -> None:
+    runs = [
+        {"run": f"run-{i:02d}", "exit": 2, "baseline_medians": {"c0": 1.0, "c1": 1.0},
+         "candidate_medians": {"c0": 1.6, "c1": 1.6},
+         "cells": {"c0": {"verdict": "slower"},
+                   "c1": {"verdict": "undecided" if i == 0 else "slower", "notes": ["why"]}}}
+        for i in range(10)
+    ]  # fmt: skip
+    summary = e2e.summarise("2", runs)
+    summary["class"] = e2e.scenario_class(summary)
+    assert summary["scenario"] == "passes-2" and summary["class"] == "large"
+    assert e2e.large_cell_rates(summary)["undecided"] == pytest.approx(0.05)
+    assert [g["met"] for g in e2e.goals(summary)] == [True, True, True]  # unchanged never
+    # the record keeps what the run saw for every unflagged verdict of a large cell
+    assert summary["large_not_flagged"] == [
+        {"run": "run-00", "cell": "c1", "verdict": "undecided", "notes": ["why"]}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("token", "parsed"),
+    [("0", ("passes", 0)), (2, ("passes", 2)), ("25%", ("share", 25)), (" 40% ", ("share", 40))],
+)
+def test_scenarios_are_passes_or_a_share_of_the_load(token, parsed) -> None:
+    assert e2e.parse_scenario(token) == parsed
+    assert e2e.stage_name(token) == f"{parsed[0]}-{parsed[1]}"
+
+
+@pytest.mark.parametrize("token", ["-1", "0%", "x", "2.5", "25%%", ""])
+def test_a_bad_scenario_is_refused_naming_it(token) -> None:
+    with pytest.raises(ValueError, match=f"scenario {token.strip()!r}"):
+        e2e.parse_scenario(token)
+
+
+_LOADER = """import time
+
+import numpy as np
+
+
+class _Acquisition:
+    data = np.arange(1 << 16, dtype=np.uint16)
+
+
+def {name}(path):
+    until = time.perf_counter() + 0.04
+    while time.perf_counter() < until:
+        pass
+    return _Acquisition()
+"""
+
+
+def test_a_share_scenario_slows_each_loader_by_its_share_of_the_load(tmp_path) -> None:
+    import importlib.util
+    import time
+
+    base = tmp_path / "base"
+    for relative, name in e2e.SLOWED.items():
+        (base / relative).parent.mkdir(parents=True, exist_ok=True)
+        (base / relative).write_text(_LOADER.replace("{name}", name), encoding="utf-8")
+    e2e.slowed_tree(base, tmp_path / "slow", "50%")
+    for relative, name in e2e.SLOWED.items():
+        spec = importlib.util.spec_from_file_location(
+            f"slowed_{name}", tmp_path / "slow" / relative
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        started = time.perf_counter()
+        acquisition = getattr(module, name)("unused")
+        seconds = time.perf_counter() - started
+        assert acquisition.data.size == 1 << 16
+        # the extra work lasts half the load's own time: at least +50%, and it stops
+        assert 0.06 <= seconds < 0.2, seconds
+    # a tree without the loader is refused, naming it
+    (base / "quantem/stem4d/io/arina.py").write_text("import numpy as np\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="has no load_arina"):
+        e2e.slowed_tree(base, tmp_path / "again", "25%")
+
+
+def test_run_self_refuses_a_bad_scenario_naming_it(tmp_path, capsys) -> None:
+    from harness.cli import main
+
+    code = main(["run", "self", "--output-dir", str(tmp_path / "out"), "--verdict-e2e", "1",
+                 "--e2e-passes", "0,fast"])  # fmt: skip
+    assert code == 64
+    assert "'fast'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_share_scenario_is_a_stage_of_a_valid_record(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(e2e, "run_scenarios", _fake_scenarios)
+    config = SelfConfig(
+        output_dir=tmp_path / "out", records=(3,), repeat=1, verdict_draws=0,
+        verdict_e2e_runs=1, e2e_passes=(0, "25%"), e2e_repo=REPO, progress=False,
+    )  # fmt: skip
+    doc = parse_report(SelfRun(config).execute().report_path)  # the schema
+    rows = {s["stage"] for s in doc["summaries"] if s["acquisition"] == "verdict-e2e"}
+    assert rows == {"passes-0", "share-25"}
+    assert doc["conditions"]["parameters"]["verdict_e2e"]["passes"] == [0, "25%"]

@@ -145,7 +145,9 @@ def test_the_faster_limit_is_one_over_one_plus_the_threshold() -> None:
 @pytest.mark.parametrize("paired", [False, True])
 def test_a_flag_clears_exactly_at_the_threshold_and_not_above(paired) -> None:
     base = {CELL: [1.0] * 5}
-    flagged = {CELL: [1.5] * 5}
+    # one original trial at the baseline's speed: the original interval reaches the
+    # recheck's (stages wholly apart are undecided: tests/test_verdict_undecided.py)
+    flagged = {CELL: [1.0, 1.5, 1.5, 1.5, 1.5]}
     for value, clears in ((1.25, True), (1.2501, False)):
         if paired:
             extra = {"paired": {CELL: [(1.0, value)] * 5}}
@@ -206,9 +208,11 @@ def test_a_recheck_change_exactly_at_the_threshold_is_not_past_it() -> None:
     assert cell.change_percent == 25.0 and cell.ci_percent[1] > 25
     assert cell.verdict is CellVerdict.POSSIBLY_SLOWER  # stays flagged, no longer slower
     assert not any("not significant" in n for n in cell.notes)
-    # a first stage within the threshold: the recheck at exactly 25% adds no flag
+    # a first stage within the threshold: the recheck at exactly 25% adds no flag, but its
+    # interval reaching past the threshold leaves the cell undecided, not unchanged
     (cell,) = decide_cells(base, {CELL: _steady(1.1)}, threshold_percent=25, paired={CELL: pairs})
-    assert cell.verdict is CellVerdict.UNCHANGED and cell.notes == (cell.notes[0],)
+    assert cell.verdict is CellVerdict.UNDECIDED and not cell.flagged
+    assert cell.notes[1].startswith("undecided: the paired recheck's +25.0% is within")
 
 
 def test_a_recheck_p_exactly_at_alpha_confirms() -> None:
@@ -238,12 +242,16 @@ def test_the_minimum_detectable_change_note_names_the_cells_own_figure() -> None
     base = {CELL: [1.0, 1.01, 0.99, 1.0, 1.02]}
     noisy, quiet = _null(0.15), _null(0.0005)
     (cell,) = decide_cells(base, {CELL: base[CELL]}, threshold_percent=20, calibration=noisy)
-    assert cell.mdc_percent > 20 and cell.verdict is CellVerdict.UNCHANGED
-    assert f"detects only slowdowns of {cell.mdc_percent:.0f}%" in cell.notes[-1]
+    # not flagged (undecided: the noisy host's interval reaches past the threshold)
+    assert cell.flag_mdc_percent > 20 and cell.verdict is CellVerdict.UNDECIDED
+    # a pass names what it rules out: the slowdown flagged 9 times in 10 (issue 40, defect
+    # 6: not the larger figure that is confirmed `slower`; tests/test_verdict_mdc.py)
+    assert cell.flag_mdc_percent < cell.mdc_percent
+    assert f"flags slowdowns of {cell.flag_mdc_percent:.0f}% or more" in cell.notes[-1]
     # the note follows the cell's own figure: a quieter host names a smaller one
     (other,) = decide_cells(base, {CELL: base[CELL]}, threshold_percent=20, calibration=quiet)
-    assert 20 < other.mdc_percent < cell.mdc_percent
-    assert f"detects only slowdowns of {other.mdc_percent:.0f}%" in other.notes[-1]
+    assert 20 < other.flag_mdc_percent < cell.flag_mdc_percent
+    assert f"flags slowdowns of {other.flag_mdc_percent:.0f}% or more" in other.notes[-1]
     # a flagged cell's advice names it instead
     (cell,) = decide_cells(base, {CELL: [1.3] * 5}, threshold_percent=20, calibration=noisy)
     assert cell.verdict is CellVerdict.POSSIBLY_SLOWER

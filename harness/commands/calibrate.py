@@ -245,6 +245,7 @@ def print_calibration(document: dict, sha256: str, history: Path | str | None) -
         value_columns=(
             "A/A ratio 5-95%",
             "noise floor",
+            "flagged 9/10",
             "MDC",
             "false pos. rule",
             "false pos. verdict",
@@ -260,6 +261,7 @@ def print_calibration(document: dict, sha256: str, history: Path | str | None) -
             (
                 f"{(q['0.05'] - 1) * 100:+.1f}% .. {(q['0.95'] - 1) * 100:+.1f}%",
                 f"{cell['noise_floor_percent']:+.1f}%",
+                f"{cell['flag_mdc_percent']:.1f}%" if "flag_mdc_percent" in cell else "-",
                 f"{cell['mdc_percent']:.1f}%",
                 f"{cell['false_positive_rule']:.1%}",
                 f"{cell['false_positive_verdict']:.1%}",

@@ -252,10 +252,10 @@ def _check_and_recheck(args, history, paired: bool | None, percent: float) -> in
             + (f" (of {linked[:12]}); recheck that record instead" if linked else "")
         )
     first = compare_loaded(baseline, candidate, percent, calibration=calibration)
-    if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.flagged_cells:
+    if first.verdict in (Verdict.FAILED, Verdict.INCOMPARABLE) or not first.recheck_cells:
         show_comparison(first, args, candidate.sha256)
         why = (
-            "no cell is flagged"
+            "no cell is flagged or undecided"
             if first.verdict is Verdict.PASS
             else f"it is {first.verdict.value}"
         )
@@ -271,10 +271,10 @@ def _recheck(args, candidate, baseline, calibration, first, history, paired: boo
     from harness.run.paired.pairing import describe_pairing
     from harness.run.recheck.measure import RecheckConfig, run_recheck
 
-    cells = [cell.key for cell in first.flagged_cells]
+    cells = [cell.key for cell in first.recheck_cells]
     output_dir = recheck_output_dir(args.output_dir, candidate)
     say(
-        f"recheck: {len(cells)} flagged cell(s) of {candidate.sha256[:12]}, "
+        f"recheck: {len(cells)} flagged or undecided cell(s) of {candidate.sha256[:12]}, "
         f"{args.recheck} more round(s): " + ", ".join("/".join(key) for key in cells),
         args,
     )

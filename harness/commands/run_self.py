@@ -68,10 +68,11 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--e2e-passes",
-        default="0,2,1",
+        default="0,2,25%",
         metavar="P,P,...",
-        help="with --verdict-e2e: extra passes over the loaded array per scenario, 0 for A/A "
-        "(default 0,2,1: about +50%% and +25%% on the demo)",
+        help="with --verdict-e2e: the scenarios: P extra passes over the loaded array (0 for "
+        "A/A), or S%% for passes during S%% of the load's own time, a slowdown of about S%% "
+        "in every cell (default 0,2,25%%)",
     )
     parser.add_argument(
         "--e2e-recheck", type=int, default=5, metavar="K",
@@ -88,17 +89,18 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
 def run_self_command(args: argparse.Namespace) -> int:
     if args.repeat < 1 or min(args.records) < 1 or args.verdict_draws < 0:
         raise UsageError("--repeat and --records must be at least 1, --verdict-draws at least 0")
+    from harness.selfbench.e2e import parse_scenario, stage_name
+
     try:
-        passes = tuple(int(p) for p in args.e2e_passes.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--e2e-passes {args.e2e_passes!r}: give whole numbers, e.g. 0,2,1"
-        ) from None
-    if args.verdict_e2e < 0 or args.e2e_recheck < 1 or any(p < 0 for p in passes):
-        raise UsageError(
-            "--verdict-e2e must be at least 0, --e2e-recheck at least 1, --e2e-passes at least 0"
+        passes = tuple(
+            amount if kind == "passes" else f"{amount}%"
+            for kind, amount in map(parse_scenario, args.e2e_passes.split(","))
         )
-    if len(set(passes)) != len(passes):
+    except ValueError as exc:
+        raise UsageError(f"--e2e-passes {args.e2e_passes!r}: {exc}, e.g. 0,2,25%") from None
+    if args.verdict_e2e < 0 or args.e2e_recheck < 1:
+        raise UsageError("--verdict-e2e must be at least 0, --e2e-recheck at least 1")
+    if len({stage_name(p) for p in passes}) != len(passes):
         raise UsageError(f"--e2e-passes {args.e2e_passes!r}: each scenario once")
     if args.work_dir is not None and not args.work_dir.is_dir():
         raise UsageError(f"--work-dir {args.work_dir}: no such folder")
@@ -168,12 +170,14 @@ def print_self_summary(doc: dict, console) -> None:
             )
         for s in (acquisition.get("fitted") or {}).get("scenarios", []):
             span = list(s["measured_slowdown_percent"].values())
+            what = s.get("scenario") or f"passes-{s['passes']}"
             lines.append(
-                f"  verdict e2e: {s['passes']} extra passes ({s['class']}, measured "
+                f"  verdict e2e: {what} ({s['class']}, measured "
                 + (f"{min(span):+.0f}% to {max(span):+.0f}%" if span else "nothing")
                 + f"): exit 2 in {s['exit_2_rate']:.0%} of {s['runs']} runs; cells slower "
                 f"{s['verdict_rates']['slower']:.0%}, possibly slower "
-                f"{s['verdict_rates']['possibly_slower']:.0%}, unchanged "
+                f"{s['verdict_rates']['possibly_slower']:.0%}, undecided "
+                f"{s['verdict_rates'].get('undecided', 0):.0%}, unchanged "
                 f"{s['verdict_rates']['unchanged']:.0%}"
             )
             for goal in s["goals"]:

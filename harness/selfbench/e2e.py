@@ -2,8 +2,15 @@
 
 From one revision of a git repository (``git archive``) a baseline tree is made and, per
 slowdown scenario, a candidate tree whose CPU loaders (``load_arina`` and the CPU
-``load_qem``) make P extra passes over the loaded array (``int(data.sum())``, the kind of
-change issue 40 measured; P = 0 is the A/A scenario, the baseline tree itself). Each run
+``load_qem``) do extra work over the loaded array after loading it:
+
+- ``P`` (a whole number): P extra passes (``int(data.sum())``, the kind of change issue 40
+  measured); P = 0 is the A/A scenario, the baseline tree itself. A pass costs the same
+  in every cell, so the slowdown differs per cell (the heavier a cell's decode, the less);
+- ``S%``: passes over slices of the array until S% of the load's own time has passed
+  again, a slowdown of about S% in every cell (stage ``share-S``).
+
+Each run
 of a scenario is the README's workflow, each command its own process running that tree's
 code:
 
@@ -49,7 +56,57 @@ def {name}(*args, **kwargs):  # noqa: F811
             int(np.asarray(acquisition.data).sum(dtype=np.uint64))
     return acquisition
 """
-VERDICTS = ("slower", "possibly_slower", "unchanged", "faster")
+SHARE_PATCH = """
+
+# verdict_e2e: a known slowdown, passes over slices of the loaded array for {share}% of
+# the load's own time
+import time as _e2e_time  # noqa: E402
+_unslowed_{name} = {name}
+
+
+def {name}(*args, **kwargs):  # noqa: F811
+    started = _e2e_time.perf_counter()
+    acquisition = _unslowed_{name}(*args, **kwargs)
+    if acquisition.data is not None:
+        flat = np.asarray(acquisition.data).reshape(-1)
+        step = max(1, flat.size // 64)
+        now = _e2e_time.perf_counter()
+        until, start = now + (now - started) * {share} / 100, 0
+        while _e2e_time.perf_counter() < until:
+            int(flat[start:start + step].sum(dtype=np.uint64))
+            start = (start + step) % flat.size
+    return acquisition
+"""
+VERDICTS = ("slower", "possibly_slower", "undecided", "unchanged", "faster")
+
+
+def parse_scenario(token: str | int) -> tuple[str, int]:
+    """``("passes", P)`` for a whole number P >= 0, ``("share", S)`` for ``S%`` (S >= 1).
+
+    Raises ValueError naming the token otherwise.
+    """
+    text = str(token).strip()
+    try:
+        if text.endswith("%"):
+            share = int(text[:-1])
+            if share >= 1:
+                return ("share", share)
+        else:
+            passes = int(text)
+            if passes >= 0:
+                return ("passes", passes)
+    except ValueError:
+        pass
+    raise ValueError(
+        f"scenario {text!r}: give extra passes (a whole number, 0 for A/A) or a share of the "
+        "load's own time (e.g. 25%)"
+    )
+
+
+def stage_name(token: str | int) -> str:
+    """The scenario's stage in the record: ``passes-P`` or ``share-S``."""
+    kind, amount = parse_scenario(token)
+    return f"{kind}-{amount}"
 
 
 def export_tree(repo: Path, revision: str, target: Path) -> None:
@@ -61,15 +118,22 @@ def export_tree(repo: Path, revision: str, target: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
 
 
-def slowed_tree(base: Path, target: Path, passes: int) -> None:
-    """A copy of ``base`` whose CPU loaders make ``passes`` extra passes over the array."""
+def slowed_tree(base: Path, target: Path, scenario: str | int) -> None:
+    """A copy of ``base`` whose CPU loaders do the extra work of ``scenario``
+    (:func:`parse_scenario`: P extra passes, or passes for S% of the load's own time)."""
+    kind, amount = parse_scenario(scenario)
     shutil.copytree(base, target)
     for relative, name in SLOWED.items():
         path = target / relative
         text = path.read_text(encoding="utf-8")
         if f"def {name}(" not in text or "import numpy as np" not in text:
             raise ValueError(f"verdict e2e: {relative} has no {name} to slow down")
-        path.write_text(text + PATCH.format(name=name, passes=passes), encoding="utf-8")
+        patch = (
+            PATCH.format(name=name, passes=amount)
+            if kind == "passes"
+            else SHARE_PATCH.format(name=name, share=amount)
+        )
+        path.write_text(text + patch, encoding="utf-8")
 
 
 def harness(tree: Path, *args: str) -> subprocess.CompletedProcess:
@@ -139,14 +203,17 @@ def one_run(base: Path, candidate: Path, folder: Path, recheck: int, extra: list
             "change_percent": c["change_percent"],
             "ci_percent": c["ci_percent"],
             "rechecked": bool(c.get("recheck")),
+            "original_change_percent": (c.get("recheck") or {}).get("original_change_percent"),
+            "notes": c.get("notes", []),
         }
         for c in doc["comparison"]["cells"]
     }
     return result
 
 
-def summarise(passes: int, runs: list[dict]) -> dict:
+def summarise(scenario: str | int, runs: list[dict]) -> dict:
     """Exit codes, verdict rates and the measured true slowdown of one scenario."""
+    kind, amount = parse_scenario(scenario)
     done = [r for r in runs if "cells" in r]
     exits = collections.Counter(r.get("exit") for r in runs)
     verdicts = collections.Counter(v["verdict"] for r in done for v in r["cells"].values())
@@ -162,7 +229,10 @@ def summarise(passes: int, runs: list[dict]) -> dict:
     return {
         "outliers_main": main,
         "outliers_paired": paired,
-        "passes": passes,
+        "scenario": stage_name(scenario),
+        "passes": amount if kind == "passes" else None,
+        "share_percent": amount if kind == "share" else None,
+        "large_not_flagged": _large_not_flagged(done, truth),
         "runs": len(runs),
         "completed": len(done),
         "contended_runs": sum(1 for r in done if "contended" in (r.get("host_load") or [])),
@@ -180,6 +250,19 @@ def summarise(passes: int, runs: list[dict]) -> dict:
     }
 
 
+def _large_not_flagged(done: list[dict], truth: dict[str, float]) -> list[dict]:
+    """Every verdict of a cell measured +50% or more that was not flagged, with what the
+    run saw (its change, interval, original change and notes): the record keeps why."""
+    return [
+        {"run": r["run"], "cell": cell, **r["cells"][cell]}
+        for r in done
+        for cell, slowdown in sorted(truth.items())
+        if slowdown >= LARGE_SLOWDOWN_PERCENT
+        and cell in r["cells"]
+        and r["cells"][cell]["verdict"] not in ("slower", "possibly_slower")
+    ]
+
+
 #: Issue 40's goals on this workflow; a cell's class is its measured true slowdown.
 AA_MAX_EXIT_2 = 0.05
 AA_MAX_SLOWER_CELLS = 0.01
@@ -192,7 +275,7 @@ MODERATE_MIN_EXIT_2 = 0.8
 def scenario_class(summary: dict) -> str:
     """``aa``; ``large`` (some cell measured +50% or more), ``moderate`` (some +25% or
     more) or ``small``."""
-    if summary["passes"] == 0:
+    if summary.get("passes") == 0:
         return "aa"
     high = max(summary["measured_slowdown_percent"].values(), default=float("-inf"))
     if high >= LARGE_SLOWDOWN_PERCENT:
@@ -246,15 +329,17 @@ def run_scenarios(
     work: Path,
     repo: Path,
     revision: str,
-    passes: list[int],
+    passes: list[str | int],
     runs: int,
     recheck: int,
     extra: list[str] = (),
     on_run=None,
 ) -> list[dict]:
-    """Every scenario's runs (``WORK/runs.jsonl``) and summaries, in ``passes`` order.
+    """Every scenario's runs (``WORK/runs.jsonl``) and summaries, in ``passes`` order
+    (each a :func:`parse_scenario` token).
 
-    ``on_run(passes, index, result)`` is told of each finished run (progress).
+    ``on_run(stage, index, result)`` is told of each finished run (progress), ``stage``
+    being :func:`stage_name`.
     """
     import time
 
@@ -263,20 +348,21 @@ def run_scenarios(
     summaries = []
     with open(work / "runs.jsonl", "w", encoding="utf-8") as out:
         for p in passes:
-            candidate = base if p == 0 else work / "trees" / f"slow-{p}"
-            if p and not candidate.exists():
+            stage = stage_name(p)
+            candidate = base if stage == "passes-0" else work / "trees" / f"slow-{stage}"
+            if candidate != base and not candidate.exists():
                 slowed_tree(base, candidate, p)
             results = []
             for i in range(runs):
                 started = time.monotonic()
-                folder = work / f"passes-{p}" / f"run-{i:02d}"
+                folder = work / stage / f"run-{i:02d}"
                 result = one_run(base.resolve(), candidate.resolve(), folder, recheck, list(extra))
-                result.update(passes=p, seconds=round(time.monotonic() - started, 3))
+                result.update(scenario=stage, seconds=round(time.monotonic() - started, 3))
                 out.write(json.dumps(result, sort_keys=True) + "\n")
                 out.flush()
                 results.append(result)
                 if on_run is not None:
-                    on_run(p, i, result)
+                    on_run(stage, i, result)
             summary = summarise(p, results)
             summary["class"] = scenario_class(summary)
             summary["goals"] = goals(summary)

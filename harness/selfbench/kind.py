@@ -72,8 +72,9 @@ class SelfConfig:
     command: list[str] = field(default_factory=list)
     #: runs per scenario of the verdict's end-to-end check (0: not measured)
     verdict_e2e_runs: int = 0
-    #: extra passes over the loaded array per scenario (0: A/A)
-    e2e_passes: tuple[int, ...] = (0, 2, 1)
+    #: the scenarios (:func:`e2e.parse_scenario`): extra passes over the loaded array
+    #: (0: A/A), or "S%": passes for S% of the load's own time
+    e2e_passes: tuple[int | str, ...] = (0, 2, "25%")
     e2e_recheck: int = 5
     #: the git repository whose HEAD the scenarios export (None: this checkout)
     e2e_repo: Path | None = None
@@ -100,7 +101,7 @@ class SelfRun:
             stages.append(POSTGRES_STAGE)
         stages.append(POWER_STAGE)
         if self.config.verdict_e2e_runs:
-            stages += [f"passes-{p}" for p in self.config.e2e_passes]
+            stages += [e2e.stage_name(p) for p in self.config.e2e_passes]
         return stages
 
     def _trial(self, acquisition: str, stage: str, index: int, seconds: float) -> None:
@@ -231,14 +232,14 @@ class SelfRun:
         total = cfg.verdict_e2e_runs * len(cfg.e2e_passes)
         with progress_bar("verdict e2e runs", total, cfg.progress) as bar:
 
-            def on_run(passes: int, index: int, result: dict) -> None:
+            def on_run(stage: str, index: int, result: dict) -> None:
                 bar.advance()
                 self.trials.append(
                     {
                         "acquisition": E2E_ACQUISITION,
                         "format": "history",
-                        "cache_state": f"passes-{passes}",
-                        "stage": f"passes-{passes}",
+                        "cache_state": stage,
+                        "stage": stage,
                         "trial_index": index,
                         "label": WARM,
                         "kept": "cells" in result,
@@ -250,7 +251,7 @@ class SelfRun:
                 )
                 if "cells" not in result:
                     self.log.execution(
-                        f"verdict-e2e: passes {passes} run {index}: "
+                        f"verdict-e2e: {stage} run {index}: "
                         + str(result.get("error", "no report")).strip()[-300:]
                     )
 
@@ -259,7 +260,7 @@ class SelfRun:
                 cfg.verdict_e2e_runs, cfg.e2e_recheck, on_run=on_run,
             )  # fmt: skip
         for summary in summaries:
-            stage = f"passes-{summary['passes']}"
+            stage = summary["scenario"]
             self.e2e_rates[stage] = {
                 "exit_2_rate": summary["exit_2_rate"],
                 **{f"{v}_rate": summary["verdict_rates"][v] for v in e2e.VERDICTS},
@@ -274,6 +275,7 @@ class SelfRun:
             if large is not None:
                 self.e2e_rates[stage]["large_cells_slower_rate"] = large["slower"]
                 self.e2e_rates[stage]["large_cells_unchanged_rate"] = large["unchanged"]
+                self.e2e_rates[stage]["large_cells_undecided_rate"] = large["undecided"]
         digest = hashlib.sha256(canonical_json(summaries).encode("ascii")).hexdigest()
         identity = {"revision": revision, "runs": cfg.verdict_e2e_runs,
                     "passes": list(cfg.e2e_passes), "recheck": cfg.e2e_recheck}  # fmt: skip

@@ -14,6 +14,10 @@ seconds of N independent runs of the same code on the same inputs. From them:
   (1 +- confidence) / 2 quantiles (inverting the null as a pivot).
 - **noise floor**: the change an A/A pair exceeds 5% of the time (95th percentile
   of the null ratios, minus one).
+- **flag MDC**: the smallest slowdown s that the threshold rule flags (exit 2: an
+  observed ratio above 1 + threshold) with probability ``power`` (0.9):
+  ``s = (1 + threshold) / q_(1-power) - 1``. It is what a pass rules out: a slowdown
+  this large or larger is flagged 9 times in 10, and a flagged cell is rechecked;
 - **minimum detectable change** (MDC): the smallest slowdown s that the verdict
   confirms (ratio R above 1 + threshold and the p-value of R / (1 + threshold) at most
   alpha / m, Holm's first step over m cells) with probability ``power`` (0.9):
@@ -128,6 +132,19 @@ class CalibratedNull:
         """Percent change that an A/A pair exceeds 5% of the time."""
         null = self.null_ratios(key, n_base, n_cand)
         return float((np.quantile(null, NOISE_FLOOR_QUANTILE) - 1) * 100)
+
+    def flag_mdc(
+        self,
+        key: CellKey,
+        n_base: int,
+        n_cand: int,
+        *,
+        threshold_percent: float,
+        power: float = DETECTION_POWER,
+    ) -> float:
+        """Smallest slowdown (percent) flagged (exit 2) with probability ``power``."""
+        null = self.null_ratios(key, n_base, n_cand)
+        return float(((1 + threshold_percent / 100) / np.quantile(null, 1 - power) - 1) * 100)
 
     def mdc(
         self,

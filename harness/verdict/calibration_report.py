@@ -126,6 +126,9 @@ def build_calibration(
                 "runs_seconds": seconds,
                 "ratio_quantiles": {f"{q:g}": float(v) for q, v in zip(RATIO_QUANTILES, quantiles)},
                 "noise_floor_percent": null.noise_floor(cell_key, rep_count, rep_count),
+                "flag_mdc_percent": null.flag_mdc(
+                    cell_key, rep_count, rep_count, threshold_percent=regression_percent
+                ),
                 "mdc_percent": null.mdc(
                     cell_key,
                     rep_count,

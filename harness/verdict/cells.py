@@ -69,10 +69,16 @@ class CellVerdict(enum.Enum):
     POSSIBLY_SLOWER = "possibly_slower"
     FASTER = "faster"
     UNCHANGED = "unchanged"
+    UNDECIDED = "undecided"
 
     @property
     def flagged(self) -> bool:
         return self in (CellVerdict.SLOWER, CellVerdict.POSSIBLY_SLOWER)
+
+    @property
+    def needs_recheck(self) -> bool:
+        """Flagged, or undecided: what a recheck measures again."""
+        return self.flagged or self is CellVerdict.UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class CellComparison:
     warnings: tuple[str, ...] = field(default=())
     estimator: str = ESTIMATOR
     holm_family: int = 1
+    #: the smallest slowdown this cell's trials flag (exit 2) 9 times in 10 (calibrated)
+    flag_mdc_percent: float | None = None
 
     @property
     def flagged(self) -> bool:
@@ -132,6 +140,7 @@ class _Evidence:
     method: str
     noise_floor: float | None
     mdc: float | None
+    flag_mdc: float | None  # the smallest slowdown flagged 9 times in 10 (what a pass rules out)
     smallest_p: float  # the smallest p-value these trial counts can give
 
     @property
@@ -182,6 +191,7 @@ def _evidence(
             mdc=calibration.mdc(
                 key, n_b, n_c, threshold_percent=threshold_percent, alpha=alpha, cells=cells
             ),
+            flag_mdc=calibration.flag_mdc(key, n_b, n_c, threshold_percent=threshold_percent),
             smallest_p=calibration.smallest_p(key, n_b, n_c),
         )
     slower = mann_whitney_u([v / factor for v in candidate], baseline, alternative="greater")
@@ -207,6 +217,7 @@ def _evidence(
         method=f"mann-whitney-{slower.method}",
         noise_floor=None,
         mdc=None,
+        flag_mdc=None,
         smallest_p=smallest_possible_p(n_c, n_b, alternative="greater"),
     )
 
@@ -261,18 +272,38 @@ def _first_stage(
         return CellVerdict.POSSIBLY_SLOWER, [_unconfirmed(ev, adj, alpha, limit)]
     if change < faster_limit and adj.faster <= alpha:
         return CellVerdict.FASTER, []
+    notes = []
     if change < faster_limit:
-        return CellVerdict.UNCHANGED, [
+        notes.append(
             f"faster by {-change:.1f}% but not significantly beyond the threshold "
             f"(Holm-adjusted p = {adj.faster:.3g} > {alpha:g})"
-        ]
-    if adj.up <= alpha or adj.down <= alpha:
+        )
+    elif adj.up <= alpha or adj.down <= alpha:
         p = min(adj.up, adj.down)
-        return CellVerdict.UNCHANGED, [
+        notes.append(
             f"a {change:+.1f}% change, significant as a change of any size (Holm-adjusted "
             f"p = {p:.3g}), within the {limit:g}% threshold"
-        ]
-    return CellVerdict.UNCHANGED, []
+        )
+    if _reaches_past(ev, limit):
+        return CellVerdict.UNDECIDED, [*notes, _undecided(ev, adj, alpha, limit)]
+    return CellVerdict.UNCHANGED, notes
+
+
+def _reaches_past(ev: _Evidence, limit: float) -> bool:
+    """The interval of the change reaches past the threshold (a NaN interval does not)."""
+    return ev.interval_percent[1] > limit
+
+
+def _undecided(ev: _Evidence, adj: _Adjusted, alpha: float, limit: float) -> str:
+    """Why a cell within the threshold is not ``unchanged``, and what can settle it."""
+    low, high = ev.interval_percent
+    rounds = rounds_needed(adj.family, alpha)
+    return (
+        f"undecided: {ev.change:+.1f}% is within the {limit:g}% threshold, but its 95% "
+        f"interval [{low:+.1f}%, {high:+.1f}%] reaches past it, so these trials cannot rule "
+        f"out a slowdown beyond the threshold; settle it with "
+        f"`{RECHECK_COMMAND.format(rounds=rounds)}` (or --recheck {rounds})"
+    )
 
 
 def _unconfirmed(ev: _Evidence, adj: _Adjusted, alpha: float, limit: float) -> str:
@@ -288,13 +319,16 @@ def _unconfirmed(ev: _Evidence, adj: _Adjusted, alpha: float, limit: float) -> s
     else:
         reason = f"not significant (Holm-adjusted p = {adj.slower:.3g} > {alpha:g})"
     if ev.mdc is not None and ev.mdc > limit:
-        reason += f"; the threshold is below this host's minimum detectable change ({ev.mdc:.0f}%)"
+        reason += (
+            f"; the threshold is below this host's minimum detectable change ({ev.mdc:.0f}%): "
+            "only slowdowns that large are confirmed on such trials 9 times in 10"
+        )
     return f"{reason}: {settle}"
 
 
 def _second_stage(
     first: CellVerdict,
-    first_p: float,
+    original: _Evidence,
     first_adj: _Adjusted,
     ev: _Evidence,
     adj: _Adjusted,
@@ -313,6 +347,24 @@ def _second_stage(
     interval = f"[{low:+.1f}%, {high:+.1f}%]"
     level = f"{recheck_confidence(looks) * 100:.4g}%"
     if high <= limit:  # a NaN interval (no resampling possible) is never evidence
+        original_low, original_high = original.interval_percent
+        # Both stages see a slowdown (the recheck's interval excludes none, its size at
+        # least half the threshold) but disagree on its size across the threshold: neither
+        # settles it. A recheck that finds no slowdown, or a small one, still clears a
+        # flag that drift between runs raised.
+        if low > 0 and ev.change >= limit / 2 and original_low > high and original_high > limit:
+            return (
+                CellVerdict.UNDECIDED,
+                [
+                    f"undecided: the {what} sees a slowdown within the threshold (its {level} "
+                    f"interval {interval}), the original trials one past it (95% interval "
+                    f"[{original_low:+.1f}%, {original_high:+.1f}%]): the two measurements of "
+                    "the slowdown disagree by more than their noise, so neither settles the "
+                    "cell; look at both before trusting either"
+                ],
+                ev.p_slower,
+                adj.slower,
+            )
         if first.flagged:
             note = (
                 f"flag cleared by the {what}: its {level} interval {interval} lies at or below "
@@ -342,11 +394,23 @@ def _second_stage(
                 f"slower on the original trials (Holm-adjusted p = {first_adj.slower:.3g} over "
                 f"{first_adj.family} cells); the {what}'s {ev.change:+.1f}% agrees"
             ],
-            first_p,
+            original.p_slower,
             first_adj.slower,
         )
-    if not first.flagged and ev.change <= limit:
-        return CellVerdict.UNCHANGED, [], ev.p_slower, adj.slower
+    if not first.flagged:
+        # a cell the trials did not flag is flagged by its recheck only when confirmed
+        # (above): rechecking undecided cells adds no unconfirmed flag to an A/A run
+        where = "within" if ev.change <= limit else "past, not significantly,"
+        return (
+            CellVerdict.UNDECIDED,
+            [
+                f"undecided: the {what}'s {ev.change:+.1f}% is {where} the {limit:g}% "
+                f"threshold, and its {level} interval {interval} reaches past it; more "
+                "rounds can settle it"
+            ],
+            ev.p_slower,
+            adj.slower,
+        )
     notes = [
         f"not cleared: the {what}'s {level} interval {interval} reaches past the {limit:g}% "
         "threshold"
@@ -450,7 +514,7 @@ def decide_cells(
             ev, adj = second[key], second_adj[key]
             verdict, notes, p_value, p_adjusted = _second_stage(
                 verdict,
-                original.p_slower,
+                original,
                 first_adj[key],
                 ev,
                 adj,
@@ -485,10 +549,10 @@ def decide_cells(
                 f"{_ms(original.baseline)} -> {_ms(original.candidate)} "
                 f"({original.change:+.1f}%); the smallest p it can give is {ev.smallest_p:.3g}",
             )
-        if ev.mdc is not None and ev.mdc > limit and verdict is CellVerdict.UNCHANGED:
+        if ev.flag_mdc is not None and ev.flag_mdc > limit and not verdict.flagged:
             notes.append(
-                f"this host detects only slowdowns of {ev.mdc:.0f}% or more here (90% power): "
-                "a pass does not rule out smaller ones"
+                f"this host flags slowdowns of {ev.flag_mdc:.0f}% or more here 9 times in 10 "
+                "(exit 2, then a recheck settles them): a pass does not rule out smaller ones"
             )
         warnings = _warnings(
             ev,
@@ -516,6 +580,7 @@ def decide_cells(
                 candidate_spread=relative_spread(ev.candidate),
                 noise_floor_percent=ev.noise_floor,
                 mdc_percent=ev.mdc,
+                flag_mdc_percent=ev.flag_mdc,
                 notes=tuple(notes),
                 recheck=recheck_info,
                 warnings=warnings,

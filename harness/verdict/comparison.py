@@ -118,6 +118,11 @@ class Comparison:
         return [cell for cell in self.cells if cell.flagged]
 
     @property
+    def recheck_cells(self) -> list[CellComparison]:
+        """The cells a recheck measures again: flagged or undecided."""
+        return [cell for cell in self.cells if cell.verdict.needs_recheck]
+
+    @property
     def performance_status(self) -> str:
         """The report's ``status.performance`` value for this comparison."""
         if self.verdict is Verdict.FAILED:
@@ -177,6 +182,7 @@ def cell_to_dict(cell: CellComparison) -> dict[str, Any]:
         "candidate_spread": cell.candidate_spread,
         "noise_floor_percent": cell.noise_floor_percent,
         "mdc_percent": cell.mdc_percent,
+        "flag_mdc_percent": cell.flag_mdc_percent,
         "notes": list(cell.notes),
         "recheck": dict(cell.recheck) if cell.recheck else None,
     }
@@ -405,12 +411,13 @@ def flagged_for_recheck(
     calibration: CalibrationUse | None = None,
     alpha: float = DEFAULT_ALPHA,
 ) -> list[CellKey]:
-    """The cells a recheck measures again: flagged by the verdict on the trials so far.
+    """The cells a recheck measures again: flagged, or undecided, by the verdict on the
+    trials so far.
 
     Only cells both runs measured are judged (an incomparable pair is never rechecked).
     """
     cells = _decide_run(baseline_doc, trials, regression_percent, calibration, alpha)
-    return [cell.key for cell in cells if cell.flagged]
+    return [cell.key for cell in cells if cell.verdict.needs_recheck]
 
 
 def _decide_run(
@@ -463,7 +470,15 @@ def undecided_after_recheck(
         baseline_doc, trials, regression_percent, calibration, alpha, looks=looks, **measured
     )
     return [
-        c.key for c in cells if c.recheck is not None and c.verdict is CellVerdict.POSSIBLY_SLOWER
+        c.key
+        for c in cells
+        if c.recheck is not None
+        and (
+            c.verdict is CellVerdict.POSSIBLY_SLOWER
+            # undecided with an interval past the threshold: more rounds narrow it (an
+            # undecided cell whose stages disagree is not one more rounds can settle)
+            or (c.verdict is CellVerdict.UNDECIDED and c.ci_percent[1] > regression_percent)
+        )
     ]
 
 

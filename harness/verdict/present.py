@@ -25,12 +25,14 @@ VERDICT_LABELS = {
     CellVerdict.POSSIBLY_SLOWER: "possibly slower",
     CellVerdict.FASTER: "faster (improved)",
     CellVerdict.UNCHANGED: "unchanged",
+    CellVerdict.UNDECIDED: "undecided",
 }
 _STYLES = {
     CellVerdict.SLOWER: "bold red",
     CellVerdict.POSSIBLY_SLOWER: "yellow",
     CellVerdict.FASTER: "bold green",
     CellVerdict.UNCHANGED: "",
+    CellVerdict.UNDECIDED: "magenta",
 }
 
 
