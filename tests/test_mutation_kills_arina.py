@@ -3,12 +3,25 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import struct
 
+import bitshuffle
+import numpy as np
 import pytest
 
 from quantem.stem4d.errors import SourceIntegrityError
+from quantem.stem4d.io import cpu_decode, library_decode
 from quantem.stem4d.io.arina import load_arina, open_arina
+from quantem.stem4d.io.chunk_errors import (
+    DECODE_OK,
+    ERR_BLOCK_HEADER_TRUNCATED,
+    ERR_BLOCK_LENGTH,
+    ERR_BLOCK_SIZE,
+    ERR_CHUNK_TOO_SHORT,
+    ERR_TRAILING_BYTES,
+)
 from quantem.stem4d.io.synthetic import write_synthetic_arina
 
 SCAN, DET = (3, 4), (16, 12)
@@ -42,3 +55,64 @@ def test_a_changed_chunk_says_what_changed_in_full(master):
         "recorded at the first observation)"
     )
     assert info.value.fields == {"frame": 11, "shard_frame": 1}
+
+
+def _chunk(frame: np.ndarray, block_elements: int) -> bytes:
+    """Encoded by the bitshuffle package directly (not quantem's writer)."""
+    header = struct.pack(">QI", frame.nbytes, block_elements * frame.itemsize)
+    return header + bitshuffle.compress_lz4(np.ascontiguousarray(frame), block_elements).tobytes()
+
+
+def _codes(chunks: list[bytes], frame_bytes: int, elem_size: int):
+    buffer = np.frombuffer(b"".join(chunks), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int64)
+    errors, _ = library_decode.check_chunks(buffer, offsets, frame_bytes, elem_size)
+    reference = [
+        cpu_decode.scan_chunk(buffer, int(a), int(b), frame_bytes, elem_size)
+        for a, b in itertools.pairwise(offsets)
+    ]
+    return errors, reference
+
+
+def test_library_checks_give_the_walks_codes_chunk_by_chunk():
+    """One call over chunks of several block sizes, valid and broken, each in its place:
+    every chunk gets the numba walk's code (its own header, block table and tail)."""
+    frame = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
+    eight = bytearray(_chunk(frame, 8))  # nine blocks
+    overrun = bytes(eight[:12] + struct.pack(">I", 10_000) + eight[16:])
+    chunks = [
+        _chunk(frame, 64),  # one full block and a last one of exactly 8 elements
+        bytes(eight),
+        _chunk(frame, 72),  # one block
+        _chunk(frame, 64)[:7],  # shorter than the header, not at offset 0
+        _chunk(frame, 64)[:12],  # the header alone: ends where a block length should be
+        _chunk(frame, 64)[:8] + struct.pack(">I", 12) + _chunk(frame, 64)[12:],  # 6 elements
+        overrun,  # nine blocks, the first one's length past the end
+        _chunk(frame, 72) + b"\0\0",  # one block, then bytes after it
+    ]
+    errors, reference = _codes(chunks, frame.nbytes, 2)
+    assert errors.dtype == np.int32
+    assert (
+        errors.tolist()
+        == reference
+        == [
+            DECODE_OK,
+            DECODE_OK,
+            DECODE_OK,
+            ERR_CHUNK_TOO_SHORT,
+            ERR_BLOCK_HEADER_TRUNCATED,
+            ERR_BLOCK_SIZE,
+            ERR_BLOCK_LENGTH,
+            ERR_TRAILING_BYTES,
+        ]
+    )
+    # The chunk with most blocks fails in its first: the walk stops early, and the
+    # one-block chunk's tail is still checked.
+    errors, reference = _codes([overrun, _chunk(frame, 72) + b"\0\0"], frame.nbytes, 2)
+    assert errors.tolist() == reference == [ERR_BLOCK_LENGTH, ERR_TRAILING_BYTES]
+
+
+def test_a_last_block_of_exactly_eight_elements_decodes():
+    frame = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
+    got = cpu_decode.decode_chunk_bytes(_chunk(frame, 64), (1, 72), "uint16", engine="library")
+    np.testing.assert_array_equal(got[0], frame)
