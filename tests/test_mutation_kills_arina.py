@@ -20,6 +20,7 @@ from quantem.stem4d.io.chunk_errors import (
     ERR_BLOCK_LENGTH,
     ERR_BLOCK_SIZE,
     ERR_CHUNK_TOO_SHORT,
+    ERR_TAIL_TRUNCATED,
     ERR_TRAILING_BYTES,
 )
 from quantem.stem4d.io.synthetic import write_synthetic_arina
@@ -78,37 +79,29 @@ def test_library_checks_give_the_walks_codes_chunk_by_chunk():
     """One call over chunks of several block sizes, valid and broken, each in its place:
     every chunk gets the numba walk's code (its own header, block table and tail)."""
     frame = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
-    eight = bytearray(_chunk(frame, 8))  # nine blocks
-    overrun = bytes(eight[:12] + struct.pack(">I", 10_000) + eight[16:])
-    chunks = [
-        _chunk(frame, 64),  # one full block and a last one of exactly 8 elements
-        bytes(eight),
-        _chunk(frame, 72),  # one block
-        _chunk(frame, 64)[:7],  # shorter than the header, not at offset 0
-        _chunk(frame, 64)[:12],  # the header alone: ends where a block length should be
-        _chunk(frame, 64)[:8] + struct.pack(">I", 12) + _chunk(frame, 64)[12:],  # 6 elements
-        overrun,  # nine blocks, the first one's length past the end
-        _chunk(frame, 72) + b"\0\0",  # one block, then bytes after it
+    sixty_four, one_block = _chunk(frame, 64), _chunk(frame, 72)
+    eight = _chunk(frame, 8)  # nine blocks
+    overrun = eight[:12] + struct.pack(">I", 10_000) + eight[16:]
+    one_over = one_block[:12] + struct.pack(">I", len(one_block) - 15) + one_block[16:]
+    cases = [
+        (sixty_four, DECODE_OK),  # a full block and a last one of exactly 8 elements
+        (eight, DECODE_OK),
+        (one_block, DECODE_OK),
+        (sixty_four[:7], ERR_CHUNK_TOO_SHORT),  # not at offset 0
+        (sixty_four[:12], ERR_BLOCK_HEADER_TRUNCATED),  # the header alone
+        (sixty_four[:8] + struct.pack(">I", 12) + sixty_four[12:], ERR_BLOCK_SIZE),  # 6 elements
+        (overrun, ERR_BLOCK_LENGTH),  # nine blocks, the first one's length past the end
+        (one_block + b"\0\0", ERR_TRAILING_BYTES),
+        (one_block[:16], ERR_BLOCK_LENGTH),  # a length field with nothing after it
+        (one_block[:14], ERR_BLOCK_HEADER_TRUNCATED),  # ends inside the length field
+        (one_over, ERR_BLOCK_LENGTH),  # the block's length one byte past the end
     ]
-    errors, reference = _codes(chunks, frame.nbytes, 2)
+    errors, reference = _codes([chunk for chunk, _ in cases], frame.nbytes, 2)
     assert errors.dtype == np.int32
-    assert (
-        errors.tolist()
-        == reference
-        == [
-            DECODE_OK,
-            DECODE_OK,
-            DECODE_OK,
-            ERR_CHUNK_TOO_SHORT,
-            ERR_BLOCK_HEADER_TRUNCATED,
-            ERR_BLOCK_SIZE,
-            ERR_BLOCK_LENGTH,
-            ERR_TRAILING_BYTES,
-        ]
-    )
+    assert errors.tolist() == reference == [code for _, code in cases]
     # The chunk with most blocks fails in its first: the walk stops early, and the
     # one-block chunk's tail is still checked.
-    errors, reference = _codes([overrun, _chunk(frame, 72) + b"\0\0"], frame.nbytes, 2)
+    errors, reference = _codes([overrun, one_block + b"\0\0"], frame.nbytes, 2)
     assert errors.tolist() == reference == [ERR_BLOCK_LENGTH, ERR_TRAILING_BYTES]
 
 
@@ -116,3 +109,11 @@ def test_a_last_block_of_exactly_eight_elements_decodes():
     frame = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
     got = cpu_decode.decode_chunk_bytes(_chunk(frame, 64), (1, 72), "uint16", engine="library")
     np.testing.assert_array_equal(got[0], frame)
+
+
+def test_library_checks_find_a_cut_raw_tail():
+    """75 elements in blocks of 72: 3 raw elements (6 bytes) end the chunk."""
+    frame = (np.arange(75, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
+    whole = _chunk(frame, 72)
+    errors, reference = _codes([whole, whole[:-2], whole + b"\0"], frame.nbytes, 2)
+    assert errors.tolist() == reference == [DECODE_OK, ERR_TAIL_TRUNCATED, ERR_TRAILING_BYTES]
