@@ -20,6 +20,7 @@ from quantem.stem4d.io.chunk_errors import (
     ERR_BLOCK_LENGTH,
     ERR_BLOCK_SIZE,
     ERR_CHUNK_TOO_SHORT,
+    ERR_LZ4_MALFORMED,
     ERR_TAIL_TRUNCATED,
     ERR_TRAILING_BYTES,
 )
@@ -117,3 +118,48 @@ def test_library_checks_find_a_cut_raw_tail():
     whole = _chunk(frame, 72)
     errors, reference = _codes([whole, whole[:-2], whole + b"\0"], frame.nbytes, 2)
     assert errors.tolist() == reference == [DECODE_OK, ERR_TAIL_TRUNCATED, ERR_TRAILING_BYTES]
+
+
+def _buffer(chunks: list[bytes]):
+    buffer = np.frombuffer(b"".join(chunks), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int64)
+    return buffer, offsets
+
+
+def test_library_decode_refuses_a_short_output_and_a_missing_library(monkeypatch):
+    frame = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
+    buffer, offsets = _buffer([_chunk(frame, 72)] * 3)
+    errors = np.zeros(3, dtype=np.int32)
+    out = np.zeros(3 * frame.nbytes - 1, dtype=np.uint8)
+    with pytest.raises(ValueError) as info:
+        library_decode.decode_chunks(buffer, offsets, out, frame.nbytes, 2, errors)
+    assert str(info.value) == "out holds 431 bytes, 3 frames need 432"
+    monkeypatch.setattr(library_decode, "library_function", lambda: None)
+    with pytest.raises(RuntimeError) as info:
+        library_decode.decode_chunks(buffer, offsets, out, frame.nbytes, 2, errors)
+    assert str(info.value) == "no bitshuffle library exports bshuf_decompress_lz4"
+
+
+def test_library_decode_stops_at_the_int_size_limit(monkeypatch):
+    """LZ4_decompress_safe takes int sizes: a frame or chunk over the limit is refused,
+    one at the limit decodes (the limit lowered here so small data reach it)."""
+    rng = np.random.default_rng(5)
+    dense = rng.integers(0, 2**16, size=72, dtype=np.uint16)  # incompressible: chunk > frame
+    sparse = (np.arange(72, dtype=np.uint16) * 37 % 1000).astype(np.uint16)
+    chunks = [_chunk(sparse, 72), _chunk(dense, 72)]
+    buffer, offsets = _buffer(chunks)
+    assert len(chunks[1]) > dense.nbytes > len(chunks[0])
+
+    def decode(limit: int) -> tuple[list[int], np.ndarray]:
+        monkeypatch.setattr(library_decode, "_INT32_MAX", limit)
+        errors = np.full(2, -1, dtype=np.int32)
+        out = np.zeros(2 * dense.nbytes, dtype=np.uint8)
+        library_decode.decode_chunks(buffer, offsets, out, dense.nbytes, 2, errors)
+        return errors.tolist(), out.view(np.uint16)
+
+    errors, out = decode(len(chunks[1]))  # every size at or under the limit
+    assert errors == [DECODE_OK, DECODE_OK]
+    np.testing.assert_array_equal(out, np.concatenate([sparse, dense]))
+    assert decode(len(chunks[1]) - 1)[0] == [DECODE_OK, ERR_LZ4_MALFORMED]  # the chunk
+    assert decode(dense.nbytes)[0] == [DECODE_OK, ERR_LZ4_MALFORMED]  # a frame at the limit
+    assert decode(dense.nbytes - 1)[0] == [ERR_LZ4_MALFORMED] * 2  # the frame
