@@ -163,3 +163,21 @@ def test_library_decode_stops_at_the_int_size_limit(monkeypatch):
     assert decode(len(chunks[1]) - 1)[0] == [DECODE_OK, ERR_LZ4_MALFORMED]  # the chunk
     assert decode(dense.nbytes)[0] == [DECODE_OK, ERR_LZ4_MALFORMED]  # a frame at the limit
     assert decode(dense.nbytes - 1)[0] == [ERR_LZ4_MALFORMED] * 2  # the frame
+
+
+def test_an_unloadable_candidate_library_is_skipped_and_the_lookup_done_once(monkeypatch):
+    real = library_decode.bitshuffle_library_candidates()
+    assert real, "neither hdf5plugin nor bitshuffle provides the C decoder"
+    looked = []
+
+    def candidates():
+        looked.append(1)
+        return ["/nonexistent/libh5bshuf.so", *real]
+
+    monkeypatch.setattr(library_decode, "bitshuffle_library_candidates", candidates)
+    monkeypatch.setattr(library_decode, "_FUNCTION", None)
+    monkeypatch.setattr(library_decode, "_LOOKED", False)
+    function = library_decode.library_function()
+    assert function is not None
+    assert library_decode.library_function() is function and len(looked) == 1
+    assert library_decode.bitshuffle_block_functions() is not None
