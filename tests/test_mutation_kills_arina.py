@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import types
 
 import bitshuffle
 import numpy as np
@@ -181,3 +182,13 @@ def test_an_unloadable_candidate_library_is_skipped_and_the_lookup_done_once(mon
     assert function is not None
     assert library_decode.library_function() is function and len(looked) == 1
     assert library_decode.bitshuffle_block_functions() is not None
+
+
+@pytest.mark.parametrize(("suffix", "name"), [(".dll", "h5bshuf.dll"), (".so", "libh5bshuf.so")])
+def test_hdf5plugin_library_names_per_platform(monkeypatch, suffix, name):
+    """hdf5plugin ships ``h5bshuf.dll`` on Windows, ``libh5bshuf.so``/``.dylib`` elsewhere."""
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    config = types.SimpleNamespace(build_config=types.SimpleNamespace(filter_file_extension=suffix))
+    monkeypatch.setattr(hdf5plugin, "get_config", lambda: config)
+    first = library_decode.bitshuffle_library_candidates()[0]
+    assert first == os.path.join(hdf5plugin.PLUGIN_PATH, name)
