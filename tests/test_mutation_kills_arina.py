@@ -192,3 +192,17 @@ def test_hdf5plugin_library_names_per_platform(monkeypatch, suffix, name):
     monkeypatch.setattr(hdf5plugin, "get_config", lambda: config)
     first = library_decode.bitshuffle_library_candidates()[0]
     assert first == os.path.join(hdf5plugin.PLUGIN_PATH, name)
+
+
+def test_decode_threads_follow_numba_num_threads_else_the_affinity(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    for value, expected in [("3", 3), (" 5 ", 5), ("1", 1), ("0", cores), ("x", cores)]:
+        monkeypatch.setenv("NUMBA_NUM_THREADS", value)
+        assert library_decode.default_threads() == expected, value
+    monkeypatch.delenv("NUMBA_NUM_THREADS")
+    assert library_decode.default_threads() == cores
+    monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS and Windows
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert library_decode.default_threads() == 6
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert library_decode.default_threads() == 1
