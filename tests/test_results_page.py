@@ -313,8 +313,13 @@ def test_a_demo_claim_is_comparable_with_a_fresh_demo_run(tmp_path: Path):
         run = _harness(*words, "--output-dir", str(tmp_path / record[:12]), cwd=tmp_path)
         assert run.returncode in (0, 2), run.stdout + run.stderr
         compared = _harness(
-            "compare", "--baseline", str(layout.record_path(record)),
-            str(tmp_path / record[:12] / "loading.json"), "--format", "json", cwd=tmp_path,
+            "compare",
+            "--baseline",
+            str(layout.record_path(record)),
+            str(tmp_path / record[:12] / "loading.json"),
+            "--format",
+            "json",
+            cwd=tmp_path,
         )
         document = json.loads(compared.stdout)
         assert document["differences"] == [], (record, document["differences"])
@@ -375,3 +380,44 @@ def test_bad_fraction_claims_are_refused(tmp_path, extra, message):
     with pytest.raises(ClaimsError, match=message):
         claims = parse_claims(_claims_file(tmp_path, _claim(sha, extra)))
         resolve_claim(claims.claims[0], HistoryLayout.at(history))
+
+
+def test_a_claimed_revision_is_checked_against_the_records_fingerprint(tmp_path):
+    # Device records named the device copy's stale .git: the claim names the tree instead.
+    report = make_example_report(0)
+    history, (sha,) = _history_with(tmp_path, [report])
+    fingerprint = report["provenance"]["source_fingerprint_end"]
+    rev = "ab" * 20
+    claims = parse_claims(_claims_file(tmp_path, _claim(sha, f'revision = "{rev}"')))
+    seen = []
+
+    def holds(revision, fp):
+        seen.append((revision, fp))
+        return fp == fingerprint
+
+    page = render_results_page(claims, history, tmp_path / "r.md", check_revision=holds)
+    assert seen == [(rev, fingerprint)]
+    assert f"`{rev[:12]}`, named by the claim" in page
+    with pytest.raises(ClaimsError, match="does not hold the code that ran"):
+        render_results_page(claims, history, tmp_path / "r.md", check_revision=lambda r, f: False)
+    # git cannot tell (not in this clone): the same page, not refused
+    unknown = render_results_page(
+        claims, history, tmp_path / "r.md", check_revision=lambda r, f: None
+    )
+    assert unknown == page
+    with pytest.raises(ClaimsError, match="40 hex"):
+        parse_claims(_claims_file(tmp_path, _claim(sha, 'revision = "baa2be1"')))
+
+
+def test_the_committed_gpu_claims_name_the_tree_their_records_ran():
+    from harness.commands.history_publish import _revision_checker
+
+    claims = [c for c in parse_claims(REPO / DEFAULT_CLAIMS).claims if c.revision]
+    assert claims, "the device claims name their revision"
+    check = _revision_checker(REPO)
+    layout = HistoryLayout.at(REPO / DEFAULT_EVIDENCE_DIR)
+    for claim in claims:
+        fingerprint = resolve_claim(claim, layout).report["provenance"]["source_fingerprint_end"]
+        if check(claim.revision, fingerprint) is None:
+            pytest.skip("a clone without the claimed revision")
+        assert check(claim.revision, fingerprint) is True, claim.id

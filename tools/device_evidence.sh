@@ -17,8 +17,9 @@ export PYTHONUNBUFFERED=1
 work=${WORK:-/var/tmp/quantem-evidence}
 mkdir -p "$work"
 data="$work/data"
-if [ ! -e .git ] && [ -d .devgit ] && command -v git >/dev/null; then
-  mv .devgit .git && git config core.bare false && git reset -q
+# The device copy may hold a stale .git of its own (seen: the session's first revision).
+if [ -d .devgit ] && command -v git >/dev/null; then
+  rm -rf .git && mv .devgit .git && git config core.bare false && git reset -q
   printf '/.whl*/\n/out/\n' >>.git/info/exclude
 fi
 

@@ -28,6 +28,28 @@ DEFAULT_CLAIMS = "docs/performance/claims.toml"
 DEFAULT_PAGE = "docs/performance/results.md"
 
 
+def _revision_checker(start: Path):
+    """A claim's ``revision`` checked against a record's fingerprint in this checkout's git
+    (None, with a warning, where git cannot say: no checkout, or a clone without it)."""
+    from harness.run.git_state import collect_revision_hashes, fingerprint_of
+    from harness.run.provenance import find_checkout
+
+    checkout = find_checkout(start)
+
+    def check(revision: str, fingerprint: str) -> bool | None:
+        hashes = collect_revision_hashes(checkout, revision) if checkout is not None else None
+        if hashes is None:
+            print(
+                f"harness: revision {revision[:12]} is not in a git checkout here: a claim "
+                "naming it is not checked against its record's fingerprint",
+                file=sys.stderr,
+            )
+            return None
+        return fingerprint_of(hashes) == fingerprint
+
+    return check
+
+
 def add_publish_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--history-dir",
@@ -62,7 +84,11 @@ def run_publish(args: argparse.Namespace) -> int:
         raise UsageError(f"--history-dir {history}: not a history folder (no history.json)")
     page = Path(args.out)
     text = render_results_page(
-        parse_claims(args.claims), history, page, evidence_label=history.as_posix()
+        parse_claims(args.claims),
+        history,
+        page,
+        evidence_label=history.as_posix(),
+        check_revision=_revision_checker(Path.cwd()),
     )
     if args.check:
         try:

@@ -25,6 +25,9 @@ The file format (version 1)::
     goal_min_value = 0.8                 # optional: met when the figure is at least this
     floor_cell = { ... }                 # optional: another summary row of the record as floor
     reproduce = "harness run io-scale --demo"   # may start with preparation: "A && B"
+    revision = "<40 hex>"                # optional: the commit whose tree ran, where the
+                                         # record's git fields cannot say (a device copy);
+                                         # publish checks its files give the fingerprint
 
     [[not_remeasured]]
     id = "..."
@@ -38,7 +41,9 @@ The file format (version 1)::
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ from harness.history.layout import SHA256_PATTERN, HistoryLayout
 from harness.history.records import sha256_bytes
 
 CLAIMS_FORMAT_VERSION = 1
+REVISION_PATTERN = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_STATISTIC = "median"
 _CLAIM_KEYS = {
     "id",
@@ -68,6 +74,7 @@ _CLAIM_KEYS = {
     "unit",
     "goal_max_value",
     "goal_min_value",
+    "revision",
 }
 UNITS = ("seconds", "fraction")
 _CLAIM_REQUIRED = ("id", "question", "goal", "record", "cell", "reproduce")
@@ -95,6 +102,7 @@ class Claim:
     unit: str = "seconds"
     goal_max_value: float | None = None
     goal_min_value: float | None = None
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,9 @@ def parse_claims(path: str | Path) -> Claims:
         record = str(raw["record"]).lower()
         if not SHA256_PATTERN.match(record):
             raise ClaimsError(f"{where}: record must be a full SHA-256 (64 hex digits)")
+        revision = raw.get("revision")
+        if revision is not None and not REVISION_PATTERN.match(str(revision)):
+            raise ClaimsError(f"{where}: revision must be a full git commit id (40 hex digits)")
         claims.append(
             Claim(
                 id=str(raw["id"]),
@@ -223,6 +234,7 @@ def parse_claims(path: str | Path) -> Claims:
                 unit=unit,
                 goal_max_value=raw.get("goal_max_value"),
                 goal_min_value=raw.get("goal_min_value"),
+                revision=str(revision) if revision is not None else None,
             )
         )
     stale: list[NotRemeasured] = []
@@ -277,8 +289,16 @@ def _check_reproduce(claim: Claim, report: dict, where: str) -> None:
         )
 
 
-def resolve_claim(claim: Claim, layout: HistoryLayout) -> ResolvedClaim:
-    """Read the claim's record (re-hashed against its name) and the cell it publishes."""
+#: ``(revision, source fingerprint) -> bool | None``: whether the commit's files give the
+#: fingerprint (None: git cannot tell here, e.g. the commit is not in this clone).
+RevisionCheck = Callable[[str, str], "bool | None"]
+
+
+def resolve_claim(
+    claim: Claim, layout: HistoryLayout, check_revision: RevisionCheck | None = None
+) -> ResolvedClaim:
+    """Read the claim's record (re-hashed against its name) and the cell it publishes;
+    a claim's ``revision`` must hold the record's code (``check_revision``)."""
     where = f"claim {claim.id!r}"
     path = layout.record_path(claim.record)
     try:
@@ -311,6 +331,13 @@ def resolve_claim(claim: Claim, layout: HistoryLayout) -> ResolvedClaim:
             "ratio_to_floor": figure / floor_figure,
         }
     _check_reproduce(claim, report, where)
+    if claim.revision is not None and check_revision is not None:
+        fingerprint = str(report["provenance"].get("source_fingerprint_end"))
+        if check_revision(claim.revision, fingerprint) is False:
+            raise ClaimsError(
+                f"{where}: revision {claim.revision[:12]} does not hold the code that ran (its "
+                f"files do not give the record's source fingerprint {fingerprint[:12]})"
+            )
     return ResolvedClaim(
         claim=claim,
         record_relpath=layout.record_relpath(claim.record),

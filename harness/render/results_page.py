@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from harness.history.layout import HistoryLayout
-from harness.render.claims import Claims, ResolvedClaim, resolve_claim
+from harness.render.claims import Claim, Claims, ResolvedClaim, RevisionCheck, resolve_claim
 
 PAGE_TITLE = "Published results"
 
@@ -44,6 +44,15 @@ def _revision(provenance: dict) -> str:
     if verified is None:
         return f"`{revision[:12]}` (recorded before revisions were checked against the fingerprint)"
     return f"`{revision[:12]}` (its files give the source fingerprint)"
+
+
+def _claimed_revision(claim: Claim, provenance: dict) -> str:
+    if claim.revision is None:
+        return _revision(provenance)
+    return (
+        f"`{claim.revision[:12]}`, named by the claim and checked against the source "
+        f"fingerprint when published (the record's own git fields: {_revision(provenance)})"
+    )
 
 
 def _host(report: dict) -> str:
@@ -105,7 +114,7 @@ def _claim_section(resolved: ResolvedClaim, link_prefix: str, evidence_path: str
         f"| Device | {device['name']} ({device['kind']}); {_host(report)} |",
         f"| Storage | `{storage['storage_id']}` ({storage.get('filesystem')}) |",
         f"| Source fingerprint | `{provenance['source_fingerprint_start']}` |",
-        f"| Clean revision | {_revision(provenance)} |",
+        f"| Clean revision | {_claimed_revision(claim, provenance)} |",
         f"| Reproduce | `{claim.reproduce}`, then `harness compare --baseline {evidence_path}/{resolved.record_relpath} NEW_REPORT` |",
         f"| Record | [`{claim.record}`]({link}) |",
         "",
@@ -117,12 +126,13 @@ def render_results_page(
     history_dir: str | Path,
     page_path: str | Path,
     evidence_label: str = "docs/performance/evidence",
+    check_revision: RevisionCheck | None = None,
 ) -> str:
     """The page's Markdown for ``claims`` resolved against the history at ``history_dir``;
     record links are relative to ``page_path``'s folder, and the printed commands name the
     history as ``evidence_label`` (its path from the repository root)."""
     layout = HistoryLayout.at(history_dir)
-    resolved = [resolve_claim(claim, layout) for claim in claims.claims]
+    resolved = [resolve_claim(claim, layout, check_revision) for claim in claims.claims]
     prefix = os.path.relpath(Path(history_dir).resolve(), Path(page_path).resolve().parent)
     prefix = "" if prefix == "." else prefix.replace(os.sep, "/") + "/"
     evidence_path = evidence_label.rstrip("/")
