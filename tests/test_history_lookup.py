@@ -9,7 +9,9 @@ import pytest
 
 from harness.cli import main
 from harness.errors import UsageError
-from harness.history.lookup import MIN_PREFIX_DIGITS, load_report
+from harness.history.backend import load_reference
+from harness.history.folder_history import FolderHistory
+from harness.history.lookup import MIN_PREFIX_DIGITS
 from harness.history.store import register_reports
 from harness.render import registration_renderer
 from harness.report import dump_report
@@ -30,7 +32,7 @@ def history(tmp_path: Path) -> tuple[Path, list]:
 def _run_baseline(reference: str, history_dir: Path | None) -> str:
     """What `harness run --baseline` says (the runner calls exactly this)."""
     with pytest.raises(UsageError) as info:
-        load_report(reference, history_dir=history_dir)
+        load_reference(FolderHistory(history_dir) if history_dir else None, reference)
     return str(info.value)
 
 
@@ -49,9 +51,9 @@ def test_run_and_compare_refuse_a_short_prefix_alike(history, capsys) -> None:
         "no such report file, and not a SHA-256 prefix (4 to 64 hex digits)"
         in _compare_baseline(short, root, capsys)
     )
-    full = load_report(results[0].sha256[:MIN_PREFIX_DIGITS], history_dir=root)
+    full = load_reference(FolderHistory(root), results[0].sha256[:MIN_PREFIX_DIGITS])
     assert full.sha256 == results[0].sha256
-    upper = load_report(results[0].sha256[:8].upper(), history_dir=root, what="--baseline")
+    upper = load_reference(FolderHistory(root), results[0].sha256[:8].upper(), what="--baseline")
     assert upper.sha256 == results[0].sha256 and upper.path.name == f"{upper.sha256}.json"
 
 

@@ -11,8 +11,8 @@ import pytest
 from _run_helpers import real_disk_dir
 
 from harness.cli import main
+from harness.history.backend import load_reference
 from harness.history.folder_history import FolderHistory
-from harness.history.lookup import load_report
 from harness.report import dump_report, parse_report, summarise_trials
 from harness.run import provenance
 from harness.run.demo import write_demo_suite
@@ -149,7 +149,7 @@ def test_recheck_clears_a_scaled_flag_and_writes_a_new_linked_record(measured, c
     assert record["status"]["performance"] == ("pass" if cleared else "review")
     assert record["status"]["exit_code"] == code
     new_sha = hashlib.sha256((out / "loading.json").read_bytes()).hexdigest()
-    assert load_report(new_sha[:16], history_dir=history).doc == record  # registered
+    assert load_reference(FolderHistory(history), new_sha[:16]).doc == record  # registered
     # its main trials are its candidate's: the history's series do not count them twice
     series = collect_series(iter_history_records(history))
     points = [p for cells in series.values() for ps in cells.values() for p in ps]
@@ -249,7 +249,7 @@ def test_recheck_refuses_another_host_device_or_storage(measured):
     from harness.errors import IncomparableError
     from harness.run.recheck.guards import check_same_place
 
-    candidate = load_report(str(measured[4]), history_dir=None)
+    candidate = load_reference(None, str(measured[4]))
     here = json.loads(json.dumps(candidate.doc["environment"]))
     check_same_place(here, candidate)  # the same place passes
     for section, name, value in [

@@ -582,11 +582,11 @@ def test_second_run_into_a_busy_output_dir_refuses_before_measuring(disk_suite):
 def test_run_baseline_follows_the_compare_rule(disk_suite, reference):
     """``run --baseline`` accepts what ``compare --baseline`` accepts: 4-64 hex digits."""
     from harness.errors import UsageError
-    from harness.history.lookup import load_report
+    from harness.history.backend import load_reference
 
     folder, suite = disk_suite
     with pytest.raises(UsageError, match="not a SHA-256 prefix") as compare_error:
-        load_report(reference, history_dir=folder / "h")
+        load_reference(FolderHistory(folder / "h"), reference)
     with pytest.raises(UsageError, match="not a SHA-256 prefix") as run_error:
         run_io_scale(
             _config(folder, suite, history=FolderHistory(folder / "h"), baseline=reference)

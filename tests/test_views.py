@@ -432,7 +432,7 @@ def test_recheck_writes_nothing_into_the_current_folder_unasked(
     pair, tmp_path, monkeypatch, capsys
 ):
     from harness.commands.recheck import recheck_output_dir
-    from harness.history.lookup import load_report
+    from harness.history.backend import load_reference
 
     base, slow = pair
     work = tmp_path / "work"
@@ -443,7 +443,7 @@ def test_recheck_writes_nothing_into_the_current_folder_unasked(
     assert "--output-dir DIR" in capsys.readouterr().err
     assert list(work.iterdir()) == []
     # a demo candidate's recheck goes beside the demo's reports
-    candidate = load_report(str(slow), history_dir=None)
+    candidate = load_reference(None, str(slow))
     candidate.doc["command"] = ["harness", "run", "io-scale", "--demo"]
     folder = recheck_output_dir(None, candidate)
     assert folder.parent == (work / "harness-demo").absolute()

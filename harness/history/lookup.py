@@ -1,8 +1,10 @@
 """The one rule for naming a report on the command line: a file, or a record's SHA-256 prefix.
 
 ``harness run --baseline``, ``harness compare --baseline`` and ``CANDIDATE``, and
-``harness history show`` all resolve through :func:`load_report` (or
-:func:`resolve_record`), so they accept and refuse the same things:
+``harness history show`` all resolve through
+:func:`harness.history.backend.load_reference`, whichever backend holds the history
+(a folder's prefix lookup is :func:`resolve_record`), so they accept and refuse the
+same things:
 
 - an existing file is read as a report (a folder is refused as not a report file);
 - anything that looks like a path (a ``/``, or a ``.json`` name) and does not exist is
@@ -159,20 +161,3 @@ def read_checked_record(record: Path) -> bytes:
             f"{record}: record bytes no longer match their name (tampered); refusing to use it"
         )
     return data
-
-
-def load_report(reference: str, *, history_dir: str | Path | None, what: str = "") -> LoadedReport:
-    """Load a report named by a path or by a record's SHA-256 prefix in ``history_dir``.
-
-    ``what`` (``"--baseline"``) starts every error message. A record's bytes are
-    re-hashed: a record that no longer matches its name is refused.
-    """
-    loaded = load_report_file(reference, what=what)
-    if loaded is not None:
-        return loaded
-    if history_dir is None:
-        raise no_history_for(reference, what=what)
-    layout = HistoryLayout.at(history_dir)
-    record = resolve_record(layout, reference, what=what)
-    data = read_checked_record(record)
-    return LoadedReport(parse_report(data, name=str(record)), record.stem, record)

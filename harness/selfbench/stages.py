@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.history.backend import load_reference
+from harness.history.folder_history import FolderHistory
 from harness.history.index_db import open_index
 from harness.history.journal import utc_now
 from harness.history.layout import HistoryLayout
-from harness.history.lookup import load_report
 from harness.history.store import register_reports
 from harness.history.verify import verify_history
 from harness.render import registration_renderer, render_all
@@ -91,7 +92,7 @@ class ScaleStages:
         return lambda: register_reports(self.history, [data], render=renderer)[0]
 
     def query(self, sha256: str) -> Callable[[], object]:
-        return lambda: load_report(sha256[:16], history_dir=self.history)
+        return lambda: load_reference(FolderHistory(self.history), sha256[:16])
 
     def render_full(self, plots: str = "none") -> Callable[[], object]:
         """Every view rewritten (``harness render index --full``); ``plots="all"`` redraws
