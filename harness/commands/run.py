@@ -116,7 +116,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--calibration",
         metavar="SHA_PREFIX",
         help="calibration to judge the baseline comparison against (default: the most recent "
-        "matching one in --history-dir)",
+        "matching one in the run's history, --history-dir or --history-url)",
     )
     io.add_argument(
         "--recheck",
