@@ -208,7 +208,9 @@ def test_no_paired_forces_the_unpaired_recheck(measured, workers):
     assert doc["recheck"]["pairing"]["paired"] is False
     assert doc["recheck"]["pairing"]["requested"] == "--no-paired"
     assert "paired" not in doc["recheck"] and not workers.started
-    assert len(doc["recheck"]["trials"]) == 2
+    # 2 rounds a look, as many looks as the cell stayed undecided (timings decide when)
+    n = len(doc["recheck"]["trials"])
+    assert n >= 2 and n % 2 == 0 and n <= 2 * doc["recheck"]["looks"]
 
 
 def test_paired_still_refuses_a_baseline_whose_code_cannot_be_had(measured, workers):
