@@ -421,3 +421,23 @@ def test_the_committed_gpu_claims_name_the_tree_their_records_ran():
         if check(claim.revision, fingerprint) is None:
             pytest.skip("a clone without the claimed revision")
         assert check(claim.revision, fingerprint) is True, claim.id
+
+
+def test_a_goal_below_other_claims_is_judged_by_their_figures(tmp_path):
+    history, (sha,) = _history_with(tmp_path, [make_example_report(0)])
+
+    def cell(cache: str) -> str:
+        return f'{{ acquisition = "scan-a", format = "hdf5", cache_state = "{cache}" }}'
+
+    def page(mine: str, theirs: str) -> str:
+        body = _claim(sha, 'goal_below_claims = ["other"]', cell(mine))
+        body += _claim(sha, cell=cell(theirs)).replace('id = "c"', 'id = "other"')
+        return render_results_page(
+            parse_claims(_claims_file(tmp_path, body)), history, tmp_path / "r.md"
+        )
+
+    # the example's cached load is faster than its cold one
+    assert "**met** (against [other](#other)" in page("cached", "cold")
+    assert "**not met** (against [other](#other)" in page("cold", "cached")
+    with pytest.raises(ClaimsError, match="goal_below_claims names 'nowhere'"):
+        parse_claims(_claims_file(tmp_path, _claim(sha, 'goal_below_claims = ["nowhere"]')))

@@ -23,6 +23,8 @@ The file format (version 1)::
     unit = "seconds"                     # or "fraction" (a rate, shown as a percentage)
     goal_max_value = 0.05                # optional: met when the figure is at most this
     goal_min_value = 0.8                 # optional: met when the figure is at least this
+    goal_below_claims = ["id", ...]      # optional: met when the figure is below each of
+                                         # these claims' figures (same unit)
     floor_cell = { ... }                 # optional: another summary row of the record as floor
     reproduce = "harness run io-scale --demo"   # may start with preparation: "A && B"
     revision = "<40 hex>"                # optional: the commit whose tree ran, where the
@@ -40,6 +42,7 @@ The file format (version 1)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -75,6 +78,7 @@ _CLAIM_KEYS = {
     "goal_max_value",
     "goal_min_value",
     "revision",
+    "goal_below_claims",
 }
 UNITS = ("seconds", "fraction")
 _CLAIM_REQUIRED = ("id", "question", "goal", "record", "cell", "reproduce")
@@ -103,6 +107,7 @@ class Claim:
     goal_max_value: float | None = None
     goal_min_value: float | None = None
     revision: str | None = None
+    goal_below_claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ class ResolvedClaim:
     summary: dict[str, Any]
     figure: float
     floor: dict[str, Any] = field(default_factory=dict)
+    #: the figures of the claims named by ``goal_below_claims``, by id
+    compared: dict[str, float] = field(default_factory=dict)
 
     @property
     def ratio_to_floor(self) -> float | None:
@@ -149,6 +156,7 @@ class ResolvedClaim:
             checks.append(self.figure <= self.claim.goal_max_value)
         if self.claim.goal_min_value is not None:
             checks.append(self.figure >= self.claim.goal_min_value)
+        checks.extend(self.figure < other for other in self.compared.values())
         return all(checks) if checks else None
 
 
@@ -214,6 +222,9 @@ def parse_claims(path: str | Path) -> Claims:
         record = str(raw["record"]).lower()
         if not SHA256_PATTERN.match(record):
             raise ClaimsError(f"{where}: record must be a full SHA-256 (64 hex digits)")
+        below = raw.get("goal_below_claims", [])
+        if not isinstance(below, list) or not all(isinstance(v, str) for v in below):
+            raise ClaimsError(f"{where}: goal_below_claims must be a list of claim ids")
         revision = raw.get("revision")
         if revision is not None and not REVISION_PATTERN.match(str(revision)):
             raise ClaimsError(f"{where}: revision must be a full git commit id (40 hex digits)")
@@ -235,6 +246,7 @@ def parse_claims(path: str | Path) -> Claims:
                 goal_max_value=raw.get("goal_max_value"),
                 goal_min_value=raw.get("goal_min_value"),
                 revision=str(revision) if revision is not None else None,
+                goal_below_claims=tuple(below),
             )
         )
     stale: list[NotRemeasured] = []
@@ -248,6 +260,14 @@ def parse_claims(path: str | Path) -> Claims:
         if entry.id in seen:
             raise ClaimsError(f"{path}: the id {entry.id!r} is used twice")
         seen.add(entry.id)
+    units = {c.id: c.unit for c in claims}
+    for claim in claims:
+        for other in claim.goal_below_claims:
+            if units.get(other) != claim.unit or other == claim.id:
+                raise ClaimsError(
+                    f"{path}: claim {claim.id!r}: goal_below_claims names {other!r}, which is "
+                    "not another current claim of the same unit"
+                )
     return Claims(claims=claims, not_remeasured=stale)
 
 
@@ -346,3 +366,12 @@ def resolve_claim(
         figure=float(figure),
         floor=floor,
     )
+
+
+def compare_claims(resolved: list[ResolvedClaim]) -> list[ResolvedClaim]:
+    """Each claim with the figures of the claims its ``goal_below_claims`` names."""
+    figures = {r.claim.id: r.figure for r in resolved}
+    return [
+        dataclasses.replace(r, compared={o: figures[o] for o in r.claim.goal_below_claims})
+        for r in resolved
+    ]

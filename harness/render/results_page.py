@@ -11,7 +11,14 @@ import os
 from pathlib import Path
 
 from harness.history.layout import HistoryLayout
-from harness.render.claims import Claim, Claims, ResolvedClaim, RevisionCheck, resolve_claim
+from harness.render.claims import (
+    Claim,
+    Claims,
+    ResolvedClaim,
+    RevisionCheck,
+    compare_claims,
+    resolve_claim,
+)
 
 PAGE_TITLE = "Published results"
 
@@ -88,7 +95,14 @@ def _goal(resolved: ResolvedClaim) -> str:
     met = resolved.goal_met
     if met is None:
         return resolved.claim.goal
-    return f"{resolved.claim.goal}: **{'met' if met else 'not met'}**"
+    against = ", ".join(
+        f"[{other}](#{other}) {_figure(figure, resolved.claim.unit)}"
+        for other, figure in resolved.compared.items()
+    )
+    return (
+        f"{resolved.claim.goal}: **{'met' if met else 'not met'}**"
+        + (f" (against {against})" if against else "")
+    )
 
 
 def _claim_section(resolved: ResolvedClaim, link_prefix: str, evidence_path: str) -> list[str]:
@@ -132,7 +146,9 @@ def render_results_page(
     record links are relative to ``page_path``'s folder, and the printed commands name the
     history as ``evidence_label`` (its path from the repository root)."""
     layout = HistoryLayout.at(history_dir)
-    resolved = [resolve_claim(claim, layout, check_revision) for claim in claims.claims]
+    resolved = compare_claims(
+        [resolve_claim(claim, layout, check_revision) for claim in claims.claims]
+    )
     prefix = os.path.relpath(Path(history_dir).resolve(), Path(page_path).resolve().parent)
     prefix = "" if prefix == "." else prefix.replace(os.sep, "/") + "/"
     evidence_path = evidence_label.rstrip("/")
