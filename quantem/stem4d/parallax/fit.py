@@ -60,7 +60,9 @@ class AberrationFit:
     :data:`ROTATION_DETERMINED_DEG`: near focus the shifts vanish and so does the rotation
     they carry, and its number is then no measurement. ``c10_inner_angstrom`` and
     ``c10_outer_angstrom`` are the C10 of the inner and outer half of the images (NaN with
-    fewer than 8), ``c10_determined`` False when they disagree (module docstring).
+    fewer than 8 images, or when a half alone fits no geometry of the whole's handedness;
+    the check is then not made), ``c10_determined`` False when they disagree (module
+    docstring).
     """
 
     c10_angstrom: float
