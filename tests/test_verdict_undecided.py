@@ -136,8 +136,9 @@ def test_an_undecided_cell_whose_recheck_still_reaches_past_the_threshold_goes_o
 
 def test_a_disagreement_needs_a_recheck_slowdown_of_half_the_threshold() -> None:
     base, flagged = {CELL: [1.0] * 5}, {CELL: [1.5] * 5}  # +50%, interval [+50%, +50%]
-    for ratio, verdict in ((1.09, CellVerdict.UNCHANGED), (1.10, CellVerdict.UNDECIDED)):
-        (cell,) = decide_cells(base, flagged, threshold_percent=20,
+    # at 25%, half is +12.5%: 1.125 is exact in binary
+    for ratio, verdict in ((1.12, CellVerdict.UNCHANGED), (1.125, CellVerdict.UNDECIDED)):
+        (cell,) = decide_cells(base, flagged, threshold_percent=25,
                                paired={CELL: [(1.0, ratio)] * 5})  # fmt: skip
         assert cell.ci_percent[0] > 0 and cell.verdict is verdict, ratio
     # the recheck's interval reaching 0: no slowdown seen, so it clears
