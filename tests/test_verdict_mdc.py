@@ -137,3 +137,12 @@ def test_a_host_that_flags_every_slowdown_past_the_threshold_says_nothing_more()
                            calibration=null)  # fmt: skip
     assert cell.flag_mdc_percent == pytest.approx(20)
     assert cell.verdict is CellVerdict.UNCHANGED and cell.notes == ()
+
+
+def test_a_flagged_cell_names_the_confirmation_figure_not_what_a_pass_rules_out() -> None:
+    null = _host()
+    (cell,) = decide_cells({CELL: [0.01] * REPS}, {CELL: [0.0125] * REPS}, threshold_percent=20,
+                           calibration=null)  # fmt: skip
+    assert cell.flagged and cell.flag_mdc_percent > 20
+    assert not any("flags slowdowns of" in n for n in cell.notes), cell.notes
+    assert any(f"minimum detectable change ({cell.mdc_percent:.0f}%)" in n for n in cell.notes)
