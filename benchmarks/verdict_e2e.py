@@ -34,6 +34,12 @@ def render(summaries: list[dict]) -> str:
             f"{s['completed']}, contended {s['contended_runs']}); exits {s['exit_counts']}, "
             f"exit 2 {s['exit_2_rate']:.0%}; cells {s['cells']}: {rates}"
         )
+        paired = s.get("paired_slowdown_percent") or {}
+        if paired:
+            lines.append(
+                "  paired rechecks measured: "
+                + ", ".join(f"{cell} {value:+.0f}%" for cell, value in paired.items())
+            )
         for goal in s["goals"]:
             lines.append(f"  goal {goal['goal']}: {goal['value']:.1%} "
                          f"{'met' if goal['met'] else 'NOT met'}")  # fmt: skip

@@ -143,6 +143,22 @@ def test_an_undecided_large_cell_is_not_unchanged_and_its_run_is_kept() -> None:
     ]
 
 
+def test_the_paired_rechecks_give_a_second_measure_of_the_slowdown() -> None:
+    def run(i: int, paired: bool) -> dict:
+        cells = {
+            "c0": {"verdict": "slower", "rechecked": True, "change_percent": 20.0 + i},
+            "c1": {"verdict": "slower", "rechecked": False, "change_percent": 99.0},
+        }
+        return {"run": f"run-{i:02d}", "exit": 2, "pairing": {"paired": paired},
+                "baseline_medians": {"c0": 1.0, "c1": 1.0},
+                "candidate_medians": {"c0": 1.5, "c1": 1.5}, "cells": cells}  # fmt: skip
+
+    summary = e2e.summarise(2, [run(0, True), run(1, True), run(2, True), run(3, False)])
+    # the median of the paired rechecks' changes; unpaired and unrechecked runs are not in it
+    assert summary["paired_slowdown_percent"] == {"c0": pytest.approx(21.0)}
+    assert summary["measured_slowdown_percent"]["c0"] == pytest.approx(50.0)
+
+
 @pytest.mark.parametrize(
     ("token", "parsed"),
     [("0", ("passes", 0)), (2, ("passes", 2)), ("25%", ("share", 25)), (" 40% ", ("share", 40))],

@@ -127,3 +127,22 @@ def test_a_calibration_report_states_both_figures(tmp_path) -> None:
             null.flag_mdc(key, 3, 3, threshold_percent=20)
         )
         assert cell["flag_mdc_percent"] < cell["mdc_percent"]
+
+
+def test_a_host_that_flags_every_slowdown_past_the_threshold_says_nothing_more() -> None:
+    """A host without noise flags any slowdown past the threshold (its flag MDC is the
+    threshold): a pass needs no note of what it does not rule out."""
+    null = CalibratedNull({CELL: [[0.01] * REPS for _ in range(6)]})
+    (cell,) = decide_cells({CELL: [0.01] * REPS}, {CELL: [0.01] * REPS}, threshold_percent=20,
+                           calibration=null)  # fmt: skip
+    assert cell.flag_mdc_percent == pytest.approx(20)
+    assert cell.verdict is CellVerdict.UNCHANGED and cell.notes == ()
+
+
+def test_a_flagged_cell_names_the_confirmation_figure_not_what_a_pass_rules_out() -> None:
+    null = _host()
+    (cell,) = decide_cells({CELL: [0.01] * REPS}, {CELL: [0.0125] * REPS}, threshold_percent=20,
+                           calibration=null)  # fmt: skip
+    assert cell.flagged and cell.flag_mdc_percent > 20
+    assert not any("flags slowdowns of" in n for n in cell.notes), cell.notes
+    assert any(f"minimum detectable change ({cell.mdc_percent:.0f}%)" in n for n in cell.notes)

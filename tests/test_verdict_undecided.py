@@ -136,8 +136,9 @@ def test_an_undecided_cell_whose_recheck_still_reaches_past_the_threshold_goes_o
 
 def test_a_disagreement_needs_a_recheck_slowdown_of_half_the_threshold() -> None:
     base, flagged = {CELL: [1.0] * 5}, {CELL: [1.5] * 5}  # +50%, interval [+50%, +50%]
-    for ratio, verdict in ((1.09, CellVerdict.UNCHANGED), (1.10, CellVerdict.UNDECIDED)):
-        (cell,) = decide_cells(base, flagged, threshold_percent=20,
+    # at 25%, half is +12.5%: 1.125 is exact in binary
+    for ratio, verdict in ((1.12, CellVerdict.UNCHANGED), (1.125, CellVerdict.UNDECIDED)):
+        (cell,) = decide_cells(base, flagged, threshold_percent=25,
                                paired={CELL: [(1.0, ratio)] * 5})  # fmt: skip
         assert cell.ci_percent[0] > 0 and cell.verdict is verdict, ratio
     # the recheck's interval reaching 0: no slowdown seen, so it clears
@@ -159,3 +160,46 @@ def test_the_recheck_of_an_undecided_cell_flags_it_only_when_it_confirms() -> No
     clear = [(1.0 + 0.01 * i, (1.0 + 0.01 * i) * 1.6) for i in range(5)]
     (cell,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: clear})
     assert cell.verdict is CellVerdict.SLOWER
+
+
+# -- boundaries ---------------------------------------------------------------------------
+
+
+def test_an_interval_ending_exactly_at_the_threshold_does_not_reach_past_it() -> None:
+    base = {CELL: [1.0] * 5}  # 1.25 is exact in binary: the interval ends at exactly +25%
+    (cell,) = decide_cells(base, {CELL: [1.25] * 5}, threshold_percent=25)
+    assert cell.ci_percent[1] == 25 and cell.verdict is CellVerdict.UNCHANGED
+    (cell,) = decide_cells(base, {CELL: [1.0, 1.0, 1.0, 1.2501, 1.2501]}, threshold_percent=25)
+    assert cell.change_percent == 0 and cell.ci_percent[1] > 25
+    assert cell.verdict is CellVerdict.UNDECIDED
+
+
+def test_a_disagreement_needs_the_original_interval_wholly_above_and_past_the_threshold():
+    pairs = [(1.0, 1.15)] * 5  # a recheck of +15%, interval [+15%, +15%]
+    # the original interval's low end exactly at the recheck's high end: not wholly above
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.15, 1.15, 1.5, 1.5, 1.5]},
+                           threshold_percent=20, paired={CELL: pairs})  # fmt: skip
+    assert cell.verdict is CellVerdict.UNCHANGED, cell.notes
+    # wholly above the recheck, but within the threshold itself: both clear it
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.18] * 5}, threshold_percent=20,
+                           paired={CELL: pairs})  # fmt: skip
+    assert cell.verdict is CellVerdict.UNCHANGED, cell.notes
+    # a recheck whose interval starts exactly at 0 sees no slowdown: it clears
+    zero = [(1.0, 1.0), (1.0, 1.15), (1.0, 1.15), (1.0, 1.15), (1.0, 1.15)]
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.5] * 5}, threshold_percent=20,
+                           paired={CELL: zero})  # fmt: skip
+    assert cell.ci_percent[0] == 0 and cell.verdict is CellVerdict.UNCHANGED
+
+
+def test_looks_go_on_for_an_undecided_cell_only_while_its_interval_reaches_past() -> None:
+    # stages that disagree, the recheck's interval ending exactly at the threshold (+25%,
+    # exact in binary): undecided, and no further look can settle it
+    base, cand = {CELL: [1.0] * 5}, {CELL: [1.5] * 5}
+    at = [(1.0, 1.25)] * 5
+    (cell,) = decide_cells(base, cand, threshold_percent=25, paired={CELL: at})
+    assert cell.ci_percent[1] == 25 and cell.verdict is CellVerdict.UNDECIDED
+    recheck = _doc({CELL: [c for _, c in at]})["trials"]
+    paired_base = _doc({CELL: [b for b, _ in at]})["trials"]
+    assert undecided_after_recheck(_doc(base), _doc(cand)["trials"], 25, looks=1,
+                                   recheck_trials=recheck,
+                                   paired_baseline_trials=paired_base) == []  # fmt: skip

@@ -21,7 +21,9 @@ code:
 (the A/A candidate pairs from its own tree). The true slowdown of each scenario is
 measured, not assumed: per cell, the median over its runs of the candidate run's median
 over the median over its runs of the baseline run's median (main trials, before any
-recheck). Per scenario: exit codes, the rate of exit 2 and the cells' final verdicts,
+recheck; beside it, ``paired_slowdown_percent``, the median change of the cell's paired
+rechecks, the slowdown as both codes measured one after the other in worker processes).
+Per scenario: exit codes, the rate of exit 2 and the cells' final verdicts,
 against issue 40's goals (:func:`goals`). ``harness run self --verdict-e2e RUNS`` records
 it (docs/self-benchmark.md); ``benchmarks/verdict_e2e.py`` prints it.
 """
@@ -224,6 +226,14 @@ def summarise(scenario: str | int, runs: list[dict]) -> dict:
         cand = [r["candidate_medians"][cell] for r in done if cell in r["candidate_medians"]]
         if base and cand:
             truth[cell] = (statistics.median(cand) / statistics.median(base) - 1) * 100
+    # the same slowdown as the paired rechecks saw it: both codes at one moment, in worker
+    # processes (a second measurement of the truth, to hold the first against)
+    paired_changes: dict[str, list[float]] = collections.defaultdict(list)
+    for r in done:
+        if (r.get("pairing") or {}).get("paired"):
+            for cell, v in r["cells"].items():
+                if v.get("rechecked"):
+                    paired_changes[cell].append(v["change_percent"])
     main = [sum(r.get("outliers_main", [0, 0])[i] for r in done) for i in (0, 1)]
     paired = [sum(r.get("outliers_paired", [0, 0])[i] for r in done) for i in (0, 1)]
     return {
@@ -233,6 +243,9 @@ def summarise(scenario: str | int, runs: list[dict]) -> dict:
         "passes": amount if kind == "passes" else None,
         "share_percent": amount if kind == "share" else None,
         "large_not_flagged": _large_not_flagged(done, truth),
+        "paired_slowdown_percent": {
+            cell: statistics.median(values) for cell, values in sorted(paired_changes.items())
+        },
         "runs": len(runs),
         "completed": len(done),
         "contended_runs": sum(1 for r in done if "contended" in (r.get("host_load") or [])),

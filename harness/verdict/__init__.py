@@ -8,8 +8,8 @@ One module per job:
   distributions, noise floor, minimum detectable change, false-positive rates).
 - :mod:`harness.verdict.calibration_report`: the calibration report document, its
   schema and its place in a history.
-- :mod:`harness.verdict.cells`: the four words (``slower``, ``possibly_slower``,
-  ``faster``, ``unchanged``) decided per cell.
+- :mod:`harness.verdict.cells`: the five words (``slower``, ``possibly_slower``,
+  ``faster``, ``unchanged``, ``undecided``) decided per cell.
 - :mod:`harness.verdict.present`: text (rich), Markdown and JSON renderings.
 - :mod:`harness.verdict.changes`: change points over a history (E-Divisive means).
 """

@@ -1,4 +1,5 @@
-"""The verdict of each cell: ``slower``, ``possibly_slower``, ``faster`` or ``unchanged``.
+"""The verdict of each cell: ``slower``, ``possibly_slower``, ``faster``, ``unchanged`` or
+``undecided``.
 
 Rules (docs/verdicts.md):
 
@@ -17,18 +18,23 @@ Rules (docs/verdicts.md):
   few trials to ever reach significance it says so and names the recheck that can);
 - ``faster``: the mirror image: the baseline more than the threshold slower than the
   candidate (ratio below 1 / (1 + threshold)), significantly so (Holm over the cells);
+- ``undecided``: a change within the threshold whose interval reaches past it (these
+  trials cannot rule out a slowdown beyond the threshold); not flagged, but rechecked;
 - ``unchanged``: everything else; a significant change within the threshold is
   stated in the notes with the p-value that makes it so, not flagged.
 
 A **recheck** (:func:`decide_cells` with ``recheck`` or ``paired``) is a second stage on
-fresh trials of the cells the first stage flagged. Its change is the ratio of its own
+fresh trials of the cells the first stage flagged or left undecided. Its change is the ratio of its own
 medians (a paired recheck: the baseline code's and the candidate code's paired trials;
 else the recheck trials against the baseline's), its p-value Mann-Whitney U against the
 threshold (or the calibrated null) with Holm over the **rechecked cells**. A flag is
 cleared only when the recheck's 95% interval of the change lies at or below the
-threshold; it becomes ``slower`` when the recheck is significant, or when the first
-stage already was and the recheck's change stays past the threshold; otherwise it
-stays ``possibly_slower``.
+threshold, and not then when both stages see a slowdown but on either side of the
+threshold (the recheck's interval above 0, its change at least half the threshold, the
+original interval wholly above the recheck's and past the threshold: ``undecided``); it
+becomes ``slower`` when the recheck is significant, or when the first stage already was
+and the recheck's change stays past the threshold; otherwise a flagged cell stays
+``possibly_slower`` and an undecided one ``undecided``.
 """
 
 from __future__ import annotations
