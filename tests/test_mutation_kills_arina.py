@@ -206,3 +206,32 @@ def test_decode_threads_follow_numba_num_threads_else_the_affinity(monkeypatch):
     assert library_decode.default_threads() == 6
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert library_decode.default_threads() == 1
+
+
+def test_the_direct_load_decodes_with_the_engine_it_names(master, monkeypatch):
+    calls = {"library": 0, "numba": 0}
+    library_chunks, numba_chunks = library_decode.decode_chunks, cpu_decode.decode_chunks
+
+    def spy(name, function):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(library_decode, "decode_chunks", spy("library", library_chunks))
+    monkeypatch.setattr(cpu_decode, "decode_chunks", spy("numba", numba_chunks))
+    with load_arina(master, engine="numba") as acq:
+        reference = acq.data.copy()
+    assert calls == {"library": 0, "numba": 1}  # 12 frames: one piece
+    with load_arina(master) as acq:  # auto: the library, numba left alone
+        np.testing.assert_array_equal(acq.data, reference)
+    assert calls == {"library": 1, "numba": 1}  # one piece of up to 512 frames
+    with pytest.raises(ValueError, match="engine must be 'auto', 'library', 'bitshuffle'"):
+        load_arina(master, engine="lz4")
+
+
+def test_one_core_decodes_on_one_thread(monkeypatch):
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert library_decode.default_threads() == 1

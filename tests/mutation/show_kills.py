@@ -58,13 +58,31 @@ def run_test(copy: Path, test: str, timeout: float) -> str:
     return "pass" if done.returncode == 0 else "fail"
 
 
-def patch(copy: Path, diff: str, reverse: bool = False) -> bool:
-    args = ["patch", "-p0", "--quiet", "--no-backup-if-mismatch", "-r", "-"]
-    if reverse:
-        args.append("-R")
-    return (
-        subprocess.run(args, cwd=copy, input=diff, text=True, capture_output=True).returncode == 0
-    )
+def apply(copy: Path, diff: str) -> str | None:
+    """Apply a one-file diff to ``copy`` by replacing its hunks' old lines (context
+    included) with the new ones; returns the original text to restore, or None when a
+    hunk's old lines are not found exactly once (mutmut's hunks number lines from the
+    function, so ``patch`` cannot place them)."""
+    lines = diff.splitlines(keepends=True)
+    path = copy / lines[0][4:].strip()
+    original = text = path.read_text()
+    hunks: list[tuple[list[str], list[str]]] = []
+    for line in lines[2:]:
+        if line.startswith("@@"):
+            hunks.append(([], []))
+        elif hunks and line[:1] in (" ", "-", "+"):
+            old, new = hunks[-1]
+            if line[:1] != "+":
+                old.append(line[1:])
+            if line[:1] != "-":
+                new.append(line[1:])
+    for old, new in hunks:
+        before, after = "".join(old), "".join(new)
+        if text.count(before) != 1:
+            return None
+        text = text.replace(before, after)
+    path.write_text(text)
+    return original
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,14 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             if clean[test] != "pass":
                 print(f"unproven {name} {test} (the test does not pass unmutated)", flush=True)
                 continue
-            if not patch(copy, diff):
+            target = copy / diff.splitlines()[0][4:].strip()
+            original = apply(copy, diff)
+            if original is None:
                 print(f"stale    {name} (its diff no longer applies)", flush=True)
                 continue
             try:
                 result = run_test(copy, test, args.timeout)
             finally:
-                if not patch(copy, diff, reverse=True):
-                    raise SystemExit(f"show_kills: could not undo {name}")
+                target.write_text(original)
             is_killed = result in ("fail", "timeout")
             killed += is_killed
             print(f"{'killed  ' if is_killed else 'SURVIVED'} {name} {test} ({result})", flush=True)
