@@ -12,8 +12,8 @@ import bitshuffle
 import numpy as np
 import pytest
 
-from quantem.stem4d.errors import SourceIntegrityError
-from quantem.stem4d.io import cpu_decode, library_decode
+from quantem.stem4d.errors import ArinaFormatError, SourceIntegrityError
+from quantem.stem4d.io import arina, cpu_decode, library_decode
 from quantem.stem4d.io.arina import load_arina, open_arina
 from quantem.stem4d.io.chunk_errors import (
     DECODE_OK,
@@ -25,7 +25,7 @@ from quantem.stem4d.io.chunk_errors import (
     ERR_TAIL_TRUNCATED,
     ERR_TRAILING_BYTES,
 )
-from quantem.stem4d.io.synthetic import write_synthetic_arina
+from quantem.stem4d.io.synthetic import write_arina_frames, write_synthetic_arina
 
 SCAN, DET = (3, 4), (16, 12)
 
@@ -235,3 +235,28 @@ def test_one_core_decodes_on_one_thread(monkeypatch):
     monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert library_decode.default_threads() == 1
+
+
+@pytest.mark.parametrize("engine", ["library", "numba"])
+def test_a_later_larger_piece_gets_a_larger_staging_buffer(tmp_path, monkeypatch, engine):
+    """One thread, pieces of 2 frames: 2 empty frames (tiny chunks), then an empty one
+    and one of noise (a piece whose first chunk fits the first piece's buffer)."""
+    rng = np.random.default_rng(3)
+    frames = np.zeros((2, 2, 32, 32), dtype=np.uint16)
+    frames[1, 1] = rng.integers(0, 2**16, size=(32, 32), dtype=np.uint16)
+    master = write_arina_frames(tmp_path, "grow", frames)
+    monkeypatch.setattr(cpu_decode, "FRAMES_PER_TASK", 2)
+    monkeypatch.setattr(library_decode, "FRAMES_PER_TASK", 2)
+    with load_arina(master, threads=1, engine=engine, apply_mask=False) as acq:
+        np.testing.assert_array_equal(acq.data, frames)
+
+
+def test_a_shard_cut_after_opening_is_named_by_the_reading_thread(master):
+    source = open_arina(master)
+    shard = source.shard_paths[1]
+    os.truncate(shard, int(source.index.frame_offset[6]) + 5)
+    out = np.empty(source.n_frames * source.frame_bytes, dtype=np.uint8)
+    with pytest.raises(ArinaFormatError) as info:
+        arina._read_and_decode_into(source, out, 1, "library")
+    assert info.value.path == shard
+    assert info.value.detail.startswith("file is truncated: a chunk at byte ")
