@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import threading
 import types
 
 import bitshuffle
@@ -260,3 +261,39 @@ def test_a_shard_cut_after_opening_is_named_by_the_reading_thread(master):
         arina._read_and_decode_into(source, out, 1, "library")
     assert info.value.path == shard
     assert info.value.detail.startswith("file is truncated: a chunk at byte ")
+
+
+def test_pieces_are_decoded_on_the_threads_asked(master, monkeypatch):
+    """12 frames in pieces of 5: one thread decodes all three pieces itself; more
+    threads (up to one a piece) decode them in the pool, never in the calling thread."""
+    threads_seen = []
+    library_chunks = library_decode.decode_chunks
+
+    def spy(*args, **kwargs):
+        threads_seen.append(threading.get_ident())
+        return library_chunks(*args, **kwargs)
+
+    monkeypatch.setattr(library_decode, "decode_chunks", spy)
+    monkeypatch.setattr(library_decode, "FRAMES_PER_TASK", 5)
+    with load_arina(master, threads=1, engine="library") as acq:
+        reference = acq.data.copy()
+    assert threads_seen == [threading.get_ident()] * 3
+    threads_seen.clear()
+    with load_arina(master, threads=8, engine="library") as acq:
+        np.testing.assert_array_equal(acq.data, reference)
+    assert len(threads_seen) == 3 and threading.get_ident() not in threads_seen
+
+
+@pytest.mark.skipif(not cpu_decode.BITSHUFFLE_C_AVAILABLE, reason="no bitshuffle block functions")
+def test_the_bitshuffle_engine_reaches_its_c_decoder(master, monkeypatch):
+    calls = []
+    decode_c = cpu_decode._decode_chunks_c
+
+    def spy(*args):
+        calls.append(args[3])  # frame_bytes
+        return decode_c(*args)
+
+    monkeypatch.setattr(cpu_decode, "_decode_chunks_c", spy)
+    with load_arina(master, engine="bitshuffle") as acq:
+        assert acq.data.shape == (*SCAN, *DET)
+    assert calls == [DET[0] * DET[1] * 2]
