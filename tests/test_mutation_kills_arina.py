@@ -13,7 +13,7 @@ import bitshuffle
 import numpy as np
 import pytest
 
-from quantem.stem4d.errors import ArinaFormatError, SourceIntegrityError
+from quantem.stem4d.errors import ArinaFormatError, ChunkDecodeError, SourceIntegrityError
 from quantem.stem4d.io import arina, cpu_decode, library_decode
 from quantem.stem4d.io.arina import load_arina, open_arina
 from quantem.stem4d.io.chunk_errors import (
@@ -23,8 +23,10 @@ from quantem.stem4d.io.chunk_errors import (
     ERR_BLOCK_SIZE,
     ERR_CHUNK_TOO_SHORT,
     ERR_LZ4_MALFORMED,
+    ERR_LZ4_OUTPUT_SIZE,
     ERR_TAIL_TRUNCATED,
     ERR_TRAILING_BYTES,
+    ERROR_MESSAGES,
 )
 from quantem.stem4d.io.synthetic import write_arina_frames, write_synthetic_arina
 
@@ -297,3 +299,27 @@ def test_the_bitshuffle_engine_reaches_its_c_decoder(master, monkeypatch):
     with load_arina(master, engine="bitshuffle") as acq:
         assert acq.data.shape == (*SCAN, *DET)
     assert calls == [DET[0] * DET[1] * 2]
+
+
+def test_a_chunk_the_c_decoder_rejects_is_named_by_the_walks_check(master):
+    """The library engine's C decoder says only that a chunk failed; the error names the
+    check the numba walk finds (here: a block that decodes to the wrong size)."""
+    source = open_arina(master)
+    buffer, offsets = arina.read_compressed(source, 6, 7)
+    chunk = buffer[: offsets[1]].copy()
+    for position, bit in itertools.product(range(12, chunk.size), (1, 0x80)):
+        damaged = chunk.copy()
+        damaged[position] ^= bit
+        code = cpu_decode.scan_chunk(damaged, 0, damaged.size, source.frame_bytes, 2)
+        if code == ERR_LZ4_OUTPUT_SIZE:
+            break
+    else:
+        pytest.fail("no single bit flip gives a block of the wrong size")
+    shard = source.shard_paths[1]
+    with open(shard, "r+b") as f:
+        f.seek(int(source.index.frame_offset[6]))
+        f.write(damaged.tobytes())
+    with pytest.raises(ChunkDecodeError) as info:
+        load_arina(master, engine="library", verify_source=False)
+    assert info.value.detail == ERROR_MESSAGES[ERR_LZ4_OUTPUT_SIZE]
+    assert info.value.path == shard and info.value.fields["frame"] == 6
