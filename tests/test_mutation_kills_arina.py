@@ -323,3 +323,18 @@ def test_a_chunk_the_c_decoder_rejects_is_named_by_the_walks_check(master):
         load_arina(master, engine="library", verify_source=False)
     assert info.value.detail == ERROR_MESSAGES[ERR_LZ4_OUTPUT_SIZE]
     assert info.value.path == shard and info.value.fields["frame"] == 6
+
+
+def test_a_block_running_past_its_chunk_is_named_with_that_chunk_alone(master):
+    """The failed frame's chunk is read again on its own: with the next frames' chunks
+    after it, a block one byte past its end would seem to fit."""
+    source = open_arina(master)
+    start, size = int(source.index.frame_offset[6]), int(source.index.frame_nbytes[6])
+    shard = source.shard_paths[1]
+    with open(shard, "r+b") as f:
+        f.seek(start + 12)
+        f.write(struct.pack(">I", size - 16 + 1))  # the frame's one block, 1 byte over
+    with pytest.raises(ChunkDecodeError) as info:
+        load_arina(master, engine="library", verify_source=False)
+    assert info.value.detail == ERROR_MESSAGES[ERR_BLOCK_LENGTH]
+    assert info.value.path == shard and info.value.fields["frame"] == 6
