@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.errors import HistoryError, ReportValidationError, UsageError
@@ -18,10 +19,12 @@ from harness.history.store import register_reports
 from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.testing import make_example_report
+from harness.verdict.calibration import CalibratedNull
 from harness.verdict.calibration_report import (
     build_calibration,
     dump_calibration,
     find_calibration,
+    null_from_document,
     register_calibration,
 )
 
@@ -98,3 +101,30 @@ def test_a_tampered_or_invalid_named_calibration_is_named(stored, tmp_path):
     with pytest.raises(ReportValidationError) as info:
         find_calibration(copy, prefix=sha256_bytes(invalid)[:12], key=key)
     assert str(info.value) == f"{name}: not a calibration report (schema 'something-else')"
+
+
+KEY = ("scan-a", "hdf5", "cold")
+RUNS = [[1.0 + 0.01 * ((i * 7 + j) % 5 - 2) for j in range(3)] for i in range(6)]
+
+
+def test_calibrated_p_values_count_ties_by_the_add_one_rule():
+    null = CalibratedNull({KEY: RUNS}, draws_per_pair=4)
+    ratios = null.null_ratios(KEY, 3, 3)
+    m = ratios.size
+    assert null.smallest_p(KEY, 3, 3) == 1.0 / (1 + m)
+    assert null.p_slower(KEY, float(ratios.max()) * 2, 3, 3) == 1.0 / (1 + m)
+    for ratio in (float(np.median(ratios)), float(ratios.min()), float(ratios.max())):
+        assert ratio in ratios  # a tie: the observed ratio is one of the null's
+        assert null.p_slower(KEY, ratio, 3, 3) == (1 + np.sum(ratios >= ratio)) / (1 + m)
+        assert null.p_faster(KEY, ratio, 3, 3) == (1 + np.sum(ratios <= ratio)) / (1 + m)
+
+
+def test_a_stored_calibration_gives_back_its_null(stored):
+    _, calibration = stored
+    doc = dict(calibration.doc, seed=12345, draws_per_pair=7)
+    null = null_from_document(doc)
+    assert (null.seed, null.draws_per_pair) == (12345, 7)
+    cell = doc["cells"][0]
+    key = (cell["acquisition"], cell["format"], cell["cache_state"])
+    again = CalibratedNull({key: cell["runs_seconds"]}, draws_per_pair=7, seed=12345)
+    np.testing.assert_array_equal(null.null_ratios(key, 3, 3), again.null_ratios(key, 3, 3))

@@ -77,10 +77,15 @@ def apply(copy: Path, diff: str) -> str | None:
             if line[:1] != "-":
                 new.append(line[1:])
     for old, new in hunks:
-        before, after = "".join(old), "".join(new)
-        if text.count(before) != 1:
+        # a method's hunk comes dedented: try it at the class's indentation too
+        for indent in ("", "    ", "        "):
+            before = "".join(indent + line if line.strip() else line for line in old)
+            if text.count(before) == 1:
+                after = "".join(indent + line if line.strip() else line for line in new)
+                text = text.replace(before, after)
+                break
+        else:
             return None
-        text = text.replace(before, after)
     path.write_text(text)
     return original
 
