@@ -4,14 +4,17 @@ refusals of a named lookup. These kill survivors of the mutmut run over harness/
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness.comparability import comparison_key
 from harness.errors import HistoryError, ReportValidationError, UsageError
 from harness.history.folder_history import FolderHistory
 from harness.history.records import sha256_bytes
@@ -128,3 +131,88 @@ def test_a_stored_calibration_gives_back_its_null(stored):
     key = (cell["acquisition"], cell["format"], cell["cache_state"])
     again = CalibratedNull({key: cell["runs_seconds"]}, draws_per_pair=7, seed=12345)
     np.testing.assert_array_equal(null.null_ratios(key, 3, 3), again.null_ratios(key, 3, 3))
+
+
+def _runs(n: int = 6, noise: float = 0.02) -> list[tuple[dict, str]]:
+    return [
+        (make_example_report(seed, reps=3, noise=noise), f"{seed:x}" * 64)
+        for seed in range(1, n + 1)
+    ]
+
+
+def _build(runs, **options):
+    return build_calibration(runs, regression_percent=20, alpha=0.05, command=["c"], **options)
+
+
+def test_build_calibration_refuses_exactly():
+    with pytest.raises(UsageError) as info:
+        _build(_runs(4))
+    assert str(info.value) == "a calibration needs at least 5 runs, not 4"
+    assert len(_build(_runs(5))["runs"]) == 5  # five is enough
+    runs = _runs()
+    runs[1][0]["status"]["source_stability"] = "unstable"
+    with pytest.raises(ReportValidationError) as info:
+        _build(runs)
+    assert str(info.value) == f"calibration run {'2' * 12} did not pass: {runs[1][0]['status']}"
+    runs = _runs()
+    runs[1] = (make_example_report(2, reps=3, storage_id="other"), "2" * 64)
+    with pytest.raises(ReportValidationError) as info:
+        _build(runs)
+    key, odd = comparison_key(runs[0][0]), comparison_key(runs[1][0])
+    assert str(info.value) == f"calibration run {'2' * 12} has comparison key {odd}, not {key}"
+    runs = _runs()
+    runs[3] = (make_example_report(4, reps=4), "4" * 64)
+    with pytest.raises(ReportValidationError) as info:
+        _build(runs)
+    assert str(info.value) == "calibration runs differ in reps: [3, 4]"
+
+
+def test_build_calibration_records_its_seed_draws_command_and_time(monkeypatch):
+    runs = _runs(noise=0.4)  # noisy: some A/A ratios pass the 20% threshold
+    doc = _build(runs, seed=7, draws_per_pair=9, created_utc="2026-12-05T00:00:00Z")
+    assert (doc["seed"], doc["draws_per_pair"], doc["created_utc"]) == (
+        7,
+        9,
+        "2026-12-05T00:00:00Z",
+    )
+    null = null_from_document(doc)
+    independent = CalibratedNull({k: v for k, v in null.runs.items()}, draws_per_pair=9, seed=7)
+    per_cell, _ = independent.false_positive_rates(3, 3, threshold_percent=20, alpha=0.05)
+    for cell in doc["cells"]:
+        key = (cell["acquisition"], cell["format"], cell["cache_state"])
+        ratios = independent.null_ratios(key, 3, 3)
+        assert cell["ratio_quantiles"]["0.5"] == float(np.quantile(ratios, 0.5))
+        assert (cell["false_positive_rule"], cell["false_positive_verdict"]) == per_cell[key]
+    assert any(cell["false_positive_rule"] > 0 for cell in doc["cells"])
+    assert _build(runs, created_utc="T")["command"] == ["c"]
+    assert build_calibration(
+        runs, regression_percent=20, alpha=0.05, command=["a", 2], created_utc="T"
+    )["command"] == ["a", "2"]
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # a local time 9 hours off UTC
+    time.tzset()
+    try:
+        created = _build(runs)["created_utc"]
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ")
+    assert abs(now.replace(tzinfo=None) - stamp) < datetime.timedelta(minutes=5)
+
+
+def test_a_cell_some_runs_lack_is_kept_and_an_unusable_one_skipped():
+    runs = _runs()
+    first, last = ("scan-a", "hdf5", "cached"), ("scan-b", "qem", "cold")
+
+    def drop(doc, cell):
+        doc["trials"] = [
+            t for t in doc["trials"] if (t["acquisition"], t["format"], t["cache_state"]) != cell
+        ]
+
+    for doc, _ in runs[1:]:
+        drop(doc, first)  # in one run only: unusable, and first in order
+    drop(runs[-1][0], last)  # missing from the last run only
+    doc = _build(runs, created_utc="T")
+    cells = {(c["acquisition"], c["format"], c["cache_state"]): c for c in doc["cells"]}
+    assert first not in cells and len(cells) == 7
+    assert cells[last]["runs_seconds"][-1] == [] and len(cells[last]["runs_seconds"]) == 6

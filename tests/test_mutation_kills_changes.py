@@ -3,6 +3,7 @@ survivors of the mutmut run over harness/verdict/ (tests/mutation-survivors.md).
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 
 from harness.comparability import comparison_key
@@ -11,7 +12,7 @@ from harness.render import registration_renderer
 from harness.report import dump_report
 from harness.stats import median
 from harness.testing import make_example_report
-from harness.verdict.changes import git_commit_order, history_changes
+from harness.verdict.changes import e_divisive, git_commit_order, history_changes
 from harness.verdict.comparison import collect_cells
 
 
@@ -143,3 +144,35 @@ def test_a_history_folder_is_read_when_no_records_are_given(tmp_path):
     results = register_reports(tmp_path / "h", paths, render=registration_renderer("defer"))
     (series,) = history_changes(tmp_path / "h")
     assert sorted(p.sha256 for p in series.points) == sorted(r.sha256 for r in results)
+
+
+def test_each_series_is_tested_with_its_own_seeded_permutations(tmp_path):
+    """A small step after 4 of 8 records: the change points' p-values come from
+    permutations seeded by the series' label (comparison key and cell), so a rerun gives
+    the same, and another seed would not."""
+    revisions = [f"{i:040x}" for i in range(8)]
+    records = []
+    for i, revision in enumerate(revisions):
+        doc = make_example_report(
+            i,
+            acquisition_ids=("scan-a",),
+            formats=("hdf5",),
+            cache_states=("cold",),
+            reps=3,
+            slowdown=1.0 if i < 4 else 1.02,
+            git_revision=revision,
+            created_utc=f"2026-11-30T0{i}:00:00Z",
+        )
+        records.append((f"{i:064x}", doc))
+    (result,) = history_changes(
+        tmp_path / "unused", records=records, permutations=199, p_threshold=1.0
+    )
+    assert result.ordered_by == "created_utc"
+    medians = [p.median for p in result.points]
+    label = f"{result.comparison_key}/scan-a/hdf5/cold".encode()
+    seed = int.from_bytes(hashlib.sha256(label).digest()[:8], "little")
+    expected = e_divisive(medians, permutations=199, p_threshold=1.0, seed=seed)
+    assert result.changes == expected
+    assert e_divisive(medians, permutations=199, p_threshold=1.0, seed=seed + 1) != expected
+    default = history_changes(tmp_path / "unused", records=records)[0].changes
+    assert default == e_divisive(medians, seed=seed)
