@@ -28,7 +28,10 @@ from harness.verdict.calibration_report import (
     dump_calibration,
     find_calibration,
     null_from_document,
+    parse_calibration,
     register_calibration,
+    store_calibration,
+    validate_calibration,
 )
 
 
@@ -107,6 +110,7 @@ def test_a_tampered_or_invalid_named_calibration_is_named(stored, tmp_path):
 
 
 KEY = ("scan-a", "hdf5", "cold")
+STAMP = "2026-12-05T00:00:00Z"
 RUNS = [[1.0 + 0.01 * ((i * 7 + j) % 5 - 2) for j in range(3)] for i in range(6)]
 
 
@@ -216,3 +220,78 @@ def test_a_cell_some_runs_lack_is_kept_and_an_unusable_one_skipped():
     cells = {(c["acquisition"], c["format"], c["cache_state"]): c for c in doc["cells"]}
     assert first not in cells and len(cells) == 7
     assert cells[last]["runs_seconds"][-1] == [] and len(cells[last]["runs_seconds"]) == 6
+
+
+def test_calibration_bytes_are_deterministic_compact_ascii_and_finite():
+    doc = _build(_runs(), created_utc=STAMP)
+    doc["command"] = ["é", "b"]
+    data = dump_calibration(doc)
+    assert data.endswith(b"}\n") and data.count(b"\n") == 1
+    text = data.decode("ascii")  # é escaped
+    assert '"command":["\\u00e9","b"]' in text  # compact separators
+    keys = [k for k in json.loads(text)]
+    assert keys == sorted(keys) and text.startswith('{"alpha":')
+    doc["cells"][0]["noise_floor_percent"] = float("nan")
+    with pytest.raises(ValueError):
+        dump_calibration(doc)
+
+
+def test_parse_calibration_names_the_file_and_what_is_wrong():
+    doc = _build(_runs(), created_utc=STAMP)
+    with pytest.raises(ReportValidationError) as info:
+        parse_calibration(b"[1]", name="cal.json")
+    assert str(info.value) == "cal.json: $: a report is a JSON object, not list"
+    with pytest.raises(ReportValidationError) as info:
+        parse_calibration(json.dumps({"schema": "x"}).encode(), name="cal.json")
+    assert str(info.value) == "cal.json: not a calibration report (schema 'x')"
+    newer = dict(doc, schema_version=doc["schema_version"] + 1)
+    with pytest.raises(ReportValidationError) as info:
+        parse_calibration(json.dumps(newer).encode(), name="cal.json")
+    assert str(info.value) == (
+        f"cal.json: calibration schema_version {doc['schema_version'] + 1} is newer than this "
+        f"harness reads ({doc['schema_version']}); upgrade quantem-harness"
+    )
+    broken = json.loads(json.dumps(doc))
+    broken["cells"][1]["runs_seconds"][2] = "slow"
+    with pytest.raises(ReportValidationError) as info:
+        parse_calibration(json.dumps(broken).encode(), name="cal.json")
+    assert str(info.value).startswith("cal.json: $.cells[1].runs_seconds[2]: 'slow' is not of")
+    with pytest.raises(ReportValidationError) as info:
+        validate_calibration(broken)
+    assert str(info.value).startswith("calibration: $.cells[1].runs_seconds[2]: ")
+    broken["command"] = ["x" * 400]
+    broken["cells"][1]["runs_seconds"][2] = 1.0
+    broken["reps"] = "x" * 400
+    with pytest.raises(ReportValidationError) as info:
+        validate_calibration(broken)
+    assert len(str(info.value).split(": ", 2)[2]) == 300  # the message cut at 300
+
+
+def test_storing_a_calibration_returns_what_was_stored(tmp_path):
+    doc = _build(_runs(), created_utc=STAMP)
+    data = dump_calibration(doc)
+    history = FolderHistory(tmp_path / "h")
+    register_reports(tmp_path / "h", [], render=registration_renderer("defer"))
+    first = store_calibration(history, data)
+    assert (first.doc, first.created) == (doc, True)
+    assert store_calibration(history, data).created is False
+    with pytest.raises(ReportValidationError) as info:
+        store_calibration(history, b'{"schema": "x"}')
+    assert str(info.value) == "calibration: not a calibration report (schema 'x')"
+
+
+def test_the_calibration_records_each_runs_revision_and_the_overall_rates():
+    runs = _runs(noise=0.4)
+    runs[2][0]["provenance"]["git_revision"] = "f" * 40
+    doc = _build(runs, created_utc=STAMP)
+    assert [r["git_revision"] for r in doc["runs"]][1:3] == [
+        runs[1][0]["provenance"]["git_revision"],
+        "f" * 40,
+    ]
+    null = null_from_document(doc)
+    _, (rule, verdict) = null.false_positive_rates(3, 3, threshold_percent=20, alpha=0.05)
+    assert rule > verdict  # the comparison's two rates differ here
+    assert doc["comparison"] == {"false_positive_rule": rule, "false_positive_verdict": verdict}
+    assert CalibratedNull({KEY: [[1.0]]}).false_positive_rates(
+        3, 3, threshold_percent=20, alpha=0.05
+    ) == ({}, (0.0, 0.0))

@@ -58,35 +58,50 @@ def run_test(copy: Path, test: str, timeout: float) -> str:
     return "pass" if done.returncode == 0 else "fail"
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
 def apply(copy: Path, diff: str) -> str | None:
-    """Apply a one-file diff to ``copy`` by replacing its hunks' old lines (context
-    included) with the new ones; returns the original text to restore, or None when a
-    hunk's old lines are not found exactly once (mutmut's hunks number lines from the
-    function, so ``patch`` cannot place them)."""
+    """Apply a one-file diff to ``copy``; returns the original text to restore, or None
+    when a hunk's old lines are not found exactly once.
+
+    mutmut numbers a hunk's lines from its function and shows a method dedented (its
+    docstring's lines not), so ``patch`` cannot place it: the old lines are found by
+    their text without leading spaces, and each new line takes the indentation the old
+    line before it has in the file."""
     lines = diff.splitlines(keepends=True)
     path = copy / lines[0][4:].strip()
-    original = text = path.read_text()
-    hunks: list[tuple[list[str], list[str]]] = []
+    original = path.read_text()
+    text = original.splitlines(keepends=True)
+    hunks: list[list[str]] = []
     for line in lines[2:]:
         if line.startswith("@@"):
-            hunks.append(([], []))
+            hunks.append([])
         elif hunks and line[:1] in (" ", "-", "+"):
-            old, new = hunks[-1]
-            if line[:1] != "+":
-                old.append(line[1:])
-            if line[:1] != "-":
-                new.append(line[1:])
-    for old, new in hunks:
-        # a method's hunk comes dedented: try it at the class's indentation too
-        for indent in ("", "    ", "        "):
-            before = "".join(indent + line if line.strip() else line for line in old)
-            if text.count(before) == 1:
-                after = "".join(indent + line if line.strip() else line for line in new)
-                text = text.replace(before, after)
-                break
-        else:
+            hunks[-1].append(line)
+    for hunk in hunks:
+        old = [line[1:].strip() for line in hunk if line[0] != "+"]
+        starts = [
+            i
+            for i in range(len(text) - len(old) + 1)
+            if [t.strip() for t in text[i : i + len(old)]] == old
+        ]
+        if len(starts) != 1:
             return None
-    path.write_text(text)
+        at, replaced, delta = starts[0], [], 0
+        for line in hunk:
+            kind, body = line[0], line[1:]
+            if kind == "+":
+                pad = max(0, _indent(body) + delta) if body.strip() else 0
+                replaced.append(" " * pad + body.lstrip(" "))
+                continue
+            delta = _indent(text[at]) - _indent(body) if body.strip() else delta
+            if kind == " ":
+                replaced.append(text[at])
+            at += 1
+        text[starts[0] : at] = replaced
+    path.write_text("".join(text))
     return original
 
 
