@@ -27,6 +27,7 @@ from harness.verdict.calibration_report import (
     build_calibration,
     dump_calibration,
     find_calibration,
+    iter_calibrations,
     null_from_document,
     parse_calibration,
     register_calibration,
@@ -295,3 +296,26 @@ def test_the_calibration_records_each_runs_revision_and_the_overall_rates():
     assert CalibratedNull({KEY: [[1.0]]}).false_positive_rates(
         3, 3, threshold_percent=20, alpha=0.05
     ) == ({}, (0.0, 0.0))
+
+
+def test_stored_calibrations_list_oldest_first_and_skip_an_invalid_one(tmp_path, capsys):
+    register_reports(tmp_path / "h", [], render=registration_renderer("defer"))
+    history = FolderHistory(tmp_path / "h")
+    runs = _runs()
+    stored = [
+        store_calibration(history, dump_calibration(_build(runs, created_utc=stamp)))
+        for stamp in ("2026-12-05T02:00:00Z", "2026-12-05T01:00:00Z")
+    ]
+    first = min(c.sha256 for c in stored)
+    invalid = next(
+        data for k in range(10_000) if sha256_bytes(data := b'{"schema": "x", "k": %d}' % k) < first
+    )
+    label = Path(history.calibration_label(sha256_bytes(invalid)))
+    label.parent.mkdir(parents=True, exist_ok=True)
+    label.write_bytes(invalid)  # stored by hand: its bytes match its name
+    found = iter_calibrations(tmp_path / "h")
+    assert [(c.sha256, c.path) for c in found] == [(c.sha256, c.path) for c in stored[::-1]]
+    assert capsys.readouterr().err == (
+        f"warning: skipped {label}: not a calibration report (schema 'x') "
+        "(history verify names it)\n"
+    )
