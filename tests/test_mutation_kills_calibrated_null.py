@@ -104,3 +104,14 @@ def test_e_divisive_is_seeded_with_zero_by_default():
     found = e_divisive(values, permutations=999, p_threshold=1.0)
     assert found == e_divisive(values, permutations=999, p_threshold=1.0, seed=0)
     assert found != e_divisive(values, permutations=999, p_threshold=1.0, seed=1)
+
+
+def test_change_point_p_values_count_permutations_by_the_add_one_rule():
+    """(reached + 1) / (permutations + 1), reached counting permutations whose best split
+    is at least as strong: 10 + 10 values in two levels are never matched by chance
+    (2 of 184,756 orders), 4 + 4 are matched by 2 of their 70 orders."""
+    (far,) = e_divisive([1.0] * 10 + [2.0] * 10, permutations=199, p_threshold=0.5)
+    assert (far.index, far.p_value) == (10, 1 / 200)
+    (near,) = e_divisive([1.0] * 4 + [2.0] * 4, permutations=999, p_threshold=0.5)
+    assert near.index == 4
+    assert 0.018 < near.p_value < 0.04  # about 2 / 70, from 999 permutations

@@ -319,3 +319,17 @@ def test_stored_calibrations_list_oldest_first_and_skip_an_invalid_one(tmp_path,
         f"warning: skipped {label}: not a calibration report (schema 'x') "
         "(history verify names it)\n"
     )
+
+
+def test_a_calibration_file_is_read_from_its_path(stored, tmp_path):
+    _, calibration = stored
+    path = tmp_path / "cal.json"
+    path.write_bytes(calibration.path.read_bytes())
+    key = calibration.doc["comparison_key"]
+    found, note = find_calibration(None, prefix=str(path), key=key)
+    assert (found.sha256, found.path, found.doc, note) == (
+        calibration.sha256,
+        path,
+        calibration.doc,
+        "named with --calibration",
+    )
