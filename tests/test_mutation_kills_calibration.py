@@ -333,3 +333,18 @@ def test_a_calibration_file_is_read_from_its_path(stored, tmp_path):
         calibration.doc,
         "named with --calibration",
     )
+
+
+def test_a_lookup_without_a_history_or_with_a_bad_file_says_why(tmp_path):
+    assert find_calibration(None, prefix=None, key="k") == (
+        None,
+        "no history to look calibrations up in",
+    )
+    with pytest.raises(UsageError) as info:
+        find_calibration(None, prefix="abcd", key="k")
+    assert str(info.value) == "--calibration needs --history-dir (where calibrations are stored)"
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"schema": "x"}')
+    with pytest.raises(ReportValidationError) as info:
+        find_calibration(None, prefix=str(path), key="k")
+    assert str(info.value) == f"{path}: not a calibration report (schema 'x')"
