@@ -31,6 +31,7 @@ from harness.verdict.calibration_report import (
     null_from_document,
     parse_calibration,
     register_calibration,
+    resolve_calibration,
     store_calibration,
     validate_calibration,
 )
@@ -348,3 +349,21 @@ def test_a_lookup_without_a_history_or_with_a_bad_file_says_why(tmp_path):
     with pytest.raises(ReportValidationError) as info:
         find_calibration(None, prefix=str(path), key="k")
     assert str(info.value) == f"{path}: not a calibration report (schema 'x')"
+
+
+def test_what_a_comparison_records_of_its_calibration(stored):
+    history, calibration = stored
+    doc = calibration.doc
+    report = make_example_report(1, reps=3, noise=0.02)
+    newest = resolve_calibration(history, None, report)
+    assert (newest.sha256, newest.runs, newest.reps, newest.created_utc, newest.note) == (
+        calibration.sha256,
+        len(doc["runs"]),
+        doc["reps"],
+        doc["created_utc"],
+        "the most recent matching calibration",
+    )
+    named = resolve_calibration(history, calibration.sha256[:12], report)
+    assert (named.sha256, named.note) == (calibration.sha256, "named with --calibration")
+    none = resolve_calibration(None, None, report)
+    assert (none.sha256, none.note) == (None, "no history to look calibrations up in")
