@@ -115,3 +115,12 @@ def test_change_point_p_values_count_permutations_by_the_add_one_rule():
     (near,) = e_divisive([1.0] * 4 + [2.0] * 4, permutations=999, p_threshold=0.5)
     assert near.index == 4
     assert 0.018 < near.p_value < 0.04  # about 2 / 70, from 999 permutations
+
+
+def test_holm_adjusts_in_the_order_given_and_caps_at_one():
+    assert holm_adjust([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm_adjust([0.0, 0.6, 0.6]) == [0.0, 1.0, 1.0]  # 0 allowed; 2 x 0.6 capped
+    assert holm_adjust([0.9]) == [0.9]
+    with pytest.raises(ValueError) as info:
+        holm_adjust([0.2, 1.5])
+    assert str(info.value) == "p-values must lie in [0, 1], not 1.5"
