@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 
 import pytest
 from rich.console import Console
@@ -158,7 +159,7 @@ def test_print_text_without_shas_cells_or_differences():
 def test_print_text_styles_on_a_terminal():
     from rich.console import Console
 
-    comparison = _comparison(failures=["boom"])
+    comparison = _comparison(failures=["boom"], differences=[FieldDifference("host.cpu", 1, 2)])
     out = io.StringIO()
     console = Console(file=out, width=400, color_system="standard", force_terminal=True)
     present.print_text(comparison, console)
@@ -167,6 +168,8 @@ def test_print_text_styles_on_a_terminal():
     assert "\x1b[31mcandidate failed: boom" in text  # red failure
     assert "\x1b[33mwarning: run warning" in text  # yellow warning
     assert "\x1b[1;31mSLOWER" in text  # the verdict's own style, in the table
+    plain = re.sub("\x1b\\[[0-9;]*m", "", text)
+    assert "┃ field    ┃ baseline ┃ candidate ┃" in plain  # the differences' table header
 
 
 def test_the_cell_view_has_its_columns_order_and_styles():
