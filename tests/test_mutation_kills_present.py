@@ -207,6 +207,7 @@ def test_print_comparison_picks_markdown_off_a_terminal(capsys, monkeypatch):
     comparison = _comparison()
     present.print_comparison(comparison, "json")
     assert json.loads(capsys.readouterr().out) == json.loads(present.render_json(comparison))
+    assert "after Holm correction over 3 cells" in present.render_markdown(comparison)
     present.print_comparison(comparison, "markdown")
     assert capsys.readouterr().out == present.render_markdown(comparison)
     present.print_comparison(comparison, None)  # captured: not a terminal
@@ -215,7 +216,9 @@ def test_print_comparison_picks_markdown_off_a_terminal(capsys, monkeypatch):
     assert capsys.readouterr().out.startswith("Comparison: REVIEW (exit 2)\n")
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     present.print_comparison(comparison, None)  # a terminal: the rich text
-    assert "Comparison: REVIEW (exit 2)" in capsys.readouterr().out.splitlines()[0]
+    out = capsys.readouterr().out
+    assert "Comparison: REVIEW (exit 2)" in out.splitlines()[0]
+    assert out != present.render_markdown(comparison) and "calibration: none" in out
 
 
 def test_render_json_is_sorted_indented_and_refuses_nan():
