@@ -174,7 +174,12 @@ def test_calibrate_demo_then_scaled_candidates(tmp_path: Path) -> None:
         assert comparison["calibration"]["sha256"] is not None
         cells = comparison["cells"]
         if factor == 1.05:
-            assert {c["verdict"] for c in cells} == {"unchanged"}
+            # within the threshold: unchanged, or undecided where the 3-vs-3 interval of a
+            # noisy cell reaches past it (never flagged, so exit 0)
+            assert {c["verdict"] for c in cells} <= {"unchanged", "undecided"}
+            for cell in cells:
+                if cell["verdict"] == "undecided":
+                    assert cell["ci_percent"][1] > 20.0, cell
             continue
         assert all(c["verdict"] in ("slower", "possibly_slower") for c in cells)
         for cell in cells:  # confirmed exactly when the calibrated, Holm-adjusted p allows it
