@@ -24,6 +24,37 @@ from typing import Any
 from harness.run import cache, proc_io
 from harness.run.timers import WallTimer
 
+#: Labels of a timed stage's rounds: the first (compilation, plans) and the warm ones.
+FIRST, WARM = "first", "warm"
+
+
+def stage_trial(
+    acquisition: str,
+    fmt: str,
+    stage: str,
+    index: int,
+    seconds: float,
+    *,
+    label: str | None = None,
+    kept: bool | None = None,
+) -> dict[str, Any]:
+    """A timed stage as a trial row: no file read (bytes and residency 0); round 0 is the
+    first, dropped from the summaries, unless ``label`` and ``kept`` say otherwise."""
+    return {
+        "acquisition": acquisition,
+        "format": fmt,
+        "cache_state": stage,
+        "stage": stage,
+        "trial_index": index,
+        "label": label if label is not None else (FIRST if index == 0 else WARM),
+        "kept": kept if kept is not None else index > 0,
+        "seconds": seconds,
+        "read_bytes": 0,
+        "file_bytes": 0,
+        "residency_before": 0.0,
+    }
+
+
 COLD_MAX_RESIDENCY = 0.01
 COLD_MIN_READ_FRACTION = 0.90
 CACHED_MIN_RESIDENCY = 0.99

@@ -34,6 +34,7 @@ from harness.run.provenance import SourceTracker
 from harness.run.registration import register_measured
 from harness.run.reporting import RunOutcome, judge, status_section, write_report
 from harness.run.runner import finish_provenance
+from harness.run.trials import FIRST, WARM, stage_trial
 from harness.run.workspace import claim_output_dir, progress_bar
 from harness.self_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.selfbench import e2e
@@ -47,7 +48,6 @@ POSTGRES_STAGE = "postgres_register"
 POWER_STAGE = "verdict_draws"
 POWER_ACQUISITION = "verdict-power"
 E2E_ACQUISITION = "verdict-e2e"
-FIRST, WARM = "first", "warm"
 
 
 @dataclass
@@ -105,21 +105,7 @@ class SelfRun:
         return stages
 
     def _trial(self, acquisition: str, stage: str, index: int, seconds: float) -> None:
-        self.trials.append(
-            {
-                "acquisition": acquisition,
-                "format": "history",
-                "cache_state": stage,
-                "stage": stage,
-                "trial_index": index,
-                "label": FIRST if index == 0 else WARM,
-                "kept": index > 0,
-                "seconds": seconds,
-                "read_bytes": 0,
-                "file_bytes": 0,
-                "residency_before": 0.0,
-            }
-        )
+        self.trials.append(stage_trial(acquisition, "history", stage, index, seconds))
 
     def _timed(self, acquisition: str, stage: str, index: int, call: Callable[[], object]):
         start = time.perf_counter_ns()
@@ -235,19 +221,15 @@ class SelfRun:
             def on_run(stage: str, index: int, result: dict) -> None:
                 bar.advance()
                 self.trials.append(
-                    {
-                        "acquisition": E2E_ACQUISITION,
-                        "format": "history",
-                        "cache_state": stage,
-                        "stage": stage,
-                        "trial_index": index,
-                        "label": WARM,
-                        "kept": "cells" in result,
-                        "seconds": float(result["seconds"]),
-                        "read_bytes": 0,
-                        "file_bytes": 0,
-                        "residency_before": 0.0,
-                    }
+                    stage_trial(
+                        E2E_ACQUISITION,
+                        "history",
+                        stage,
+                        index,
+                        float(result["seconds"]),
+                        label=WARM,
+                        kept="cells" in result,
+                    )
                 )
                 if "cells" not in result:
                     self.log.execution(

@@ -47,10 +47,10 @@ from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
 from harness.run.reporting import RunOutcome
 from harness.run.runner import run_benchmark
+from harness.run.trials import FIRST, stage_trial
 from harness.run.workspace import Workspace
 
 COMPUTE_REPORT_NAME = "compute.json"
-FIRST, WARM = "first", "warm"
 
 
 class ComputeRun:
@@ -132,21 +132,7 @@ class ComputeRun:
             run(state_holder)
             barrier()
             seconds = (time.perf_counter_ns() - start) / 1e9
-            self.trials.append(
-                {
-                    "acquisition": selected.id,
-                    "format": "hdf5",
-                    "cache_state": name,
-                    "stage": name,
-                    "trial_index": index,
-                    "label": FIRST if index == 0 else WARM,
-                    "kept": index > 0,
-                    "seconds": seconds,
-                    "read_bytes": 0,
-                    "file_bytes": 0,
-                    "residency_before": 0.0,
-                }
-            )
+            self.trials.append(stage_trial(selected.id, "hdf5", name, index, seconds))
             if name == stages[-1][0]:
                 self.memory.sample(state_holder.get("acq"))
                 self._finish_round(selected, entry, state_holder, index)
