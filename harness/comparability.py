@@ -51,6 +51,12 @@ OPTIONAL_COMPARABILITY_FIELDS: tuple[tuple[str, Callable[[Mapping[str, Any]], An
     ),
     # The run's disposable .qem written in another format than 1.0 (``--qem-version``).
     ("conditions.qem_version", lambda d: d.get("conditions", {}).get("qem_version", 1), 1),
+    # Compute runs on a .qem converted from the source (``run compute --format qem``).
+    (
+        "conditions.source_format",
+        lambda d: d.get("conditions", {}).get("source_format", "hdf5"),
+        "hdf5",
+    ),
     # Sharded runs (``--devices``) only: the GPUs (id, name, UUID, in order).
     ("conditions.devices", lambda d: d.get("conditions", {}).get("devices"), None),
 )

@@ -3,11 +3,11 @@
 # from the repository root after the wheels of ../shared/tools/device-wheels.sh are installed.
 #   bash tools/device_evidence.sh check      # imports, the GPU, a cuda demo with floors
 #   bash tools/device_evidence.sh hardware   # tests/hardware in full
-#   bash tools/device_evidence.sh data       # the claims' acquisitions, in the background
-#   bash tools/device_evidence.sh claims-io  # HDF5/.qem loads (dense, encoded) with floors
-#   bash tools/device_evidence.sh claims-compute  # products, iDPC, SSB, validate on cuda
-# A checkout carried without .git may carry a shallow bare clone as .devgit (records then
-# name their revision): `git clone -q --depth 1 --bare file://$PWD .devgit`.
+#   setsid bash tools/device_evidence.sh data &   # the claims' acquisitions, in the background
+#   bash tools/device_evidence.sh claims-io  # first load, unverified warm load, layout B
+#   bash tools/device_evidence.sh claims-compute  # encoded BF, products, iDPC, SSB, validate
+# A device copy whose .git is stale carries .devgit from tools/make_devgit.sh (records then
+# name HEAD as their revision).
 # Everything it keeps goes under $OUT (default ./out): logs and a tarball of the reports.
 set -uo pipefail
 mode=${1:?check, hardware or claims}
@@ -38,6 +38,8 @@ print("imports ok; cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDevi
 PY
 }
 
+wait_for() { while [ ! -e "$data/$1.done" ]; do sleep 2; done; }
+
 case "$mode" in
 check)
   check_imports || exit 1
@@ -53,44 +55,50 @@ hardware)
     | tee "$OUT/hardware.log" | tail -n 40
   ;;
 data)
-  # Layouts of 512x512x192x192 uint16: frames a shard (27 x 10,000 and 263 x 1,000 of the
-  # issue, and 128 x 2,048 at dose 1,000). Marked done when all three are written.
+  # Layouts of 512x512x192x192 uint16, each in its own folder with its manifest: frames a
+  # shard 2,048 (dose 1,000), 10,000 and 1,000 (dose 40,000). NAME.done marks each.
   mkdir -p "$data"
-  for spec in "a10000:10000:40000" "b1000:1000:40000" "c2048:2048:1000"; do
+  for spec in "c2048:2048:1000" "a10000:10000:40000" "b1000:1000:40000"; do
     IFS=: read -r name fps dose <<<"$spec"
-    [ -e "$data/$name/${name}_master.h5" ] || python3 -m harness data synth "$data/$name" \
-      --name "$name" --scan-shape 512 512 --detector-shape 192 192 --dtype uint16 \
-      --frames-per-shard "$fps" --dose "$dose" ${PROCESSES:+--processes $PROCESSES} >/dev/null \
-      || exit 1
+    [ -e "$data/$name.done" ] && continue
+    python3 -m harness data synth "$data/$name" --name "$name" --scan-shape 512 512 \
+      --detector-shape 192 192 --dtype uint16 --frames-per-shard "$fps" --dose "$dose" \
+      --overwrite ${PROCESSES:+--processes $PROCESSES} >/dev/null || exit 1
+    python3 -m harness manifest make "$data/$name" --out "$data/$name.json" \
+      && touch "$data/$name.done"
   done
-  python3 -m harness manifest make "$data" --out "$data/manifest.json" && touch "$data/.done"
   ;;
 claims-io)
   check_imports || exit 1
-  while [ ! -e "$data/.done" ]; do sleep 2; done
-  # dense .qem 1.0 with first loads; the resident encoded payload of 1.0 and of 2.0.
-  for run in "dense:1:--fresh-process 3" "encoded:1:" "encoded:2:"; do
-    IFS=: read -r rep version extra <<<"$run"
-    timeout ${IO_TIMEOUT:-200} python3 -m harness run io-scale "$data" --backend cuda --floors \
-      --load-only --reps 5 --representation $rep --qem-version $version $extra \
-      --selection-manifest "$data/manifest.json" --storage-id h200-vm-local-disk \
-      --output-dir "$work/io-$rep-$version" --history-dir "$work/history" \
-      2>&1 | tee "$OUT/io-$rep-$version.log"
-  done
+  io() { name=$1 label=$2; shift 2; wait_for "$name"
+    timeout ${IO_TIMEOUT:-200} python3 -m harness run io-scale "$data/$name" --backend cuda \
+      --floors --load-only --selection-manifest "$data/$name.json" \
+      --storage-id h200-vm-local-disk --output-dir "$work/io-$label" \
+      --history-dir "$work/history" "$@" 2>&1 | tee "$OUT/io-$label.log"; }
+  # first load as the user feels it; chunk verification's share of the warm load; layout B
+  io c2048 c2048-fresh --reps 3 --fresh-process 3
+  io c2048 c2048-noverify --reps 3 --no-verify-source
+  io b1000 b1000 --reps 3
   tar -C "$work" -czf "$OUT/io-reports.tgz" $(cd "$work" && ls io-*/loading.json 2>/dev/null)
   ;;
 claims-compute)
   check_imports || exit 1
-  while [ ! -e "$data/.done" ]; do sleep 2; done
-  run() { name=$1; shift; timeout 200 python3 -m harness run compute "$@" --backend cuda \
-    --output-dir "$work/c-$name" --history-dir "$work/history" 2>&1 | tee "$OUT/c-$name.log"; }
-  run products products --source "$data/a10000/a10000_master.h5" --storage-id h200-vm-local-disk \
-    --reps 5
-  run dpc dpc --source tests/data/srtio3/srtio3_focus_high_master.h5 --storage-id repo-test-data \
-    --energy-ev 200000 --mrad-per-pixel 2.14078876 --scan-step 0.488125 --reps 5
-  run ssb ssb --source tests/data/ssb/sto_thin_high_master.h5 --storage-id repo-test-data \
-    --energy-ev 200000 --convergence-mrad 25 --mrad-per-pixel 2.14078875948173 \
-    --scan-step 0.2440625 --rotation 0 --reps 2
+  run() { name=$1; shift; timeout ${C_TIMEOUT:-150} python3 -m harness run compute "$@" \
+    --backend cuda --output-dir "$work/c-$name" --history-dir "$work/history" 2>&1 \
+    | tee "$OUT/c-$name.log"; }
+  wait_for c2048
+  for v in 1 2; do  # the encoded BF (and every product) on the payload of each format
+    run encoded-v$v products --source "$data/c2048/c2048_master.h5" --format qem \
+      --qem-version $v --representation encoded --storage-id h200-vm-local-disk --reps 5
+  done
+  wait_for a10000
+  run products products --source "$data/a10000/a10000_master.h5" \
+    --storage-id h200-vm-local-disk --reps 5
+  run dpc512 dpc --source "$data/a10000/a10000_master.h5" --storage-id h200-vm-local-disk \
+    --voltage-kv 300 --convergence-mrad 25 --scan-step 1 --rotation 0 --reps 5
+  run ssb512 ssb --source "$data/a10000/a10000_master.h5" --storage-id h200-vm-local-disk \
+    --voltage-kv 300 --convergence-mrad 25 --scan-step 1 --rotation 0 --bin-factor 4 \
+    --dtype float32 --reps 2
   run validate validate --source tests/data/validation/manifest.json --reps 1
   tar -C "$work" -czf "$OUT/compute-reports.tgz" $(cd "$work" && ls c-*/compute.json 2>/dev/null)
   ;;

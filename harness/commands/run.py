@@ -577,6 +577,28 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
         help="with --fresh-process: an interpreter with py4DSTEM and/or LiberTEM; each "
         "installed peer's one-shot BF of the same disk is measured the same way, same run",
     )
+    compute.add_argument(
+        "--format",
+        choices=("hdf5", "qem"),
+        default="hdf5",
+        dest="source_format",
+        help="qem: convert each acquisition once, untimed, to a .qem in the run's workspace "
+        "(quantem.stem4d.io.save) and load that (default hdf5: the source itself)",
+    )
+    compute.add_argument(
+        "--qem-version",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="with --format qem: the format written (default 1, the writer's default)",
+    )
+    compute.add_argument(
+        "--representation",
+        choices=("dense", "encoded"),
+        default="dense",
+        help="with --format qem on cuda: encoded keeps the compressed payload resident and "
+        "computes the products from it (products and virtual workloads)",
+    )
     group = compute.add_argument_group("calibration and parameters")
     group.add_argument("--energy-ev", type=float)
     group.add_argument("--voltage-kv", type=float, help="the beam energy in kV (or --energy-ev)")
@@ -771,6 +793,9 @@ def run_compute_command(args: argparse.Namespace) -> int:
             check_source_files=not args.no_verify_source,
             fresh_processes=args.fresh_process,
             peer_python=args.peer_python,
+            source_format=args.source_format,
+            qem_version=args.qem_version,
+            representation=args.representation,
             command=["harness", *sys.argv[1:]],
         )
         outcome = run_compute(config)

@@ -56,6 +56,11 @@ class ComputeConfig:
     #: CoM timed from spawn (harness.run.fresh.first_call); ``--peer-python`` the peers' interpreter.
     fresh_processes: int = 0
     peer_python: str | None = None
+    #: ``--format qem``: each acquisition is converted once, untimed, to a ``.qem`` of
+    #: ``qem_version`` in the workspace and loaded from it as ``representation``.
+    source_format: str = "hdf5"
+    qem_version: int = 1
+    representation: str = "dense"
     command: Sequence[str] = ()
     progress: bool | None = None
     on_event: Callable[[str, dict], None] | None = None
@@ -74,6 +79,39 @@ def check_parallax_guess(workload: str, parameters: ComputeParameters) -> None:
     rotation = parameters.rotation_deg
     if rotation is not None and not math.isfinite(rotation):
         raise UsageError(f"--rotation must be a finite number of degrees, got {rotation!r}")
+
+
+#: Workloads whose stages read the data only through detector products (an encoded
+#: payload has no dense array to hand the others).
+ENCODED_WORKLOADS = ("products", "virtual")
+
+
+def check_source_format(cfg: ComputeConfig) -> None:
+    """Refuse a format, ``.qem`` version or representation the run cannot use (UsageError)."""
+    if cfg.source_format not in ("hdf5", "qem"):
+        raise UsageError(f"--format must be hdf5 or qem, not {cfg.source_format!r}")
+    if cfg.qem_version not in (1, 2):
+        raise UsageError(f"--qem-version must be 1 or 2, not {cfg.qem_version!r}")
+    if cfg.representation not in ("dense", "encoded"):
+        raise UsageError(f"--representation must be dense or encoded, not {cfg.representation!r}")
+    if cfg.source_format == "hdf5":
+        if cfg.qem_version != 1 or cfg.representation != "dense":
+            raise UsageError("--qem-version and --representation encoded need --format qem")
+        return
+    if cfg.workload == "validate":
+        raise UsageError("validate reads its truth beside the HDF5 source: --format hdf5 only")
+    if cfg.fresh_processes:
+        raise UsageError("--fresh-process times the HDF5 source: --format hdf5 only")
+    if cfg.parameters.streaming:
+        raise UsageError("--memory-budget and --scan-block-rows stream the HDF5 source only")
+    if cfg.representation == "encoded":
+        if cfg.backend != "cuda":
+            raise UsageError("--representation encoded is a cuda representation (--backend cuda)")
+        if cfg.workload not in ENCODED_WORKLOADS:
+            raise UsageError(
+                f"--representation encoded: the {cfg.workload} workload needs the dense data; "
+                f"encoded runs {' and '.join(ENCODED_WORKLOADS)}"
+            )
 
 
 def check_config(cfg: ComputeConfig) -> BackendProfile:
@@ -110,6 +148,7 @@ def check_config(cfg: ComputeConfig) -> BackendProfile:
             raise UsageError("--peer-python needs --fresh-process N")
         if not os.access(cfg.peer_python, os.X_OK) or Path(cfg.peer_python).is_dir():
             raise UsageError(f"--peer-python {cfg.peer_python}: not an executable file")
+    check_source_format(cfg)
     refuse_instrumentation()  # timed stages run without profiling hooks
     profile = profile_for(cfg.backend)
     profile.require()

@@ -24,7 +24,9 @@ produces (hashes, determinism, saved outputs, output changes) is
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import quantem.stem4d.io
 from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.report import quantile
 from harness.run.backends import BackendProfile
@@ -49,8 +51,15 @@ from harness.run.reporting import RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.trials import FIRST, stage_trial
 from harness.run.workspace import Workspace
+from quantem.stem4d.io.arina import open_arina
 
 COMPUTE_REPORT_NAME = "compute.json"
+
+
+def write_qem(master: Path, qem_path: Path, index_dir: Path, version: int) -> None:
+    """``--format qem``: the acquisition as the user would save it (``quantem.stem4d.io.save``)."""
+    source = open_arina(master, index_dir=str(index_dir))
+    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False, version=version)
 
 
 class ComputeRun:
@@ -111,7 +120,13 @@ class ComputeRun:
                 self.log, selected.id, selected.master_path, cfg.backend,
                 cfg.fresh_processes, cfg.peer_python, self.peer_versions,
             )  # fmt: skip
-        cells = [Cell(selected.id, "hdf5", name) for name, _ in stages]
+        path, fmt = selected.master_path, cfg.source_format
+        if fmt == "qem":  # untimed, before the rounds; its size is recorded
+            path = workspace.folder / f"{selected.id}.qem"
+            write_qem(selected.master_path, path, workspace.index_dir, cfg.qem_version)
+            entry["qem_bytes"] = path.stat().st_size
+        load_options = {"representation": "encoded"} if cfg.representation == "encoded" else {}
+        cells = [Cell(selected.id, fmt, name) for name, _ in stages]
         state_holder: dict = {}
 
         def one(cell: Cell, index: int) -> None:
@@ -121,7 +136,8 @@ class ComputeRun:
                 self._close(state_holder)
                 state_holder.clear()
                 state_holder.update(
-                    path=str(selected.master_path),
+                    path=str(path),
+                    load_options=load_options,
                     backend=cfg.backend,
                     parameters=cfg.parameters,
                     on_close=[],
@@ -132,7 +148,7 @@ class ComputeRun:
             run(state_holder)
             barrier()
             seconds = (time.perf_counter_ns() - start) / 1e9
-            self.trials.append(stage_trial(selected.id, "hdf5", name, index, seconds))
+            self.trials.append(stage_trial(selected.id, fmt, name, index, seconds))
             if name == stages[-1][0]:
                 self.memory.sample(state_holder.get("acq"))
                 self._finish_round(selected, entry, state_holder, index)
@@ -188,7 +204,7 @@ class ComputeRun:
             warm = sorted(float(t["seconds"]) for t in members if t["kept"])
             summary = {
                 "acquisition": acquisition,
-                "format": "hdf5",
+                "format": self.config.source_format,
                 "cache_state": stage,
                 "stage": stage,
                 "n": len(members),
@@ -210,7 +226,9 @@ class ComputeRun:
             "conditions": {
                 "workload": self.workload.name,
                 "backend": cfg.backend,
-                "representation": "dense",
+                "representation": cfg.representation,
+                "source_format": cfg.source_format,
+                "qem_version": cfg.qem_version,
                 "timing_boundary": f"{cfg.backend}:stage-call (device-synchronised before and after)",
                 "allocator_policy": profile.allocator_policy,
                 "cache_states": [name for name, _ in self.workload.stages],

@@ -88,7 +88,8 @@ class ComputeParameters:
 def _load(state: dict) -> None:
     import quantem.stem4d.io
 
-    state["acq"] = quantem.stem4d.io.load(state["path"], state["backend"])
+    options = state.get("load_options", {})
+    state["acq"] = quantem.stem4d.io.load(state["path"], state["backend"], **options)
     state["on_close"].append(state["acq"].close)
 
 

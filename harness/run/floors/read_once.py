@@ -121,13 +121,19 @@ def read_once(array: Any, backend: str, barrier: Callable[[], None], repeats: in
 
 
 def read_once_floor(state: dict, backend: str, barrier: Callable[[], None]) -> dict | None:
-    """The floor of a workload's loaded data; None when none is resident (a streamed
-    source is read block by block: its floor is io-scale's)."""
+    """The floor of a workload's loaded data (the dense array, or an encoded acquisition's
+    resident payload); None when none is resident (a streamed source is read block by
+    block: its floor is io-scale's)."""
     acquisition = state.get("acq")
     array = getattr(acquisition, "array", None) if acquisition is not None else None
-    if array is None:
+    if array is not None:
+        return read_once(array, backend, barrier)
+    # An encoded payload: every product decodes it whole, so reads each of its bytes once.
+    encoded = getattr(acquisition, "encoded", None)
+    payload = getattr(encoded, "payload", None)
+    if payload is None:
         return None
-    return read_once(array, backend, barrier)
+    return {**read_once(payload[: encoded.nbytes], backend, barrier), "data": "encoded_payload"}
 
 
 def with_ratios(summaries: list[dict], floors: dict[str, dict | None]) -> list[dict]:
