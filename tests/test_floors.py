@@ -324,20 +324,29 @@ def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
         floor_compute.read_once_host(array, threads=(1,), repeats=1)
 
 
-def test_compute_stages_get_ratios_against_read_once():
-    from harness.run.floors.read_once import with_ratios
+def test_compute_stages_get_ratios_against_their_own_floor():
+    from harness.run.floors.stages import with_ratios
 
-    floor = {"method": "read_once_xor_fold", "seconds": 0.01}
+    whole = {"method": "read_once_xor_fold", "seconds": 0.01}
+    lines = {"method": "mask_lines_xor_fold", "seconds": 0.002}
     summaries = [
         {"acquisition": "a", "stage": "load", "median": 0.5},
-        {"acquisition": "a", "stage": "bf", "median": 0.03},
+        {"acquisition": "a", "stage": "mean_dp", "median": 0.03},
+        {"acquisition": "a", "stage": "bf", "median": 0.003},
         {"acquisition": "a", "stage": "fit", "median": 0.002},
-        {"acquisition": "b", "stage": "bf", "median": 0.03},
+        {"acquisition": "b", "stage": "mean_dp", "median": 0.03},
+        {"acquisition": "a", "stage": "adf", "median": 0.001},
     ]
-    with_ratios(summaries, {"a": floor, "b": None})
-    assert "ratio_to_floor" not in summaries[0] and "ratio_to_floor" not in summaries[3]
+    with_ratios(
+        summaries, {"a": {"mean_dp": whole, "bf": lines, "adf": lines}, "b": {"mean_dp": None}}
+    )
+    # load, a stage without a floor (fit) and an acquisition without data get no ratio
+    for k in (0, 3, 4):
+        assert "ratio_to_floor" not in summaries[k]
     assert summaries[1]["ratio_to_floor"] == pytest.approx(3.0)
-    assert summaries[1]["floor_status"] == "ok" and summaries[2]["floor_status"] == "too_weak"
+    assert summaries[2]["ratio_to_floor"] == pytest.approx(1.5)
+    assert summaries[2]["floor_method"] == "mask_lines_xor_fold"
+    assert summaries[1]["floor_status"] == "ok" and summaries[5]["floor_status"] == "too_weak"
 
 
 @pytest.mark.slow
@@ -352,9 +361,11 @@ def test_compute_run_records_the_read_once_floor(tmp_path):
     doc = parse_report(outcome.report_path)
     floor = doc["floors"]["read_once"]["focus"]
     assert floor["bytes"] == 24 * 24 * 32 * 32 * 2 and floor["seconds"] > 0
-    for s in doc["summaries"]:
-        if s["stage"] != "load":
-            assert s["ratio_to_floor"] == pytest.approx(s["median"] / floor["seconds"])
+    # dpc: only the centre of mass reads the data; shifts, rotation, integration do not
+    ratios = {s["stage"]: s.get("ratio_to_floor") for s in doc["summaries"]}
+    com = next(s for s in doc["summaries"] if s["stage"] == "com")
+    assert ratios["com"] == pytest.approx(com["median"] / floor["seconds"])
+    assert [k for k, v in ratios.items() if v is not None] == ["com"]
     assert doc["conditions"]["instrumentation"] == {"quantem.stem4d.cuda.staging.PROFILE": False}
 
 

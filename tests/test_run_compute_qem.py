@@ -132,3 +132,24 @@ def test_a_qem_run_with_a_streaming_ssb_is_refused(tmp_path):
         check_source_format(
             config(tmp_path, "ssb", workload="ssb", source_format="qem", parameters=params)
         )
+
+
+def test_products_stages_carry_the_floor_of_their_own_path(tmp_path):
+    outcome = run_compute(config(tmp_path, "floors", workload="products", reps=1))
+    assert outcome.exit_code == 0
+    doc = parse_report(outcome.report_path)
+    by_stage = {s["stage"]: s for s in doc["summaries"]}
+    assert "ratio_to_floor" not in by_stage["prepare"]  # reads no data: no floor
+    assert by_stage["mean_dp"]["floor_method"] == "read_once_xor_fold"
+    assert by_stage["com"]["floor_method"] == "read_once_xor_fold"
+    whole = doc["floors"]["read_once"]["focus"]
+    lines = doc["floors"]["mask_lines"]["focus"]
+    assert set(lines) == {"bf", "adf"}
+    for stage in ("bf", "adf"):
+        assert by_stage[stage]["floor_method"] == "mask_lines_xor_fold"
+        assert by_stage[stage]["floor_seconds"] == lines[stage]["seconds"]
+        assert 0 < lines[stage]["bytes"] <= whole["bytes"]
+    # the BF disk is the smaller read of the BF; the ADF reads the disk's complement's
+    # complement: the same disk lines
+    assert lines["bf"]["settings"]["read"] == "mask"
+    assert lines["adf"]["settings"]["read"] == "complement"

@@ -830,12 +830,22 @@ def print_compute_summary(doc: dict, console) -> None:
                 else ""
             )
         )
-    for acquisition, floor in ((doc.get("floors") or {}).get("read_once") or {}).items():
+    floors = doc.get("floors") or {}
+    for acquisition, floor in (floors.get("read_once") or {}).items():
         if floor:
             lines.append(
                 f"  {acquisition} floor {floor['method']}: {floor['seconds']:.4g} s over "
                 f"{floor['bytes']} bytes"
             )
+    for acquisition, stages in (floors.get("mask_lines") or {}).items():
+        for stage, floor in stages.items():
+            if floor:
+                lines.append(
+                    f"  {acquisition} {stage} floor {floor['method']}: {floor['seconds']:.4g} s "
+                    f"over {floor['bytes']} bytes ({floor['settings']['read']}'s lines)"
+                )
+    if any(s.get("floor_status") == "too_weak" for s in doc["summaries"]):
+        lines.append("  a stage measured below its floor: the floor is too weak (a defect of it)")
     for acquisition in doc["acquisitions"]:
         for finding in (acquisition.get("fitted") or {}).get("calibration_check", []):
             if finding["status"] != "ok":

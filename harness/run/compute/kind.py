@@ -41,7 +41,9 @@ from harness.run.compute.outputs import (
 )
 from harness.run.compute.workloads import as_host, workload_for
 from harness.run.floors.cells import FLOORS_VERSION
-from harness.run.floors.read_once import read_once_floor, with_ratios
+from harness.run.floors.mask_lines import MASK_LINES
+from harness.run.floors.read_once import READ_ONCE
+from harness.run.floors.stages import measure_stage_floors, with_ratios
 from harness.run.fresh.first_call import first_call_section, measure_first_calls, peer_versions
 from harness.run.instrumentation import instrumentation_state
 from harness.run.loop import Cell, TrialLoop
@@ -77,7 +79,7 @@ class ComputeRun:
         self.trials: list[dict] = []
         self.acquisitions: list[dict] = []
         #: The ``read_once`` floor of each acquisition's resident data (floors.read_once).
-        self.floors: dict[str, dict] = {}
+        self.floors: dict[str, dict[str, dict | None]] = {}
         #: ``--fresh-process``: the fresh-process cells, ours and the peers' (first_call).
         self.first_calls: list[dict] = []
         self.peer_versions: dict[str, str | None] = {}
@@ -153,7 +155,10 @@ class ComputeRun:
                 self.memory.sample(state_holder.get("acq"))
                 self._finish_round(selected, entry, state_holder, index)
                 if index == cfg.reps:  # after the last round, while the data is resident
-                    self.floors[selected.id] = read_once_floor(state_holder, cfg.backend, barrier)
+                    self.floors[selected.id] = measure_stage_floors(
+                        self.workload.floors, self.workload.masks, state_holder, cfg.backend,
+                        barrier,
+                    )  # fmt: skip
 
         try:
             TrialLoop(workspace, one).run(cells, cfg.reps + 1)
@@ -241,7 +246,18 @@ class ComputeRun:
             "acquisitions": self.acquisitions,
             "trials": self.trials,
             "summaries": with_ratios(self.summaries(), self.floors),
-            "floors": {"version": FLOORS_VERSION, "read_once": self.floors},
+            "floors": {
+                "version": FLOORS_VERSION,
+                # the whole data's pass (one per acquisition), and the masked stages' own
+                "read_once": {
+                    acq: next((f for f in stages.values() if f and f["method"] == READ_ONCE), None)
+                    for acq, stages in self.floors.items()
+                },
+                "mask_lines": {
+                    acq: {k: f for k, f in stages.items() if f and f["method"] == MASK_LINES}
+                    for acq, stages in self.floors.items()
+                },
+            },
             "output_change": {
                 "accepted": bool(cfg.accept_output_change),
                 "changed": [],

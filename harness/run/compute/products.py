@@ -45,6 +45,31 @@ def products_outputs(state: dict) -> dict[str, Any]:
     }
 
 
+#: What bounds each product stage: one pass over the whole data, or over the lines of its
+#: mask (harness.run.floors); ``prepare`` reads no data and has none.
+PRODUCTS_FLOORS = {
+    "mean_dp": "read_once",
+    "bf": "mask_lines",
+    "adf": "mask_lines",
+    "com": "read_once",
+}
+
+
+def products_masks(state: dict) -> dict[str, Any]:
+    """The detector masks of the BF and ADF stages (as the session draws them), host bool."""
+    from quantem.stem4d.arrays import to_numpy
+    from quantem.stem4d.detector.masks import annulus_mask, disk_mask
+
+    acq = state["acq"]
+    disk = state["session"].bright_field_disk()
+    shape = tuple(acq.shape[2:])
+    validity = to_numpy(acq.validity).astype(bool)
+    return {
+        "bf": disk_mask(shape, disk.center, disk.radius) & validity,
+        "adf": annulus_mask(shape, disk.center, disk.radius, None) & validity,
+    }
+
+
 def products_fitted(state: dict) -> dict:
     disk = state["session"].bright_field_disk()
     return {"disk_center_px": [float(v) for v in disk.center], "disk_radius_px": float(disk.radius)}

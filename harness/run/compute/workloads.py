@@ -14,8 +14,8 @@ calibration (JSON).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,11 @@ class Workload:
     stages: tuple[Stage, ...]
     outputs: Callable[[dict], dict[str, Any]]
     fitted: Callable[[dict], dict]
+    #: stage -> the floor that bounds it ("read_once": the whole resident data;
+    #: "mask_lines": the lines of the stage's mask, given by ``masks``); a stage left out
+    #: has no floor (it reads derived arrays, or a part of the data no floor here models).
+    floors: Mapping[str, str] = field(default_factory=dict)
+    masks: Callable[[dict], dict[str, Any]] | None = None
 
 
 WORKLOADS = {
@@ -120,6 +125,7 @@ WORKLOADS = {
         ),
         dpc.dpc_outputs,
         dpc.dpc_fitted,
+        {"com": "read_once"},
     ),
     "parallax": Workload(
         "parallax",
@@ -146,6 +152,8 @@ WORKLOADS = {
         ),
         products.products_outputs,
         products.products_fitted,
+        products.PRODUCTS_FLOORS,
+        products.products_masks,
     ),
     "ssb": Workload(
         "ssb",
@@ -172,6 +180,7 @@ WORKLOADS = {
         ),
         virtual.virtual_outputs,
         virtual.virtual_fitted,
+        {"mean_dp": "read_once"},
     ),
     # Each method against a simulation's truth (tests/data/validation; truth.json beside
     # the source gives the parameters): scores and a verdict per acquisition.

@@ -134,20 +134,3 @@ def read_once_floor(state: dict, backend: str, barrier: Callable[[], None]) -> d
     if payload is None:
         return None
     return {**read_once(payload[: encoded.nbytes], backend, barrier), "data": "encoded_payload"}
-
-
-def with_ratios(summaries: list[dict], floors: dict[str, dict | None]) -> list[dict]:
-    """Each stage after ``load`` gets ``ratio_to_floor`` = its median / the read_once floor
-    (``load`` is bounded by the read of the file: io-scale's floors)."""
-    for s in summaries:
-        floor = floors.get(s["acquisition"])
-        if s["stage"] == "load" or not floor or not floor.get("seconds"):
-            continue
-        ratio = s["median"] / floor["seconds"] if s["median"] else None
-        s.update(
-            floor_method=floor["method"],
-            floor_seconds=floor["seconds"],
-            ratio_to_floor=ratio,
-            floor_status=None if ratio is None else ("too_weak" if ratio < 1 else "ok"),
-        )
-    return summaries
