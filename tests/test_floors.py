@@ -318,7 +318,7 @@ def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
 
     array = np.arange(1, 4097, dtype=np.uint64)
     monkeypatch.setattr(
-        floor_compute, "_fold_host", lambda words, n, pool: int(np.bitwise_xor.reduce(words[1:]))
+        floor_compute, "_fold_host", lambda words, n: int(np.bitwise_xor.reduce(words[1:]))
     )
     with pytest.raises(RuntimeError, match="folded"):
         floor_compute.read_once_host(array, threads=(1,), repeats=1)
