@@ -309,7 +309,9 @@ def test_read_once_host_folds_every_byte(shape):
     array = np.random.default_rng(1).integers(0, 65535, shape, dtype=np.uint16)
     out = floor_compute.read_once_host(array, threads=(1, 2), repeats=2)
     assert out["method"] == floor_compute.READ_ONCE and out["bytes"] == array.nbytes
-    assert [s["threads"] for s in out["sweep"]] == [1, 2]
+    assert [(s["engine"], s["threads"]) for s in out["sweep"]] == [
+        ("numpy", 1), ("numba", 1), ("numpy", 2), ("numba", 2)
+    ]  # fmt: skip
     assert out["seconds"] == min(s["median"] for s in out["sweep"])
 
 
@@ -318,9 +320,21 @@ def test_read_once_check_fails_on_a_pass_that_skips_bytes(monkeypatch):
 
     array = np.arange(1, 4097, dtype=np.uint64)
     monkeypatch.setattr(
-        floor_compute, "_fold_host", lambda words, n: int(np.bitwise_xor.reduce(words[1:]))
+        floor_compute, "_fold_host", lambda words, n, pool: int(np.bitwise_xor.reduce(words[1:]))
     )
-    with pytest.raises(RuntimeError, match="folded"):
+    with pytest.raises(RuntimeError, match="numpy pass with 1 threads folded"):
+        floor_compute.read_once_host(array, threads=(1,), repeats=1)
+
+
+def test_read_once_check_fails_on_a_compiled_pass_that_skips_bytes(monkeypatch):
+    from harness.run.floors import read_once as floor_compute
+
+    array = np.arange(1, 4097, dtype=np.uint64)
+    real = floor_compute._fold_compiled
+    monkeypatch.setattr(
+        floor_compute, "_fold_compiled", lambda words, n: real(words[: max(64, words.size - 1)], n)
+    )
+    with pytest.raises(RuntimeError, match="numba pass with 1 threads folded"):
         floor_compute.read_once_host(array, threads=(1,), repeats=1)
 
 
