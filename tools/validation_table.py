@@ -25,7 +25,8 @@ START, END = "<!-- validation-table:start -->", "<!-- validation-table:end -->"
 
 def parallax_values(s: dict) -> str:
     """C10 and rotation with their standard errors; an undetermined one says so (C10 with
-    the inner and outer halves' values that disagree)."""
+    the inner and outer halves' values and the shift model's agreement with the images,
+    docs/compute.md)."""
     rotation = f"{s['parallax_rotation_deg']:.2f} +- {s['parallax_rotation_uncertainty_deg']:.2g}"
     if not s["parallax_rotation_determined"]:
         rotation = f"undetermined ({rotation})"
@@ -33,7 +34,13 @@ def parallax_values(s: dict) -> str:
     if not s.get("parallax_c10_determined", True):
         c10 = (
             f"undetermined ({c10}; inner {s['parallax_c10_inner_a']:.1f}, "
-            f"outer {s['parallax_c10_outer_a']:.1f})"
+            f"outer {s['parallax_c10_outer_a']:.1f}"
+            + (
+                f"; agreement {s['parallax_model_agreement']:.2f}"
+                if "parallax_model_agreement" in s
+                else ""
+            )
+            + ")"
         )
     return f"{c10}, {rotation}"
 
@@ -48,9 +55,11 @@ def render(report: dict) -> str:
         "entrance surface (the criterion's, where abTEM builds the probe) / slab middle (for "
         "reading; docs/ssb.md, 'Reference plane'). Parallax is aligned around the simulation's defocus "
         "and rotation (the user's guess) and gives C10 and the rotation with their standard "
-        "errors; a criterion the data cannot decide (in focus: the rotation, where the shifts "
-        "vanish, and C10, where the inner and outer BF images disagree) is listed as "
-        "undetermined, neither passed nor failed.",
+        "errors; C10 is undetermined where the inner and outer BF images disagree or the "
+        "images moved by the fitted shifts agree under 0.9 times as well as by their own "
+        "(agreement). A criterion the data cannot decide (in focus: an undetermined rotation, "
+        "where the shifts vanish, or C10) is listed as undetermined, neither passed nor "
+        "failed; out of focus an undetermined value fails.",
         "",
         "| acquisition | t (nm) | C10 truth (A) | rot | iDPC r | parallax r plain / corr. "
         "| parallax C10 (A), rot (deg) | SSB r uncorr. / fitted | SSB C10 (A), model "

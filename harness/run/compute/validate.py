@@ -239,6 +239,7 @@ def scores(state: dict) -> dict:
         "parallax_c10_inner_a": fit.c10_inner_angstrom,
         "parallax_c10_outer_a": fit.c10_outer_angstrom,
         "parallax_c10_determined": fit.c10_determined,
+        "parallax_model_agreement": fit.model_agreement,
         "parallax_warnings": list(v["parallax"].warnings),
         "ssb_uncorrected": score(v["ssb_uncorrected"].phase),
         "ssb_fitted": score(v["ssb_fitted"].phase),
