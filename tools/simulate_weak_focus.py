@@ -73,9 +73,7 @@ def main(out_dir: str) -> None:
         "c10_entrance_a": -defocus,
         "c10_mid_plane_a": -defocus + thickness / 2,
         "master": master.name,
-        "sha256": {
-            p.name: sim.sha256(p) for p in sorted(out.iterdir()) if p.suffix == ".h5"
-        },
+        "sha256": {p.name: sim.sha256(p) for p in sorted(out.iterdir()) if p.suffix == ".h5"},
     }
     (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
 
