@@ -96,6 +96,11 @@ class SSBFitWarning(UserWarning):
     """An SSB aberration fit gave a phase that an independent check finds worse than none."""
 
 
+class DPCWarning(UserWarning):
+    """The DPC phase is no faithful image of the specimen under the given conditions (a
+    probe defocused far beyond its depth of field)."""
+
+
 class ParallaxWarning(UserWarning):
     """Parallax shifts reached the edge of the alignment's search range: the true shifts may
     lie beyond it (give a defocus guess, or a larger ``max_shift``)."""

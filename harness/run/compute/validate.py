@@ -117,9 +117,17 @@ def validate_truth(state: dict) -> None:
 
 def validate_dpc(state: dict) -> None:
     from quantem.stem4d.dpc import dpc
+    from quantem.stem4d.errors import DPCWarning
 
     v = state["validate"]
-    v["dpc"] = dpc(state["frames"], calibration=v["calibration"])
+    # the defocus the user set in the simulation, as for parallax's guess
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", DPCWarning)
+        v["dpc"] = dpc(
+            state["frames"],
+            calibration=v["calibration"],
+            c10_angstrom=-v["cell"]["defocus_entrance_a"],
+        )
 
 
 def validate_parallax(state: dict) -> None:
@@ -228,6 +236,7 @@ def scores(state: dict) -> dict:
         "scan_shape": cell["scan_shape"],
         "idpc": score(v["dpc"].phase),
         "idpc_rotation_deg": v["dpc"].rotation_deg,
+        "idpc_warnings": list(v["dpc"].warnings),
         "parallax_plain": score(v["parallax"].image),
         "parallax_corrected": score(v["parallax"].image_corrected),
         "parallax_c10_a": fit.c10_angstrom,

@@ -22,21 +22,26 @@ without a scan step, say) is refused with :class:`CalibrationError` naming what 
 missing: never dropped. A convergence angle without a detector sampling is completed with
 the measured BF disk radius, recorded as derived. Given values are checked against the
 data (:mod:`quantem.stem4d.virtual.calibration_check`): the BF radius, the scan step
-against the probe size, and a given rotation against the curl estimate.
+against the probe size, and a given rotation against the curl estimate. A given
+``c10_angstrom`` (the probe's defocus, C10 = -defocus) far beyond the probe's depth of
+field is a :class:`DPCWarning` (:mod:`quantem.stem4d.dpc.focus`): the iDPC phase is then
+the phase averaged over a wide probe, no image of the specimen's detail.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from quantem.stem4d.arrays import array_module, to_numpy
 from quantem.stem4d.detector.session import CenterOfMass
 from quantem.stem4d.dpc.fields import divergence, rotate_field
+from quantem.stem4d.dpc.focus import defocus_note
 from quantem.stem4d.dpc.integrate import DEFAULT_LOW_FREQUENCY_REGULARIZATION, integrate_gradient
 from quantem.stem4d.dpc.rotation import MAX_RESIDUAL_CURL, RotationFit, find_rotation
-from quantem.stem4d.errors import CalibrationError, ComputeError
+from quantem.stem4d.errors import CalibrationError, ComputeError, DPCWarning
 from quantem.stem4d.virtual.calibration import Calibration
 from quantem.stem4d.virtual.calibration_check import (
     Finding,
@@ -78,6 +83,7 @@ class DPCResult:
     parameters: dict = field(default_factory=dict)
     calibration: dict | None = None
     calibration_check: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     def outputs(self) -> dict[str, Any]:
         """Every output array by name (the names ``harness run compute dpc`` saves)."""
@@ -101,6 +107,7 @@ class DPCResult:
             "units": dict(self.units),
             "calibration": self.calibration,
             "calibration_check": list(self.calibration_check),
+            "warnings": list(self.warnings),
         }
 
 
@@ -278,6 +285,7 @@ def dpc(
     low_frequency_regularization: float = DEFAULT_LOW_FREQUENCY_REGULARIZATION,
     boundary: str = "mirror",
     accept_calibration_mismatch: bool = False,
+    c10_angstrom: float | None = None,
 ) -> DPCResult:
     """CoM, rotation (by minimum curl unless ``rotation_deg`` is given), iDPC and dDPC.
 
@@ -285,8 +293,18 @@ def dpc(
     ``rotation_deg`` is used as it is (with ``transpose``, default False), without the
     half-turn choice. The calibration is applied in full or refused, and checked against
     the data (module docstring); ``accept_calibration_mismatch`` turns a gross mismatch
-    from an error into a warning.
+    from an error into a warning. ``c10_angstrom``, the probe's defocus as known (set on the
+    microscope, or fitted by parallax or SSB), needs the beam energy and convergence angle;
+    beyond :data:`quantem.stem4d.dpc.focus.MAX_DEPTHS_OF_FIELD` depths of field it is a
+    :class:`DPCWarning`, also listed in ``warnings`` of the result.
     """
+    # before any work: a defocus without the optics to judge it is refused
+    notes = []
+    if c10_angstrom is not None:
+        note = defocus_note(float(c10_angstrom), calibration)
+        if note is not None:
+            notes.append(note)
+            warnings.warn(f"dpc: {note}", DPCWarning, stacklevel=2)
     frames = open_frames(source, scan_region=scan_region)
     com = measure_com(frames, mask)
     calibration = complete_calibration(calibration, frames)
@@ -315,6 +333,7 @@ def dpc(
         "dtype": dtype,
         "low_frequency_regularization": low_frequency_regularization,
         "boundary": boundary,
+        "c10_angstrom": c10_angstrom,
         "mean_com": list(shifts.mean_com),
         "scan_step": list(shifts.step),
     }
@@ -332,6 +351,7 @@ def dpc(
         parameters,
         None if calibration is None else calibration.to_dict(),
         check,
+        notes,
     )
 
 
