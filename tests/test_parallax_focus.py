@@ -177,3 +177,32 @@ def test_halves_disagreeing_by_a_large_fraction_of_c10_leave_it_undetermined():
     gap = abs(fit.c10_inner_angstrom - fit.c10_outer_angstrom)
     assert gap > C10_CONSISTENCY_FRACTION * abs(fit.c10_angstrom)
     assert not fit.c10_determined
+
+
+@pytest.mark.slow
+def test_cli_workload_checks_the_fit_as_the_api_does(tmp_path, capsys):
+    """``harness run compute parallax`` on the 10 nm sample in focus: its fit stage reports
+    C10 undetermined with the agreement parallax() finds, and the summary says why."""
+    from harness.cli import main
+
+    name = "t10nm_df0_rot0_high"
+    cell, entry = _matrix_case(name)
+    out = tmp_path / "out"
+    argv = [
+        "run", "compute", "parallax", "--source", str(MATRIX / entry["master"]),
+        "--backend", "cpu", "--output-dir", str(out), "--reps", "1",
+        "--energy-ev", str(MATRIX_TRUTH["energy_ev"]),
+        "--convergence-mrad", str(MATRIX_TRUTH["semiangle_mrad"]),
+        "--mrad-per-pixel", str(cell["mrad_per_pixel"]),
+        "--scan-step", str(MATRIX_TRUTH["scan_step_a"]),
+        "--max-shift", str(compute_validate.MAX_SHIFT_PX),
+        "--c10-guess", "0", "--rotation", "0",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert "warning: C10 is undetermined" in capsys.readouterr().out
+    fitted = json.loads((out / "compute.json").read_text())["acquisitions"][0]["fitted"]
+    api, _ = _run(MATRIX / entry["master"], MATRIX_TRUTH, cell["mrad_per_pixel"], 0.0, 0.0)
+    assert fitted["C10_determined"] is False
+    assert fitted["model_agreement"] == pytest.approx(api.fit.model_agreement, abs=1e-12)
+    assert fitted["model_agreement"] < MIN_AGREEMENT
+    assert any("C10 is undetermined" in note for note in fitted["warnings"])

@@ -59,7 +59,8 @@ def render(report: dict) -> str:
         "images moved by the fitted shifts agree under 0.9 times as well as by their own "
         "(agreement). A criterion the data cannot decide (in focus: an undetermined rotation, "
         "where the shifts vanish, or C10) is listed as undetermined, neither passed nor "
-        "failed; out of focus an undetermined value fails.",
+        "failed; out of focus an undetermined value fails. iDPC is given the simulation's "
+        "defocus; (warned): dpc's focus check warned (docs/compute.md, DPC).",
         "",
         "| acquisition | t (nm) | C10 truth (A) | rot | iDPC r | parallax r plain / corr. "
         "| parallax C10 (A), rot (deg) | SSB r uncorr. / fitted | SSB C10 (A), model "
@@ -73,7 +74,7 @@ def render(report: dict) -> str:
         lines.append(
             f"| {s['acquisition']} | {s['thickness_a'] / 10:.1f} "
             f"| {s['c10_entrance_a'] + 0.0:.0f} / {s['c10_mid_plane_a']:.1f} | {s['rotation_deg']:g} "
-            f"| {s['idpc']['r']:.3f} "
+            f"| {s['idpc']['r']:.3f}{' (warned)' if s.get('idpc_warnings') else ''} "
             f"| {s['parallax_plain']['r']:.3f} / {s['parallax_corrected']['r']:.3f} "
             f"| {parallax_values(s)} "
             f"| {s['ssb_uncorrected']['r']:.3f} / {s['ssb_fitted']['r']:.3f} "

@@ -852,6 +852,8 @@ def print_compute_summary(doc: dict, console) -> None:
                 lines.append(
                     f"  {acquisition['id']} calibration {finding['status']}: {finding['message']}"
                 )
+        for note in (acquisition.get("fitted") or {}).get("warnings", []):
+            lines.append(f"  {acquisition['id']} warning: {note}")
         for name, digest in sorted(acquisition["outputs"].items()):
             lines.append(
                 f"  {acquisition['id']} {name}: {digest['dtype']} {digest['shape']} "

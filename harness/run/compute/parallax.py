@@ -5,7 +5,9 @@ Each stage is one call into :mod:`quantem.stem4d.parallax` over the workload's s
 ``parallax_fitted`` are what a round hashes and records. With ``--c10-guess`` the ``align``
 stage is :func:`quantem.stem4d.parallax.guided.guided_align` around the guess (and
 ``--rotation``, the rotation hint), as ``parallax(c10_guess_angstrom=...)`` does; it needs
-the calibration, which is then settled in ``align`` rather than in ``fit``.
+the calibration, which is then settled in ``align`` rather than in ``fit``. The ``fit``
+stage also checks the fitted shifts against the images
+(:func:`quantem.stem4d.parallax.agreement.check_fit`, C10 undetermined where they disagree).
 """
 
 from __future__ import annotations
@@ -60,15 +62,21 @@ def parallax_align(state: dict) -> None:
 def parallax_fit(state: dict) -> None:
     from quantem.stem4d.arrays import to_numpy
     from quantem.stem4d.parallax import fit_aberrations
+    from quantem.stem4d.parallax.agreement import check_fit
+    from quantem.stem4d.parallax.align import DEFAULT_EDGE
 
     p = state["parameters"]
     _settle_calibration(state)
-    state["fit"] = fit_aberrations(
+    fit = fit_aberrations(
         to_numpy(state["alignment"].shifts),
         state["angles"],
         state["calibration"].scan_step,
         transpose=p.transpose,
         rotation_hint_deg=p.rotation_deg,
+    )
+    # the shift model checked against the images, as parallax() does
+    state["fit"], state["fit_note"] = check_fit(
+        state["stack"].images, state["alignment"].shifts, fit, DEFAULT_EDGE
     )
 
 
@@ -121,4 +129,5 @@ def parallax_fitted(state: dict) -> dict:
         "c10_guess_angstrom": state["parameters"].c10_guess_angstrom,
         "rotation_hint_deg": state["parameters"].rotation_deg,
         "alignment_at_bound": state["alignment"].at_bound,
+        "warnings": [] if state.get("fit_note") is None else [state["fit_note"]],
     }

@@ -20,12 +20,14 @@ images' array module (numpy or CuPy).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from quantem.stem4d.arrays import array_module
 from quantem.stem4d.errors import ComputeError
 from quantem.stem4d.parallax.align import contrast, fourier_shift, object_frame_windows
+from quantem.stem4d.parallax.fit import AberrationFit
 
 #: Images moved per batch (bounds the memory of the aligned copies).
 BATCH_IMAGES = 64
@@ -87,4 +89,25 @@ def shift_model_agreement(images: Any, measured: Any, fitted: Any, edge: float) 
     return {"measured_r": measured_r, "fitted_r": fitted_r, "agreement": agreement}
 
 
-__all__ = ["MIN_AGREEMENT", "shift_model_agreement"]
+def check_fit(
+    images: Any, measured: Any, fit: AberrationFit, edge: float
+) -> tuple[AberrationFit, str | None]:
+    """``fit`` with its ``model_agreement`` set and C10 undetermined below
+    :data:`MIN_AGREEMENT` (or where the images do not correlate at all), and then a
+    warning's text (else None)."""
+    agreement = shift_model_agreement(images, measured, fit.fitted_shifts, edge)["agreement"]
+    agrees = bool(agreement >= MIN_AGREEMENT)  # NaN does not
+    checked = dataclasses.replace(
+        fit, model_agreement=float(agreement), c10_determined=fit.c10_determined and agrees
+    )
+    if agrees:
+        return checked, None
+    return checked, (
+        "C10 is undetermined: the bright-field images moved by the fitted shifts correlate "
+        f"{agreement:.2f} times as well as moved by their own measured shifts (under "
+        f"{MIN_AGREEMENT}): the shifts are not those of one defocus (a thick slab, or in "
+        f"focus), and the fitted {fit.c10_angstrom:.3g} A is no measurement of the defocus"
+    )
+
+
+__all__ = ["MIN_AGREEMENT", "check_fit", "shift_model_agreement"]

@@ -30,7 +30,6 @@ noise is not amplified.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from typing import Any
 
 from quantem.stem4d.arrays import array_module, to_numpy
 from quantem.stem4d.errors import CalibrationError, ComputeError, ParallaxWarning
-from quantem.stem4d.parallax.agreement import MIN_AGREEMENT, shift_model_agreement
+from quantem.stem4d.parallax.agreement import check_fit
 from quantem.stem4d.parallax.align import (
     DEFAULT_EDGE,
     DEFAULT_ITERATIONS,
@@ -334,23 +333,9 @@ def parallax(
             "as in focus): that value is no measurement of the defocus"
         )
     if result_fit is not None:
-        agreement = shift_model_agreement(
-            stack.images, alignment.shifts, result_fit.fitted_shifts, edge
-        )["agreement"]
-        agrees = bool(agreement >= MIN_AGREEMENT)  # NaN (no correlation at all) does not
-        if not agrees:
-            notes.append(
-                "C10 is undetermined: the bright-field images moved by the fitted shifts "
-                f"correlate {agreement:.2f} times as well as moved by their own measured shifts "
-                f"(under {MIN_AGREEMENT}): the shifts are not those of one defocus (a thick "
-                "slab, or in focus), and the fitted "
-                f"{result_fit.c10_angstrom:.3g} A is no measurement of the defocus"
-            )
-        result_fit = dataclasses.replace(
-            result_fit,
-            model_agreement=float(agreement),
-            c10_determined=result_fit.c10_determined and agrees,
-        )
+        result_fit, note = check_fit(stack.images, alignment.shifts, result_fit, edge)
+        if note is not None:
+            notes.append(note)
     for note in notes:
         warnings.warn(f"parallax: {note}", ParallaxWarning, stacklevel=2)
     xp = array_module(stack.images)
