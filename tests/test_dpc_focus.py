@@ -87,3 +87,46 @@ def test_dpc_warns_exactly_where_idpc_misses_the_potential(name, cell_name):
         depths = abs(cell["defocus_entrance_a"]) / (wavelength / alpha**2)
         assert depths > MAX_DEPTHS_OF_FIELD
         assert "depths of field" in str(warned[0].message)
+
+
+def _cli(tmp_path, name, *extra):
+    from harness.cli import main
+
+    cell_name = next(c for n, c in HIGH_DOSE if n == name)
+    cell = TRUTH["cells"][cell_name]
+    master = ROOT / cell["acquisitions"][name]["master"]
+    out = tmp_path / "out"
+    argv = [
+        "run", "compute", "dpc", "--source", str(master), "--backend", "cpu",
+        "--output-dir", str(out), "--reps", "1", *extra,
+    ]  # fmt: skip
+    return main(argv), out, cell
+
+
+@pytest.mark.slow
+def test_cli_dpc_checks_the_focus_given_the_defocus(tmp_path, capsys):
+    cell = TRUTH["cells"]["t2nm_df10nm_rect"]
+    calibration = [
+        "--energy-ev", str(TRUTH["energy_ev"]),
+        "--convergence-mrad", str(TRUTH["semiangle_mrad"]),
+        "--mrad-per-pixel", str(cell["mrad_per_pixel"]),
+        "--scan-step", str(TRUTH["scan_step_a"]),
+    ]  # fmt: skip
+    c10 = str(-cell["defocus_entrance_a"])
+    code, out, _ = _cli(tmp_path, "t2nm_df10nm_rect_rot15_high", *calibration, "--c10-guess", c10)
+    assert code == 0
+    assert "warning: the probe is defocused by 100 A" in capsys.readouterr().out
+    fitted = json.loads((out / "compute.json").read_text())["acquisitions"][0]["fitted"]
+    assert fitted["c10_angstrom"] == -cell["defocus_entrance_a"]
+    assert len(fitted["warnings"]) == 1 and "depths of field" in fitted["warnings"][0]
+
+
+def test_cli_dpc_refuses_a_defocus_without_the_energy(tmp_path, capsys):
+    code, out, _ = _cli(
+        tmp_path, "t4nm_df3nm_rot0_high", "--convergence-mrad", "25", "--c10-guess", "-30"
+    )
+    assert code == 64
+    err = capsys.readouterr().err
+    assert "--c10-guess for dpc (its focus check) needs --energy-ev (or --voltage-kv)" in err
+    assert "Traceback" not in err
+    assert not out.exists()

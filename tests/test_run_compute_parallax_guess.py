@@ -60,7 +60,7 @@ def _config(tmp_path: Path, **parameters) -> ComputeConfig:
 @pytest.mark.parametrize(
     ("workload", "guess", "rotation", "message"),
     [
-        ("dpc", 100.0, None, "the dpc workload does not use it"),
+        ("virtual", 100.0, None, "the virtual workload does not use it"),
         ("validate", 100.0, None, "the validate workload does not use it"),
         ("parallax", float("nan"), None, "--c10-guess must be a finite number"),
         ("parallax", float("inf"), None, "--c10-guess must be a finite number"),
@@ -78,7 +78,7 @@ def test_cli_refuses_a_bad_guess_with_exit_64_and_writes_nothing(tmp_path, capsy
     common = ["--source", str(MASTER), "--backend", "cpu", "--output-dir", str(out)]
     assert main(["run", "compute", "parallax", *common, "--c10-guess", "nan"]) == 64
     assert "--c10-guess must be a finite number of angstrom" in capsys.readouterr().err
-    assert main(["run", "compute", "dpc", *common, "--c10-guess", "-30"]) == 64
+    assert main(["run", "compute", "virtual", *common, "--c10-guess", "-30"]) == 64
     assert "does not use it" in capsys.readouterr().err
     assert not out.exists()
 

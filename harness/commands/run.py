@@ -636,7 +636,8 @@ def add_compute_parser(benchmarks: argparse._SubParsersAction) -> None:
         metavar="ANGSTROM",
         help="parallax: C10 guess in A (= -defocus, at the entrance surface; e.g. the "
         "microscope's reading): each BF image is searched within --max-shift of the shift it "
-        "predicts, coarse to fine in beam angle, so a guess some 30%% off is still corrected",
+        "predicts, coarse to fine in beam angle, so a guess some 30%% off is still corrected; "
+        "dpc: the probe's defocus, for the focus check (a warning beyond 2 depths of field)",
     )
     group.add_argument("--upsample", type=int, default=2, help="parallax: reconstruction")
     group.add_argument("--correct-aberrations", action="store_true")

@@ -67,15 +67,27 @@ class ComputeConfig:
 
 
 def check_parallax_guess(workload: str, parameters: ComputeParameters) -> None:
-    """Refuse a defocus or rotation guess the run would not use or could not (UsageError)."""
+    """Refuse a defocus or rotation guess the run would not use or could not (UsageError):
+    parallax aligns around the defocus, dpc checks its focus against it."""
     guess = parameters.c10_guess_angstrom
     if guess is not None:
-        if workload != "parallax":
+        if workload not in ("parallax", "dpc"):
             raise UsageError(
-                f"--c10-guess seeds the parallax alignment; the {workload} workload does not use it"
+                "--c10-guess seeds the parallax alignment and dpc's focus check; the "
+                f"{workload} workload does not use it"
             )
         if not math.isfinite(guess):
             raise UsageError(f"--c10-guess must be a finite number of angstrom, got {guess!r}")
+        missing = [
+            flag
+            for flag, value in (
+                ("--energy-ev (or --voltage-kv)", parameters.energy_ev),
+                ("--convergence-mrad", parameters.convergence_mrad),
+            )
+            if value is None
+        ]
+        if workload == "dpc" and missing:
+            raise UsageError(f"--c10-guess for dpc (its focus check) needs {' and '.join(missing)}")
     rotation = parameters.rotation_deg
     if rotation is not None and not math.isfinite(rotation):
         raise UsageError(f"--rotation must be a finite number of degrees, got {rotation!r}")

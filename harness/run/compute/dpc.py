@@ -18,11 +18,17 @@ def dpc_com(state: dict) -> None:
 
 def dpc_shifts(state: dict) -> None:
     from quantem.stem4d.dpc import beam_shifts, complete_calibration
+    from quantem.stem4d.dpc.focus import defocus_note
 
     p = state["parameters"]
     # A convergence angle alone sets the scale through the measured BF radius (derived).
     state["calibration"] = complete_calibration(p.calibration(), state["frames"])
     state["shifts"] = beam_shifts(state["com"], state["calibration"], p.dtype)
+    # the focus check of dpc(c10_angstrom=...), with --c10-guess as the probe's defocus
+    note = None
+    if p.c10_guess_angstrom is not None:
+        note = defocus_note(p.c10_guess_angstrom, state["calibration"])
+    state["notes"] = [] if note is None else [note]
 
 
 def dpc_rotation(state: dict) -> None:
@@ -81,4 +87,6 @@ def dpc_fitted(state: dict) -> dict:
         "mean_com_px": list(state["shifts"].mean_com),
         "calibration": state["calibration"].to_dict(),
         "calibration_check": state["calibration_check"],
+        "c10_angstrom": state["parameters"].c10_guess_angstrom,
+        "warnings": list(state["notes"]),
     }
