@@ -76,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-paired", action="store_true", help="the candidate runs --no-paired (the control)"
     )
+    parser.add_argument(
+        "--contend",
+        type=int,
+        default=0,
+        help="N processes of other work at nice 19 during every run (the contended "
+        "scenario; default 0)",
+    )
     args = parser.parse_args(argv)
     try:
         passes = [p for p in args.passes.split(",") if parse_scenario(p)]
@@ -83,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--passes {args.passes!r}: {exc}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.contend < 0:
+        parser.error("--contend must be 0 or more")
     if args.work.exists():
         parser.error(f"--work {args.work} exists; give a new folder")
 
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summaries = run_scenarios(
         args.work, args.repo, args.revision, passes, args.runs, args.recheck,
-        ["--no-paired"] if args.no_paired else [], on_run=progress,
+        ["--no-paired"] if args.no_paired else [], on_run=progress, contend=args.contend,
     )  # fmt: skip
     (args.work / "summary.json").write_text(json.dumps(summaries, indent=1, sort_keys=True))
     print(render(summaries))

@@ -78,6 +78,16 @@ def add_self_parser(benchmarks: argparse._SubParsersAction) -> None:
         "--e2e-recheck", type=int, default=5, metavar="K",
         help="with --verdict-e2e: the candidate's --recheck K (default 5)",
     )  # fmt: skip
+    parser.add_argument(
+        "--e2e-contend", type=int, default=0, metavar="N",
+        help="with --verdict-e2e: N processes of other work (numpy sums over 64 MB) at nice 19 "
+        "share the host during every run: the contended scenario, repeatable (default 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--e2e-keep", type=Path, metavar="DIR",
+        help="with --verdict-e2e: a new folder that keeps every run's reports (trials, "
+        "recheck trials, contention samples, verdicts) and runs.jsonl",
+    )  # fmt: skip
     parser.add_argument("--storage-id", default="local", metavar="ID", help="storage name")
     parser.add_argument("--history-dir", type=Path, metavar="H")
     parser.add_argument("--baseline", metavar="SHA_OR_PATH")
@@ -98,8 +108,12 @@ def run_self_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(f"--e2e-passes {args.e2e_passes!r}: {exc}, e.g. 0,2,25%") from None
-    if args.verdict_e2e < 0 or args.e2e_recheck < 1:
-        raise UsageError("--verdict-e2e must be at least 0, --e2e-recheck at least 1")
+    if args.verdict_e2e < 0 or args.e2e_recheck < 1 or args.e2e_contend < 0:
+        raise UsageError(
+            "--verdict-e2e and --e2e-contend must be at least 0, --e2e-recheck at least 1"
+        )
+    if args.e2e_keep is not None and args.e2e_keep.exists():
+        raise UsageError(f"--e2e-keep {args.e2e_keep}: exists; give a new folder")
     if len({stage_name(p) for p in passes}) != len(passes):
         raise UsageError(f"--e2e-passes {args.e2e_passes!r}: each scenario once")
     if args.work_dir is not None and not args.work_dir.is_dir():
@@ -133,6 +147,8 @@ def _run_self(args: argparse.Namespace, history, passes: tuple[int, ...]) -> int
         verdict_e2e_runs=args.verdict_e2e,
         e2e_passes=passes,
         e2e_recheck=args.e2e_recheck,
+        e2e_contend=args.e2e_contend,
+        e2e_keep=args.e2e_keep,
     )
     console = make_console()
     outcome = run_self(config)

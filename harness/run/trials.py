@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,9 +148,13 @@ def measure_load(
     residency = prepare_cache_state(cache_state, files)
     timer = WallTimer(barrier) if barrier is not None else WallTimer()
     before = proc_io.read_io_counters()
+    # the process's CPU time over the load, all threads (ended ones too): with the wall
+    # time it tells time spent waiting (for the CPU, held by other work, or for the disk)
+    cpu_before = time.process_time()
     timer.start()
     result = load(timer)
     seconds = timer.stop()
+    cpu_seconds = time.process_time() - cpu_before
     after = proc_io.read_io_counters()
     delta = after - before
     return Measurement(
@@ -162,6 +167,7 @@ def measure_load(
         result=result,
         extra={
             "rchar": delta.rchar,
+            "cpu_seconds": cpu_seconds,
             "residency_method": residency.method,
             "io_read_bytes_before": before.read_bytes,
             "io_read_bytes_after": after.read_bytes,

@@ -76,6 +76,10 @@ class SelfConfig:
     #: (0: A/A), or "S%": passes for S% of the load's own time
     e2e_passes: tuple[int | str, ...] = (0, 2, "25%")
     e2e_recheck: int = 5
+    #: processes of other work at nice 19 during every e2e run (the contended scenario)
+    e2e_contend: int = 0
+    #: a new folder to keep every e2e run's reports in (None: only the summaries)
+    e2e_keep: Path | None = None
     #: the git repository whose HEAD the scenarios export (None: this checkout)
     e2e_repo: Path | None = None
     progress: bool | None = None
@@ -239,8 +243,10 @@ class SelfRun:
 
             summaries = e2e.run_scenarios(
                 work / "verdict-e2e", repo, revision, list(cfg.e2e_passes),
-                cfg.verdict_e2e_runs, cfg.e2e_recheck, on_run=on_run,
+                cfg.verdict_e2e_runs, cfg.e2e_recheck, on_run=on_run, contend=cfg.e2e_contend,
             )  # fmt: skip
+        if cfg.e2e_keep is not None:
+            e2e.keep_runs(work / "verdict-e2e", cfg.e2e_keep)
         for summary in summaries:
             stage = summary["scenario"]
             self.e2e_rates[stage] = {
@@ -261,6 +267,8 @@ class SelfRun:
         digest = hashlib.sha256(canonical_json(summaries).encode("ascii")).hexdigest()
         identity = {"revision": revision, "runs": cfg.verdict_e2e_runs,
                     "passes": list(cfg.e2e_passes), "recheck": cfg.e2e_recheck}  # fmt: skip
+        if cfg.e2e_contend:
+            identity["contend"] = cfg.e2e_contend
         self.acquisitions.append(
             {
                 "id": E2E_ACQUISITION,
@@ -358,6 +366,8 @@ class SelfRun:
                 "passes": list(cfg.e2e_passes),
                 "recheck": cfg.e2e_recheck,
             }
+            if cfg.e2e_contend:
+                parameters["verdict_e2e"]["contend"] = cfg.e2e_contend
         return {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,

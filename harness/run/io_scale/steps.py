@@ -240,6 +240,8 @@ def trial_record(
         "io_read_bytes_before": m.extra.get("io_read_bytes_before"),
         "io_read_bytes_after": m.extra.get("io_read_bytes_after"),
     }
+    if m.extra.get("cpu_seconds") is not None:
+        record["cpu_seconds"] = m.extra["cpu_seconds"]
     for key in ("devices", "staging"):  # a sharded load's GPUs; the path a cuda load took
         if m.extra.get(key) is not None:
             record[key] = m.extra[key]
