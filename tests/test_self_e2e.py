@@ -70,7 +70,8 @@ def test_the_large_goals_count_only_the_cells_measured_fifty_percent_or_more() -
     assert [g["met"] for g in e2e.goals(summary)] == [True, True, False]
 
 
-def _fake_scenarios(work, repo, revision, passes, runs, recheck, extra=(), on_run=None):
+def _fake_scenarios(work, repo, revision, passes, runs, recheck, extra=(), on_run=None, contend=0):
+    _fake_scenarios.contend = contend
     summaries = []
     for p in passes:
         for i in range(runs):
@@ -238,3 +239,42 @@ def test_a_share_scenario_is_a_stage_of_a_valid_record(tmp_path, monkeypatch) ->
     rows = {s["stage"] for s in doc["summaries"] if s["acquisition"] == "verdict-e2e"}
     assert rows == {"passes-0", "share-25"}
     assert doc["conditions"]["parameters"]["verdict_e2e"]["passes"] == [0, "25%"]
+
+
+def test_the_contended_scenario_is_recorded_and_its_runs_kept(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(e2e, "run_scenarios", _fake_scenarios)
+    config = SelfConfig(
+        output_dir=tmp_path / "out", records=(3,), repeat=1, verdict_draws=0,
+        verdict_e2e_runs=1, e2e_passes=(0,), e2e_repo=REPO, progress=False, e2e_contend=1,
+    )  # fmt: skip
+    doc = parse_report(SelfRun(config).execute().report_path)
+    assert _fake_scenarios.contend == 1
+    assert doc["conditions"]["parameters"]["verdict_e2e"]["contend"] == 1
+    # every run's reports are kept, nothing else of the work folder
+    work = tmp_path / "work"
+    for side in "ab":
+        (work / "passes-0" / "run-00" / side).mkdir(parents=True)
+        (work / "passes-0" / "run-00" / side / "loading.json").write_text("{}")
+    (work / "passes-0" / "run-00" / "h").mkdir()
+    (work / "runs.jsonl").write_text("{}\n")
+    assert e2e.keep_runs(work, tmp_path / "kept") == 2
+    kept = sorted(
+        str(p.relative_to(tmp_path / "kept")) for p in (tmp_path / "kept").rglob("*.json*")
+    )
+    assert kept == [
+        "passes-0/run-00/a/loading.json",
+        "passes-0/run-00/b/loading.json",
+        "runs.jsonl",
+    ]
+
+
+def test_contending_starts_low_priority_work_and_ends_it() -> None:
+    import os
+
+    with e2e.contending(1) as pids:
+        (pid,) = pids
+        assert os.getpriority(os.PRIO_PROCESS, pid) == e2e.CONTENDER_NICE
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with e2e.contending(0) as pids:
+        assert pids == []

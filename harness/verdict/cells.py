@@ -448,6 +448,7 @@ def decide_cells(
     paired: Mapping[CellKey, Sequence[tuple[float, float]]] | None = None,
     bootstrap_resamples: int = DEFAULT_RESAMPLES,
     looks: int = 1,
+    delayed_rounds: Mapping[CellKey, int] | None = None,
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
@@ -460,6 +461,10 @@ def decide_cells(
     up to ``looks`` batches, each followed by a look): the recheck's tests run at
     ``alpha / looks`` and its intervals at :func:`recheck_confidence` (Bonferroni over
     the looks), so that stopping early inflates neither error.
+
+    ``delayed_rounds`` counts, per paired cell, the rounds with a trial that waited for
+    other work on the host, whose delay ``paired`` already leaves out
+    (:mod:`harness.verdict.delays`); the cell's notes say so.
     """
     if looks < 1:
         raise ValueError(f"looks must be at least 1, not {looks}")
@@ -555,6 +560,9 @@ def decide_cells(
                 f"{_ms(original.baseline)} -> {_ms(original.candidate)} "
                 f"({original.change:+.1f}%); the smallest p it can give is {ev.smallest_p:.3g}",
             )
+            delayed = (delayed_rounds or {}).get(key, 0) if is_paired else 0
+            if delayed:
+                notes.append(_delayed_note(delayed, len(ev.candidate)))
         if ev.flag_mdc is not None and ev.flag_mdc > limit and not verdict.flagged:
             notes.append(
                 f"this host flags slowdowns of {ev.flag_mdc:.0f}% or more here 9 times in 10 "
@@ -594,6 +602,15 @@ def decide_cells(
             )
         )
     return results
+
+
+def _delayed_note(delayed: int, rounds: int) -> str:
+    """What a paired cell's verdict took out of ``delayed`` of its ``rounds`` rounds."""
+    return (
+        f"contended: {delayed} of the {rounds} paired rounds had a trial that waited for other "
+        "work on the host; judged with that wait taken out (its wall time less its wait beyond "
+        "the least of its cell and side)"
+    )
 
 
 def _ms(values: Sequence[float]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.comparability import FieldDifference, collect_differences
 from harness.errors import EXIT_FAILURE, EXIT_OK, EXIT_REVIEW
+from harness.verdict import delays
 from harness.verdict.calibration import CalibratedNull
 from harness.verdict.cells import DEFAULT_ALPHA, CellComparison, CellVerdict, decide_cells
 
@@ -341,9 +342,13 @@ def compare_reports(
     comparison.differences = differences
     if not differences:
         paired = None
+        delayed = None
         if recheck is None and candidate_doc.get("recheck"):
             recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
             paired = _paired_trials(comparison, candidate_doc["recheck"])
+            if paired is not None:
+                delayed = _delayed_rounds(candidate_doc["recheck"])
+                _say_delays(comparison, delayed)
         looks = int((candidate_doc.get("recheck") or {}).get("looks", 1)) if recheck else 1
         comparison.cells = decide_cells(
             base_cells,
@@ -354,6 +359,7 @@ def compare_reports(
             recheck=recheck,
             paired=paired,
             looks=looks,
+            delayed_rounds=delayed,
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -381,10 +387,28 @@ def _paired_trials(
     return pairs_by_round(paired["baseline_trials"], block["trials"])
 
 
+def _delayed_rounds(block: Mapping[str, Any]) -> dict[CellKey, int]:
+    return delays.delayed_rounds(block["paired"]["baseline_trials"], block["trials"])
+
+
+def _say_delays(comparison: Comparison, delayed: Mapping[CellKey, int]) -> None:
+    """A warning naming the paired rounds that other work on the host delayed."""
+    if delayed:
+        comparison.warnings.append(
+            f"paired recheck: {sum(delayed.values())} rounds had a trial that waited for other "
+            "work on the host (wall time less CPU time beyond its cell's least by more than "
+            f"{delays.DELAY_FRACTION * 100:g}% of its fastest): judged with that delay taken "
+            "out (docs/verdicts.md, rounds delayed by other work)"
+        )
+
+
 def pairs_by_round(
     baseline_trials: Sequence[Mapping[str, Any]], candidate_trials: Sequence[Mapping[str, Any]]
 ) -> dict[CellKey, list[tuple[float, float]]]:
-    """(baseline, candidate) seconds of the kept trials of the same cell and trial index."""
+    """(baseline, candidate) seconds of the kept trials of the same cell and trial index,
+    each side's delayed trials less their delay (:func:`delays.without_delays`)."""
+    baseline_trials = delays.without_delays(baseline_trials)
+    candidate_trials = delays.without_delays(candidate_trials)
 
     def by_round(trials: Sequence[Mapping[str, Any]]) -> dict[tuple[CellKey, int], float]:
         return {
@@ -463,7 +487,10 @@ def undecided_after_recheck(
     one the finished report will get, with its alpha split over ``looks``.
     """
     if paired_baseline_trials is not None:
-        measured = {"paired": pairs_by_round(paired_baseline_trials, recheck_trials)}
+        measured = {
+            "paired": pairs_by_round(paired_baseline_trials, recheck_trials),
+            "delayed_rounds": delays.delayed_rounds(paired_baseline_trials, recheck_trials),
+        }
     else:
         measured = {"recheck": collect_cells({"trials": list(recheck_trials)})}
     cells = _decide_run(

@@ -119,7 +119,6 @@ def paired_block(
         "started_first": measured["started_first"],
         "warmup_rounds": measured["warmup_rounds"],
         "looks_done": measured["looks_done"],
-        "delays": measured.get("delays"),
         "baseline_trials": measured["baseline_trials"],
         "workers": workers,
     }

@@ -23,14 +23,6 @@ from typing import IO, Any
 
 from harness.errors import HarnessError, IncomparableError
 from harness.run.paired.baseline_code import BaselineCode
-from harness.run.paired.delays import (
-    DELAY_FRACTION,
-    RETAKES_PER_ROUND,
-    cell_of,
-    delayed,
-    mark_retaken,
-    rounds_to_retake,
-)
 
 CellKey = tuple[str, str, str]
 WORKER_MODULE = "harness.run.paired_worker"
@@ -212,7 +204,6 @@ def measure_paired(
     index = spec.first_index
     active = [tuple(cell) for cell in cells]
     looks_done = 0
-    retaken = {"rounds": 0, "kept_delayed": 0}
     while active:
         # fresh workers each look, the other one started first: the worker started second
         # measured slower on the development VM, so neither side keeps that place
@@ -221,17 +212,13 @@ def measure_paired(
                 for cell in active:
                     for side in order_of_round(index):
                         workers[side].trial(cell, index)
-            look: dict[str, list[dict]] = {side: [] for side in SIDES}
             for _ in range(rounds):
                 for cell in active:
                     for side in order_of_round(index):
-                        look[side].append(workers[side].trial(cell, index))
+                        trials[side].append(workers[side].trial(cell, index))
                     if on_trial is not None:
                         on_trial()
                 index += 1
-            index = _retake_delayed(workers, look, active, rounds, index, retaken)
-            for side in SIDES:
-                trials[side] += look[side]
         looks_done += 1
         order = (order[1], order[0])
         if looks_done >= looks or undecided is None:
@@ -243,59 +230,8 @@ def measure_paired(
         "started_first": first_order[0],
         "looks_done": looks_done,
         "warmup_rounds": warmup,
-        "delays": {**retaken, "fraction": DELAY_FRACTION},
         "workers": summary,
     }
-
-
-def _retake_delayed(
-    workers: dict[str, PairedWorker],
-    look: dict[str, list[dict]],
-    cells: Sequence[CellKey],
-    rounds: int,
-    index: int,
-    retaken: dict[str, int],
-) -> int:
-    """Measure again the rounds of this look in which either side was delayed by other work
-    (:mod:`harness.run.paired.delays`), until each cell has ``rounds`` undelayed rounds or
-    :data:`RETAKES_PER_ROUND` times ``rounds`` more; the delayed trials stay in ``look``,
-    marked not kept. Returns the next trial index."""
-    budget = {tuple(cell): rounds * RETAKES_PER_ROUND for cell in cells}
-
-    def clean(cell: CellKey, bad: set) -> int:
-        measured = {int(t["trial_index"]) for t in look["candidate"] if cell_of(t) == cell}
-        return len(measured) - sum(1 for key, i in bad if key == cell and i in measured)
-
-    while True:
-        bad = rounds_to_retake(look.values())
-        short = [c for c in budget if clean(c, bad) < rounds and budget[c] > 0]
-        if not short:
-            break
-        for cell in short:
-            for side in order_of_round(index):
-                look[side].append(workers[side].trial(cell, index))
-            budget[cell] -= 1
-        index += 1
-    bad = rounds_to_retake(look.values())
-    excess = {side: delayed(look[side]) for side in SIDES}
-    for cell in budget:
-        # past the budget the least delayed rounds are kept, so the cell keeps its rounds
-        rounds_bad = sorted(
-            (max(excess[s].get((c, i), 0.0) for s in SIDES), i) for c, i in bad if c == cell
-        )
-        keep = max(0, rounds - clean(cell, bad))
-        retaken["kept_delayed"] += min(keep, len(rounds_bad))
-        kept = {i for _, i in rounds_bad[:keep]}
-        drop = {i for _, i in rounds_bad[keep:]}
-        retaken["rounds"] += len(drop)
-        for side in SIDES:
-            for n, t in enumerate(look[side]):
-                i = int(t["trial_index"])
-                if cell_of(t) != cell or i not in kept | drop:
-                    continue
-                wait = excess[side].get((cell, i), 0.0)
-                look[side][n] = mark_retaken(t, wait) if i in drop else {**t, "delay_seconds": wait}
-    return index
 
 
 @contextlib.contextmanager
