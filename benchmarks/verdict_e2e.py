@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--contend must be 0 or more")
     if args.work.exists():
         parser.error(f"--work {args.work} exists; give a new folder")
+
+    # a timeout's SIGTERM ends the runs as an exception would: the load and the run's
+    # process are ended, not left behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     def progress(stage: str, i: int, result: dict) -> None:
         print(f"{stage} run {i}: exit {result.get('exit')}, {result['seconds']} s",

@@ -93,6 +93,17 @@ while True:
 CONTENDER_NICE = 19
 
 
+def _contender_setup() -> None:
+    """In the contender before it runs: the lowest priority, and an end with its parent
+    (Linux ``PR_SET_PDEATHSIG``), so that a killed e2e run leaves no load behind."""
+    os.nice(CONTENDER_NICE)
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 @contextlib.contextmanager
 def contending(workers: int):
     """``workers`` processes of :data:`CONTENDER` at nice 19 while the block runs (0: none),
@@ -100,7 +111,7 @@ def contending(workers: int):
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", CONTENDER],
-            preexec_fn=lambda: os.nice(CONTENDER_NICE),
+            preexec_fn=_contender_setup,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
