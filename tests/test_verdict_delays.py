@@ -9,6 +9,9 @@ delayed; the verdict takes the delay out (docs/verdicts.md, rounds delayed by ot
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from harness.verdict import delays
@@ -99,3 +102,57 @@ def test_a_paired_cell_with_delayed_rounds_says_so() -> None:
     )
     assert cell.verdict is CellVerdict.UNCHANGED
     assert any(n.startswith("contended: 3 of the 8 paired rounds") for n in cell.notes)
+
+
+# -- replayed from contended e2e runs (tests/data/verdict-contended) ----------------------
+
+FIXTURES = Path(__file__).parent / "data" / "verdict-contended"
+
+
+def _replay(name: str):
+    fixture = json.loads((FIXTURES / name).read_text())
+    columns = fixture["columns"]
+
+    def trials(rows):
+        return [dict(zip(columns, row)) for row in rows]
+
+    def main(cells):
+        return {tuple(k.split("/")): v for k, v in cells.items()}
+
+    base, cand = trials(fixture["paired_baseline"]), trials(fixture["paired_candidate"])
+
+    def judge(pairs, delayed=None):
+        cells = decide_cells(
+            main(fixture["baseline_main"]),
+            main(fixture["candidate_main"]),
+            threshold_percent=20,
+            paired=pairs,
+            looks=fixture["looks"],
+            delayed_rounds=delayed,
+        )
+        return {c.key: c for c in cells}
+
+    # on wall time, as the verdict judged before (every cpu_seconds dropped)
+    on_wall = pairs_by_round(
+        *(
+            [{k: v for k, v in t.items() if k != "cpu_seconds"} for t in side]
+            for side in (base, cand)
+        )
+    )
+    return fixture, judge(on_wall), judge(pairs_by_round(base, cand), delayed_rounds(base, cand))
+
+
+def test_a_contended_aa_recheck_clears_its_flag() -> None:
+    """An A/A run that exited 2: its flagged cell's 160 paired rounds, most delayed, kept
+    an interval past the threshold on wall time ([-28%, +27%], `possibly_slower`)."""
+    fixture, on_wall, cells = _replay("aa-run.json")
+    assert fixture["recorded_exit_code"] == 2
+    flagged = ("demo-u16", "hdf5", "cold")
+    assert cells[flagged].recheck["original_verdict"] == "possibly_slower"
+    assert on_wall[flagged].verdict is CellVerdict.POSSIBLY_SLOWER  # the defect replayed
+    assert not any(c.flagged for c in cells.values()), {
+        k: (c.verdict, c.change_percent, c.ci_percent) for k, c in cells.items()
+    }
+    assert cells[flagged].verdict is CellVerdict.UNCHANGED
+    assert abs(cells[flagged].change_percent) < 5
+    assert any(n.startswith("contended: ") for n in cells[flagged].notes)
