@@ -156,3 +156,30 @@ def test_a_contended_aa_recheck_clears_its_flag() -> None:
     assert cells[flagged].verdict is CellVerdict.UNCHANGED
     assert abs(cells[flagged].change_percent) < 5
     assert any(n.startswith("contended: ") for n in cells[flagged].notes)
+
+
+def test_main_trials_other_work_may_have_timed_are_not_cleared_nor_faster() -> None:
+    fast = [_trial(KEY, i, 0.010, 0.010) for i in range(3)]
+    # one baseline trial waited 60 ms: the cell is contended ...
+    waited = [_trial(KEY, 0, 0.070, 0.010), *fast[1:]]
+    assert delays.contended_cells(waited, fast) == {KEY}
+    # ... and so is one whose every trial in one run waited alike (no delay within the run)
+    alike = [_trial(KEY, i, 0.040, 0.010) for i in range(3)]
+    assert delays.delays(alike) == {} and delays.contended_cells(alike, fast) == {KEY}
+    assert delays.contended_cells(fast, [_trial(KEY, i, 0.0105, 0.010) for i in range(3)]) == set()
+    # a +50% candidate behind a delayed baseline reads faster on wall time: undecided, not
+    # faster, not unchanged, and not flagged (the exit code is the same)
+    base = {KEY: [0.045, 0.046, 0.047]}
+    cand = {KEY: [0.015, 0.0151, 0.0152]}
+    (plain,) = decide_cells(base, cand, threshold_percent=20)
+    (cell,) = decide_cells(base, cand, threshold_percent=20, contended={KEY})
+    assert plain.verdict is CellVerdict.FASTER
+    assert cell.verdict is CellVerdict.UNDECIDED and not cell.flagged
+    assert any("other work on the host delayed" in n for n in cell.notes)
+    same = {KEY: [0.0150, 0.0151, 0.0152]}
+    assert decide_cells(same, same, threshold_percent=20)[0].verdict is CellVerdict.UNCHANGED
+    contended = decide_cells(same, same, threshold_percent=20, contended={KEY})[0]
+    assert contended.verdict is CellVerdict.UNDECIDED
+    # a flag stays a flag
+    slow = {KEY: [0.030, 0.031, 0.032]}
+    assert decide_cells(same, slow, threshold_percent=20, contended={KEY})[0].flagged

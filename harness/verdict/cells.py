@@ -40,7 +40,7 @@ and the recheck's change stays past the threshold; otherwise a flagged cell stay
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.stats import mann_whitney_u, median, relative_spread, smallest_possible_p
@@ -449,6 +449,7 @@ def decide_cells(
     bootstrap_resamples: int = DEFAULT_RESAMPLES,
     looks: int = 1,
     delayed_rounds: Mapping[CellKey, int] | None = None,
+    contended: Collection[CellKey] = (),
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
@@ -464,7 +465,10 @@ def decide_cells(
 
     ``delayed_rounds`` counts, per paired cell, the rounds with a trial that waited for
     other work on the host, whose delay ``paired`` already leaves out
-    (:mod:`harness.verdict.delays`); the cell's notes say so.
+    (:mod:`harness.verdict.delays`); the cell's notes say so. The ``contended`` cells'
+    trials may have been timed by other work (:func:`harness.verdict.delays.contended_cells`):
+    on them alone such a cell is ``undecided``, not ``unchanged`` nor ``faster``, so that
+    a recheck measures it paired (exit codes are unchanged: neither is flagged).
     """
     if looks < 1:
         raise ValueError(f"looks must be at least 1, not {looks}")
@@ -516,6 +520,9 @@ def decide_cells(
     results = []
     for key in keys:
         verdict, notes = _first_stage(first[key], first_adj[key], limit=limit, alpha=alpha)
+        if key in contended and verdict in (CellVerdict.UNCHANGED, CellVerdict.FASTER):
+            verdict = CellVerdict.UNDECIDED
+            notes = [*notes, _CONTENDED_TRIALS]
         ev, adj = first[key], first_adj[key]
         p_value, p_adjusted = ev.p_slower, adj.slower
         recheck_info = None
@@ -602,6 +609,13 @@ def decide_cells(
             )
         )
     return results
+
+
+_CONTENDED_TRIALS = (
+    "undecided: other work on the host delayed some of these trials (or every trial of one "
+    "run alike): their wall times may measure that work, so they neither clear nor speed up "
+    "the cell; a paired recheck (--recheck K) measures both codes at one moment"
+)
 
 
 def _delayed_note(delayed: int, rounds: int) -> str:

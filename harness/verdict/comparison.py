@@ -360,6 +360,7 @@ def compare_reports(
             paired=paired,
             looks=looks,
             delayed_rounds=delayed,
+            contended=delays.contended_cells(baseline_doc["trials"], candidate_doc["trials"]),
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -465,6 +466,7 @@ def _decide_run(
         threshold_percent=regression_percent,
         alpha=alpha,
         calibration=calibration.null if calibration else None,
+        contended=delays.contended_cells(baseline_doc["trials"], trials),
         **recheck,
     )
 

@@ -92,3 +92,35 @@ def delayed_rounds(
         for key, index in delays(side):
             rounds.setdefault(key, set()).add(index)
     return {key: len(indices) for key, indices in rounds.items()}
+
+
+def contended_cells(
+    baseline_trials: Sequence[Mapping[str, Any]], candidate_trials: Sequence[Mapping[str, Any]]
+) -> set[CellKey]:
+    """The cells whose main trials (two runs, each its own reference) other work may have
+    timed: a delayed trial in either run, or a least wait that differs between the runs by
+    more than :data:`DELAY_FRACTION` of the cell's fastest trial (every trial of one run
+    delayed alike). Such a cell is not ``unchanged`` nor ``faster`` on these trials alone
+    (:func:`harness.verdict.cells.decide_cells`); a paired recheck measures it."""
+    cells = {key for key, _ in delays(baseline_trials)} | {
+        key for key, _ in delays(candidate_trials)
+    }
+    least = [_least_waits(trials) for trials in (baseline_trials, candidate_trials)]
+    for key in least[0].keys() & least[1].keys():
+        (wait_b, fastest_b), (wait_c, fastest_c) = least[0][key], least[1][key]
+        if abs(wait_b - wait_c) > DELAY_FRACTION * min(fastest_b, fastest_c):
+            cells.add(key)
+    return cells
+
+
+def _least_waits(trials: Sequence[Mapping[str, Any]]) -> dict[CellKey, tuple[float, float]]:
+    """Per cell, the least wait (at least 0) and the fastest wall time of the kept trials."""
+    out: dict[CellKey, tuple[float, float]] = {}
+    for t in trials:
+        wait = wait_seconds(t)
+        if wait is None or not t.get("kept"):
+            continue
+        key = cell_of(t)
+        old_wait, old_fastest = out.get(key, (float("inf"), float("inf")))
+        out[key] = (min(old_wait, max(0.0, wait)), min(old_fastest, float(t["seconds"])))
+    return out
