@@ -121,7 +121,7 @@ def _replay(name: str):
 
     base, cand = trials(fixture["paired_baseline"]), trials(fixture["paired_candidate"])
 
-    def judge(pairs, delayed=None, contended=()):
+    def judge(pairs, delayed=None, contended=(), unsettled=()):
         cells = decide_cells(
             main(fixture["baseline_main"]),
             main(fixture["candidate_main"]),
@@ -130,6 +130,7 @@ def _replay(name: str):
             looks=fixture["looks"],
             delayed_rounds=delayed,
             contended=contended,
+            unsettled=unsettled,
         )
         return {c.key: c for c in cells}
 
@@ -144,7 +145,8 @@ def _replay(name: str):
             for side in (base, cand)
         )
     )
-    judged = judge(pairs_by_round(base, cand), delayed_rounds(base, cand), contended)
+    unsettled = delays.unsettled_cells(base, cand, 0.20)
+    judged = judge(pairs_by_round(base, cand), delayed_rounds(base, cand), contended, unsettled)
     return fixture, judge(on_wall), judged
 
 
@@ -194,12 +196,46 @@ def test_main_trials_other_work_may_have_timed_are_not_cleared_nor_faster() -> N
 def test_a_contended_two_pass_slowdown_is_confirmed_slower() -> None:
     """A run of the two-pass scenario: on wall time no cell is `slower` (the paired
     intervals reach from -52% to +283%); without the delays the paired recheck confirms
-    every cell whose paired change is past the threshold, the two measured +50% or more
-    on the contended host among them (demo-u16 hdf5 cached, demo-u8 hdf5 cold)."""
+    five of the six cells whose paired change is past the threshold. The sixth (demo-u8
+    hdf5 cold, +72%) stays flagged, `possibly_slower`: its candidate's least wait is 3 ms
+    above the baseline's on 10 ms, which the trials cannot tell from the code (unsettled;
+    the run, which stopped once the older rule confirmed it, would have looked again)."""
     _, on_wall, cells = _replay("two-passes-run.json")
     assert not any(c.verdict is CellVerdict.SLOWER for c in on_wall.values())
-    large = [("demo-u16", "hdf5", "cached"), ("demo-u8", "hdf5", "cold")]
-    assert all(cells[k].verdict is CellVerdict.SLOWER for k in large)
     past = [k for k, c in cells.items() if c.change_percent > 20]
-    assert len(past) == 6 and all(cells[k].verdict is CellVerdict.SLOWER for k in past)
+    slower = [k for k in past if cells[k].verdict is CellVerdict.SLOWER]
+    assert len(past) == 6 and len(slower) == 5
+    unsettled = ("demo-u8", "hdf5", "cold")
+    assert cells[unsettled].verdict is CellVerdict.POSSIBLY_SLOWER
+    assert any(n.startswith("unsettled: ") for n in cells[unsettled].notes)
+    large = [("demo-u16", "hdf5", "cached"), ("demo-u8", "hdf5", "cold")]
+    assert all(cells[k].flagged for k in large)
     assert not any(c.verdict is CellVerdict.FASTER for c in cells.values())
+
+
+def test_one_code_delayed_throughout_a_look_is_unsettled_not_faster() -> None:
+    # replayed from a contended A/A recheck (demo-u16 qem cold, ms, wall/CPU): every
+    # baseline trial waited 31 ms or more; its own least wait hid it and the cell read -47%
+    base = [_trial(COLD, i, s / 1e3, c / 1e3) for i, (s, c) in enumerate(
+        [(79, 27), (84, 27), (74, 27), (69, 27), (57, 26)]
+    )]  # fmt: skip
+    cand = [_trial(COLD, i, s / 1e3, c / 1e3) for i, (s, c) in enumerate(
+        [(30, 26), (61, 26), (32, 26), (39, 26), (56, 26)]
+    )]  # fmt: skip
+    assert delays.unsettled_cells(base, cand, 0.20) == {COLD}
+    main = {COLD: [0.026, 0.027, 0.028]}
+    (cell,) = decide_cells(
+        main, main, threshold_percent=20, paired=pairs_by_round(base, cand),
+        delayed_rounds=delayed_rounds(base, cand), unsettled={COLD},
+    )  # fmt: skip
+    assert cell.change_percent < -40 and cell.verdict is CellVerdict.UNDECIDED
+    # mirrored (the candidate delayed throughout) it would read +90%: never confirmed
+    (cell,) = decide_cells(
+        main, {COLD: [0.050, 0.051, 0.052]}, threshold_percent=20,
+        paired=pairs_by_round(cand, base), delayed_rounds=delayed_rounds(cand, base),
+        unsettled={COLD},
+    )  # fmt: skip
+    assert cell.change_percent > 80 and cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    # a steady difference in waiting without any delayed round is the code's: judged
+    steady = [_trial(COLD, i, 0.060 + i * 1e-4, 0.027) for i in range(5)]
+    assert delays.unsettled_cells(steady, cand[:1], 0.20) == set()

@@ -450,6 +450,7 @@ def decide_cells(
     looks: int = 1,
     delayed_rounds: Mapping[CellKey, int] | None = None,
     contended: Collection[CellKey] = (),
+    unsettled: Collection[CellKey] = (),
 ) -> list[CellComparison]:
     """The verdict of every cell (keys of ``baseline``, which must equal ``candidate``'s).
 
@@ -468,7 +469,10 @@ def decide_cells(
     (:mod:`harness.verdict.delays`); the cell's notes say so. The ``contended`` cells'
     trials may have been timed by other work (:func:`harness.verdict.delays.contended_cells`):
     on them alone such a cell is ``undecided``, not ``unchanged`` nor ``faster``, so that
-    a recheck measures it paired (exit codes are unchanged: neither is flagged).
+    a recheck measures it paired (exit codes are unchanged: neither is flagged). A paired
+    cell in ``unsettled`` (:func:`harness.verdict.delays.unsettled_cells`: its delays
+    cannot be told from the code) is neither confirmed ``slower`` (it stays
+    ``possibly_slower``) nor cleared (``undecided``).
     """
     if looks < 1:
         raise ValueError(f"looks must be at least 1, not {looks}")
@@ -570,6 +574,9 @@ def decide_cells(
             delayed = (delayed_rounds or {}).get(key, 0) if is_paired else 0
             if delayed:
                 notes.append(_delayed_note(delayed, len(ev.candidate)))
+            if is_paired and key in unsettled:
+                verdict, more = _unsettled(verdict)
+                notes += more
         if ev.flag_mdc is not None and ev.flag_mdc > limit and not verdict.flagged:
             notes.append(
                 f"this host flags slowdowns of {ev.flag_mdc:.0f}% or more here 9 times in 10 "
@@ -609,6 +616,22 @@ def decide_cells(
             )
         )
     return results
+
+
+def _unsettled(verdict: CellVerdict) -> tuple[CellVerdict, list[str]]:
+    """A paired cell whose delays cannot be told from the code: no verdict the timings
+    cannot carry (the exit code is the same: ``possibly_slower`` is flagged as ``slower``
+    is, ``undecided`` is not flagged as ``unchanged`` and ``faster`` are not)."""
+    said = (
+        "unsettled: one code's trials waited for other work throughout a look (their least "
+        "wait differs from the other code's), which the trials cannot tell from a change in "
+        "what the code waits for; "
+    )
+    if verdict is CellVerdict.SLOWER:
+        return CellVerdict.POSSIBLY_SLOWER, [said + "not confirmed: recheck on a quieter host"]
+    if verdict in (CellVerdict.UNCHANGED, CellVerdict.FASTER):
+        return CellVerdict.UNDECIDED, [said + "not cleared: more rounds or a quieter host"]
+    return verdict, [said + "more rounds or a quieter host can settle it"]
 
 
 _CONTENDED_TRIALS = (

@@ -343,11 +343,17 @@ def compare_reports(
     if not differences:
         paired = None
         delayed = None
+        unsettled: set = set()
         if recheck is None and candidate_doc.get("recheck"):
             recheck = collect_cells(candidate_doc["recheck"])  # the report's own recheck block
             paired = _paired_trials(comparison, candidate_doc["recheck"])
             if paired is not None:
                 delayed = _delayed_rounds(candidate_doc["recheck"])
+                unsettled = delays.unsettled_cells(
+                    candidate_doc["recheck"]["paired"]["baseline_trials"],
+                    candidate_doc["recheck"]["trials"],
+                    regression_percent / 100,
+                )
                 _say_delays(comparison, delayed)
         looks = int((candidate_doc.get("recheck") or {}).get("looks", 1)) if recheck else 1
         comparison.cells = decide_cells(
@@ -361,6 +367,7 @@ def compare_reports(
             looks=looks,
             delayed_rounds=delayed,
             contended=delays.contended_cells(baseline_doc["trials"], candidate_doc["trials"]),
+            unsettled=unsettled,
         )
     if comparison.failures:
         comparison.verdict = Verdict.FAILED
@@ -492,6 +499,9 @@ def undecided_after_recheck(
         measured = {
             "paired": pairs_by_round(paired_baseline_trials, recheck_trials),
             "delayed_rounds": delays.delayed_rounds(paired_baseline_trials, recheck_trials),
+            "unsettled": delays.unsettled_cells(
+                paired_baseline_trials, recheck_trials, regression_percent / 100
+            ),
         }
     else:
         measured = {"recheck": collect_cells({"trials": list(recheck_trials)})}
@@ -507,6 +517,8 @@ def undecided_after_recheck(
             # undecided with an interval past the threshold: more rounds narrow it (an
             # undecided cell whose stages disagree is not one more rounds can settle)
             or (c.verdict is CellVerdict.UNDECIDED and c.ci_percent[1] > regression_percent)
+            # unsettled delays: fresh workers, started the other way round, measure again
+            or (c.verdict is CellVerdict.UNDECIDED and c.key in measured.get("unsettled", ()))
         )
     ]
 

@@ -94,6 +94,36 @@ def delayed_rounds(
     return {key: len(indices) for key, indices in rounds.items()}
 
 
+def unsettled_cells(
+    baseline_trials: Sequence[Mapping[str, Any]],
+    candidate_trials: Sequence[Mapping[str, Any]],
+    threshold: float,
+) -> set[CellKey]:
+    """The paired cells whose delays cannot be told from the code: some round was delayed
+    and the two sides' least waits differ by more than ``threshold`` (the regression
+    threshold, a fraction) of the cell's fastest trial, enough to make a change of that
+    size by themselves. A side whose every trial of a look waited (its worker sharing a
+    core with the other work throughout) has a least wait that is itself a delay; a
+    candidate that reads more has one that is not; the trials cannot say which."""
+    delayed = delayed_rounds(baseline_trials, candidate_trials)
+    differ = _waits_differ(baseline_trials, candidate_trials, threshold)
+    return {key for key in differ if key in delayed}
+
+
+def _waits_differ(
+    baseline_trials: Sequence[Mapping[str, Any]],
+    candidate_trials: Sequence[Mapping[str, Any]],
+    fraction: float = DELAY_FRACTION,
+) -> set[CellKey]:
+    least = [_least_waits(trials) for trials in (baseline_trials, candidate_trials)]
+    return {
+        key
+        for key in least[0].keys() & least[1].keys()
+        if abs(least[0][key][0] - least[1][key][0])
+        > fraction * min(least[0][key][1], least[1][key][1])
+    }
+
+
 def contended_cells(
     baseline_trials: Sequence[Mapping[str, Any]], candidate_trials: Sequence[Mapping[str, Any]]
 ) -> set[CellKey]:
@@ -102,15 +132,9 @@ def contended_cells(
     more than :data:`DELAY_FRACTION` of the cell's fastest trial (every trial of one run
     delayed alike). Such a cell is not ``unchanged`` nor ``faster`` on these trials alone
     (:func:`harness.verdict.cells.decide_cells`); a paired recheck measures it."""
-    cells = {key for key, _ in delays(baseline_trials)} | {
-        key for key, _ in delays(candidate_trials)
-    }
-    least = [_least_waits(trials) for trials in (baseline_trials, candidate_trials)]
-    for key in least[0].keys() & least[1].keys():
-        (wait_b, fastest_b), (wait_c, fastest_c) = least[0][key], least[1][key]
-        if abs(wait_b - wait_c) > DELAY_FRACTION * min(fastest_b, fastest_c):
-            cells.add(key)
-    return cells
+    delayed = {key for key, _ in delays(baseline_trials)}
+    delayed |= {key for key, _ in delays(candidate_trials)}
+    return delayed | _waits_differ(baseline_trials, candidate_trials)
 
 
 def _least_waits(trials: Sequence[Mapping[str, Any]]) -> dict[CellKey, tuple[float, float]]:
