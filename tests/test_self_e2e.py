@@ -278,3 +278,15 @@ def test_contending_starts_low_priority_work_and_ends_it() -> None:
         os.kill(pid, 0)
     with e2e.contending(0) as pids:
         assert pids == []
+
+
+def test_run_self_refuses_negative_contention_and_an_existing_keep_folder(tmp_path, capsys):
+    from harness.cli import main
+
+    common = ["run", "self", "--output-dir", str(tmp_path / "out"), "--verdict-e2e", "1"]
+    assert main([*common, "--e2e-contend", "-1"]) == 64
+    assert "--e2e-contend" in capsys.readouterr().err
+    (tmp_path / "kept").mkdir()
+    assert main([*common, "--e2e-keep", str(tmp_path / "kept")]) == 64
+    assert "exists" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
