@@ -1,0 +1,129 @@
+"""``load_arina``'s options, paths and messages: kills survivors of the mutmut run over
+the ARINA reader (tests/mutation/arina-survivors.md names each mutant a test here kills).
+Expected frames come from the synthetic generator (``make_frames``), not from the reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from quantem.stem4d.errors import ChunkDecodeError, FrameIndexWarning, SourceIntegrityError
+from quantem.stem4d.io import arina, library_decode
+from quantem.stem4d.io.arina import load_arina, open_arina
+from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina
+
+SCAN, DET = (3, 4), (16, 12)
+N = SCAN[0] * SCAN[1]
+
+
+@pytest.fixture
+def master(tmp_path):
+    return write_synthetic_arina(
+        tmp_path / "acq", scan_shape=SCAN, detector_shape=DET, frames_per_shard=5, processes=1
+    )
+
+
+def _frames(dtype: str = "uint16") -> np.ndarray:
+    return make_frames(0, N, scan_shape=SCAN, detector_shape=DET, dtype=dtype)
+
+
+def test_one_frame_batches_are_allowed_and_zero_refused(master):
+    with load_arina(master, dtype="u8", apply_mask=False, batch_frames=1) as acq:
+        expected = np.minimum(_frames(), 255).astype(np.uint8)
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), expected)
+    with pytest.raises(ValueError, match="batch_frames must be >= 1, got 0"):
+        load_arina(master, batch_frames=0)
+
+
+@pytest.mark.parametrize("batch_frames", [5, 7])
+def test_a_narrowed_load_puts_each_batch_in_its_place(master, batch_frames):
+    # 12 frames in batches of 5 or 7: batches that start past frame 0 and end before the end
+    with load_arina(master, dtype="u8", apply_mask=False, batch_frames=batch_frames) as acq:
+        assert acq.data.dtype == np.uint8 and acq.data.shape == (*SCAN, *DET)
+        expected = np.minimum(_frames(), 255).astype(np.uint8)
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), expected)
+
+
+def test_the_scan_shape_given_overrides_the_files(master):
+    with load_arina(master, scan_shape=(4, 3), apply_mask=False) as acq:
+        assert acq.data.shape == (4, 3, *DET)
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
+
+
+def test_an_index_without_checksums_is_loaded_unverified_with_the_full_warning(master, monkeypatch):
+    real_open = arina.open_arina
+
+    def older_sidecar(*args, **kwargs):
+        source = real_open(*args, **kwargs)
+        source.index = dataclasses.replace(source.index, chunk_xxh3=None)
+        return source
+
+    monkeypatch.setattr(arina, "open_arina", older_sidecar)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acq = load_arina(master, apply_mask=False)
+    (warning,) = [w for w in caught if issubclass(w.category, FrameIndexWarning)]
+    assert str(warning.message) == (
+        f"{open_arina(master).master_path}: the frame index has no chunk checksums (built by "
+        "an older quantem), so this load cannot verify its chunks; load once with "
+        "fresh_index=True to record them"
+    )
+    assert warning.filename == __file__  # attributed to the caller of load_arina
+    np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
+
+
+def test_a_narrowed_load_decodes_with_the_engine_it_names(master, monkeypatch):
+    def no_library(*args, **kwargs):
+        raise AssertionError("the library engine was used")
+
+    monkeypatch.setattr(library_decode, "decode_chunks", no_library)
+    with load_arina(master, dtype="u8", apply_mask=False, engine="numba") as acq:
+        np.testing.assert_array_equal(
+            acq.data.reshape(N, *DET), np.minimum(_frames(), 255).astype(np.uint8)
+        )
+
+
+def test_a_load_that_keeps_the_stored_dtype_decodes_straight_into_the_result(tmp_path, monkeypatch):
+    """A uint8 acquisition loaded as ``u8``: its layout is unchanged, so the frames are
+    decoded in place, never through the batch finisher."""
+    master = write_synthetic_arina(tmp_path / "u8", scan_shape=SCAN, detector_shape=DET,
+                                   dtype="uint8", frames_per_shard=5, processes=1)  # fmt: skip
+
+    def no_batches(*args, **kwargs):
+        raise AssertionError("the batch path was taken")
+
+    monkeypatch.setattr(arina, "iter_frame_batches", no_batches)
+    with load_arina(master, dtype="u8", apply_mask=False) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames("uint8"))
+
+
+def test_a_bad_chunk_at_a_shards_end_names_that_shard(master):
+    """Frame 4 is the last of shard 1 (5 frames a shard): the direct load's error names
+    ``data_000001``, not the shard of the frame after it."""
+    source = open_arina(master)
+    shard = source.shard_paths[int(source.index.frame_shard[4])]
+    assert os.path.basename(shard).endswith("data_000001.h5")
+    offset = int(source.index.frame_offset[4])
+    with open(shard, "r+b") as f:
+        f.seek(offset + 8)  # the chunk's block size field
+        f.write(b"\xff\xff\xff\xff")
+    with pytest.raises(ChunkDecodeError) as info:
+        load_arina(master, apply_mask=False, verify_source=False)
+    assert info.value.path == os.fspath(shard)
+    assert info.value.fields["frame"] == 4
+
+
+def test_an_index_without_checksums_cannot_give_expected_hashes(master):
+    source = open_arina(master)
+    source.index = dataclasses.replace(source.index, chunk_xxh3=None)
+    with pytest.raises(SourceIntegrityError) as info:
+        arina.expected_chunk_hashes(source)
+    assert info.value.path == os.fspath(source.master_path)
+    assert info.value.detail == (
+        "the frame index has no chunk checksums (built by an older quantem); "
+        "load once with fresh_index=True to record them from the current files"
+    )

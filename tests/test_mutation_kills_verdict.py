@@ -1,0 +1,238 @@
+"""The cell verdict, the comparison's recheck helpers and the bootstrap intervals
+(harness/verdict/cells.py, comparison.py, resampling.py) at the boundaries the mutmut
+run over them found untested (tests/mutation-survivors.md). Expected values come from
+the rules of docs/verdicts.md and from counting, not from the code under test."""
+
+from __future__ import annotations
+
+import math
+
+from harness.comparability import FieldDifference
+from harness.verdict.calibration import CalibratedNull
+from harness.verdict.cells import CellComparison, CellVerdict, decide_cells
+from harness.verdict.comparison import (
+    CalibrationUse,
+    Comparison,
+    Verdict,
+    cell_to_dict,
+    flagged_for_recheck,
+    undecided_after_recheck,
+)
+from harness.verdict.resampling import paired_median_ratio_interval
+
+CELL = ("scan", "hdf5", "cold")
+
+
+def _doc(cells: dict) -> dict:
+    return {
+        "trials": [
+            {"acquisition": a, "format": f, "cache_state": c, "seconds": s, "kept": True,
+             "trial_index": i}
+            for (a, f, c), values in cells.items()
+            for i, s in enumerate(values)
+        ]
+    }  # fmt: skip
+
+
+def _rounds(cells: int, alpha: float) -> int:
+    """The fewest paired rounds K whose best exact one-sided Mann-Whitney p, 1 / C(2K, K),
+    times the cells is at most alpha (Holm's first step)."""
+    k = 1
+    while cells / math.comb(2 * k, k) > alpha:
+        k += 1
+    return k
+
+
+# -- the recheck helpers of a run (comparison.py) ------------------------------------------
+
+#: a host whose A/A runs land up to 2x apart: its calibrated intervals are wide
+WIDE = CalibratedNull({CELL: [[m] * 4 for m in (0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4)]})
+WIDE_USE = CalibrationUse(sha256="0" * 64, runs=8, reps=4, null=WIDE)
+
+
+def test_the_cells_to_recheck_are_judged_against_the_calibration_given() -> None:
+    base = [1.0, 1.01, 0.99, 1.0]
+    cand = [1.1, 1.11, 1.09, 1.1]  # +10%: the trials' own interval is tight
+    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+    assert flagged_for_recheck(baseline, trials, 20) == []
+    # against the wide host the interval reaches past the threshold: undecided, rechecked
+    assert flagged_for_recheck(baseline, trials, 20, calibration=WIDE_USE) == [CELL]
+
+
+def test_an_unpaired_recheck_not_yet_significant_goes_on() -> None:
+    """The recheck trials are judged against the baseline's: four trials all past the
+    threshold give Mann-Whitney p = 1/C(7, 4) = 0.0286, significant at alpha 0.05 with one
+    look, not at 0.05 / 4 (four looks) nor at alpha 0.01."""
+    base = [1.0, 1.01, 0.99]
+    cand = [1.5, 0.9, 1.6]  # +50%, not significant on its own
+    recheck = _doc({CELL: [1.5, 1.51, 1.49, 1.52]})["trials"]
+    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+
+    def still_open(**kw) -> list:
+        return undecided_after_recheck(baseline, trials, 20, recheck_trials=recheck, **kw)
+
+    assert still_open(looks=1) == []  # confirmed slower: nothing left to settle
+    assert still_open(looks=4) == [CELL]
+    assert still_open(looks=1, alpha=0.01) == [CELL]
+
+
+def test_an_unpaired_recheck_is_judged_against_the_calibration_given() -> None:
+    base = [1.0 + 0.001 * i for i in range(12)]
+    cand = [1.5 + 0.001 * i for i in range(12)]
+    recheck = _doc({CELL: cand})["trials"]
+    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+    assert undecided_after_recheck(baseline, trials, 20, looks=1, recheck_trials=recheck) == []
+    # +50% is well inside the wide host's A/A spread: not confirmed, the recheck goes on
+    assert undecided_after_recheck(
+        baseline, trials, 20, looks=1, recheck_trials=recheck, calibration=WIDE_USE
+    ) == [CELL]
+
+
+# -- the cell verdict (cells.py) -------------------------------------------------------------
+
+
+def test_the_undecided_note_names_the_rounds_that_can_settle_it() -> None:
+    """Eight cells at alpha 0.01: 8 / C(12, 6) = 0.0087 <= 0.01 < 8 / C(10, 5), so six
+    rounds (five would do for one cell, or at alpha 0.05)."""
+    steady = [1.0, 1.01, 0.99, 1.0, 1.02]
+    base = {("scan", "hdf5", str(i)): steady for i in range(8)}
+    cand = dict(base)
+    cand[CELL] = [1.0, 1.0, 1.0, 1.3, 1.3]  # +0%, its interval reaching past +20%
+    base[CELL] = steady
+    cells = {c.key: c for c in decide_cells(base, cand, threshold_percent=20, alpha=0.01)}
+    cell = cells[CELL]
+    assert cell.verdict is CellVerdict.UNDECIDED
+    k = _rounds(8, 0.01)
+    assert (k, _rounds(1, 0.01), _rounds(8, 0.05)) == (6, 5, 5)
+    (note,) = [n for n in cell.notes if n.startswith("undecided: ")]
+    assert note.endswith(
+        f"settle it with `harness recheck CANDIDATE --baseline BASELINE --recheck {k}` "
+        f"(or --recheck {k})"
+    )
+
+
+def test_a_disagreement_needs_a_recheck_interval_wholly_above_zero_not_above_one_percent():
+    """At a 2% threshold: the original +50%, the paired recheck about +1.2% with an
+    interval starting between 0% and 1%: both see a slowdown, on either side of the
+    threshold, so neither settles it."""
+    pairs = [(1.0, r) for r in (1.006, 1.012, 1.012, 1.014, 1.012, 1.008, 1.016)]
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.5] * 5}, threshold_percent=2,
+                           paired={CELL: pairs})  # fmt: skip
+    low, high = cell.ci_percent
+    assert 0 < low < 1 and high <= 2
+    assert cell.verdict is CellVerdict.UNDECIDED, cell.notes
+
+
+def test_an_original_interval_ending_exactly_at_the_threshold_is_not_past_it() -> None:
+    # original +25% exactly (1.25 is exact in binary), its interval [+25%, +25%]; a paired
+    # recheck of +15%: the original reaches the threshold, not past it, so no disagreement
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.25] * 5}, threshold_percent=25,
+                           paired={CELL: [(1.0, 1.15)] * 5})  # fmt: skip
+    assert cell.recheck["original_change_percent"] == 25
+    assert cell.verdict is CellVerdict.UNCHANGED, cell.notes
+
+
+# -- the bootstrap intervals (resampling.py) -------------------------------------------------
+
+
+def test_the_paired_interval_cuts_half_the_missing_confidence_from_each_tail() -> None:
+    """Two rounds (1, 1) and (1, 2): a resample of two rounds has ratio 1 (both the
+    first, probability 1/4), 2 (both the second, 1/4) or 1.5 (one of each, 1/2). At 40%
+    confidence the interval is the 30% and 70% quantiles: 1.5 at both ends, where a 20%
+    tail would reach the plateaus at 1 and 2."""
+    low, high = paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.4)
+    assert (low, high) == (1.5, 1.5)
+    low, high = paired_median_ratio_interval([(1.0, 1.0), (1.0, 2.0)], confidence=0.8)
+    assert (low, high) == (1.0, 2.0)
+
+
+def test_the_disagreement_note_in_full() -> None:
+    (cell,) = decide_cells({CELL: [1.0] * 5}, {CELL: [1.5] * 5}, threshold_percent=25,
+                           paired={CELL: [(1.0, 1.15)] * 5})  # fmt: skip
+    assert cell.verdict is CellVerdict.UNDECIDED
+    assert cell.notes[1] == (
+        "undecided: the paired recheck sees a slowdown within the threshold (its 95% "
+        "interval [+15.0%, +15.0%]), the original trials one past it (95% interval "
+        "[+50.0%, +50.0%]): the two measurements of the slowdown disagree by more than their "
+        "noise, so neither settles the cell; look at both before trusting either"
+    )
+
+
+def test_a_significant_recheck_exactly_at_the_threshold_does_not_confirm() -> None:
+    """The recheck's change is exactly +50% (1.5 / 1.0, exact in binary) and significant
+    against the threshold, its interval reaching past it: ``slower`` needs a change past
+    the threshold, so the cell is not confirmed."""
+    base = [0.5] * 10 + [1.0] * 11  # median 1.0
+    again = [1.5] * 11 + [3.0] * 10  # median 1.5
+    (cell,) = decide_cells({CELL: base}, {CELL: list(base)}, threshold_percent=50,
+                           recheck={CELL: again})  # fmt: skip
+    assert cell.change_percent == 50 and cell.p_adjusted <= 0.05 and cell.ci_percent[1] > 50
+    assert cell.verdict is not CellVerdict.SLOWER, cell.notes
+    assert cell.verdict is CellVerdict.UNDECIDED
+
+
+def test_the_json_form_of_a_comparison_names_every_field() -> None:
+    use = CalibrationUse(sha256="c" * 64, runs=8, reps=5, created_utc="2026-12-01T00:00:00Z",
+                         note="calibrated on this host", null=WIDE)  # fmt: skip
+    comparison = Comparison(
+        verdict=Verdict.INCOMPARABLE, regression_percent=15.0, baseline_sha256="b" * 64,
+        baseline_path="base.json", candidate_sha256="d" * 64, candidate_path="cand.json",
+        differences=[FieldDifference("reps", 5, 3)], failures=["x"], warnings=["y"],
+        alpha=0.01, calibration=use,
+    )  # fmt: skip
+    assert comparison.to_dict() == {
+        "verdict": "incomparable",
+        "exit_code": 2,
+        "regression_percent": 15.0,
+        "alpha": 0.01,
+        "baseline_sha256": "b" * 64,
+        "baseline_path": "base.json",
+        "candidate_sha256": "d" * 64,
+        "candidate_path": "cand.json",
+        "calibration": {
+            "sha256": "c" * 64,
+            "runs": 8,
+            "reps": 5,
+            "created_utc": "2026-12-01T00:00:00Z",
+            "note": "calibrated on this host",
+        },
+        "differences": [{"field": "reps", "baseline": 5, "candidate": 3}],
+        "failures": ["x"],
+        "warnings": ["y"],
+        "cells": [],
+    }
+
+
+def test_the_json_form_of_a_cell_names_every_field_and_drops_non_finite_numbers() -> None:
+    cell = CellComparison(
+        acquisition="scan", format="hdf5", cache_state="cold", n_baseline=5, n_candidate=4,
+        baseline_median=1.0, candidate_median=1.5, change_percent=50.0,
+        ci_percent=(float("-inf"), float("nan")), p_value=0.01, p_adjusted=0.03,
+        p_method="mann-whitney-exact", verdict=CellVerdict.SLOWER, baseline_spread=0.1,
+        candidate_spread=float("inf"), noise_floor_percent=7.0, mdc_percent=40.0,
+        notes=("a", "b"), recheck={"n": 3}, holm_family=6, flag_mdc_percent=30.0,
+    )  # fmt: skip
+    assert cell_to_dict(cell) == {
+        "acquisition": "scan",
+        "format": "hdf5",
+        "cache_state": "cold",
+        "verdict": "slower",
+        "change_percent": 50.0,
+        "estimator": "ratio of medians",
+        "ci_percent": [None, None],
+        "p_value": 0.01,
+        "p_adjusted": 0.03,
+        "p_method": "mann-whitney-exact",
+        "holm_family": 6,
+        "n_baseline": 5,
+        "n_candidate": 4,
+        "baseline_median": 1.0,
+        "candidate_median": 1.5,
+        "baseline_spread": 0.1,
+        "candidate_spread": None,
+        "noise_floor_percent": 7.0,
+        "mdc_percent": 40.0,
+        "flag_mdc_percent": 30.0,
+        "notes": ["a", "b"],
+        "recheck": {"n": 3},
+    }
