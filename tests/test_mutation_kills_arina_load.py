@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 import warnings
 
 import numpy as np
@@ -127,3 +128,60 @@ def test_an_index_without_checksums_cannot_give_expected_hashes(master):
         "the frame index has no chunk checksums (built by an older quantem); "
         "load once with fresh_index=True to record them from the current files"
     )
+
+
+def test_engine_names_resolve_by_what_the_library_exports(monkeypatch):
+    assert library_decode.library_function() is not None  # the test environment has it
+    assert library_decode.resolve_engine("auto") == "library"
+    assert library_decode.resolve_engine("numba") == "numba"
+    with pytest.raises(ValueError) as info:
+        library_decode.resolve_engine("fast")
+    assert (
+        str(info.value) == "engine must be 'auto', 'library', 'bitshuffle' or 'numba', got 'fast'"
+    )
+    monkeypatch.setattr(library_decode, "library_function", lambda: None)
+    assert library_decode.resolve_engine("auto") == "numba"
+    assert library_decode.resolve_engine("numba") == "numba"
+    with pytest.raises(RuntimeError) as info:
+        library_decode.resolve_engine("library")
+    assert str(info.value) == "no bitshuffle library exports bshuf_decompress_lz4"
+
+
+def test_the_bitshuffle_engine_needs_the_block_functions(monkeypatch):
+    monkeypatch.setattr(library_decode, "bitshuffle_block_functions", lambda: None)
+    assert library_decode.resolve_engine("library") == "library"
+    assert library_decode.resolve_engine("numba") == "numba"
+    with pytest.raises(RuntimeError) as info:
+        library_decode.resolve_engine("bitshuffle")
+    assert str(info.value) == (
+        "the bitshuffle library does not export LZ4_decompress_safe and bshuf_untrans_bit_elem"
+    )
+
+
+def _runs(shard, offset, nbytes):
+    index = types.SimpleNamespace(
+        frame_shard=np.array(shard, np.int64),
+        frame_offset=np.array(offset, np.int64),
+        frame_nbytes=np.array(nbytes, np.int64),
+    )
+    return arina._read_runs(types.SimpleNamespace(index=index), 0, len(shard))
+
+
+def test_contiguous_chunks_of_one_shard_are_read_in_one_run(monkeypatch):
+    # (shard, file offset, buffer offset, length) per run, worked out by hand
+    assert _runs([0, 0], [100, 110], [10, 20]) == [(0, 100, 0, 30)]
+    assert _runs([3], [7], [5]) == [(3, 7, 0, 5)]
+    assert _runs([0, 0, 0, 1, 1, 1], [100, 110, 130, 50, 55, 61], [10, 20, 30, 5, 6, 7]) == [
+        (0, 100, 0, 60),
+        (1, 50, 60, 18),
+    ]
+    # a gap in the file (131, not 130) and a shard that comes back start new runs
+    assert _runs([0, 0, 0, 1, 0], [100, 110, 131, 0, 161], [10, 20, 30, 4, 2]) == [
+        (0, 100, 0, 30),
+        (0, 131, 30, 30),
+        (1, 0, 60, 4),
+        (0, 161, 64, 2),
+    ]
+    # a run stops before it would pass the read size limit
+    monkeypatch.setattr(arina, "MAX_READ_BYTES", 30)
+    assert _runs([0, 0, 0], [0, 10, 30], [10, 20, 5]) == [(0, 0, 0, 30), (0, 30, 30, 5)]

@@ -8,14 +8,17 @@ from __future__ import annotations
 import math
 
 from harness.comparability import FieldDifference
+from harness.verdict import comparison as comparison_module
 from harness.verdict.calibration import CalibratedNull
-from harness.verdict.cells import CellComparison, CellVerdict, decide_cells
+from harness.verdict.cells import CellComparison, CellVerdict, decide_cells, rounds_needed
 from harness.verdict.comparison import (
     CalibrationUse,
     Comparison,
     Verdict,
+    _candidate_failures,
     cell_to_dict,
     flagged_for_recheck,
+    output_changes,
     undecided_after_recheck,
 )
 from harness.verdict.resampling import paired_median_ratio_interval
@@ -236,3 +239,99 @@ def test_the_json_form_of_a_cell_names_every_field_and_drops_non_finite_numbers(
         "notes": ["a", "b"],
         "recheck": {"n": 3},
     }
+
+
+def test_the_search_for_rounds_stops_at_a_thousand() -> None:
+    # no count of rounds reaches a negative alpha: the search gives up at its cap
+    assert rounds_needed(1, alpha=-1.0) == 1000
+    assert rounds_needed(8, alpha=0.01) == _rounds(8, 0.01)
+
+
+def test_an_unconfirmed_cell_says_when_the_threshold_is_below_the_hosts_mdc() -> None:
+    """Two A/A runs 30% apart: the minimum detectable change is far past the threshold,
+    and the note says so, in full; a host whose runs agree exactly has an MDC of exactly
+    the threshold (+25%, exact in binary), which is not below it: no such note."""
+    for runs, says in (([[1.0] * 3, [1.3] * 3], True), ([[1.0] * 3, [1.0] * 3], False)):
+        null = CalibratedNull({CELL: runs}, draws_per_pair=1)
+        (cell,) = decide_cells({CELL: [1.0] * 3}, {CELL: [1.5] * 3}, threshold_percent=25,
+                               calibration=null)  # fmt: skip
+        assert cell.verdict is CellVerdict.POSSIBLY_SLOWER, cell.notes
+        assert cell.mdc_percent >= 25 and (cell.mdc_percent > 25) is says
+        mdc_note = (
+            f"; the threshold is below this host's minimum detectable change "
+            f"({cell.mdc_percent:.0f}%): only slowdowns that large are confirmed on such "
+            "trials 9 times in 10: settle it with"
+        )
+        assert (mdc_note in cell.notes[0]) is says, cell.notes
+        assert ("minimum detectable change" in cell.notes[0]) is says
+
+
+def test_compare_loaded_compares_the_looked_up_reports_without_accepting_changed_outputs(
+    monkeypatch,
+) -> None:
+    seen = {}
+
+    def spy(baseline_doc, candidate_doc, regression_percent, **kwargs):
+        seen.update(kwargs, docs=(baseline_doc, candidate_doc), percent=regression_percent)
+        return "compared"
+
+    class Loaded:
+        def __init__(self, name):
+            self.doc, self.sha256, self.path = {"name": name}, name * 64, f"/h/{name}.json"
+
+    monkeypatch.setattr(comparison_module, "compare_reports", spy)
+    use = CalibrationUse(sha256=None, note="none")
+    assert (
+        comparison_module.compare_loaded(Loaded("a"), Loaded("b"), 30.0, calibration=use)
+        == "compared"
+    )
+    assert seen == {
+        "docs": ({"name": "a"}, {"name": "b"}),
+        "percent": 30.0,
+        "baseline_sha256": "a" * 64,
+        "baseline_path": "/h/a.json",
+        "candidate_sha256": "b" * 64,
+        "candidate_path": "/h/b.json",
+        "calibration": use,
+        "accept_output_change": False,
+    }
+
+
+def test_a_candidates_failures_name_each_failed_status_once() -> None:
+    ok = {"execution": "completed", "correctness": "passed", "source_stability": "stable"}
+    assert _candidate_failures({"status": {**ok, "failures": []}}) == []
+    bad = {"execution": "failed", "correctness": "wrong", "source_stability": "changed"}
+    status = {**bad, "failures": ["execution failed", "shard 2 unreadable"]}
+    assert _candidate_failures({"status": status}) == [
+        "execution failed",
+        "correctness failed",
+        "source changed during the run",
+        "shard 2 unreadable",
+    ]
+
+
+def _compute(outputs: dict, *, backend="cpu", device="cpu0", uuid="u1", schema=None) -> dict:
+    return {
+        "schema": schema or "quantem-harness/compute-report",
+        "conditions": {"backend": backend},
+        "environment": {"device": {"name": device, "uuid": uuid}},
+        "acquisitions": [{"id": a, "outputs": o} for a, o in outputs.items()],
+    }
+
+
+def test_changed_outputs_are_listed_only_against_the_same_backend_and_device() -> None:
+    base = _compute({"a": {"x": "1", "y": "2"}, "b": {"x": "3"}})
+    cand = _compute({"a": {"y": "9", "x": "8", "new": "0"}, "b": {"x": "3"}, "c": {"x": "4"}})
+    assert output_changes(base, cand) == ["a/x", "a/y"]  # by acquisition, then name
+    assert output_changes(base, base) == []
+    for other in (
+        _compute(cand_outputs := {"a": {"x": "8"}}, backend="cuda"),
+        _compute(cand_outputs, device="gpu0"),
+        _compute(cand_outputs, uuid="u2"),
+    ):
+        assert output_changes(base, other) == [] and output_changes(other, base) == []
+    assert output_changes(base, _compute(cand_outputs)) == ["a/x"]
+    loading = {**cand, "schema": "quantem-harness/loading-report"}
+    assert output_changes(base, loading) == [] and output_changes(loading, base) == []
+    unnamed = {k: v for k, v in cand.items() if k != "schema"}
+    assert output_changes(base, unnamed) == [] and output_changes(unnamed, base) == []
