@@ -185,3 +185,25 @@ def test_contiguous_chunks_of_one_shard_are_read_in_one_run(monkeypatch):
     # a run stops before it would pass the read size limit
     monkeypatch.setattr(arina, "MAX_READ_BYTES", 30)
     assert _runs([0, 0, 0], [0, 10, 30], [10, 20, 5]) == [(0, 0, 0, 30), (0, 30, 30, 5)]
+    # the limit counts from each run's own start
+    assert _runs([0, 0, 0, 0], [0, 10, 30, 35], [10, 20, 5, 5]) == [
+        (0, 0, 0, 30),
+        (0, 30, 30, 10),
+    ]
+
+
+def test_short_reads_are_continued_where_they_stopped(master, monkeypatch):
+    """``preadv`` may return fewer bytes than asked (POSIX allows it): the read goes on
+    from where it stopped, into the right place of the buffer."""
+    source = open_arina(master)
+    expected_buffer, expected_offsets = arina.read_compressed(source, threads=1)
+    real = os.preadv
+
+    def seven_bytes_at_most(fd, buffers, offset):
+        (view,) = buffers
+        return real(fd, [view[:7]], offset)
+
+    monkeypatch.setattr(os, "preadv", seven_bytes_at_most)
+    buffer, offsets = arina.read_compressed(source, threads=1)
+    np.testing.assert_array_equal(offsets, expected_offsets)
+    np.testing.assert_array_equal(buffer[: offsets[-1]], expected_buffer[: offsets[-1]])
