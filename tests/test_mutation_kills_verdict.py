@@ -15,6 +15,7 @@ from harness.verdict.comparison import (
     CalibrationUse,
     Comparison,
     Verdict,
+    _apply_output_rule,
     _candidate_failures,
     cell_to_dict,
     flagged_for_recheck,
@@ -335,3 +336,59 @@ def test_changed_outputs_are_listed_only_against_the_same_backend_and_device() -
     assert output_changes(base, loading) == [] and output_changes(loading, base) == []
     unnamed = {k: v for k, v in cand.items() if k != "schema"}
     assert output_changes(base, unnamed) == [] and output_changes(unnamed, base) == []
+
+
+def _ruled(cand: dict, accept: bool, failures: list[str]) -> Comparison:
+    comparison = Comparison(verdict=Verdict.PASS, regression_percent=20.0, failures=failures)
+    base = _compute({"a": {"x": "1", "y": "2"}})
+    _apply_output_rule(comparison, base, cand, accept)
+    return comparison
+
+
+def test_changed_outputs_fail_unless_accepted_here_or_by_the_run() -> None:
+    changed = _compute({"a": {"x": "8", "y": "9"}})
+    changed["status"] = {"correctness": "passed"}
+    ruled = _ruled(changed, False, ["other"])
+    assert ruled.failures == ["other", "outputs_changed: a/x, a/y"] and ruled.warnings == []
+    # the run's own outputs_changed failure is not repeated
+    ruled = _ruled(changed, False, ["outputs_changed: a/x"])
+    assert ruled.failures == ["outputs_changed: a/x"]
+    ruled = _ruled(changed, True, ["other"])
+    assert ruled.failures == ["other"]
+    assert ruled.warnings == ["outputs changed, accepted (--accept-output-change): a/x, a/y"]
+    recorded = {**changed, "output_change": {"accepted": True}}
+    for accept in (False, True):
+        ruled = _ruled(recorded, accept, [])
+        assert ruled.failures == []
+        assert ruled.warnings == ["outputs changed, accepted (recorded in the candidate): a/x, a/y"]
+    unchanged = {**_compute({"a": {"x": "1", "y": "2"}}), "status": {"correctness": "passed"}}
+    ruled = _ruled(unchanged, True, ["other"])
+    assert ruled.failures == ["other"] and ruled.warnings == []
+
+
+def test_accepting_changed_outputs_drops_the_runs_own_failures_for_them() -> None:
+    changed = {
+        **_compute({"a": {"x": "8", "y": "2"}}),
+        "status": {"correctness": "outputs_changed"},
+    }
+    failures = ["correctness failed", "outputs_changed: a/x", "execution failed"]
+    ruled = _ruled(changed, True, list(failures))
+    assert ruled.failures == ["execution failed"]
+    assert ruled.warnings == ["outputs changed, accepted (--accept-output-change): a/x"]
+    ruled = _ruled(changed, False, list(failures))
+    assert ruled.failures == failures and ruled.warnings == []
+    # accepted, but the run did not record a change: its correctness failure stands
+    passed = {**changed, "status": {"correctness": "failed"}}
+    ruled = _ruled(passed, True, ["correctness failed"])
+    assert ruled.failures == ["correctness failed"]
+
+
+def test_compare_does_not_accept_changed_outputs_by_default(monkeypatch) -> None:
+    # the comparability fields are another module's concern: none differ here
+    monkeypatch.setattr(comparison_module, "collect_differences", lambda base, cand: [])
+    status = {"execution": "completed", "correctness": "passed", "source_stability": "stable",
+              "failures": []}  # fmt: skip
+    base = {**_compute({"a": {"x": "1"}}), "status": status, "trials": []}
+    cand = {**_compute({"a": {"x": "2"}}), "status": status, "trials": []}
+    compared = comparison_module.compare_reports(base, cand, 20.0)
+    assert compared.failures == ["outputs_changed: a/x"] and compared.verdict is Verdict.FAILED

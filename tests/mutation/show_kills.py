@@ -1,6 +1,7 @@
 """Show that a test kills a mutmut survivor: apply the mutant, run the test, expect failure.
 
-Each line of the kill list names a mutant and the test meant to kill it::
+Each line of the kill list names a mutant and the test meant to kill it (or several,
+separated by commas, run together)::
 
     quantem.stem4d.io.arina.x_chunk_mismatch_error__mutmut_7  tests/test_x.py::test_y
 
@@ -46,7 +47,16 @@ def run_test(copy: Path, test: str, timeout: float) -> str:
     env = {**os.environ, "PYTHONPATH": str(copy)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *test.split(","),
+            ],
             cwd=copy,
             env=env,
             capture_output=True,
