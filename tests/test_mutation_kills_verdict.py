@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
+
 from harness.comparability import FieldDifference
 from harness.verdict import comparison as comparison_module
 from harness.verdict.calibration import CalibratedNull
@@ -22,7 +25,7 @@ from harness.verdict.comparison import (
     output_changes,
     undecided_after_recheck,
 )
-from harness.verdict.resampling import paired_median_ratio_interval
+from harness.verdict.resampling import paired_median_ratio_interval, ratio_of_medians_interval
 
 CELL = ("scan", "hdf5", "cold")
 
@@ -211,7 +214,7 @@ def test_the_json_form_of_a_cell_names_every_field_and_drops_non_finite_numbers(
     cell = CellComparison(
         acquisition="scan", format="hdf5", cache_state="cold", n_baseline=5, n_candidate=4,
         baseline_median=1.0, candidate_median=1.5, change_percent=50.0,
-        ci_percent=(float("-inf"), float("nan")), p_value=0.01, p_adjusted=0.03,
+        ci_percent=(float("-inf"), 12.5), p_value=0.01, p_adjusted=0.03,
         p_method="mann-whitney-exact", verdict=CellVerdict.SLOWER, baseline_spread=0.1,
         candidate_spread=float("inf"), noise_floor_percent=7.0, mdc_percent=40.0,
         notes=("a", "b"), recheck={"n": 3}, holm_family=6, flag_mdc_percent=30.0,
@@ -223,7 +226,7 @@ def test_the_json_form_of_a_cell_names_every_field_and_drops_non_finite_numbers(
         "verdict": "slower",
         "change_percent": 50.0,
         "estimator": "ratio of medians",
-        "ci_percent": [None, None],
+        "ci_percent": [None, 12.5],
         "p_value": 0.01,
         "p_adjusted": 0.03,
         "p_method": "mann-whitney-exact",
@@ -392,3 +395,117 @@ def test_compare_does_not_accept_changed_outputs_by_default(monkeypatch) -> None
     cand = {**_compute({"a": {"x": "2"}}), "status": status, "trials": []}
     compared = comparison_module.compare_reports(base, cand, 20.0)
     assert compared.failures == ["outputs_changed: a/x"] and compared.verdict is Verdict.FAILED
+
+
+# -- compare_reports on reports reduced to what it reads --------------------------------------
+
+OK_STATUS = {"execution": "completed", "correctness": "passed", "source_stability": "stable",
+             "failures": []}  # fmt: skip
+A, B = ("a", "hdf5", "cold"), ("b", "hdf5", "cold")
+
+
+def _report(cells: dict, status: dict | None = None, **extra) -> dict:
+    return {**_doc(cells), "status": status or OK_STATUS, **extra}
+
+
+@pytest.fixture
+def same_fields(monkeypatch):
+    """The comparability fields (another module's concern) differ in nothing, or as set."""
+    found: list = []
+    monkeypatch.setattr(comparison_module, "collect_differences", lambda b, c: list(found))
+    return found
+
+
+def test_the_regression_percent_must_be_a_positive_number(same_fields) -> None:
+    report = _report({A: [1.0] * 3})
+    assert comparison_module.compare_reports(report, report, 0.5).regression_percent == 0.5
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError) as info:
+            comparison_module.compare_reports(report, report, bad)
+        assert str(info.value) == f"regression percent must be a positive number, not {bad!r}"
+
+
+def test_compare_reports_keeps_what_it_was_given_and_judges_at_its_alpha(same_fields) -> None:
+    base = _report({A: [1.0, 1.01, 0.99, 1.02]})
+    cand = _report({A: [1.5, 1.51, 1.49, 1.52]})  # all four past +20%: p = 1/C(8, 4) = 0.014
+    compared = comparison_module.compare_reports(
+        base, cand, 20.0, baseline_sha256="b" * 64, baseline_path="b.json",
+        candidate_sha256="c" * 64, candidate_path="c.json",
+    )  # fmt: skip
+    assert (compared.baseline_path, compared.candidate_path) == ("b.json", "c.json")
+    assert (compared.baseline_sha256, compared.candidate_sha256) == ("b" * 64, "c" * 64)
+    assert compared.alpha == 0.05 and compared.cells[0].verdict is CellVerdict.SLOWER
+    strict = comparison_module.compare_reports(base, cand, 20.0, alpha=0.01)
+    assert strict.alpha == 0.01 and strict.cells[0].verdict is CellVerdict.POSSIBLY_SLOWER
+
+
+def test_a_candidate_run_against_another_baseline_is_warned_about(same_fields) -> None:
+    base = _report({A: [1.0] * 3})
+    cand = _report({A: [1.0] * 3}, baseline={"sha256": "x" * 64})
+    other = comparison_module.compare_reports(base, cand, 20.0, baseline_sha256="y" * 64)
+    assert other.warnings == [f"the candidate was run against baseline {'x' * 64}, not {'y' * 64}"]
+    same = comparison_module.compare_reports(base, cand, 20.0, baseline_sha256="x" * 64)
+    assert same.warnings == []
+    assert comparison_module.compare_reports(base, cand, 20.0).warnings == []
+
+
+def test_compare_reports_applies_the_accepted_output_change(same_fields) -> None:
+    base = {**_report({A: [1.0] * 3}), **_compute({"s": {"x": "1"}})}
+    cand = {**_report({A: [1.0] * 3}), **_compute({"s": {"x": "2"}})}
+    compared = comparison_module.compare_reports(base, cand, 20.0, accept_output_change=True)
+    assert compared.failures == [] and compared.verdict is Verdict.PASS
+    assert compared.warnings == ["outputs changed, accepted (--accept-output-change): s/x"]
+
+
+def test_an_invalid_baseline_and_other_cells_are_differences_in_order(same_fields) -> None:
+    same_fields.append(FieldDifference("reps", 5, 3))
+    failed = {**OK_STATUS, "execution": "failed", "correctness": "wrong"}
+    base = _report({A: [1.0] * 3, B: [1.0] * 3}, status=failed)
+    cand = _report({A: [1.0] * 3})
+    compared = comparison_module.compare_reports(base, cand, 20.0)
+    assert compared.differences == [
+        FieldDifference(
+            "baseline status (must be valid evidence)", "execution failed; correctness failed", ""
+        ),
+        FieldDifference("reps", 5, 3),
+        FieldDifference(
+            "measured cells (acquisition, format, cache state with kept trials)",
+            ["a/hdf5/cold", "b/hdf5/cold"],
+            ["a/hdf5/cold"],
+        ),
+    ]
+    assert compared.verdict is Verdict.INCOMPARABLE and compared.cells == []
+
+
+def test_the_reports_own_recheck_is_judged_over_its_looks(same_fields) -> None:
+    base = _report({A: [1.0, 1.01, 0.99]})
+    cand = _report({A: [1.5, 0.9, 1.6]})
+    block = _doc({A: [1.5, 1.51, 1.49, 1.52]})  # p = 1/C(7, 4) = 0.029 against the baseline
+    looked = comparison_module.compare_reports(
+        base, {**cand, "recheck": {**block, "looks": 4}}, 20.0
+    )
+    (cell,) = looked.cells
+    assert cell.recheck["looks"] == 4 and cell.recheck["alpha"] == 0.05 / 4
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    once = comparison_module.compare_reports(base, {**cand, "recheck": block}, 20.0)
+    (cell,) = once.cells
+    assert cell.recheck["looks"] == 1 and cell.verdict is CellVerdict.SLOWER
+
+
+def test_the_unpaired_interval_refuses_what_it_cannot_estimate() -> None:
+    for confidence in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError) as info:
+            ratio_of_medians_interval([1.0], [1.0], confidence=confidence)
+        assert str(info.value) == f"confidence must lie in (0, 1), not {confidence!r}"
+    with pytest.raises(ValueError) as info:
+        ratio_of_medians_interval([0.0, 0.0, 1.0], [1.0])
+    assert str(info.value) == "the baseline's median must be positive for a ratio"
+
+
+def test_a_calibrated_recheck_interval_has_the_confidence_of_its_looks() -> None:
+    base, again = [1.0, 1.01, 0.99, 1.0], [1.3, 1.31, 1.29, 1.3]
+    (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20, calibration=WIDE,
+                           recheck={CELL: again}, looks=4)  # fmt: skip
+    ratio = float(np.median(again) / np.median(base))
+    low, high = WIDE.interval(CELL, ratio, 4, 4, 1 - 0.05 / 4)
+    assert cell.ci_percent == pytest.approx(((low - 1) * 100, (high - 1) * 100), rel=1e-12)
