@@ -509,3 +509,41 @@ def test_a_calibrated_recheck_interval_has_the_confidence_of_its_looks() -> None
     ratio = float(np.median(again) / np.median(base))
     low, high = WIDE.interval(CELL, ratio, 4, 4, 1 - 0.05 / 4)
     assert cell.ci_percent == pytest.approx(((low - 1) * 100, (high - 1) * 100), rel=1e-12)
+
+
+def test_the_intervals_use_the_resamples_and_confidence_asked() -> None:
+    base, again = [1.0, 1.1, 0.9, 1.05, 0.95], [1.3, 1.2, 1.45, 1.25, 1.35]
+    pairs = list(zip(base, again, strict=True))
+    (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20,
+                           paired={CELL: pairs}, bootstrap_resamples=200)  # fmt: skip
+    low, high = paired_median_ratio_interval(pairs, resamples=200)
+    assert cell.ci_percent == ((low - 1) * 100, (high - 1) * 100)
+    (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20,
+                           recheck={CELL: again}, looks=4)  # fmt: skip
+    low, high = ratio_of_medians_interval(base, again, confidence=1 - 0.05 / 4)
+    assert cell.ci_percent == ((low - 1) * 100, (high - 1) * 100)
+
+
+def test_a_speed_up_exactly_at_the_faster_limit_is_not_faster() -> None:
+    """At a 25% threshold the faster limit is 1/1.25 - 1 = -20%; a candidate median of 0.8
+    against 1.0 is exactly there (the same float expression), and significant."""
+    base = [1.0] * 11 + [2.0] * 10
+    cand = [0.8] * 11 + [0.4] * 10
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=25)
+    assert cell.change_percent == (1 / 1.25 - 1) * 100
+    assert cell.verdict is not CellVerdict.FASTER, cell.notes
+    # a hair further is faster
+    (cell,) = decide_cells({CELL: base}, {CELL: [0.79] * 11 + [0.4] * 10}, threshold_percent=25)
+    assert cell.verdict is CellVerdict.FASTER
+
+
+def test_a_noisy_side_is_named_once_its_spread_passes_the_threshold() -> None:
+    steady = [1.0, 1.01, 0.99, 1.0, 1.02]
+    at = [0.5, 0.875, 1.0, 1.125, 2.0]  # IQR / median = 0.25 exactly (linear quantiles)
+    (cell,) = decide_cells({CELL: steady}, {CELL: at}, threshold_percent=25)
+    assert cell.candidate_spread == 0.25
+    assert not any("too noisy" in w for w in cell.warnings), cell.warnings
+    past = [0.5, 0.85, 1.0, 1.15, 2.0]
+    (cell,) = decide_cells({CELL: steady}, {CELL: past}, threshold_percent=25)
+    noisy = [w for w in cell.warnings if "too noisy" in w]
+    assert noisy == ["candidate too noisy: spread 30.0% (IQR/median) exceeds the 25% threshold"]
