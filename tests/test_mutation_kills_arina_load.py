@@ -12,7 +12,13 @@ import warnings
 import numpy as np
 import pytest
 
-from quantem.stem4d.errors import ChunkDecodeError, FrameIndexWarning, SourceIntegrityError
+from quantem.stem4d.errors import (
+    ChunkDecodeError,
+    FrameIndexWarning,
+    SourceIntegrityError,
+    SourceIsDirectoryError,
+    SourceNotFoundError,
+)
 from quantem.stem4d.io import arina, library_decode
 from quantem.stem4d.io.arina import load_arina, open_arina
 from quantem.stem4d.io.synthetic import make_frames, write_synthetic_arina
@@ -207,3 +213,15 @@ def test_short_reads_are_continued_where_they_stopped(master, monkeypatch):
     buffer, offsets = arina.read_compressed(source, threads=1)
     np.testing.assert_array_equal(offsets, expected_offsets)
     np.testing.assert_array_equal(buffer[: offsets[-1]], expected_buffer[: offsets[-1]])
+
+
+def test_a_folder_or_a_missing_master_is_named_with_what_is_wrong(tmp_path):
+    with pytest.raises(SourceIsDirectoryError) as info:
+        open_arina(tmp_path)
+    assert info.value.path == os.fspath(tmp_path.absolute())
+    assert info.value.detail == "is a directory; expected an ARINA *_master.h5 file"
+    missing = tmp_path / "gone_master.h5"
+    with pytest.raises(SourceNotFoundError) as info:
+        open_arina(missing)
+    assert info.value.path == os.fspath(missing.absolute())
+    assert info.value.detail == "master file does not exist"
