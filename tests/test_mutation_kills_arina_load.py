@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from quantem.stem4d.errors import (
+    ArinaFormatError,
     ChunkDecodeError,
     FrameIndexWarning,
+    ScanShapeError,
     SourceIntegrityError,
     SourceIsDirectoryError,
     SourceNotFoundError,
@@ -225,3 +227,31 @@ def test_a_folder_or_a_missing_master_is_named_with_what_is_wrong(tmp_path):
         open_arina(missing)
     assert info.value.path == os.fspath(missing.absolute())
     assert info.value.detail == "master file does not exist"
+
+
+def test_frame_numbers_stored_as_one_element_arrays_are_read(master):
+    """``image_nr_low``/``image_nr_high`` written as arrays of one value (not scalars)
+    still give the shard's frame numbers; wrong ones are still refused."""
+    import h5py
+
+    shard = open_arina(master).shard_paths[1]  # frames 6-10
+    with h5py.File(shard, "r+") as f:
+        f["/entry/data/data"].attrs["image_nr_low"] = np.array([6], np.uint64)
+        f["/entry/data/data"].attrs["image_nr_high"] = np.array([10], np.uint64)
+    assert open_arina(master, fresh_index=True).n_frames == N
+    with h5py.File(shard, "r+") as f:
+        f["/entry/data/data"].attrs["image_nr_low"] = np.array([1], np.uint64)
+        f["/entry/data/data"].attrs["image_nr_high"] = np.array([5], np.uint64)
+    with pytest.raises(ArinaFormatError, match="holds frames 1-5"):
+        open_arina(master, fresh_index=True)
+
+
+def test_a_scan_shape_is_read_flat():
+    assert arina.resolve_scan_shape(12, [[4, 3]], None, "m.h5") == ((4, 3), "argument")
+    assert arina.resolve_scan_shape(12, None, np.array([[3], [4]]), "m.h5") == (
+        (3, 4),
+        "attribute",
+    )
+    with pytest.raises(ScanShapeError) as info:
+        arina.resolve_scan_shape(12, 12, None, "m.h5")
+    assert str(info.value) == "m.h5: scan_shape argument (12,) is not two positive integers"
