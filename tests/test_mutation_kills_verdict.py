@@ -25,7 +25,11 @@ from harness.verdict.comparison import (
     output_changes,
     undecided_after_recheck,
 )
-from harness.verdict.resampling import paired_median_ratio_interval, ratio_of_medians_interval
+from harness.verdict.resampling import (
+    paired_median_ratio_interval,
+    ratio_of_medians_interval,
+    resampled_medians,
+)
 
 CELL = ("scan", "hdf5", "cold")
 
@@ -547,3 +551,81 @@ def test_a_noisy_side_is_named_once_its_spread_passes_the_threshold() -> None:
     (cell,) = decide_cells({CELL: steady}, {CELL: past}, threshold_percent=25)
     noisy = [w for w in cell.warnings if "too noisy" in w]
     assert noisy == ["candidate too noisy: spread 30.0% (IQR/median) exceeds the 25% threshold"]
+
+
+def test_recheck_trials_of_no_cell_or_of_an_unknown_cell_are_ignored() -> None:
+    base, cand = {CELL: [1.0, 1.01, 0.99]}, {CELL: [1.0, 1.01, 0.99]}
+    alone = decide_cells(base, cand, threshold_percent=20)
+    other = ("other", "qem", "cached")
+    for extra in (
+        {"recheck": {CELL: [], other: [1.0]}},
+        {"paired": {CELL: [], other: [(1.0, 1.0)]}},
+    ):
+        (cell,) = decide_cells(base, cand, threshold_percent=20, **extra)
+        assert cell == alone[0] and cell.recheck is None
+
+
+def test_an_unpaired_recheck_is_judged_against_the_calibrated_null() -> None:
+    base, again = [1.0, 1.01, 0.99, 1.0], [1.3, 1.31, 1.29, 1.3]
+    (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20, calibration=WIDE,
+                           recheck={CELL: again})  # fmt: skip
+    assert cell.p_method == "calibrated"
+    assert cell.mdc_percent == WIDE.mdc(CELL, 4, 4, threshold_percent=20, alpha=0.05, cells=1)
+
+
+def test_the_flag_mdc_note_of_a_cell_that_passes() -> None:
+    """Two A/A runs 30% apart flag only large slowdowns 9 times in 10: a pass says so; a
+    host whose runs agree exactly flags exactly the threshold (+25%), not a note's worth."""
+    for runs, says in (([[1.0] * 3, [1.3] * 3], True), ([[1.0] * 3, [1.0] * 3], False)):
+        null = CalibratedNull({CELL: runs}, draws_per_pair=1)
+        (cell,) = decide_cells({CELL: [1.0] * 3}, {CELL: [1.0] * 3}, threshold_percent=25,
+                               calibration=null)  # fmt: skip
+        assert not cell.flagged and (cell.flag_mdc_percent > 25) is says
+        assert cell.flag_mdc_percent >= 25
+        note = (
+            f"this host flags slowdowns of {cell.flag_mdc_percent:.0f}% or more here 9 times in "
+            "10 (exit 2, then a recheck settles them): a pass does not rule out smaller ones"
+        )
+        assert (note in cell.notes) is says, cell.notes
+        assert any("9 times in 10" in n for n in cell.notes) is says
+
+
+def test_not_enough_trials_is_judged_at_each_cells_own_alpha() -> None:
+    """4 vs 4 trials: smallest p 1/C(8, 4) = 0.0143. The rechecked cell is judged at
+    0.05 / 4 looks (too few), the other at 0.05 over its 2 cells (0.029: enough)."""
+    steady = [1.0, 1.01, 0.99, 1.02]
+    base = {CELL: steady, A: steady}
+    cells = {c.key: c for c in decide_cells(base, dict(base), threshold_percent=20,
+                                            recheck={CELL: steady}, looks=4)}  # fmt: skip
+    expected = (
+        "not enough trials: 4 vs 4 over 1 cells cannot reach significance (smallest p 0.0143)"
+    )
+    assert expected in cells[CELL].warnings
+    assert not any(w.startswith("not enough trials") for w in cells[A].warnings)
+
+
+def test_a_cell_reports_its_counts_and_spreads() -> None:
+    base, cand = [1.0, 0.8, 1.3, 1.1, 0.9], [2.0, 2.2, 1.7]
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20)
+    assert (cell.n_baseline, cell.n_candidate) == (5, 3)
+    for got, values in ((cell.baseline_spread, base), (cell.candidate_spread, cand)):
+        q1, q2, q3 = np.quantile(values, [0.25, 0.5, 0.75])
+        assert got == pytest.approx((q3 - q1) / q2, rel=1e-12)
+    again = [2.0, 2.1, 1.9, 2.2]
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20, recheck={CELL: again})
+    assert (cell.n_baseline, cell.n_candidate) == (5, 4)
+    q1, q2, q3 = np.quantile(again, [0.25, 0.5, 0.75])
+    assert cell.candidate_spread == pytest.approx((q3 - q1) / q2, rel=1e-12)
+    pairs = [(1.0, 2.0), (1.2, 2.1), (0.9, 1.9)]
+    (cell,) = decide_cells({CELL: base}, {CELL: cand}, threshold_percent=20, paired={CELL: pairs})
+    assert (cell.n_baseline, cell.n_candidate) == (3, 3)
+    q1, q2, q3 = np.quantile([1.0, 1.2, 0.9], [0.25, 0.5, 0.75])
+    assert cell.baseline_spread == pytest.approx((q3 - q1) / q2, rel=1e-12)
+
+
+def test_resampling_needs_one_value_and_refuses_none() -> None:
+    rng = np.random.default_rng(0)
+    assert resampled_medians([2.5], 3, 4, rng).tolist() == [2.5] * 4
+    with pytest.raises(ValueError) as info:
+        resampled_medians([], 3, 4, rng)
+    assert str(info.value) == "cannot resample no values"
