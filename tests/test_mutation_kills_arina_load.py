@@ -255,3 +255,28 @@ def test_a_scan_shape_is_read_flat():
     with pytest.raises(ScanShapeError) as info:
         arina.resolve_scan_shape(12, 12, None, "m.h5")
     assert str(info.value) == "m.h5: scan_shape argument (12,) is not two positive integers"
+
+
+def test_the_metadata_of_an_opened_acquisition(master):
+    source = open_arina(master)
+    meta = source.metadata
+    assert meta["scan_shape_origin"] == "attribute" and meta["scan_shape"] == SCAN
+    assert meta["detector_shape"] == DET and meta["dtype"] == "uint16"
+    assert meta["source_format"] == "arina-hdf5"
+    sizes = [os.path.getsize(p) for p in source.shard_paths]
+    # every byte of every chunk, less than the shards themselves (their HDF5 structure)
+    assert meta["compressed_bytes"] == int(source.index.frame_nbytes.sum()) < sum(sizes)
+    assert open_arina(master, scan_shape=(4, 3)).metadata["scan_shape_origin"] == "argument"
+
+
+def test_a_master_without_a_pixel_mask_has_every_pixel_valid(master):
+    import h5py
+
+    with h5py.File(master, "r+") as f:
+        del f["/entry/instrument/detector/detectorSpecific/pixel_mask"]
+    source = open_arina(master)
+    assert source.pixel_mask.dtype == np.uint32 and source.pixel_mask.shape == DET
+    assert not source.pixel_mask.any() and source.validity.all()
+    assert source.metadata["invalid_pixels"] == 0
+    with load_arina(master) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
