@@ -280,3 +280,18 @@ def test_a_master_without_a_pixel_mask_has_every_pixel_valid(master):
     assert source.metadata["invalid_pixels"] == 0
     with load_arina(master) as acq:
         np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
+
+
+@pytest.mark.parametrize(("units", "dwell"), [("s", 1e-5), (None, 1e-5), ("ms", None)])
+def test_the_dwell_time_is_the_frame_time_in_seconds(master, units, dwell):
+    """The synthetic master stores frame_time 1e-5 with units "s"; a frame time without
+    units is read as seconds, one in other units is not converted (no dwell time)."""
+    import h5py
+
+    with h5py.File(master, "r+") as f:
+        frame_time = f["/entry/instrument/detector/frame_time"]
+        if units is None:
+            del frame_time.attrs["units"]
+        else:
+            frame_time.attrs["units"] = units
+    assert open_arina(master).metadata.get("dwell_time_s") == dwell
