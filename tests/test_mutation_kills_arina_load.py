@@ -295,3 +295,20 @@ def test_the_dwell_time_is_the_frame_time_in_seconds(master, units, dwell):
         else:
             frame_time.attrs["units"] = units
     assert open_arina(master).metadata.get("dwell_time_s") == dwell
+
+
+def test_a_shard_linked_at_another_dataset_path_is_indexed_there(master):
+    import h5py
+
+    first = open_arina(master)
+    assert first.index.frame_elems == DET[0] * DET[1]  # what the index records of a frame
+    shard = first.shard_paths[1]
+    with h5py.File(shard, "r+") as f:
+        f.move("/entry/data/data", "/entry/data/frames")
+    with h5py.File(master, "r+") as f:
+        del f["/entry/data/data_000002"]
+        f["/entry/data/data_000002"] = h5py.ExternalLink(
+            os.path.basename(shard), "/entry/data/frames"
+        )
+    with load_arina(master, fresh_index=True, apply_mask=False) as acq:
+        np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
