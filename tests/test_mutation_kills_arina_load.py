@@ -259,6 +259,7 @@ def test_a_scan_shape_is_read_flat():
 
 def test_the_metadata_of_an_opened_acquisition(master):
     source = open_arina(master)
+    assert source.master_path == os.fspath(master.absolute())
     meta = source.metadata
     assert meta["scan_shape_origin"] == "attribute" and meta["scan_shape"] == SCAN
     assert meta["detector_shape"] == DET and meta["dtype"] == "uint16"
