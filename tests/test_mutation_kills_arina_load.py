@@ -313,3 +313,18 @@ def test_a_shard_linked_at_another_dataset_path_is_indexed_there(master):
         )
     with load_arina(master, fresh_index=True, apply_mask=False) as acq:
         np.testing.assert_array_equal(acq.data.reshape(N, *DET), _frames())
+
+
+def test_the_master_cache_holds_at_most_its_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(arina, "_MASTER_CACHE_SIZE", 2)
+    monkeypatch.setattr(arina, "_MASTER_CACHE", {})
+    masters = [
+        write_synthetic_arina(
+            tmp_path / str(i), scan_shape=(1, 2), detector_shape=(4, 4), seed=i, processes=1
+        )
+        for i in range(3)
+    ]
+    for master in masters:
+        open_arina(master, index_dir=tmp_path / "index")
+    # the oldest parse is dropped first
+    assert [key[0] for key in arina._MASTER_CACHE] == [os.fspath(m.absolute()) for m in masters[1:]]
