@@ -328,3 +328,11 @@ def test_the_master_cache_holds_at_most_its_size(tmp_path, monkeypatch):
         open_arina(master, index_dir=tmp_path / "index")
     # the oldest parse is dropped first
     assert [key[0] for key in arina._MASTER_CACHE] == [os.fspath(m.absolute()) for m in masters[1:]]
+
+
+def test_string_fields_lose_trailing_nuls_only_and_keep_bad_bytes_replaced():
+    assert arina._scalar(b"EIGER\x00\x00") == "EIGER"
+    assert arina._scalar(np.bytes_(b"\x00ab \x00")) == "\x00ab "
+    assert arina._scalar(b"boX\x00") == "boX"
+    assert arina._scalar(b"\xffok") == "\ufffdok"
+    assert arina._scalar(np.float64(2.5)) == 2.5 and type(arina._scalar(np.int32(3))) is int
