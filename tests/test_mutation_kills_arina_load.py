@@ -336,3 +336,20 @@ def test_string_fields_lose_trailing_nuls_only_and_keep_bad_bytes_replaced():
     assert arina._scalar(b"boX\x00") == "boX"
     assert arina._scalar(b"\xffok") == "\ufffdok"
     assert arina._scalar(np.float64(2.5)) == 2.5 and type(arina._scalar(np.int32(3))) is int
+
+
+@pytest.mark.parametrize("first", ["soft link", "text"])
+def test_a_field_that_is_not_a_number_is_skipped_not_the_rest(master, first):
+    """Fields are read in name order; a link or a variable-length string listed first in
+    the detector group is skipped, and the fields after it are still read."""
+    import h5py
+
+    with h5py.File(master, "r+") as f:
+        det = f["/entry/instrument/detector"]
+        if first == "soft link":
+            det["aaa"] = h5py.SoftLink("/entry/instrument/detector/frame_time")
+        else:
+            det.create_dataset("aaa", data="free text", dtype=h5py.string_dtype())
+    meta = open_arina(master).metadata
+    assert "aaa" not in meta
+    assert meta["frame_time"] == 1e-5 and meta["dwell_time_s"] == 1e-5
