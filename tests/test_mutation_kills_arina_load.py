@@ -353,3 +353,20 @@ def test_a_field_that_is_not_a_number_is_skipped_not_the_rest(master, first):
     meta = open_arina(master).metadata
     assert "aaa" not in meta
     assert meta["frame_time"] == 1e-5 and meta["dwell_time_s"] == 1e-5
+
+
+def test_two_links_to_one_dataset_spelled_with_and_without_a_leading_slash(master):
+    import h5py
+
+    source = open_arina(master)
+    first = os.path.basename(source.shard_paths[0])
+    with h5py.File(master, "r+") as f:
+        del f["/entry/data/data_000002"]
+        f["/entry/data/data_000002"] = h5py.ExternalLink(first, "entry/data/data")
+    with pytest.raises(ArinaFormatError) as info:
+        open_arina(master, fresh_index=True)
+    assert str(info.value) == (
+        f"{source.master_path}: /entry/data/data_000002 and /entry/data/data_000001 both link "
+        f"to entry/data/data in {source.shard_paths[0]}; each data_NNNNNN must name its own "
+        "frames"
+    )
