@@ -370,3 +370,17 @@ def test_two_links_to_one_dataset_spelled_with_and_without_a_leading_slash(maste
         f"to entry/data/data in {source.shard_paths[0]}; each data_NNNNNN must name its own "
         "frames"
     )
+
+
+def test_frames_stored_in_the_master_itself_are_a_link_of_their_own(master):
+    """A ``data_NNNNNN`` that is a dataset of the master (a hard link) names the master and
+    its own place, as an external link names its file."""
+    import h5py
+
+    with h5py.File(master, "r+") as f:
+        f["/entry/data/data_000004"] = np.zeros((1, 2), np.uint16)
+    links = arina.read_shard_links(master)
+    assert links[-1] == arina.ShardLink(
+        "data_000004", os.fspath(master.absolute()), "/entry/data/data_000004"
+    )
+    assert [link.name for link in links] == [f"data_00000{i}" for i in range(1, 5)]
