@@ -517,11 +517,13 @@ def test_a_calibrated_recheck_interval_has_the_confidence_of_its_looks() -> None
 
 def test_the_intervals_use_the_resamples_and_confidence_asked() -> None:
     base, again = [1.0, 1.1, 0.9, 1.05, 0.95], [1.3, 1.2, 1.45, 1.25, 1.35]
-    pairs = list(zip(base, again, strict=True))
+    # 9 rounds of distinct ratios: 50 resamples give other quantiles than the default 4000
+    pairs = [(1.0 + 0.01 * i, (1.0 + 0.01 * i) * (1.2 + 0.037 * ((i * 5) % 9))) for i in range(9)]
     (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20,
-                           paired={CELL: pairs}, bootstrap_resamples=200)  # fmt: skip
-    low, high = paired_median_ratio_interval(pairs, resamples=200)
+                           paired={CELL: pairs}, bootstrap_resamples=50)  # fmt: skip
+    low, high = paired_median_ratio_interval(pairs, resamples=50)
     assert cell.ci_percent == ((low - 1) * 100, (high - 1) * 100)
+    assert (low, high) != paired_median_ratio_interval(pairs)
     (cell,) = decide_cells({CELL: base}, {CELL: base}, threshold_percent=20,
                            recheck={CELL: again}, looks=4)  # fmt: skip
     low, high = ratio_of_medians_interval(base, again, confidence=1 - 0.05 / 4)
