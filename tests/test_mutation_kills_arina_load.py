@@ -384,3 +384,12 @@ def test_frames_stored_in_the_master_itself_are_a_link_of_their_own(master):
         "data_000004", os.fspath(master.absolute()), "/entry/data/data_000004"
     )
     assert [link.name for link in links] == [f"data_00000{i}" for i in range(1, 5)]
+
+
+def test_a_master_that_is_not_hdf5_is_named(tmp_path):
+    master = tmp_path / "x_master.h5"
+    master.write_bytes(b"not hdf5 at all")
+    with pytest.raises(ArinaFormatError) as info:
+        open_arina(master)
+    assert info.value.path == os.fspath(master.absolute())
+    assert info.value.detail.startswith("not a readable HDF5 file (")
