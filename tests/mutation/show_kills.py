@@ -1,6 +1,7 @@
 """Show that a test kills a mutmut survivor: apply the mutant, run the test, expect failure.
 
-Each line of the kill list names a mutant and the test meant to kill it::
+Each line of the kill list names a mutant and the test meant to kill it (or several,
+separated by commas, run together)::
 
     quantem.stem4d.io.arina.x_chunk_mismatch_error__mutmut_7  tests/test_x.py::test_y
 
@@ -24,19 +25,24 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def mutant_diff(mutmut_dir: Path, name: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "mutmut", "show", name],
-        cwd=mutmut_dir,
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
+    for _attempt in range(5):  # a running mutmut may be rewriting the .meta file just read
+        done = subprocess.run(
+            [sys.executable, "-m", "mutmut", "show", name],
+            cwd=mutmut_dir,
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
+        if done.returncode == 0:
+            break
+        time.sleep(2)
     if done.returncode != 0 or "+++ " not in done.stdout:
         raise SystemExit(f"show_kills: mutmut show {name} failed in {mutmut_dir}: {done.stderr}")
     return done.stdout[done.stdout.index("--- ") :]
@@ -46,7 +52,16 @@ def run_test(copy: Path, test: str, timeout: float) -> str:
     env = {**os.environ, "PYTHONPATH": str(copy)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *test.split(","),
+            ],
             cwd=copy,
             env=env,
             capture_output=True,
