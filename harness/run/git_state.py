@@ -97,7 +97,10 @@ def collect_revision_hashes(checkout: Path, revision: str) -> dict[str, str] | N
     pos = 0
     for rel, _ in blobs:
         end = done.stdout.index(b"\n", pos)
-        size = int(done.stdout[pos:end].split()[2])
+        header = done.stdout[pos:end].split()
+        if len(header) != 3:  # "<object> missing": a clone without that content
+            return None
+        size = int(header[2])
         hashes[rel] = hashlib.sha256(out[end + 1 : end + 1 + size]).hexdigest()
         pos = end + 1 + size + 1
     return hashes
