@@ -20,9 +20,9 @@ data="$work/data"
 # The device copy may hold a stale .git of its own (seen: the session's first revision).
 if [ -d .devgit ] && command -v git >/dev/null; then
   rm -rf .git && mv .devgit .git && git config core.bare false && git reset -q
+  printf '/.whl*/\n/out/\n' >>.git/info/exclude
   # its trees come without file contents: the files that match them supply those
   git add -A
-  printf '/.whl*/\n/out/\n' >>.git/info/exclude
 fi
 
 check_imports() {
