@@ -109,6 +109,17 @@ def spawn_one(
     }
 
 
+def release_device_pool(backend: str) -> None:
+    """cuda: hand this process's cached device memory back before a child loads (on an
+    80 GB card a child found no room for the acquisition: the freed loads and the expected
+    BF's data still sat in this process's CuPy pool)."""
+    if backend != "cuda":
+        return
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
 def measure_fresh_processes(
     log: FailureLog, acquisition: str, fmt: str, path: Path, files: Sequence[Path],
     backend: str, count: int, index_dir: Path,
@@ -117,6 +128,7 @@ def measure_fresh_processes(
     from quantem.stem4d.cuda import release_registered_files
 
     expected = expected_bf(path, backend)
+    release_device_pool(backend)
     env = dict(os.environ, QUANTEM_INDEX_DIR=str(index_dir))
     runs = []
     for i in range(count):
