@@ -5,6 +5,7 @@
 #   bash tools/device_evidence.sh hardware   # tests/hardware in full
 #   setsid bash tools/device_evidence.sh data &   # the claims' acquisitions, in the background
 #   bash tools/device_evidence.sh claims-io  # first load, unverified warm load, layout B
+#   bash tools/device_evidence.sh first-load # the first load alone (LAYOUTS=c2048:2048:1000 data)
 #   bash tools/device_evidence.sh claims-compute  # encoded BF, products, iDPC, SSB, validate
 # A device copy whose .git is stale carries .devgit from tools/make_devgit.sh (records then
 # name HEAD as their revision).
@@ -17,6 +18,9 @@ export PYTHONUNBUFFERED=1
 work=${WORK:-/var/tmp/quantem-evidence}
 mkdir -p "$work"
 data="$work/data"
+# the storage id names the card that ran (an H100 can stand in for the H200)
+sid=${STORAGE_ID:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+  | awk '{print tolower($2)}')-vm-local-disk}
 # The device copy may hold a stale .git of its own (seen: the session's first revision).
 if [ -d .devgit ] && command -v git >/dev/null; then
   rm -rf .git && mv .devgit .git && git config core.bare false && git reset -q
@@ -60,7 +64,7 @@ data)
   # Layouts of 512x512x192x192 uint16, each in its own folder with its manifest: frames a
   # shard 2,048 (dose 1,000), 10,000 and 1,000 (dose 40,000). NAME.done marks each.
   mkdir -p "$data"
-  for spec in "c2048:2048:1000" "a10000:10000:40000" "b1000:1000:40000"; do
+  for spec in ${LAYOUTS:-c2048:2048:1000 a10000:10000:40000 b1000:1000:40000}; do
     IFS=: read -r name fps dose <<<"$spec"
     [ -e "$data/$name.done" ] && continue
     python3 -m harness data synth "$data/$name" --name "$name" --scan-shape 512 512 \
@@ -70,17 +74,19 @@ data)
       && touch "$data/$name.done"
   done
   ;;
-claims-io)
+claims-io|first-load)
   check_imports || exit 1
   io() { name=$1 label=$2; shift 2; wait_for "$name"
     timeout ${IO_TIMEOUT:-200} python3 -m harness run io-scale "$data/$name" --backend cuda \
       --floors --load-only --selection-manifest "$data/$name.json" \
-      --storage-id h200-vm-local-disk --output-dir "$work/io-$label" \
+      --storage-id "$sid" --output-dir "$work/io-$label" \
       --history-dir "$work/history" "$@" 2>&1 | tee "$OUT/io-$label.log"; }
   # first load as the user feels it; chunk verification's share of the warm load; layout B
   io c2048 c2048-fresh --reps 3 --fresh-process 3
-  io c2048 c2048-noverify --reps 3 --no-verify-source
-  io b1000 b1000 --reps 3
+  if [ "$mode" = claims-io ]; then
+    io c2048 c2048-noverify --reps 3 --no-verify-source
+    io b1000 b1000 --reps 3
+  fi
   tar -C "$work" -czf "$OUT/io-reports.tgz" $(cd "$work" && ls io-*/loading.json 2>/dev/null)
   ;;
 claims-compute)
@@ -91,14 +97,14 @@ claims-compute)
   wait_for c2048
   for v in 1 2; do  # the encoded BF (and every product) on the payload of each format
     run encoded-v$v products --source "$data/c2048/c2048_master.h5" --format qem \
-      --qem-version $v --representation encoded --storage-id h200-vm-local-disk --reps 5
+      --qem-version $v --representation encoded --storage-id "$sid" --reps 5
   done
   wait_for a10000
   run products products --source "$data/a10000/a10000_master.h5" \
-    --storage-id h200-vm-local-disk --reps 5
-  run dpc512 dpc --source "$data/a10000/a10000_master.h5" --storage-id h200-vm-local-disk \
+    --storage-id "$sid" --reps 5
+  run dpc512 dpc --source "$data/a10000/a10000_master.h5" --storage-id "$sid" \
     --voltage-kv 300 --convergence-mrad 25 --scan-step 1 --rotation 0 --reps 5
-  run ssb512 ssb --source "$data/a10000/a10000_master.h5" --storage-id h200-vm-local-disk \
+  run ssb512 ssb --source "$data/a10000/a10000_master.h5" --storage-id "$sid" \
     --voltage-kv 300 --convergence-mrad 25 --scan-step 1 --rotation 0 --bin-factor 4 \
     --dtype float32 --reps 2
   run validate validate --source tests/data/validation/manifest.json --reps 1
