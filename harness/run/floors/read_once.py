@@ -104,12 +104,12 @@ def host_passes(array: np.ndarray, words: np.ndarray, threads: Sequence[int]) ->
     per_frame = _frame_words(array, words)
     passes: list[Pass] = []
     for n in threads:
-        halves = split(words.size, n)
+        slabs = split(words.size, n)  # one a thread
         numpy_fold = partial(_fold_numpy, words)
         passes.append(
             Pass(
                 {"engine": "numpy", "threads": n},
-                partial(fold_pieces, fold=numpy_fold, pieces=halves),
+                partial(fold_pieces, fold=numpy_fold, pieces=slabs),
             )
         )
         if per_frame:
@@ -124,7 +124,7 @@ def host_passes(array: np.ndarray, words: np.ndarray, threads: Sequence[int]) ->
             passes.append(Pass(settings, partial(fold_pieces, fold=fold, pieces=pieces)))
         settings = {"engine": "numba", "threads": n, "streams": STREAMS, "order": "quarters"}
         fold = partial(_quarters, words)
-        passes.append(Pass(settings, partial(fold_pieces, fold=fold, pieces=halves)))
+        passes.append(Pass(settings, partial(fold_pieces, fold=fold, pieces=slabs)))
     return passes
 
 
