@@ -273,3 +273,17 @@ def test_prefetch_distances_and_the_last_frames():
     total, sum_r, sum_c = cpu_kernels.moments(data, mask)
     assert total.tolist() == [[13, 33, 53]] and sum_r.tolist() == [[26, 66, 106]]
     assert sum_c.tolist() == [[39, 99, 159]]
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_narrow_masked_sum_four_frames_a_pass_and_the_tails(dense):
+    # Frames go four at a time across scan rows (a scan region of 53 columns), and ranges of
+    # any length leave 1-3 frames; a sparse mask prefetches, a dense one does not.
+    rng = np.random.default_rng(21)
+    base = rng.integers(0, 65536, size=(52, 60, 64, 64), dtype=np.uint16)
+    data = base[1:51, 2:55]
+    mask = rng.random((64, 64)) > (0.1 if dense else 0.9)
+    assert data[..., mask].size > cpu_kernels.PARALLEL_MIN_WORK  # ranges on a pool
+    expected = data.astype(np.uint64)[..., mask].sum(axis=-1)
+    for threads in (1, 3):
+        np.testing.assert_array_equal(cpu_kernels.masked_sum(data, mask, threads=threads), expected)

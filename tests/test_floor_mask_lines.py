@@ -46,12 +46,33 @@ def test_a_fold_that_skips_words_fails(monkeypatch):
     data = np.random.default_rng(1).integers(1, 60000, (3, 1, 32, 32), dtype=np.uint16)
     mask = disk_mask((32, 32), (16, 16), 5)
 
-    def short(words, starts, stops):  # leaves out each range's last word
+    def short(words, starts, stops, first, last):  # leaves out each range's last word
         acc = 0
         for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
-            acc ^= int(np.bitwise_xor.reduce(words[:, a : b - 1], axis=None))
+            acc ^= int(np.bitwise_xor.reduce(words[first:last, a : b - 1], axis=None))
         return np.uint64(acc)
 
     monkeypatch.setattr(ml, "_fold", short)
     with pytest.raises(RuntimeError, match="folded"):
         ml.mask_lines_floor(data, mask, np.ones((32, 32), bool), threads=[1], repeats=1)
+
+
+@pytest.mark.parametrize("frames", [1, 3, 4, 9])
+def test_the_fold_reads_every_frame_four_at_a_time_and_the_rest(frames):
+    data = np.random.default_rng(frames).integers(1, 60000, (frames, 1, 32, 32), dtype=np.uint16)
+    mask = disk_mask((32, 32), (16, 16), 5)
+    floor = ml.mask_lines_floor(data, mask, np.ones((32, 32), bool), threads=[1, 2], repeats=1)
+    assert floor["bytes"] == ml.read_lines_bytes(mask, 2, 32 * 32 * 2) * frames
+
+
+def test_an_adf_without_frame_totals_is_bounded_by_its_own_lines():
+    # Its complement is the smaller read only once the totals are known: before that, a
+    # floor over the complement's lines is one no exact ADF can reach (it read 4.8x).
+    data = np.random.default_rng(7).integers(0, 60000, (4, 4, 64, 64), dtype=np.uint16)
+    validity = np.ones((64, 64), bool)
+    ring = annulus_mask((64, 64), (32, 32), 8, None)
+    fresh = ml.mask_lines_floor(data, ring, validity, threads=[1], repeats=1)
+    assert fresh["settings"]["read"] == "mask"
+    assert fresh["bytes"] == ml.read_lines_bytes(ring, 2, 64 * 64 * 2) * 16
+    known = ml.mask_lines_floor(data, ring, validity, threads=[1], repeats=1, totals_known=True)
+    assert known["settings"]["read"] == "complement" and known["bytes"] < fresh["bytes"] / 3

@@ -24,9 +24,7 @@ produces (hashes, determinism, saved outputs, output changes) is
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import quantem.stem4d.io
 from harness.compute_report import BENCHMARK, SCHEMA_NAME, SCHEMA_VERSION
 from harness.report import quantile
 from harness.run.backends import BackendProfile
@@ -49,19 +47,13 @@ from harness.run.instrumentation import instrumentation_state
 from harness.run.loop import Cell, TrialLoop
 from harness.run.manifest import SelectedAcquisition
 from harness.run.memory import MemoryTracker
+from harness.run.qem_copy import write_qem_untimed
 from harness.run.reporting import RunOutcome
 from harness.run.runner import run_benchmark
 from harness.run.trials import FIRST, stage_trial
 from harness.run.workspace import Workspace
-from quantem.stem4d.io.arina import open_arina
 
 COMPUTE_REPORT_NAME = "compute.json"
-
-
-def write_qem(master: Path, qem_path: Path, index_dir: Path, version: int) -> None:
-    """``--format qem``: the acquisition as the user would save it (``quantem.stem4d.io.save``)."""
-    source = open_arina(master, index_dir=str(index_dir))
-    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False, version=version)
 
 
 class ComputeRun:
@@ -125,7 +117,7 @@ class ComputeRun:
         path, fmt = selected.master_path, cfg.source_format
         if fmt == "qem":  # untimed, before the rounds; its size is recorded
             path = workspace.folder / f"{selected.id}.qem"
-            write_qem(selected.master_path, path, workspace.index_dir, cfg.qem_version)
+            write_qem_untimed(selected.master_path, path, workspace.index_dir, cfg.qem_version)
             entry["qem_bytes"] = path.stat().st_size
         load_options = {"representation": "encoded"} if cfg.representation == "encoded" else {}
         cells = [Cell(selected.id, fmt, name) for name, _ in stages]

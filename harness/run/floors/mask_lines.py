@@ -3,23 +3,35 @@
 An exact masked sum (a BF or ADF image) reads, in every frame, the pixels of its mask, or
 those of the mask's complement within the valid pixels when it subtracts that from the
 frame totals (``docs/detector.md``); either way the memory system brings in the whole
-64-byte lines those pixels lie in, and no fewer. So one pass over the lines of the smaller
-of the two, in every frame, bounds the product; the whole data's ``read_once`` does not
-(a BF over a small disk reads a fraction of it, and beat that floor).
+64-byte lines those pixels lie in, and no fewer. So one pass over the lines of the mask, in
+every frame, bounds the product, or over the smaller of the mask and its complement where
+the frame totals are already known (without them, the totals cost a read of every valid
+line first); the whole data's ``read_once`` does not (a BF over a small disk reads a
+fraction of it, and beat that floor).
 
-The pass folds the 64-bit words of those lines with XOR in a numba kernel over frames (a
-sweep of thread counts, the fastest pass kept), checked after its timer against a numpy
+The pass folds the 64-bit words of those lines with XOR in a numba kernel, four frames at a
+time, over frame ranges on a thread pool (a sweep of thread counts, the fastest pass kept:
+:func:`harness.run.floors.sweep.fastest_pass`), checked after its timer against a numpy
 fold of the same words. CPU only: the resident data of a cuda run gets no such floor.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numba
 import numpy as np
 
-from harness.report import quantile
 from harness.run.floors.reads import default_threads
-from harness.run.timers import WallTimer
+from harness.run.floors.sweep import (
+    PIECES_PER_THREAD,
+    REPEATS,
+    Pass,
+    fastest_pass,
+    fold_pieces,
+    split,
+    words_xor,
+)
 from quantem.stem4d.detector.cpu_kernels import mask_spans
 
 MASK_LINES = "mask_lines_xor_fold"
@@ -27,19 +39,28 @@ MASK_LINES = "mask_lines_xor_fold"
 LINE_BYTES = 64
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _fold(words: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.uint64:
-    out = np.zeros(words.shape[0], dtype=np.uint64)
-    for f in numba.prange(words.shape[0]):
-        acc = np.uint64(0)
+@numba.njit(nogil=True, cache=True)
+def _fold(words, starts, stops, first, last):  # pragma: no cover - compiled
+    # Frames [first, last) of ``words`` (frames, words a frame), four frames a pass over
+    # each range: four streams in flight, as the masked sum's prefetch keeps several.
+    acc = np.uint64(0)
+    f = first
+    while f + 3 < last:
+        a = words[f]
+        b = words[f + 1]
+        c = words[f + 2]
+        d = words[f + 3]
         for k in range(starts.size):
             for w in range(starts[k], stops[k]):
-                acc ^= np.uint64(words[f, w])
-        out[f] = acc
-    total = np.uint64(0)
-    for f in range(out.size):
-        total ^= out[f]
-    return total
+                acc ^= np.uint64(a[w]) ^ np.uint64(b[w]) ^ np.uint64(c[w]) ^ np.uint64(d[w])
+        f += 4
+    while f < last:
+        a = words[f]
+        for k in range(starts.size):
+            for w in range(starts[k], stops[k]):
+                acc ^= np.uint64(a[w])
+        f += 1
+    return acc
 
 
 def line_ranges(mask: np.ndarray, itemsize: int, frame_bytes: int) -> np.ndarray:
@@ -77,42 +98,39 @@ def mask_lines_floor(
     mask: np.ndarray,
     validity: np.ndarray,
     threads: list[int] | None = None,
-    repeats: int = 5,
+    repeats: int = REPEATS,
+    totals_known: bool = False,
 ) -> dict | None:
-    """The floor of a masked product over the resident host ``array`` (frames last two axes)."""
+    """The floor of a masked product over the resident host ``array`` (frames last two axes).
+
+    The complement is a read of its own only where each frame's total is already known
+    (``totals_known``); otherwise an exact sum reads the mask's lines, or the valid lines
+    for the totals and the complement's lines again, which is never fewer.
+    """
     data = np.ascontiguousarray(array)
     det = data.shape[-2:]
     itemsize = data.dtype.itemsize
     frame_bytes = det[0] * det[1] * itemsize
     if frame_bytes % 8:
         return None  # frames not whole 64-bit words: no word fold of this kind
-    read = smaller_read(np.asarray(mask, bool), np.asarray(validity, bool), itemsize)
+    mask = np.asarray(mask, bool)
+    read = smaller_read(mask, np.asarray(validity, bool), itemsize) if totals_known else mask
     ranges = line_ranges(read, itemsize, frame_bytes) // 8
     words = data.reshape(-1, det[0] * det[1]).view(np.uint64)  # (frames, words a frame)
     starts = np.ascontiguousarray(ranges[:, 0])
     stops = np.ascontiguousarray(ranges[:, 1])
     expected = 0
-    for a, b in ranges.tolist():  # another order: per range over all frames, untimed
-        expected ^= int(np.bitwise_xor.reduce(words[:, a:b], axis=None))
-    previous = numba.get_num_threads()
-    runs: dict[int, list[float]] = {}
-    try:
-        for n in threads or default_threads():
-            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-            _fold(words[:1], starts, stops)  # compiled and threads started before the timer
-            for _ in range(repeats):
-                timer = WallTimer().start()
-                got = int(_fold(words, starts, stops))
-                runs.setdefault(n, []).append(timer.stop())
-                if got != expected:
-                    raise RuntimeError(f"{MASK_LINES}: the pass folded {got:#x}, not {expected:#x}")
-    finally:
-        numba.set_num_threads(previous)
-    sweep = [
-        {"threads": n, "n": len(r), "median": quantile(sorted(r), 0.5), "min": min(r)}
-        for n, r in runs.items()
+    for a, b in ranges.tolist():  # another order: per range over all frames, numpy
+        expected ^= words_xor(words[:, a:b])
+    fold = partial(_fold, words, starts, stops)
+    passes = [
+        Pass(
+            {"threads": n},
+            partial(fold_pieces, fold=fold, pieces=split(words.shape[0], n * PIECES_PER_THREAD)),
+        )
+        for n in threads or default_threads()
     ]
-    best = min(sweep, key=lambda s: s["min"])
+    sweep, _, best = fastest_pass(passes, expected, MASK_LINES, repeats)
     line_bytes = int((ranges[:, 1] - ranges[:, 0]).sum()) * 8 if ranges.size else 0
     return {
         "method": MASK_LINES,

@@ -3,19 +3,22 @@
 A product of the whole acquisition (a virtual image, a centre of mass, a sideband sum)
 reads every byte of the loaded data at least once, so one pass over it at the device's
 best bounds every such stage. The pass folds the data's 64-bit words with XOR (no cast,
-no temporary the size of the data): on the CPU by numpy reductions in a thread pool and by
-a compiled (numba) fold, each over a sweep of thread counts (the fastest pass of the best
-setting is the floor, as a floor is the best the machine does; the sweep is recorded), on cuda one device reduction between device barriers. The folded value is
-checked after the timer against one computed another way, so a pass that skipped bytes
-fails instead of looking fast.
+no temporary the size of the data). On the CPU it is taken by numpy reductions and by a
+compiled (numba) fold, each on a thread pool over a sweep of thread counts
+(:func:`harness.run.floors.sweep.fastest_pass`: the fastest pass of the best setting is
+the floor; the sweep is recorded). The compiled fold reads four streams at a time, either
+four consecutive frames (the order in which the frame sum touches them) or the four
+quarters of a thread's piece: one stream a core keeps too few cache lines in flight and
+reads memory at about half the rate a kernel that sums four frames at a time does. On
+cuda it is one device reduction between device barriers. The folded value is checked
+after the timer against numpy's fold of the same words, so a pass that skipped bytes fails
+instead of looking fast.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import reduce
-from operator import xor
+from functools import partial
 from typing import Any
 
 import numba
@@ -23,9 +26,20 @@ import numpy as np
 
 from harness.report import quantile
 from harness.run.floors.reads import default_threads
+from harness.run.floors.sweep import (
+    PIECES_PER_THREAD,
+    REPEATS,
+    Pass,
+    fastest_pass,
+    fold_pieces,
+    split,
+    words_xor,
+)
 from harness.run.timers import WallTimer
 
 READ_ONCE = "read_once_xor_fold"
+#: Streams the compiled fold reads at a time (the frame sum adds four frames a pass).
+STREAMS = 4
 
 
 def _words(array: Any, xp: Any) -> Any:
@@ -37,98 +51,105 @@ def _words(array: Any, xp: Any) -> Any:
     return flat
 
 
-def _fold_host(words: np.ndarray, threads: int, pool: ThreadPoolExecutor | None) -> int:
-    if threads <= 1 or pool is None:
-        return int(np.bitwise_xor.reduce(words)) if words.size else 0
-    slabs = np.array_split(words, threads)
-    parts = pool.map(lambda s: int(np.bitwise_xor.reduce(s)) if s.size else 0, slabs)
-    return reduce(xor, parts, 0)
+def _fold_numpy(words: np.ndarray, start: int, stop: int) -> int:
+    return words_xor(words[start:stop])
 
 
 @numba.njit(nogil=True, cache=True)
-def _fold_slab(words: np.ndarray) -> np.uint64:  # pragma: no cover - compiled
-    acc0 = acc1 = acc2 = acc3 = np.uint64(0)
-    n = words.size // 4 * 4
-    for i in range(0, n, 4):  # four accumulators: the loop vectorises
-        acc0 ^= np.uint64(words[i])
-        acc1 ^= np.uint64(words[i + 1])
-        acc2 ^= np.uint64(words[i + 2])
-        acc3 ^= np.uint64(words[i + 3])
-    for i in range(n, words.size):
-        acc0 ^= np.uint64(words[i])
-    return acc0 ^ acc1 ^ acc2 ^ acc3
+def _fold_streams(words, start, stop, block):  # pragma: no cover - compiled
+    # Groups of four consecutive blocks of ``block`` words, one accumulator a block: four
+    # streams in flight, each loop vectorised; what no whole group covers is folded after.
+    acc = np.uint64(0)
+    first = start
+    if block > 0:
+        while first + 4 * block <= stop:
+            s0 = words[first : first + block]
+            s1 = words[first + block : first + 2 * block]
+            s2 = words[first + 2 * block : first + 3 * block]
+            s3 = words[first + 3 * block : first + 4 * block]
+            a0 = a1 = a2 = a3 = np.uint64(0)
+            for i in range(block):
+                a0 ^= np.uint64(s0[i])
+                a1 ^= np.uint64(s1[i])
+                a2 ^= np.uint64(s2[i])
+                a3 ^= np.uint64(s3[i])
+            acc ^= a0 ^ a1 ^ a2 ^ a3
+            first += 4 * block
+    for i in range(first, stop):
+        acc ^= np.uint64(words[i])
+    return acc
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _fold_compiled(words: np.ndarray, parts: int) -> np.uint64:  # pragma: no cover - compiled
-    step = (words.size + parts - 1) // parts
-    out = np.zeros(parts, dtype=np.uint64)
-    for p in numba.prange(parts):
-        out[p] = _fold_slab(words[p * step : min(words.size, (p + 1) * step)])
-    total = np.uint64(0)
-    for p in range(parts):
-        total ^= out[p]
-    return total
+def _frame_words(array: np.ndarray, words: np.ndarray) -> int:
+    """Words in one frame (the last two axes), or 0 where frames are not whole words."""
+    if array.ndim < 3 or words.size == 0:
+        return 0
+    frame_bytes = int(array.shape[-1] * array.shape[-2] * array.itemsize)
+    if frame_bytes == 0 or frame_bytes % words.itemsize:
+        return 0
+    return frame_bytes // words.itemsize
 
 
-def _sweep_of(runs: dict[tuple[str, int], list[float]]) -> list[dict]:
-    return [
-        {"engine": e, "threads": n, "n": len(r), "median": quantile(sorted(r), 0.5), "min": min(r)}
-        for (e, n), r in runs.items()
-    ]
+def _quarters(words: np.ndarray, start: int, stop: int) -> int:
+    return int(_fold_streams(words, start, stop, (stop - start) // STREAMS))
+
+
+def _frames(words: np.ndarray, per_frame: int, start: int, stop: int) -> int:
+    return int(_fold_streams(words, start, stop, per_frame))
+
+
+def host_passes(array: np.ndarray, words: np.ndarray, threads: Sequence[int]) -> list[Pass]:
+    """The settings swept on the host: numpy, and the compiled fold in frame order (where
+    the data has frames of whole words) and in quarter order, at each thread count."""
+    per_frame = _frame_words(array, words)
+    passes: list[Pass] = []
+    for n in threads:
+        slabs = split(words.size, n)  # one a thread
+        numpy_fold = partial(_fold_numpy, words)
+        passes.append(
+            Pass(
+                {"engine": "numpy", "threads": n},
+                partial(fold_pieces, fold=numpy_fold, pieces=slabs),
+            )
+        )
+        if per_frame:
+            frames = words.size // per_frame
+            pieces = [
+                (a * per_frame, b * per_frame) for a, b in split(frames, n * PIECES_PER_THREAD)
+            ]
+            if pieces[-1][1] < words.size:  # words past the last whole frame
+                pieces.append((pieces[-1][1], words.size))
+            settings = {"engine": "numba", "threads": n, "streams": STREAMS, "order": "frames"}
+            fold = partial(_frames, words, per_frame)
+            passes.append(Pass(settings, partial(fold_pieces, fold=fold, pieces=pieces)))
+        settings = {"engine": "numba", "threads": n, "streams": STREAMS, "order": "quarters"}
+        fold = partial(_quarters, words)
+        passes.append(Pass(settings, partial(fold_pieces, fold=fold, pieces=slabs)))
+    return passes
 
 
 def read_once_host(
-    array: np.ndarray, threads: Sequence[int] | None = None, repeats: int = 5
+    array: np.ndarray, threads: Sequence[int] | None = None, repeats: int = REPEATS
 ) -> dict:
     """One pass over a host array at its best over ``threads``."""
-    words = _words(np.ascontiguousarray(array), np)
-    expected = int(np.bitwise_xor.reduce(words[::-1])) if words.size else 0  # another order
-    runs: dict[tuple[str, int], list[float]] = {}
-    previous = numba.get_num_threads()
-    try:
-        for n in threads or default_threads():
-            pool = ThreadPoolExecutor(n) if n > 1 else None
-            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-            engines = {
-                "numpy": lambda n=n, pool=pool: _fold_host(words, n, pool),
-                "numba": lambda n=n: int(_fold_compiled(words, n)) if words.size else 0,
-            }
-            try:
-                if pool is not None:
-                    list(pool.map(lambda _: None, range(n)))  # threads started before the timer
-                _fold_compiled(words[:64], n)  # compiled before the timer
-                for engine, fold in engines.items():
-                    for _ in range(repeats):
-                        timer = WallTimer().start()
-                        got = fold()
-                        runs.setdefault((engine, n), []).append(timer.stop())
-                        if got != expected:
-                            raise RuntimeError(
-                                f"{READ_ONCE}: the {engine} pass with {n} threads folded "
-                                f"{got:#x}, not {expected:#x}"
-                            )
-            finally:
-                if pool is not None:
-                    pool.shutdown()
-    finally:
-        numba.set_num_threads(previous)
-    sweep = _sweep_of(runs)
-    best = min(sweep, key=lambda s: s["min"])
+    array = np.ascontiguousarray(array)
+    words = _words(array, np)
+    expected = words_xor(words)
+    passes = host_passes(array, words, tuple(threads or default_threads()))
+    sweep, _, best = fastest_pass(passes, expected, READ_ONCE, repeats)
     return {
         "method": READ_ONCE,
         "seconds": best["min"],
         "bytes": int(array.nbytes),
         "settings": {
-            "engine": best["engine"],
-            "threads": best["threads"],
+            **{k: v for k, v in best.items() if k not in ("n", "median", "min")},
             "word_bytes": int(words.itemsize),
         },
         "sweep": sweep,
     }
 
 
-def read_once_device(array: Any, barrier: Callable[[], None], repeats: int = 5) -> dict:
+def read_once_device(array: Any, barrier: Callable[[], None], repeats: int = REPEATS) -> dict:
     """One pass over a CuPy array: a device XOR reduction, timed between barriers."""
     import cupy
 
@@ -157,7 +178,9 @@ def read_once_device(array: Any, barrier: Callable[[], None], repeats: int = 5) 
     }
 
 
-def read_once(array: Any, backend: str, barrier: Callable[[], None], repeats: int = 5) -> dict:
+def read_once(
+    array: Any, backend: str, barrier: Callable[[], None], repeats: int = REPEATS
+) -> dict:
     """The floor of the resident ``array`` on ``backend``."""
     if backend == "cuda":
         return read_once_device(array, barrier, repeats)

@@ -6,6 +6,10 @@ of mass over all pixels), ``mask_lines`` for a masked sum (the lines of its mask
 :mod:`harness.run.floors.mask_lines`). A stage it leaves out (``prepare``, a fit, an FFT of
 derived arrays) reads no resident data, or a part no floor here models: it gets no ratio,
 never one against a pass it need not make.
+
+A masked stage's floor takes no frame totals as known: every round prepares a fresh session
+and the products workload takes its centre of mass (which keeps the totals) last, so its BF
+and ADF are bounded by their own masks' lines, not by the complement's.
 """
 
 from __future__ import annotations

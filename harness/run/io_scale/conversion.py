@@ -27,6 +27,7 @@ from harness.run.io_scale.qem_reference import (
     write_header_document,
 )
 from harness.run.manifest import SelectedAcquisition
+from harness.run.qem_copy import write_qem_untimed
 from harness.run.timers import WallTimer
 from quantem.stem4d.io.arina import iter_frame_batches, open_arina
 from quantem.stem4d.io.qem import format as qem_format
@@ -59,8 +60,7 @@ def prepare_untimed(
     version: int = qem_format.VERSION_MAJOR,
 ) -> None:
     """Write the QEM without timing or verification (``--load-only``)."""
-    source = open_arina(selected.master_path, index_dir=str(index_dir))
-    quantem.stem4d.io.save(source, qem_path, verify=False, source_hashes=False, version=version)
+    write_qem_untimed(selected.master_path, qem_path, index_dir, version)
 
 
 def timed_conversion(

@@ -32,7 +32,10 @@ region of it) and the data is uint8/uint16:
   a multiplication per pixel;
 * the masked sum and the CoM prefetch the pixels they will read in a later frame
   (:mod:`quantem.stem4d.detector.cpu_prefetch`), which one core needs to stream uint16 near the
-  rate at which it streams uint64;
+  rate at which it streams uint64 (the masked sum only for a mask of under half the frame:
+  longer runs the hardware prefetcher follows);
+* the masked sum reads four frames per pass (four streams in flight a core: one stream
+  reads memory at about half the rate);
 * the frame sum adds four frames per pass over one flat uint32 partial per frame range.
 
 Float and uint32 data keep one float64/uint64 accumulator added strictly in pixel order
@@ -206,24 +209,57 @@ def _masked_sum_spans_narrow(
     frames, spans, out, start, stop, ahead, line, block
 ):  # pragma: no cover - compiled
     # uint8/uint16 only, blocks of at most narrow_run_limit pixels: each uint32 partial
-    # is exact. Before each block, the same pixels of frame f + ahead are prefetched.
-    scan_c = frames.shape[1]
+    # is exact. Four frames a pass (four streams in flight a core; ``out`` is flat, one
+    # value a frame); before each block, the same pixels of the frames ``ahead`` later are
+    # prefetched (``ahead`` 0: none).
     n_spans = spans.shape[0]
-    for f in range(start, stop):
-        i = f // scan_c
-        j = f - i * scan_c
-        frame = frames[i, j]
+    f = start
+    while f + 3 < stop:
+        x0 = _frame_at(frames, f)
+        x1 = _frame_at(frames, f + 1)
+        x2 = _frame_at(frames, f + 2)
+        x3 = _frame_at(frames, f + 3)
+        a0 = a1 = a2 = a3 = np.uint64(0)
+        for k in range(n_spans):
+            for first in range(spans[k, 0], spans[k, 1], block):
+                last = min(first + block, spans[k, 1])
+                if ahead:
+                    for g in range(4):
+                        prefetch_pixels(frames, f + ahead + g, first, last, line)
+                s0 = x0[first:last]
+                s1 = x1[first:last]
+                s2 = x2[first:last]
+                s3 = x3[first:last]
+                p0 = p1 = p2 = p3 = np.uint32(0)
+                for c in range(s0.shape[0]):
+                    p0 = np.uint32(p0 + np.uint32(s0[c]))
+                    p1 = np.uint32(p1 + np.uint32(s1[c]))
+                    p2 = np.uint32(p2 + np.uint32(s2[c]))
+                    p3 = np.uint32(p3 + np.uint32(s3[c]))
+                a0 += np.uint64(p0)
+                a1 += np.uint64(p1)
+                a2 += np.uint64(p2)
+                a3 += np.uint64(p3)
+        out[f] = a0
+        out[f + 1] = a1
+        out[f + 2] = a2
+        out[f + 3] = a3
+        f += 4
+    while f < stop:
+        frame = _frame_at(frames, f)
         acc = np.uint64(0)
         for k in range(n_spans):
             for first in range(spans[k, 0], spans[k, 1], block):
                 last = min(first + block, spans[k, 1])
-                prefetch_pixels(frames, f + ahead, first, last, line)
+                if ahead:
+                    prefetch_pixels(frames, f + ahead, first, last, line)
                 segment = frame[first:last]
                 part = np.uint32(0)
                 for c in range(segment.shape[0]):
                     part = np.uint32(part + np.uint32(segment[c]))
                 acc += np.uint64(part)
-        out[i, j] = acc
+        out[f] = acc
+        f += 1
 
 
 @nb.njit(nogil=True, cache=True)
@@ -413,10 +449,15 @@ def masked_sum(
         spans = mask_spans(mask)
         line, block = prefetch_steps(data4d.dtype)
         block = min(block, limit)  # one uint32 partial per block
-        ahead = frames_ahead(int(np.count_nonzero(mask)), data4d.dtype)
+        n_read = int(np.count_nonzero(mask))
+        # Frames are read four at a time, so prefetched a whole group later; a mask of half
+        # the frame or more is long runs the hardware prefetcher follows, and prefetching
+        # it as well only evicts lines before their use.
+        ahead = 4 * frames_ahead(4 * n_read, data4d.dtype) if 2 * n_read < mask.size else 0
+        flat_out = out.reshape(-1)
 
         def task(a: int, b: int) -> None:
-            _masked_sum_spans_narrow(frames, spans, out, a, b, ahead, line, block)
+            _masked_sum_spans_narrow(frames, spans, flat_out, a, b, ahead, line, block)
     else:
         spans = mask_spans(mask)
 
