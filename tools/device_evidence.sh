@@ -6,6 +6,7 @@
 #   setsid bash tools/device_evidence.sh data &   # the claims' acquisitions, in the background
 #   bash tools/device_evidence.sh claims-io  # first load, unverified warm load, layout B
 #   bash tools/device_evidence.sh first-load # the first load alone (LAYOUTS=c2048:2048:1000 data)
+#   bash tools/device_evidence.sh warm       # each layout's cold and cached cells (WARM=names)
 #   bash tools/device_evidence.sh claims-compute  # encoded BF, products, iDPC, SSB, validate
 # A device copy whose .git is stale carries .devgit from tools/make_devgit.sh (records then
 # name HEAD as their revision).
@@ -74,7 +75,7 @@ data)
       && touch "$data/$name.done"
   done
   ;;
-claims-io|first-load)
+claims-io|first-load|warm)
   check_imports || exit 1
   io() { name=$1 label=$2; shift 2; wait_for "$name"
     timeout ${IO_TIMEOUT:-200} python3 -m harness run io-scale "$data/$name" --backend cuda \
@@ -82,8 +83,10 @@ claims-io|first-load)
       --storage-id "$sid" --output-dir "$work/io-$label" \
       --history-dir "$work/history" "$@" 2>&1 | tee "$OUT/io-$label.log"; }
   # first load as the user feels it; chunk verification's share of the warm load; layout B
-  io c2048 c2048-fresh --reps 3 --fresh-process 3
-  if [ "$mode" = claims-io ]; then
+  [ "$mode" = warm ] || io c2048 c2048-fresh --reps 3 --fresh-process 3
+  if [ "$mode" = warm ]; then  # the cached cells of each layout (cold beside them)
+    for name in ${WARM:-c2048 b1000 a10000}; do io "$name" "$name" --reps ${REPS:-3}; done
+  elif [ "$mode" = claims-io ]; then
     io c2048 c2048-noverify --reps 3 --no-verify-source
     io b1000 b1000 --reps 3
   fi
