@@ -192,6 +192,29 @@ def test_floor_and_ratio_shown_when_the_record_has_them_and_goal_judged(tmp_path
     assert "**not met**" in page
 
 
+def test_a_goal_against_a_floor_the_figure_beats_is_undetermined_not_met(tmp_path):
+    report = make_example_report(0)
+    for summary in report["summaries"]:
+        summary["floor_seconds"] = summary["median"] * 1.05
+        summary["floor_method"] = "cold_pread_parallel"
+        summary["ratio_to_floor"] = 1 / 1.05
+        summary["floor_status"] = "too_weak"
+    history = tmp_path / "evidence"
+    history.mkdir()
+    layout = HistoryLayout.at(history)
+    data = dump_report(report)
+    sha = sha256_bytes(data)
+    layout.record_path(sha).parent.mkdir(parents=True)
+    layout.record_path(sha).write_bytes(data)
+    claims = parse_claims(_claims_file(tmp_path, _claim(sha, "goal_max_ratio_to_floor = 1.2")))
+    resolved = resolve_claim(claims.claims[0], layout)
+    # 0.95x is "at most 1.2x", but a floor the load beats bounds nothing
+    assert resolved.goal_undetermined and resolved.goal_met is None
+    page = render_results_page(claims, history, tmp_path / "results.md")
+    assert "**undetermined**" in page and "| undetermined |" in page
+    assert "**met**" not in page and "| met |" not in page
+
+
 def test_a_record_without_floor_says_so_and_floor_cell_gives_a_ratio(tmp_path):
     history, (sha,) = _history_with(tmp_path, [make_example_report(0)])
     claims = parse_claims(_claims_file(tmp_path, _claim(sha)))

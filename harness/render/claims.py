@@ -144,9 +144,20 @@ class ResolvedClaim:
         return self.floor.get("ratio_to_floor")
 
     @property
+    def goal_undetermined(self) -> bool:
+        """A goal against the floor cannot be judged on a floor the figure beats (too_weak):
+        that floor is broken, so neither "met" nor "not met" would be true."""
+        return (
+            self.claim.goal_max_ratio_to_floor is not None
+            and self.floor.get("floor_status") == "too_weak"
+        )
+
+    @property
     def goal_met(self) -> bool | None:
         """Whether the record meets the claim's machine-checkable goal (None: none stated)."""
         checks = []
+        if self.goal_undetermined:
+            return None
         if self.claim.goal_max_seconds is not None:
             checks.append(self.figure <= self.claim.goal_max_seconds)
         if self.claim.goal_max_ratio_to_floor is not None:
@@ -276,9 +287,19 @@ def _matching(summaries: list[dict], cell: dict[str, str]) -> list[dict]:
 
 
 def _rows(report: dict) -> list[dict]:
-    """The rows a claim may name: the summaries, and a compute record's fresh-process
-    cells (``first_call.cells``: one per acquisition and library)."""
-    return [*report.get("summaries", []), *((report.get("first_call") or {}).get("cells") or [])]
+    """The rows a claim may name: the summaries, a compute record's fresh-process cells
+    (``first_call.cells``: one per acquisition and library), and an io-scale record's
+    first loads (``first_load.cells``, named with ``section = "first_load"``: their
+    acquisition, format and cache state are those of a summary too)."""
+    first_loads = [
+        {**row, "section": "first_load"}
+        for row in (report.get("first_load") or {}).get("cells") or []
+    ]
+    return [
+        *report.get("summaries", []),
+        *((report.get("first_call") or {}).get("cells") or []),
+        *first_loads,
+    ]
 
 
 def _one_summary(report: dict, cell: dict[str, str], where: str) -> dict:

@@ -91,17 +91,27 @@ def _floor(resolved: ResolvedClaim) -> str:
     return words
 
 
+def _verdict_word(resolved: ResolvedClaim) -> str:
+    if resolved.goal_undetermined:
+        return "undetermined"
+    met = resolved.goal_met
+    return "-" if met is None else ("met" if met else "not met")
+
+
 def _goal(resolved: ResolvedClaim) -> str:
     met = resolved.goal_met
+    if resolved.goal_undetermined:
+        return (
+            f"{resolved.claim.goal}: **undetermined** (the figure beats its floor: a broken floor)"
+        )
     if met is None:
         return resolved.claim.goal
     against = ", ".join(
         f"[{other}](#{other}) {_figure(figure, resolved.claim.unit)}"
         for other, figure in resolved.compared.items()
     )
-    return (
-        f"{resolved.claim.goal}: **{'met' if met else 'not met'}**"
-        + (f" (against {against})" if against else "")
+    return f"{resolved.claim.goal}: **{'met' if met else 'not met'}**" + (
+        f" (against {against})" if against else ""
     )
 
 
@@ -176,11 +186,10 @@ def render_results_page(
         lines += ["| Claim | Figure | Ratio to floor | Goal | Date |", "|---|---|---|---|---|"]
         for item in resolved:
             ratio = item.ratio_to_floor
-            met = item.goal_met
             lines.append(
                 f"| [{item.claim.id}](#{item.claim.id}) | {_figure(item.figure, item.claim.unit)} "
                 f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
-                f"| {'-' if met is None else ('met' if met else 'not met')} "
+                f"| {_verdict_word(item)} "
                 f"| {item.report['created_utc'][:10]} |"
             )
         lines.append("")
