@@ -199,15 +199,9 @@ def test_a_goal_against_a_floor_the_figure_beats_is_undetermined_not_met(tmp_pat
         summary["floor_method"] = "cold_pread_parallel"
         summary["ratio_to_floor"] = 1 / 1.05
         summary["floor_status"] = "too_weak"
-    history = tmp_path / "evidence"
-    history.mkdir()
-    layout = HistoryLayout.at(history)
-    data = dump_report(report)
-    sha = sha256_bytes(data)
-    layout.record_path(sha).parent.mkdir(parents=True)
-    layout.record_path(sha).write_bytes(data)
+    history, sha = _raw_history(tmp_path, report)
     claims = parse_claims(_claims_file(tmp_path, _claim(sha, "goal_max_ratio_to_floor = 1.2")))
-    resolved = resolve_claim(claims.claims[0], layout)
+    resolved = resolve_claim(claims.claims[0], HistoryLayout.at(history))
     # 0.95x is "at most 1.2x", but a floor the load beats bounds nothing
     assert resolved.goal_undetermined and resolved.goal_met is None
     page = render_results_page(claims, history, tmp_path / "results.md")
