@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from _verdict_helpers import trials_doc
 
 from harness.comparability import FieldDifference
 from harness.verdict import comparison as comparison_module
@@ -34,17 +35,6 @@ from harness.verdict.resampling import (
 CELL = ("scan", "hdf5", "cold")
 
 
-def _doc(cells: dict) -> dict:
-    return {
-        "trials": [
-            {"acquisition": a, "format": f, "cache_state": c, "seconds": s, "kept": True,
-             "trial_index": i}
-            for (a, f, c), values in cells.items()
-            for i, s in enumerate(values)
-        ]
-    }  # fmt: skip
-
-
 def _rounds(cells: int, alpha: float) -> int:
     """The fewest paired rounds K whose best exact one-sided Mann-Whitney p, 1 / C(2K, K),
     times the cells is at most alpha (Holm's first step)."""
@@ -64,7 +54,7 @@ WIDE_USE = CalibrationUse(sha256="0" * 64, runs=8, reps=4, null=WIDE)
 def test_the_cells_to_recheck_are_judged_against_the_calibration_given() -> None:
     base = [1.0, 1.01, 0.99, 1.0]
     cand = [1.1, 1.11, 1.09, 1.1]  # +10%: the trials' own interval is tight
-    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+    baseline, trials = trials_doc({CELL: base}), trials_doc({CELL: cand})["trials"]
     assert flagged_for_recheck(baseline, trials, 20) == []
     # against the wide host the interval reaches past the threshold: undecided, rechecked
     assert flagged_for_recheck(baseline, trials, 20, calibration=WIDE_USE) == [CELL]
@@ -76,8 +66,8 @@ def test_an_unpaired_recheck_not_yet_significant_goes_on() -> None:
     look, not at 0.05 / 4 (four looks) nor at alpha 0.01."""
     base = [1.0, 1.01, 0.99]
     cand = [1.5, 0.9, 1.6]  # +50%, not significant on its own
-    recheck = _doc({CELL: [1.5, 1.51, 1.49, 1.52]})["trials"]
-    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+    recheck = trials_doc({CELL: [1.5, 1.51, 1.49, 1.52]})["trials"]
+    baseline, trials = trials_doc({CELL: base}), trials_doc({CELL: cand})["trials"]
 
     def still_open(**kw) -> list:
         return undecided_after_recheck(baseline, trials, 20, recheck_trials=recheck, **kw)
@@ -90,8 +80,8 @@ def test_an_unpaired_recheck_not_yet_significant_goes_on() -> None:
 def test_an_unpaired_recheck_is_judged_against_the_calibration_given() -> None:
     base = [1.0 + 0.001 * i for i in range(12)]
     cand = [1.5 + 0.001 * i for i in range(12)]
-    recheck = _doc({CELL: cand})["trials"]
-    baseline, trials = _doc({CELL: base}), _doc({CELL: cand})["trials"]
+    recheck = trials_doc({CELL: cand})["trials"]
+    baseline, trials = trials_doc({CELL: base}), trials_doc({CELL: cand})["trials"]
     assert undecided_after_recheck(baseline, trials, 20, looks=1, recheck_trials=recheck) == []
     # +50% is well inside the wide host's A/A spread: not confirmed, the recheck goes on
     assert undecided_after_recheck(
@@ -409,7 +399,7 @@ A, B = ("a", "hdf5", "cold"), ("b", "hdf5", "cold")
 
 
 def _report(cells: dict, status: dict | None = None, **extra) -> dict:
-    return {**_doc(cells), "status": status or OK_STATUS, **extra}
+    return {**trials_doc(cells), "status": status or OK_STATUS, **extra}
 
 
 @pytest.fixture
@@ -484,7 +474,7 @@ def test_an_invalid_baseline_and_other_cells_are_differences_in_order(same_field
 def test_the_reports_own_recheck_is_judged_over_its_looks(same_fields) -> None:
     base = _report({A: [1.0, 1.01, 0.99]})
     cand = _report({A: [1.5, 0.9, 1.6]})
-    block = _doc({A: [1.5, 1.51, 1.49, 1.52]})  # p = 1/C(7, 4) = 0.029 against the baseline
+    block = trials_doc({A: [1.5, 1.51, 1.49, 1.52]})  # p = 1/C(7, 4) = 0.029 against the baseline
     looked = comparison_module.compare_reports(
         base, {**cand, "recheck": {**block, "looks": 4}}, 20.0
     )

@@ -17,6 +17,8 @@ exit code), stated as such, and measured again by a recheck.
 
 from __future__ import annotations
 
+from _verdict_helpers import trials_doc
+
 from harness.verdict.cells import CellVerdict, decide_cells
 from harness.verdict.comparison import flagged_for_recheck, undecided_after_recheck
 
@@ -55,17 +57,6 @@ PAIRS = [
 ]  # fmt: skip
 
 
-def _doc(cells: dict) -> dict:
-    return {
-        "trials": [
-            {"acquisition": a, "format": f, "cache_state": c, "seconds": s, "kept": True,
-             "trial_index": i}
-            for (a, f, c), values in cells.items()
-            for i, s in enumerate(values)
-        ]
-    }  # fmt: skip
-
-
 def test_a_slowed_cell_within_the_threshold_by_chance_is_undecided_not_unchanged() -> None:
     cells = {c.key: c for c in decide_cells(BASE, CAND, threshold_percent=20)}
     for key in SLOWED_QEM:
@@ -76,8 +67,8 @@ def test_a_slowed_cell_within_the_threshold_by_chance_is_undecided_not_unchanged
         assert not cell.flagged  # on its own it does not make the run exit 2
         assert any(n.startswith("undecided: ") and "cannot rule out" in n for n in cell.notes)
     # the run is rechecked: the flagged cells and the undecided ones
-    trials = _doc(CAND)["trials"]
-    rechecked = flagged_for_recheck(_doc(BASE), trials, 20)
+    trials = trials_doc(CAND)["trials"]
+    rechecked = flagged_for_recheck(trials_doc(BASE), trials, 20)
     assert set(SLOWED_QEM) <= set(rechecked)
     assert set(rechecked) == {k for k, c in cells.items() if c.verdict.needs_recheck}
 
@@ -102,9 +93,9 @@ def test_a_paired_recheck_smaller_than_the_original_slowdown_does_not_clear_it()
     assert cell.verdict is CellVerdict.UNDECIDED, cell.notes
     assert "disagree" in cell.notes[1]
     # more rounds of the same measurement cannot settle a disagreement: no further look
-    base, cand = _doc({CELL: ORIGINAL_BASE}), _doc({CELL: ORIGINAL_CAND})
-    recheck = _doc({CELL: [c for _, c in PAIRS]})["trials"]
-    paired_base = _doc({CELL: [b for b, _ in PAIRS]})["trials"]
+    base, cand = trials_doc({CELL: ORIGINAL_BASE}), trials_doc({CELL: ORIGINAL_CAND})
+    recheck = trials_doc({CELL: [c for _, c in PAIRS]})["trials"]
+    paired_base = trials_doc({CELL: [b for b, _ in PAIRS]})["trials"]
     assert undecided_after_recheck(base, cand["trials"], 20, looks=4, recheck_trials=recheck,
                                    paired_baseline_trials=paired_base) == []  # fmt: skip
 
@@ -127,9 +118,9 @@ def test_an_undecided_cell_whose_recheck_still_reaches_past_the_threshold_goes_o
     (cell,) = decide_cells(base, cand, threshold_percent=20, paired={CELL: pairs}, looks=2)
     assert cell.verdict is CellVerdict.UNDECIDED and cell.ci_percent[1] > 20
     assert "more rounds can settle it" in cell.notes[1]
-    recheck = _doc({CELL: [c for _, c in pairs]})["trials"]
-    paired_base = _doc({CELL: [b for b, _ in pairs]})["trials"]
-    assert undecided_after_recheck(_doc(base), _doc(cand)["trials"], 20, looks=2,
+    recheck = trials_doc({CELL: [c for _, c in pairs]})["trials"]
+    paired_base = trials_doc({CELL: [b for b, _ in pairs]})["trials"]
+    assert undecided_after_recheck(trials_doc(base), trials_doc(cand)["trials"], 20, looks=2,
                                    recheck_trials=recheck,
                                    paired_baseline_trials=paired_base) == [CELL]  # fmt: skip
 
@@ -198,8 +189,8 @@ def test_looks_go_on_for_an_undecided_cell_only_while_its_interval_reaches_past(
     at = [(1.0, 1.25)] * 5
     (cell,) = decide_cells(base, cand, threshold_percent=25, paired={CELL: at})
     assert cell.ci_percent[1] == 25 and cell.verdict is CellVerdict.UNDECIDED
-    recheck = _doc({CELL: [c for _, c in at]})["trials"]
-    paired_base = _doc({CELL: [b for b, _ in at]})["trials"]
-    assert undecided_after_recheck(_doc(base), _doc(cand)["trials"], 25, looks=1,
+    recheck = trials_doc({CELL: [c for _, c in at]})["trials"]
+    paired_base = trials_doc({CELL: [b for b, _ in at]})["trials"]
+    assert undecided_after_recheck(trials_doc(base), trials_doc(cand)["trials"], 25, looks=1,
                                    recheck_trials=recheck,
                                    paired_baseline_trials=paired_base) == []  # fmt: skip
