@@ -7,7 +7,16 @@ trial), worked out by hand on numbers chosen so that the float arithmetic is exa
 
 from __future__ import annotations
 
+from _verdict_helpers import trials_doc
+
+from harness.testing import make_example_report
 from harness.verdict import delays
+from harness.verdict.cells import CellVerdict, _unsettled, decide_cells
+from harness.verdict.comparison import (
+    compare_reports,
+    flagged_for_recheck,
+    undecided_after_recheck,
+)
 
 KEY = ("scan", "hdf5", "cached")
 COLD = ("scan", "hdf5", "cold")
@@ -94,3 +103,141 @@ def test_a_trial_left_out_does_not_hide_the_kept_trials_after_it() -> None:
     no_cpu = {k: v for k, v in base[1].items() if k != "cpu_seconds"}
     assert delays.contended_cells([no_cpu, *base[1:]], cand) == {KEY}
 
+
+# -- the hooks in cells.py and comparison.py -----------------------------------------------
+
+UNSETTLED = (
+    "unsettled: one code's trials waited for other work throughout a look (their least wait "
+    "differs from the other code's), which the trials cannot tell from a change in what the "
+    "code waits for; "
+)
+
+
+def test_an_unsettled_cell_is_neither_confirmed_nor_cleared_and_says_why() -> None:
+    """docs/verdicts.md: an unsettled cell is not confirmed ``slower`` (it stays
+    ``possibly_slower``, flagged) nor cleared (``undecided``, also for what would have been
+    ``faster``); a verdict that is neither keeps its word, with the note."""
+    assert _unsettled(CellVerdict.SLOWER) == (
+        CellVerdict.POSSIBLY_SLOWER, [UNSETTLED + "not confirmed: recheck on a quieter host"]
+    )  # fmt: skip
+    for cleared in (CellVerdict.UNCHANGED, CellVerdict.FASTER):
+        assert _unsettled(cleared) == (
+            CellVerdict.UNDECIDED, [UNSETTLED + "not cleared: more rounds or a quieter host"]
+        )  # fmt: skip
+    for open_verdict in (CellVerdict.POSSIBLY_SLOWER, CellVerdict.UNDECIDED):
+        assert _unsettled(open_verdict) == (
+            open_verdict, [UNSETTLED + "more rounds or a quieter host can settle it"]
+        )  # fmt: skip
+    # through decide_cells: 8 paired rounds of +50% (p = 1 / C(16, 8) over one cell) confirm
+    # the slowdown, unless the cell is unsettled
+    main = {KEY: [1.0, 1.0, 1.0]}
+    slow = {KEY: [1.5, 1.5, 1.5]}
+    pairs = {KEY: [(1.0, 1.5)] * 8}
+    (plain,) = decide_cells(main, slow, threshold_percent=20, paired=pairs)
+    (cell,) = decide_cells(main, slow, threshold_percent=20, paired=pairs, unsettled={KEY})
+    assert plain.verdict is CellVerdict.SLOWER
+    assert cell.verdict is CellVerdict.POSSIBLY_SLOWER
+    assert cell.notes[-1] == UNSETTLED + "not confirmed: recheck on a quieter host"
+
+
+def _paired_block(base_sha: str, key) -> dict:
+    """A paired recheck of ``key``, 5 rounds (indices 5-9) of 1 s on each side: rounds 7
+    and 9 of the baseline code waited 0.6 s and 0.5 s beyond their least (0), round 6 of
+    the candidate 0.4 s, each past a tenth of the fastest (0.1 s): 3 delayed rounds."""
+    base_waits = {7: 0.6, 9: 0.5}
+    cand_waits = {6: 0.4}
+
+    def side(waits):
+        return [_trial(key, i, 1.0 + waits.get(i, 0.0), 1.0) for i in range(5, 10)]
+
+    return {
+        "rounds": 5,
+        "cells": [list(key)],
+        "trials": side(cand_waits),
+        "paired": {
+            "baseline_sha256": base_sha,
+            "baseline_code": "tree /somewhere",
+            "order": "alternating",
+            "baseline_trials": side(base_waits),
+            "workers": {},
+        },
+    }
+
+
+def test_compare_reports_says_which_paired_rounds_it_judged_without_their_delay() -> None:
+    base = make_example_report(1, reps=5)
+    cand = make_example_report(2, reps=5)
+    key = ("scan-a", "hdf5", "cold")
+    base_sha = "b" * 64
+    cand["recheck"] = _paired_block(base_sha, key)
+    compared = compare_reports(base, cand, 20.0, baseline_sha256=base_sha)
+    said = [w for w in compared.warnings if w.startswith("paired recheck: ")]
+    assert said == [
+        "paired recheck: 3 rounds had a trial that waited for other work on the host (wall "
+        "time less CPU time beyond its cell's least by more than 10% of its fastest): judged "
+        "with that delay taken out (docs/verdicts.md, rounds delayed by other work)"
+    ]
+    cell = next(c for c in compared.cells if c.key == key)
+    # every round judged 1 s against 1 s once the delays are out: cleared, no change
+    assert cell.recheck["paired"] is True and cell.change_percent == 0.0
+    assert cell.verdict is CellVerdict.UNCHANGED
+    assert (
+        "contended: 3 of the 5 paired rounds had a trial that waited for other work on the "
+        "host; judged with that wait taken out (its wall time less its wait beyond the least "
+        "of its cell and side)"
+    ) in cell.notes
+    # no delayed round: no warning, no note
+    quiet = make_example_report(2, reps=5)
+    quiet["recheck"] = _paired_block(base_sha, key)
+    for t in (*quiet["recheck"]["trials"], *quiet["recheck"]["paired"]["baseline_trials"]):
+        t["seconds"] = 1.0
+    compared = compare_reports(base, quiet, 20.0, baseline_sha256=base_sha)
+    assert not any(w.startswith("paired recheck: ") for w in compared.warnings)
+    cell = next(c for c in compared.cells if c.key == key)
+    assert not any(n.startswith("contended: ") for n in cell.notes)
+
+
+def test_the_cells_to_recheck_count_main_trials_other_work_may_have_timed() -> None:
+    """Every baseline trial waited 30 ms on 15 ms of work: the +50%-looking speed-up of the
+    candidate (5 vs 5, p = 1 / C(10, 5)) may be that wait, so the cell is rechecked."""
+    base = {"trials": [_trial(KEY, i, 0.045, 0.015) for i in range(5)]}
+    cand = [_trial(KEY, i, 0.015, 0.015) for i in range(5)]
+    assert flagged_for_recheck(base, cand, 20) == [KEY]
+    # the same timings without CPU times (older code): faster, nothing to recheck
+    strip = [{k: v for k, v in t.items() if k != "cpu_seconds"} for t in cand]
+    assert flagged_for_recheck({"trials": strip}, strip, 20) == []
+    old_base = [{k: v for k, v in t.items() if k != "cpu_seconds"} for t in base["trials"]]
+    assert flagged_for_recheck({"trials": old_base}, strip, 20) == []
+
+
+def _unsettled_recheck(candidate_wait: float) -> list:
+    """undecided_after_recheck over a +30% flag whose paired recheck reads no change (5
+    rounds of 10 s against 10 s), the baseline side's round 1 delayed by 4 s, and the
+    candidate's every trial waiting ``candidate_wait`` s on 10 s - wait of work."""
+    main_base = trials_doc({KEY: [10.0] * 3})
+    main_cand = trials_doc({KEY: [13.0] * 3})["trials"]
+    paired_base = [_trial(KEY, i, 14.0 if i == 1 else 10.0, 10.0) for i in range(5)]
+    recheck = [_trial(KEY, i, 10.0, 10.0 - candidate_wait) for i in range(5)]
+    return undecided_after_recheck(main_base, main_cand, 20, looks=1, recheck_trials=recheck,
+                                   paired_baseline_trials=paired_base)  # fmt: skip
+
+
+def test_an_unsettled_paired_cell_is_measured_again() -> None:
+    """The least waits differ by the candidate's wait, against 20% of the fastest (10 s):
+    2 s is not more than 2 s (settled: the recheck clears the flag, nothing to measure),
+    2.5 s is (unsettled: undecided, measured again by fresh workers)."""
+    assert _unsettled_recheck(2.0) == []
+    assert _unsettled_recheck(2.5) == [KEY]
+
+
+def test_an_unpaired_recheck_whose_stages_disagree_is_not_measured_again() -> None:
+    """An unpaired recheck at +15% (its interval [+15%, +15%] within 25%) after original
+    trials at +50%: undecided because the stages disagree, which more rounds do not settle
+    (and an unpaired recheck has no delays to be unsettled by)."""
+    base = trials_doc({KEY: [1.0] * 5})
+    cand = trials_doc({KEY: [1.5] * 5})["trials"]
+    recheck = trials_doc({KEY: [1.15] * 5})["trials"]
+    (cell,) = decide_cells({KEY: [1.0] * 5}, {KEY: [1.5] * 5}, threshold_percent=25,
+                           recheck={KEY: [1.15] * 5})  # fmt: skip
+    assert cell.verdict is CellVerdict.UNDECIDED and cell.ci_percent[1] <= 25, cell.notes
+    assert undecided_after_recheck(base, cand, 25, looks=1, recheck_trials=recheck) == []
