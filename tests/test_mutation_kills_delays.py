@@ -241,3 +241,87 @@ def test_an_unpaired_recheck_whose_stages_disagree_is_not_measured_again() -> No
                            recheck={KEY: [1.15] * 5})  # fmt: skip
     assert cell.verdict is CellVerdict.UNDECIDED and cell.ci_percent[1] <= 25, cell.notes
     assert undecided_after_recheck(base, cand, 25, looks=1, recheck_trials=recheck) == []
+
+
+def test_only_a_paired_cell_with_delayed_rounds_gets_the_contended_note() -> None:
+    """``delayed_rounds`` counts the delayed rounds of paired cells: a paired cell it does
+    not name, or an unpaired recheck (even one it names), has no such note."""
+    main = {KEY: [1.0, 1.0, 1.0], COLD: [1.0, 1.0, 1.0]}
+    pairs = {KEY: [(1.0, 1.0)] * 5, COLD: [(1.0, 1.0)] * 5}
+    cells = decide_cells(main, main, threshold_percent=20, paired=pairs, delayed_rounds={COLD: 2})
+    notes = {c.key: [n for n in c.notes if n.startswith("contended: ")] for c in cells}
+    assert notes[KEY] == []
+    assert notes[COLD] == [
+        "contended: 2 of the 5 paired rounds had a trial that waited for other work on the "
+        "host; judged with that wait taken out (its wall time less its wait beyond the least "
+        "of its cell and side)"
+    ]
+    for delayed in (None, {KEY: 2}):
+        (cell,) = decide_cells(
+            {KEY: main[KEY]}, {KEY: main[KEY]}, threshold_percent=20,
+            recheck={KEY: [1.0] * 5}, delayed_rounds=delayed,
+        )  # fmt: skip
+        assert cell.recheck["paired"] is False
+        assert not any(n.startswith("contended: ") for n in cell.notes), cell.notes
+
+
+def test_an_unsettled_cell_keeps_what_its_recheck_said_before() -> None:
+    main = {KEY: [1.0, 1.0, 1.0]}
+    (cell,) = decide_cells(main, {KEY: [1.5] * 3}, threshold_percent=20,
+                           paired={KEY: [(1.0, 1.5)] * 8}, delayed_rounds={KEY: 1},
+                           unsettled={KEY})  # fmt: skip
+    assert cell.notes[0].startswith("judged on the paired recheck (8 rounds")
+    assert cell.notes[1].startswith("confirmed by the paired recheck: +50.0%")
+    assert cell.notes[2].startswith("contended: 1 of the 8 paired rounds")
+    assert cell.notes[3] == UNSETTLED + "not confirmed: recheck on a quieter host"
+    assert len(cell.notes) == 4
+
+
+def _with_cpu(trials: list, key, wait: float) -> None:
+    """Give ``key``'s trials a CPU time ``wait`` s below their wall time (the others none)."""
+    for t in trials:
+        if (t["acquisition"], t["format"], t["cache_state"]) == key:
+            t["cpu_seconds"] = t["seconds"] - wait
+
+
+def test_compare_reports_does_not_clear_a_cell_whose_main_trials_other_work_timed() -> None:
+    """Every baseline trial of one cell waited 0.5 s (about a third of its 1.5 s) and the
+    candidate's did not: the runs' least waits differ by more than a tenth of the fastest
+    trial, so that cell is undecided, not unchanged; the other cells are judged as before."""
+    key = ("scan-a", "hdf5", "cold")
+    base, cand = make_example_report(1, reps=5), make_example_report(2, reps=5)
+    plain = {c.key: c.verdict for c in compare_reports(base, cand, 20.0).cells}
+    assert plain[key] is CellVerdict.UNCHANGED
+    _with_cpu(base["trials"], key, 0.5)
+    _with_cpu(cand["trials"], key, 0.0)
+    cells = {c.key: c for c in compare_reports(base, cand, 20.0).cells}
+    assert cells[key].verdict is CellVerdict.UNDECIDED and not cells[key].flagged
+    assert any("other work on the host delayed" in n for n in cells[key].notes)
+    assert {k: c.verdict for k, c in cells.items() if k != key} == {
+        k: v for k, v in plain.items() if k != key
+    }
+
+
+def _compare_unsettled(candidate_wait: float) -> CellVerdict:
+    """compare_reports over a paired recheck that reads no change (5 rounds of 10 s each
+    side), the baseline side's round 6 delayed by 4 s and the candidate's every trial
+    waiting ``candidate_wait`` s: the verdict of the rechecked cell."""
+    key = ("scan-a", "hdf5", "cold")
+    base, cand = make_example_report(1, reps=5), make_example_report(2, reps=5)
+    block = _paired_block("b" * 64, key)
+    for t in block["paired"]["baseline_trials"]:
+        t["seconds"], t["cpu_seconds"] = (14.0 if t["trial_index"] == 6 else 10.0), 10.0
+    for t in block["trials"]:
+        t["seconds"], t["cpu_seconds"] = 10.0, 10.0 - candidate_wait
+    cand["recheck"] = block
+    compared = compare_reports(base, cand, 20.0, baseline_sha256="b" * 64)
+    (cell,) = [c for c in compared.cells if c.key == key]
+    assert cell.recheck["paired"] is True and cell.change_percent == 0.0
+    return cell.verdict
+
+
+def test_compare_reports_judges_unsettled_cells_against_its_threshold() -> None:
+    """Least waits 2 s apart on a fastest trial of 10 s are not more than the 20% threshold
+    of it: the recheck clears the cell; 2.5 s apart they are: unsettled, undecided."""
+    assert _compare_unsettled(2.0) is CellVerdict.UNCHANGED
+    assert _compare_unsettled(2.5) is CellVerdict.UNDECIDED

@@ -11,13 +11,16 @@ Columns: tested (every mutant with a result), killed as run (killed, timed out o
 crashed), survived, not reached (no result: the run did not get to it), score as run
 (killed / tested), equivalent and killed by the new tests (survivors of the run in the
 lists), left (survivors in neither list), and the score with the new tests:
-(killed + killed by new tests) / (tested - equivalent).
+(killed + killed by new tests) / (tested - equivalent). ``--mutants GLOB...`` counts only
+the mutants whose names match (as ``mutmut run`` selects them), for a run over some
+functions of a module.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import fnmatch
 import json
 from pathlib import Path
 
@@ -39,12 +42,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutmut-dir", type=Path, required=True)
     parser.add_argument("--kills", type=Path, nargs="*", default=[])
     parser.add_argument("--equivalents", type=Path, nargs="*", default=[])
+    parser.add_argument("--mutants", nargs="*", default=["*"], help="name globs to count")
     args = parser.parse_args(argv)
     kills, equivalents = listed(args.kills), listed(args.equivalents)
     rows = []
     total = collections.Counter()
     for meta in sorted((args.mutmut_dir / "mutants").rglob("*.meta")):
-        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        codes = {
+            name: code
+            for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
+            if any(fnmatch.fnmatchcase(name, glob) for glob in args.mutants)
+        }
+        if not codes:
+            continue
         row = collections.Counter(mutants=len(codes))
         for name, code in codes.items():
             if code is None:
