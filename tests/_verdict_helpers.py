@@ -22,3 +22,18 @@ def trials_doc(cells: Mapping[tuple[str, str, str], Sequence[float]]) -> dict:
             for index, seconds in enumerate(values)
         ]
     }
+
+
+def timed_trial(
+    key: tuple[str, str, str], index: int, seconds: float, cpu: float, kept: bool = True
+) -> dict:
+    """One trial of cell ``key`` with its wall and CPU seconds (what the delay rule reads)."""
+    return {
+        "acquisition": key[0],
+        "format": key[1],
+        "cache_state": key[2],
+        "trial_index": index,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "kept": kept,
+    }

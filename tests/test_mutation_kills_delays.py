@@ -7,7 +7,7 @@ trial), worked out by hand on numbers chosen so that the float arithmetic is exa
 
 from __future__ import annotations
 
-from _verdict_helpers import trials_doc
+from _verdict_helpers import timed_trial, trials_doc
 
 from harness.testing import make_example_report
 from harness.verdict import delays
@@ -22,16 +22,7 @@ KEY = ("scan", "hdf5", "cached")
 COLD = ("scan", "hdf5", "cold")
 
 
-def _trial(key, index, seconds, cpu, kept=True) -> dict:
-    return {
-        "acquisition": key[0],
-        "format": key[1],
-        "cache_state": key[2],
-        "trial_index": index,
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "kept": kept,
-    }
+_trial = timed_trial
 
 
 def test_a_wait_exactly_a_tenth_of_the_fastest_beyond_the_least_is_no_delay() -> None:

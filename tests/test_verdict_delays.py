@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _verdict_helpers import timed_trial
 
 from harness.verdict import delays
 from harness.verdict.cells import CellVerdict, decide_cells
@@ -23,16 +24,7 @@ KEY = ("demo-u8", "hdf5", "cached")
 COLD = ("demo-u8", "hdf5", "cold")
 
 
-def _trial(key, index, seconds, cpu, kept=True) -> dict:
-    return {
-        "acquisition": key[0],
-        "format": key[1],
-        "cache_state": key[2],
-        "trial_index": index,
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "kept": kept,
-    }
+_trial = timed_trial
 
 
 def test_a_trial_that_waited_for_the_cpu_is_delayed_and_one_that_worked_longer_is_not() -> None:
